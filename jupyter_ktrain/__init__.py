@@ -1,0 +1,55 @@
+"""jupyter-ktrain: run a notebook's training function as a multi-node job and watch it.
+
+In a notebook::
+
+    %load_ext jupyter_ktrain
+
+    %%ktrain --nodes 2 --procs-per-node 2
+    result = train(epochs=3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    BackendError,
+    CaptureError,
+    ClusterError,
+    JobNotFound,
+    KtrainError,
+    PackagingError,
+    PreflightError,
+    RegistryError,
+    SpecError,
+)
+from .spec import JobSpec, Resources
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "CaptureError",
+    "ClusterError",
+    "JobNotFound",
+    "JobSpec",
+    "KtrainError",
+    "PackagingError",
+    "PreflightError",
+    "RegistryError",
+    "Resources",
+    "SpecError",
+    "__version__",
+    "load_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyter_ktrain``: register the ``%%ktrain`` and ``%ktrain`` magics."""
+    from .magics import KtrainMagics
+
+    ipython.register_magics(KtrainMagics(ipython))
+
+
+def unload_ipython_extension(ipython: Any) -> None:  # pragma: no cover - IPython hook
+    """Nothing to undo: magics stay registered until the kernel restarts."""

@@ -1,0 +1,85 @@
+"""One exception tree for everything jupyter-ktrain raises on purpose.
+
+    KtrainError                  base: message says what was wrong and what to do
+    ├── SpecError                bad input (flags, YAML, names); raised before anything starts
+    ├── CaptureError             something the cell needs cannot travel to the job
+    ├── BackendError             a backend could not do what was asked
+    │   └── JobNotFound          no job of that name
+    ├── PackagingError           building or pushing the code image/ConfigMap failed
+    │   └── RegistryError        the registry said no (keeps its own error code)
+    └── ClusterError             the Kubernetes API said no (keeps the server's message)
+        └── PreflightError       the cluster cannot run this job (one line per problem)
+
+Every message is a full sentence a user can act on: what was expected, what was found, and the
+flag, option or command that fixes it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CaptureError",
+    "ClusterError",
+    "JobNotFound",
+    "KtrainError",
+    "PackagingError",
+    "PreflightError",
+    "RegistryError",
+    "SpecError",
+]
+
+
+class KtrainError(Exception):
+    """Base of every error jupyter-ktrain raises on purpose."""
+
+
+class SpecError(KtrainError, ValueError):
+    """The job description is invalid. Raised before any process or object is created."""
+
+
+class CaptureError(KtrainError):
+    """A name the cell needs cannot be shipped to the job."""
+
+
+class BackendError(KtrainError):
+    """A backend failed to launch, watch or cancel a job."""
+
+
+class JobNotFound(BackendError, LookupError):
+    """No job with the given name is known to the backend."""
+
+
+class PackagingError(KtrainError):
+    """Building or uploading the job's code failed."""
+
+
+class RegistryError(PackagingError):
+    """An OCI registry refused a request.
+
+    ``code`` is the registry's own error code (e.g. ``UNAUTHORIZED``, ``NAME_UNKNOWN``) and
+    ``retryable`` says whether trying again later may succeed.
+    """
+
+    def __init__(self, message: str, *, code: str = "", status: int = 0, retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.retryable = retryable
+
+
+class ClusterError(KtrainError):
+    """The Kubernetes API refused a request; ``status`` and ``reason`` are the server's."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class PreflightError(ClusterError):
+    """The cluster cannot run the job. ``problems`` holds one actionable line per problem."""
+
+    def __init__(self, problems: list[str]):
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"The cluster cannot run this job yet:\n{lines}")
+        self.problems = problems
