@@ -1,0 +1,84 @@
+"""The line protocol between a running job and the monitor.
+
+A node (a pod, or one local torchrun agent) writes one text stream: what every local rank
+prints, plus the agent's own records. The in-rank runtime prefixes each line a rank writes with
+``[rank{N}]: `` (N is the global rank), so a pod log or a local node log can be split by rank
+the same way everywhere. Structured records (training metrics from ``ktrain.report()``, GPU
+samples and NCCL transport from the agent, the job's return value) are single lines that start
+with :data:`RECORD_MARK` followed by one JSON object with a ``"type"`` key::
+
+    [rank0]: epoch 1 loss 0.52
+    [rank0]: @@ktrain {"type": "metric", "step": 10, "loss": 0.52, "t": 1763700000.1}
+    [agent]: @@ktrain {"type": "gpu", "node": 0, "gpu": 0, "util": 97.0, ...}
+    [agent]: torchrun exited with code 0
+
+Lines with neither prefix (torchrun's own messages, a crash before the runtime started) belong
+to the node. This module is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "AGENT_PREFIX",
+    "RECORD_MARK",
+    "LogLine",
+    "format_agent_line",
+    "format_rank_line",
+    "format_record",
+    "parse_line",
+]
+
+RECORD_MARK = "@@ktrain "
+AGENT_PREFIX = "[agent]: "
+_RANK_RE = re.compile(r"^\[rank(\d+)\]: ?")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One parsed line. ``rank`` is None for agent and node lines; ``record`` is the decoded
+    structured record when the line carries one (then ``text`` is the raw JSON)."""
+
+    text: str
+    rank: int | None = None
+    source: str = "rank"  # "rank" | "agent" | "node"
+    record: dict[str, Any] | None = None
+
+
+def format_rank_line(rank: int, text: str) -> str:
+    return f"[rank{rank}]: {text}"
+
+
+def format_agent_line(text: str) -> str:
+    return AGENT_PREFIX + text
+
+
+def format_record(record: dict[str, Any]) -> str:
+    """One record as a line body (no newline). Compact JSON, no NaN surprises for the reader."""
+    return RECORD_MARK + json.dumps(record, separators=(",", ":"), default=str)
+
+
+def _record(text: str) -> dict[str, Any] | None:
+    if not text.startswith(RECORD_MARK):
+        return None
+    try:
+        value = json.loads(text[len(RECORD_MARK) :])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and "type" in value else None
+
+
+def parse_line(line: str) -> LogLine:
+    """Split one line (without its newline) into rank/agent/node, text and record."""
+    m = _RANK_RE.match(line)
+    if m:
+        text = line[m.end() :]
+        return LogLine(text=text, rank=int(m.group(1)), source="rank", record=_record(text))
+    if line.startswith(AGENT_PREFIX):
+        text = line[len(AGENT_PREFIX) :]
+        return LogLine(text=text, source="agent", record=_record(text))
+    return LogLine(text=line, source="node")
