@@ -1,0 +1,60 @@
+"""How a node starts the job: the one command every backend runs in every replica.
+
+A replica (a pod, or a local "node") runs the agent, which wraps torchrun, which starts one
+runtime process per local rank::
+
+    python -m jupyter_ktrain.agent -- python -m torch.distributed.run \\
+        -m jupyter_ktrain.runtime {code_dir}/program.py
+
+torchrun takes ``--nnodes``, ``--nproc-per-node``, ``--node-rank``, ``--master-addr`` and
+``--master-port`` from the ``PET_*`` environment variables the Kubeflow Training Operator sets
+(the local backend sets the same ones), so the command is identical on every backend and every
+replica. ``code_dir`` holds ``program.py`` (the captured program) and whatever else the job
+ships (``requirements.txt``, ``ds_config.json``); ``lib_dir`` holds this package when the
+image does not have it installed.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CODE_DIR", "LIB_DIR", "PROGRAM_FILE", "node_command", "operator_env"]
+
+CODE_DIR = "/ktrain"
+LIB_DIR = "/ktrain/lib"
+PROGRAM_FILE = "program.py"
+
+
+def node_command(code_dir: str = CODE_DIR, python: str = "python") -> list[str]:
+    """argv of one replica; identical for every replica of a job."""
+    return [
+        python,
+        "-m",
+        "jupyter_ktrain.agent",
+        "--",
+        python,
+        "-m",
+        "torch.distributed.run",
+        "-m",
+        "jupyter_ktrain.runtime",
+        f"{code_dir}/{PROGRAM_FILE}",
+    ]
+
+
+def operator_env(
+    *, nnodes: int, nproc_per_node: int, node_rank: int, master_addr: str, master_port: int
+) -> dict[str, str]:
+    """The environment the Training Operator gives replica ``node_rank`` of a PyTorchJob.
+
+    WORLD_SIZE and RANK are per replica here (the operator's meaning); torchrun replaces them
+    with per-process values for the ranks it starts.
+    """
+    return {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(nnodes),
+        "RANK": str(node_rank),
+        "PET_NNODES": str(nnodes),
+        "PET_NPROC_PER_NODE": str(nproc_per_node),
+        "PET_NODE_RANK": str(node_rank),
+        "PET_MASTER_ADDR": master_addr,
+        "PET_MASTER_PORT": str(master_port),
+    }
