@@ -127,7 +127,9 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise SpecError(f"--kind {self.kind!r} is not supported; use one of {', '.join(KINDS)}.")
+            raise SpecError(
+                f"--kind {self.kind!r} is not supported; use one of {', '.join(KINDS)}."
+            )
         if self.backend not in BACKENDS:
             raise SpecError(
                 f"--backend {self.backend!r} is not known; use one of {', '.join(BACKENDS)}."

@@ -1,0 +1,5 @@
+"""Notebook cell -> self-contained program (source slice, values, requirements)."""
+
+from .program import CapturedProgram, capture
+
+__all__ = ["CapturedProgram", "capture"]

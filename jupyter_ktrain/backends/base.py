@@ -1,0 +1,226 @@
+"""The one Backend interface, the job handle, and the shapes they exchange.
+
+Public methods live here and call a few hooks each backend implements (torchx's shape):
+``submit`` is ``schedule(dryrun(...))``, and the dry run is the exact request a backend would
+make (argv and environment per local process, or the Kubernetes objects).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError
+
+if TYPE_CHECKING:
+    from ..capture import CapturedProgram
+    from ..spec import JobSpec
+
+__all__ = [
+    "TERMINAL",
+    "Backend",
+    "Job",
+    "JobStatus",
+    "LaunchPlan",
+    "LogSource",
+    "ReplicaStatus",
+]
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+TERMINAL = frozenset({SUCCEEDED, FAILED})
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica: a pod, or one local node (a torchrun agent)."""
+
+    name: str
+    phase: str
+    restarts: int = 0
+    node: str = ""
+    exit_code: int | None = None
+    last_event: str = ""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
+
+    ``failed_rank`` is the first rank that failed (by time), when known, so its last lines can
+    be shown first.
+    """
+
+    name: str
+    state: str
+    reason: str = ""
+    message: str = ""
+    exit_codes: Mapping[int, int] = field(default_factory=dict)
+    replicas: tuple[ReplicaStatus, ...] = ()
+    started: float | None = None
+    finished: float | None = None
+    failed_rank: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The exact request a backend would make. ``describe()`` is what ``--dry-run`` prints."""
+
+    spec: JobSpec
+    program: CapturedProgram
+    backend: str
+    details: Mapping[str, Any]
+    text: str
+
+    def describe(self) -> str:
+        return self.text
+
+
+class LogSource(ABC):
+    """One replica's log stream, read incrementally: ``read()`` returns the complete lines
+    that arrived since the last call (never blocks for long); ``done`` once the stream ended."""
+
+    replica: str
+
+    @abstractmethod
+    def read(self) -> list[str]: ...
+
+    @property
+    @abstractmethod
+    def done(self) -> bool: ...
+
+    def finish(self) -> list[str]:
+        """Called once the job ended: whatever is left, including a last partial line."""
+        return self.read()
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the source holds (threads, connections)."""
+
+
+class Backend(ABC):
+    """Runs jobs somewhere. Implementations provide the abstract hooks."""
+
+    name: str = "?"
+
+    @abstractmethod
+    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan:
+        """Everything ``schedule`` would do, computed but not done."""
+
+    @abstractmethod
+    def schedule(self, plan: LaunchPlan) -> Job:
+        """Start the planned job; all-or-nothing."""
+
+    @abstractmethod
+    def status(self, name: str) -> JobStatus: ...
+
+    @abstractmethod
+    def log_sources(self, name: str) -> list[LogSource]: ...
+
+    @abstractmethod
+    def cancel(self, name: str) -> None: ...
+
+    @abstractmethod
+    def list_jobs(self) -> list[JobStatus]: ...
+
+    @abstractmethod
+    def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
+        """Every stored line so far as (replica, line), per replica in order."""
+
+    def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
+        return self.schedule(self.dryrun(spec, program))
+
+    def attach(self, name: str) -> Job:
+        self.status(name)  # raises JobNotFound
+        return Job(name, self)
+
+
+class Job:
+    """Handle on a submitted job: ``state``, ``logs()``, ``exit_codes``, ``result``,
+    ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
+
+    def __init__(self, name: str, backend: Backend, plan: LaunchPlan | None = None):
+        self.name = name
+        self.backend = backend
+        self.plan = plan
+        self._outputs: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        status = self.status()
+        extra = f", failed rank {status.failed_rank}" if status.failed_rank is not None else ""
+        return f"<ktrain Job {self.name!r} on {self.backend.name}: {status.state}{extra}>"
+
+    def status(self) -> JobStatus:
+        return self.backend.status(self.name)
+
+    @property
+    def state(self) -> str:
+        return self.status().state
+
+    @property
+    def exit_codes(self) -> dict[int, int]:
+        return dict(self.status().exit_codes)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.2) -> str:
+        """Block until the job ends (or ``timeout`` seconds pass); return its state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.terminal:
+                return status.state
+            if deadline is not None and time.monotonic() > deadline:
+                raise BackendError(
+                    f"Job {self.name!r} is still {status.state} after {timeout} s. "
+                    f"Call wait() again, or cancel() it."
+                )
+            time.sleep(poll)
+
+    def cancel(self) -> None:
+        self.backend.cancel(self.name)
+
+    def logs(self, rank: int | None = None, grep: str | None = None) -> str:
+        """Stored output so far; ``rank`` keeps one rank's lines (without prefix)."""
+        from ..monitor.protocol import parse_line
+
+        out = []
+        for _replica, raw in self.backend.read_logs(self.name):
+            line = parse_line(raw)
+            if line.record is not None:
+                continue
+            if rank is not None and line.rank != rank:
+                continue
+            text = line.text if rank is not None else raw
+            if grep is None or grep in text:
+                out.append(text)
+        return "\n".join(out) + ("\n" if out else "")
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Names the cell bound on rank 0 (and ``_`` for a trailing expression)."""
+        if self._outputs is None:
+            from ..monitor.results import results_from_lines
+
+            lines = (raw for _replica, raw in self.backend.read_logs(self.name))
+            found = results_from_lines(lines)
+            if found is None:
+                return {}
+            self._outputs = found
+        return dict(self._outputs)
+
+    @property
+    def result(self) -> Any:
+        """The cell's value on rank 0: its trailing expression, else its last assignment."""
+        outputs = self.outputs
+        if "_" in outputs:
+            return outputs["_"]
+        program = self.plan.program if self.plan else None
+        names = list(program.result_names) if program else list(outputs)
+        for name in reversed(names):
+            if name in outputs:
+                return outputs[name]
+        return None

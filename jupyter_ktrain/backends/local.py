@@ -1,0 +1,316 @@
+"""The local backend (the embedded default): N "nodes" of torchrun on 127.0.0.1.
+
+Each node gets exactly the command and the ``PET_*``/``MASTER_*`` environment a PyTorchJob
+replica gets from the Training Operator, so a job that runs here runs the same way on a
+cluster. Jobs live in an on-disk registry (``$KTRAIN_HOME/jobs/NAME``, default
+``~/.ktrain``): the captured code, the plan, ``state.json``, and every node's and rank's log.
+A detached supervisor owns the processes, so a job survives its kernel and a new kernel can
+list and re-attach to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError, JobNotFound, SpecError
+from ..launch import node_command, operator_env
+from .base import (
+    FAILED,
+    PENDING,
+    Backend,
+    Job,
+    JobStatus,
+    LaunchPlan,
+    LogSource,
+    ReplicaStatus,
+)
+from .procs import MARKER_ENV, kill_marked, marked_pids
+
+__all__ = ["FileLogSource", "LocalBackend", "ktrain_home"]
+
+CANCEL_TIMEOUT_S = 15.0
+
+
+def ktrain_home() -> Path:
+    return Path(os.environ.get("KTRAIN_HOME") or Path.home() / ".ktrain")
+
+
+def _free_port(taken: set[int]) -> int:
+    """A port nothing listens on now and no other local job of ours planned to use."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            return port
+    raise BackendError("Could not find a free TCP port on 127.0.0.1 for the job's rendezvous.")
+
+
+def _package_root() -> str:
+    """Directory that holds this package, so node processes import the same jupyter_ktrain."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class FileLogSource(LogSource):
+    """Tails one node's log file: complete lines only, from where the last read stopped."""
+
+    def __init__(self, path: Path, replica: str):
+        self.path = path
+        self.replica = replica
+        self._offset = 0
+        self._partial = b""
+        self._eof = False
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def finish(self) -> list[str]:
+        """Read what is left, including a last line without a newline."""
+        lines = self.read()
+        if self._partial:
+            lines.append(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        self._eof = True
+        return lines
+
+    @property
+    def done(self) -> bool:
+        return self._eof
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, home: Path | None = None, python: str | None = None):
+        self.home = home or ktrain_home()
+        self.python = python or sys.executable
+
+    # -- registry -------------------------------------------------------------------------
+    def job_dir(self, name: str) -> Path:
+        return self.home / "jobs" / name
+
+    def _state(self, name: str) -> dict[str, Any]:
+        path = self.job_dir(name) / "state.json"
+        if not self.job_dir(name).is_dir():
+            raise JobNotFound(
+                f"No local job named {name!r}. `%ktrain list` shows the jobs this machine knows."
+            )
+        try:
+            state: dict[str, Any] = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {"state": PENDING}
+        return state
+
+    def _ports_in_use(self) -> set[int]:
+        ports = set()
+        for status in self.list_jobs():
+            if not status.terminal:
+                plan = self.job_dir(status.name) / "plan.json"
+                try:
+                    ports.add(int(json.loads(plan.read_text())["master_port"]))
+                except (OSError, ValueError, KeyError):
+                    continue
+        return ports
+
+    # -- plan -----------------------------------------------------------------------------
+    def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
+        job_dir = self.job_dir(spec.name)
+        code_dir = job_dir / "code"
+        port = _free_port(self._ports_in_use())
+        marker = uuid.uuid4().hex
+        python_path = os.pathsep.join(
+            p for p in (str(code_dir), _package_root(), os.environ.get("PYTHONPATH", "")) if p
+        )
+        nodes = []
+        for node in range(spec.nodes):
+            env = {
+                **operator_env(
+                    nnodes=spec.nodes,
+                    nproc_per_node=spec.nproc,
+                    node_rank=node,
+                    master_addr="127.0.0.1",
+                    master_port=port,
+                ),
+                "PYTHONPATH": python_path,
+                "PYTHONUNBUFFERED": "1",
+                # torchrun's default for several processes, set here so it does not print a
+                # banner about it; a value from --env or the kernel's environment wins
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                "KTRAIN_JOB_NAME": spec.name,
+                MARKER_ENV: marker,
+                **spec.env_dict,
+            }
+            argv = node_command(str(code_dir), python=self.python)
+            nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
+        details = {"master_port": port, "marker": marker, "nodes": nodes}
+        return LaunchPlan(spec, program, self.name, details, _describe(spec, nodes))
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def schedule(self, plan: LaunchPlan) -> Job:
+        name = plan.spec.name
+        job_dir = self.job_dir(name)
+        if job_dir.exists():
+            raise SpecError(
+                f"A local job named {name!r} already exists. Pick another --name, or remove it "
+                f"with `%ktrain delete {name}`."
+            )
+        try:
+            self._write(job_dir, plan)
+            with open(job_dir / "supervisor.log", "wb") as log:
+                subprocess.Popen(
+                    [self.python, "-m", "jupyter_ktrain.backends.local_supervisor", str(job_dir)],
+                    env={**os.environ, "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"]},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except Exception:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        return Job(name, self, plan)
+
+    def _write(self, job_dir: Path, plan: LaunchPlan) -> None:
+        code_dir = job_dir / "code"
+        code_dir.mkdir(parents=True)
+        for rel, data in plan.program.files.items():
+            target = code_dir / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        spec = plan.spec
+        meta = {"name": spec.name, "kind": spec.kind, "nodes": spec.nodes, "nproc": spec.nproc}
+        (job_dir / "job.json").write_text(json.dumps(meta, indent=1))
+        (job_dir / "plan.json").write_text(json.dumps(dict(plan.details), indent=1))
+        (job_dir / "dry-run.txt").write_text(plan.text)
+
+    def status(self, name: str) -> JobStatus:
+        raw = self._state(name)
+        state = raw.get("state", PENDING)
+        if state not in ("Succeeded", "Failed") and not self._alive(raw):
+            state, raw["reason"] = FAILED, "Lost"
+            raw["message"] = "its supervisor is gone (the machine restarted or it was killed)"
+        nodes = raw.get("nodes", [])
+        replicas = tuple(
+            ReplicaStatus(
+                name=f"{name}-node-{i}",
+                phase=_phase(n.get("exit_code"), state),
+                node="127.0.0.1",
+                exit_code=n.get("exit_code"),
+            )
+            for i, n in enumerate(nodes)
+        )
+        return JobStatus(
+            name=name,
+            state=state,
+            reason=raw.get("reason", ""),
+            message=raw.get("message", ""),
+            exit_codes={int(k): int(v) for k, v in raw.get("exit_codes", {}).items()},
+            replicas=replicas,
+            started=raw.get("started"),
+            finished=raw.get("finished"),
+            failed_rank=raw.get("failed_rank"),
+        )
+
+    def _alive(self, raw: dict[str, Any]) -> bool:
+        pid = raw.get("supervisor_pid")
+        if pid is None:
+            return True  # just scheduled: the supervisor has not written its state yet
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def cancel(self, name: str) -> None:
+        raw = self._state(name)
+        if raw.get("state") in ("Succeeded", "Failed"):
+            return
+        pid = raw.get("supervisor_pid")
+        deadline = time.monotonic() + CANCEL_TIMEOUT_S
+        while pid is None and time.monotonic() < deadline:  # scheduled a moment ago
+            time.sleep(0.05)
+            pid = self._state(name).get("supervisor_pid")
+        if pid is not None:
+            try:
+                os.kill(int(pid), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        while time.monotonic() < deadline and self._alive(self._state(name)):
+            time.sleep(0.05)
+        marker = json.loads((self.job_dir(name) / "plan.json").read_text())["marker"]
+        kill_marked(marker)  # whatever ignored SIGTERM
+        if not self.status(name).terminal or marked_pids(marker):
+            raise BackendError(f"Job {name!r} did not stop within {CANCEL_TIMEOUT_S:.0f} s.")
+
+    def delete(self, name: str) -> None:
+        """Cancel if running, then remove the job and its logs from the registry."""
+        self.cancel(name)
+        shutil.rmtree(self.job_dir(name), ignore_errors=True)
+
+    def list_jobs(self) -> list[JobStatus]:
+        jobs_dir = self.home / "jobs"
+        if not jobs_dir.is_dir():
+            return []
+        out = []
+        for entry in sorted(jobs_dir.iterdir(), key=lambda p: p.stat().st_mtime):
+            if (entry / "plan.json").exists():
+                try:
+                    out.append(self.status(entry.name))
+                except JobNotFound:
+                    continue
+        return out
+
+    def log_sources(self, name: str) -> list[FileLogSource]:
+        nodes = json.loads((self.job_dir(name) / "job.json").read_text())["nodes"]
+        return [
+            FileLogSource(self.job_dir(name) / f"node-{i}.log", f"{name}-node-{i}")
+            for i in range(nodes)
+        ]
+
+    def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
+        self._state(name)
+        for source in self.log_sources(name):
+            for line in source.finish():
+                yield source.replica, line
+
+
+def _phase(exit_code: int | None, job_state: str) -> str:
+    if exit_code is None:
+        return "Running" if job_state == "Running" else job_state
+    return "Succeeded" if exit_code == 0 else "Failed"
+
+
+def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
+    lines = [
+        f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
+        "# each node runs in a new session with the kernel's environment plus:",
+    ]
+    for i, node in enumerate(nodes):
+        lines.append(f"\n# node {i}")
+        lines.append(f"cd {shlex.quote(node['cwd'])}")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node["env"].items()))
+        lines.append(f"env {env} \\\n  {shlex.join(node['argv'])}")
+    return "\n".join(lines) + "\n"

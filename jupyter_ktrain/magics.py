@@ -1,0 +1,143 @@
+"""``%%ktrain`` (run a cell as a job) and ``%ktrain`` (list, attach, logs, cancel, delete).
+
+Argument parsing and wiring only: capture, backends and views do the work.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from .backends import get_backend
+from .backends.base import Job
+from .capture import capture
+from .errors import KtrainError, SpecError
+from .monitor.follow import follow
+from .monitor.text import TextSink, failure_summary
+from .options import build_parser, parse_flags, spec_from_args
+
+__all__ = ["KtrainMagics", "run_job_cell"]
+
+_LINE_HELP = """\
+%ktrain list                        jobs this machine started (local backend)
+%ktrain attach NAME                 follow a running job again (e.g. after a kernel restart)
+%ktrain logs NAME [--rank R] [--grep TEXT]
+%ktrain status NAME
+%ktrain cancel NAME                 stop every process of the job
+%ktrain delete NAME                 cancel, then remove its files and logs
+"""
+
+
+def _say(text: str) -> None:
+    print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
+
+def _watch(job: Job, shell: Any) -> Job:
+    """Follow ``job`` into the cell; Ctrl-C detaches without stopping it."""
+    try:
+        status = follow(job, TextSink())
+    except KeyboardInterrupt:
+        _say(
+            f"Detached from {job.name!r}; it keeps running.\n"
+            f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
+        )
+        return job
+    if status.state == "Failed":
+        _say(failure_summary(job, status))
+    elif status.state == "Succeeded" and shell is not None:
+        outputs = {k: v for k, v in job.outputs.items() if k != "_"}
+        shell.user_ns.update(outputs)
+        if outputs:
+            _say(f"Set from rank 0: {', '.join(sorted(outputs))}")
+    return job
+
+
+def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
+    """The whole ``%%ktrain`` cell: parse, capture, plan, then dry-run or run and follow."""
+    ns = parse_flags(line)
+    if ns.help:
+        _say(build_parser().format_help())
+        return None
+    history = shell.user_ns.get("In", []) if shell is not None else []
+    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
+    namespace = shell.user_ns if shell is not None else {}
+    program = capture(cell, namespace, history, hidden)
+    spec = spec_from_args(ns, program.entry)
+    for warning in program.warnings:
+        _say(f"warning: {warning}")
+    backend = get_backend(spec.backend)
+    plan = backend.dryrun(spec, program)
+    if ns.dry_run:
+        _say(plan.describe())
+        return Job(spec.name, backend, plan)
+    job = backend.schedule(plan)
+    _say(
+        f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
+    )
+    return job if ns.detach else _watch(job, shell)
+
+
+@magics_class
+class KtrainMagics(Magics):
+    @cell_magic
+    def ktrain(self, line: str, cell: str) -> Job | None:
+        """Run this cell as a distributed job. `%%ktrain --help` lists the flags."""
+        try:
+            return run_job_cell(line, cell, self.shell)
+        except KtrainError as exc:
+            _say(f"ktrain: {exc}")
+            return None
+
+    @line_magic("ktrain")
+    def ktrain_line(self, line: str) -> Any:
+        """Manage jobs: list, attach, logs, status, cancel, delete."""
+        try:
+            return self._line(shlex.split(line))
+        except KtrainError as exc:
+            _say(f"ktrain: {exc}")
+            return None
+
+    def _line(self, argv: list[str]) -> Any:
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            _say(_LINE_HELP)
+            return None
+        command, args = argv[0], argv[1:]
+        backend = get_backend("local")
+        if command == "list":
+            rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
+            _say("\n".join(rows) if rows else "No jobs yet.")
+            return None
+        if not args:
+            raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
+        name = args[0]
+        if command == "attach":
+            return _watch(backend.attach(name), self.shell)
+        if command == "status":
+            return backend.status(name)
+        if command == "logs":
+            return self._logs(backend.attach(name), args[1:])
+        if command == "cancel":
+            backend.cancel(name)
+            _say(f"Cancelled {name!r}.")
+            return None
+        if command == "delete":
+            backend.attach(name)
+            backend.delete(name)  # type: ignore[attr-defined]
+            _say(f"Deleted {name!r}.")
+            return None
+        raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
+
+    @staticmethod
+    def _logs(job: Job, argv: list[str]) -> None:
+        import argparse
+
+        p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
+        p.add_argument("--rank", type=int)
+        p.add_argument("--grep")
+        try:
+            ns = p.parse_args(argv)
+        except (argparse.ArgumentError, SystemExit):
+            raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT]") from None
+        _say(job.logs(rank=ns.rank, grep=ns.grep))

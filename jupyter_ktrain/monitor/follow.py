@@ -1,0 +1,51 @@
+"""Follow a job: poll its status, read every replica's new lines, hand them to a sink.
+
+One loop for every backend and every view (text in a terminal or nbclient, the widget in a
+notebook). It ends when the job is terminal and every stream has been drained, or when the
+caller interrupts it (the job keeps running: following is only watching).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from .protocol import LogLine, parse_line
+
+if TYPE_CHECKING:
+    from ..backends.base import Job, JobStatus
+
+__all__ = ["Sink", "follow"]
+
+
+class Sink(Protocol):
+    def lines(self, replica: str, lines: list[LogLine]) -> None: ...
+    def status(self, status: JobStatus) -> None: ...
+
+
+def follow(
+    job: Job,
+    sink: Sink,
+    interval: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobStatus:
+    """Stream ``job`` into ``sink`` until it ends; return the final status."""
+    sources = job.backend.log_sources(job.name)
+    last_state = None
+    try:
+        while True:
+            status = job.status()
+            if (status.state, status.replicas) != last_state:
+                sink.status(status)
+                last_state = (status.state, status.replicas)
+            for source in sources:
+                raw = source.finish() if status.terminal else source.read()
+                if raw:
+                    sink.lines(source.replica, [parse_line(line) for line in raw])
+            if status.terminal:
+                return status
+            sleep(interval)
+    finally:
+        for source in sources:
+            source.close()

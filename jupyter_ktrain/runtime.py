@@ -1,0 +1,152 @@
+"""The in-rank entry point: ``python -m jupyter_ktrain.runtime PROGRAM``.
+
+torchrun starts one of these per local rank. It makes every line the rank writes (Python or C,
+stdout or stderr) start with ``[rank{N}]: `` so one node stream can be split by rank, runs the
+captured program as ``__main__``, and on rank 0 sends the cell's results back as a structured
+record. Every rank ends with an ``exit`` record carrying its exit code. Imports are kept light:
+this runs before the user's code in every process.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import os
+import pickle
+import runpy
+import sys
+import threading
+import traceback
+from typing import Any
+
+from .monitor.protocol import format_rank_line, format_record
+
+__all__ = ["main", "run_cell"]
+
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+_CHUNK = 65536
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+class _Prefixer:
+    """Routes fd 1 and 2 through pipes whose lines get the rank prefix."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.saved: dict[int, int] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for fd in (1, 2):
+            read_end, write_end = os.pipe()
+            self.saved[fd] = os.dup(fd)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            t = threading.Thread(target=self._pump, args=(read_end, self.saved[fd]), daemon=True)
+            t.start()
+            self.threads.append(t)
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+    def _pump(self, read_end: int, out: int) -> None:
+        prefix = format_rank_line(self.rank, "").encode()
+        pending = b""
+        while True:
+            chunk = os.read(read_end, _CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > _CHUNK:  # a very long line without a newline: pass it on
+                lines.append(pending)
+                pending = b""
+            if lines:
+                os.write(out, b"".join(prefix + line + b"\n" for line in lines))
+        if pending:
+            os.write(out, prefix + pending + b"\n")
+        os.close(read_end)
+
+    def stop(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)  # closes our pipe's write end: the pump sees EOF
+        for t in self.threads:
+            t.join(timeout=2.0)
+
+    def write_direct(self, text: str) -> None:
+        os.write(self.saved.get(1, 1), text.encode())
+
+
+def _split_last_expression(cell: str) -> tuple[ast.Module, ast.Expression | None]:
+    tree = ast.parse(cell)
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+        return tree, last
+    return tree, None
+
+
+def run_cell(cell: str, namespace: dict[str, Any]) -> Any:
+    """Execute the ``%%ktrain`` cell in the program's globals; rank 0 reports its results.
+
+    The results are the names the cell binds at top level, plus ``_`` for a trailing
+    expression, pickled for the notebook. A name whose value cannot be pickled is skipped with
+    a warning; it never fails the job.
+    """
+    body, last = _split_last_expression(cell)
+    exec(compile(body, "<%%ktrain cell>", "exec"), namespace)
+    value = eval(compile(last, "<%%ktrain cell>", "eval"), namespace) if last else None
+    if _rank() != 0:
+        return value
+    names = namespace.get("_KTRAIN_RESULT_NAMES", [])
+    results = {n: namespace[n] for n in names if n in namespace}
+    if last is not None:
+        results["_"] = value
+    _emit_results(results)
+    return value
+
+
+def _emit_results(results: dict[str, Any]) -> None:
+    payload: dict[str, bytes] = {}
+    for name, value in results.items():
+        try:
+            payload[name] = pickle.dumps(value, protocol=4)
+        except Exception as exc:  # the job still succeeded: say what did not come back
+            print(f"jupyter-ktrain: result {name!r} cannot be sent back ({exc}); skipped.")
+    if sum(len(v) for v in payload.values()) > MAX_RESULT_BYTES:
+        print("jupyter-ktrain: results are over 8 MiB; save them to storage instead. Skipped.")
+        return
+    encoded = {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()}
+    sys.stdout.flush()
+    print(format_record({"type": "result", "values": encoded}), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m jupyter_ktrain.runtime PROGRAM.py\n")
+        return 2
+    program = os.path.abspath(argv[0])
+    rank = _rank()
+    prefixer = _Prefixer(rank)
+    prefixer.start()
+    code = 0
+    try:
+        sys.path.insert(0, os.path.dirname(program))
+        sys.argv = [program]
+        runpy.run_path(program, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    prefixer.stop()
+    record = format_record({"type": "exit", "rank": rank, "code": code})
+    prefixer.write_direct(format_rank_line(rank, record) + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
