@@ -71,7 +71,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     plan = backend.dryrun(spec, program)
     if ns.dry_run:
         _say(plan.describe())
-        return Job(spec.name, backend, plan)
+        return Job(spec.name, backend, plan, dry_run=True)
     job = backend.schedule(plan)
     _say(
         f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
@@ -90,7 +90,7 @@ class KtrainMagics(Magics):
             _say(f"ktrain: {exc}")
             return None
 
-    @line_magic("ktrain")
+    @line_magic("ktrain")  # type: ignore[arg-type]
     def ktrain_line(self, line: str) -> Any:
         """Manage jobs: list, attach, logs, status, cancel, delete."""
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import os
 import pickle
 import runpy
@@ -83,9 +84,10 @@ class _Prefixer:
 
 def _split_last_expression(cell: str) -> tuple[ast.Module, ast.Expression | None]:
     tree = ast.parse(cell)
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-        return tree, last
+    tail = tree.body[-1] if tree.body else None
+    if isinstance(tail, ast.Expr):
+        tree.body.pop()
+        return tree, ast.Expression(tail.value)
     return tree, None
 
 
@@ -148,5 +150,23 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def _exit(code: int) -> None:
+    """Run atexit handlers, then leave without interpreter teardown.
+
+    The job's verdict is already out. Tearing down torch's C++ state (a DDP reducer that
+    outlived its process group, gloo threads) can abort the process after the user's code
+    succeeded, which would turn a finished rank into a failed one.
+    """
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _exit(main(sys.argv[1:]))

@@ -144,18 +144,28 @@ class Job:
     """Handle on a submitted job: ``state``, ``logs()``, ``exit_codes``, ``result``,
     ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
 
-    def __init__(self, name: str, backend: Backend, plan: LaunchPlan | None = None):
+    def __init__(
+        self, name: str, backend: Backend, plan: LaunchPlan | None = None, dry_run: bool = False
+    ):
         self.name = name
         self.backend = backend
         self.plan = plan
+        self.dry_run = dry_run
         self._outputs: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
+        if self.dry_run:
+            return f"<ktrain dry run {self.name!r} on {self.backend.name}: nothing started>"
         status = self.status()
         extra = f", failed rank {status.failed_rank}" if status.failed_rank is not None else ""
         return f"<ktrain Job {self.name!r} on {self.backend.name}: {status.state}{extra}>"
 
     def status(self) -> JobStatus:
+        if self.dry_run:
+            raise BackendError(
+                f"{self.name!r} was a dry run: nothing was started. Run the cell without "
+                f"--dry-run to start it; `.plan` holds what would be created."
+            )
         return self.backend.status(self.name)
 
     @property

@@ -10,6 +10,7 @@ list and re-attach to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -254,10 +255,8 @@ class LocalBackend(Backend):
             time.sleep(0.05)
             pid = self._state(name).get("supervisor_pid")
         if pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         while time.monotonic() < deadline and self._alive(self._state(name)):
             time.sleep(0.05)
         marker = json.loads((self.job_dir(name) / "plan.json").read_text())["marker"]
@@ -283,7 +282,7 @@ class LocalBackend(Backend):
                     continue
         return out
 
-    def log_sources(self, name: str) -> list[FileLogSource]:
+    def log_sources(self, name: str) -> list[LogSource]:
         nodes = json.loads((self.job_dir(name) / "job.json").read_text())["nodes"]
         return [
             FileLogSource(self.job_dir(name) / f"node-{i}.log", f"{name}-node-{i}")
