@@ -54,6 +54,8 @@ class _Item:
     order: tuple[int, int]
     needs_now: frozenset[str] = frozenset()
     cell: int | None = None
+    needs_later: frozenset[str] = frozenset()
+    fallback: str | None = None  # the defining statement, when it is a plain literal
 
 
 @dataclass
@@ -160,6 +162,7 @@ class _Capture:
             (located.cell or 0, located.line),
             use.at_definition,
             located.cell,
+            use.at_call,
         )
         for also in use.binds - {name}:
             self.skipped.add(also)
@@ -184,23 +187,66 @@ class _Capture:
             (cell or 0, where.line if where else 0),
             encoded.main_refs,
             cell,
+            fallback=_literal_statement(where.source) if where else None,
         )
         self.need(encoded.main_refs, f"{name!r}")
         return item
 
 
+def _literal_statement(source: str) -> str | None:
+    """``source`` if it is ``NAME = <literal>`` (e.g. ``REGISTRY = {}``), else None."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+        stmt = tree.body[0]
+        if len(tree.body) == 1 and isinstance(stmt, ast.Assign):
+            ast.literal_eval(stmt.value)
+            return source
+    except (SyntaxError, ValueError, TypeError, IndexError):
+        return None
+    return None
+
+
+def _definition_needs(items: dict[str, _Item]) -> dict[str, set[str]]:
+    """What must exist before each item runs: its definition-time names, plus everything a
+    function it calls while being defined (a decorator, a default) reads when called."""
+    out: dict[str, set[str]] = {}
+    for name, item in items.items():
+        needs, todo = set(item.needs_now), list(item.needs_now)
+        while todo:
+            dep = items.get(todo.pop())
+            if dep is None:
+                continue
+            for later in (dep.needs_later | dep.needs_now) - needs:
+                needs.add(later)
+                todo.append(later)
+        out[name] = needs - {name}
+    return out
+
+
 def _ordered(items: list[_Item]) -> list[_Item]:
-    """Notebook order, moved only where something must exist before another runs."""
+    """Notebook order, moved only where something must exist before another runs.
+
+    A cycle comes from mutable notebook state (a registry a decorator fills): the value is
+    then re-created from its literal defining statement, and the definitions refill it.
+    """
+    by_name = {i.name: i for i in items}
+    needs = _definition_needs(by_name)
     pending = sorted(items, key=lambda i: i.order)
-    names = {i.name for i in items}
     done: set[str] = set()
     out: list[_Item] = []
     while pending:
         ready = next(
-            (i for i in pending if all(d in done or d not in names for d in i.needs_now)),
-            pending[0],
+            (i for i in pending if needs[i.name] <= done | (needs[i.name] - set(by_name))), None
         )
-        pending.remove(ready)
+        if ready is None:
+            ready = next((i for i in pending if i.fallback), pending[0])
+            if ready.fallback:
+                ready = _Item(ready.name, ready.fallback, ready.order, cell=ready.cell)
+            pending = [i for i in pending if i.name != ready.name]
+        else:
+            pending.remove(ready)
         out.append(ready)
         done.add(ready.name)
     return out

@@ -1,0 +1,256 @@
+"""Capture round trips: cells run in a real IPython shell, the %%ktrain body is captured, the
+program runs in a separate Python process, and its result must equal the kernel's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_ktrain import CaptureError
+from jupyter_ktrain.capture import CapturedProgram, capture
+from jupyter_ktrain.monitor.results import results_from_lines
+
+TRICKY = "cost $HOME `id` $(whoami) \\\\n \\' \" 'q' ünïcødé ✓\nEOF\nEOM\n\\"
+
+CASES: dict[str, tuple[list[str], str]] = {
+    "helpers_constants_other_cells": (
+        [
+            "SCALE = 3\nOFFSET = 0.5",
+            "def helper(x):\n    return x * SCALE + OFFSET",
+            "def train(n):\n    return [helper(i) for i in range(n)]",
+        ],
+        "result = train(4)",
+    ),
+    "import_aliases": (
+        [
+            "import numpy as np\nfrom math import sqrt as root\nimport os.path\n"
+            "from collections import Counter",
+            "def train():\n    c = Counter('abca')\n"
+            "    return float(np.arange(4).sum()), root(16), os.path.join('a', 'b'), c['a']",
+        ],
+        "result = train()",
+    ),
+    "classes_bases_decorators": (
+        [
+            "REGISTRY = {}\ndef register(cls):\n    REGISTRY[cls.__name__] = cls\n    return cls",
+            "class Base:\n    factor = 2\n    def scale(self, x):\n        return x * self.factor",
+            "@register\nclass Model(Base):\n    factor = Base.factor + 1\n"
+            "    @staticmethod\n    def name():\n        return 'model'\n"
+            "    @property\n    def double(self):\n        return self.scale(2)",
+            "def train():\n    m = Model()\n    return m.scale(5), Model.name(), m.double, sorted(REGISTRY)",
+        ],
+        "result = train()",
+    ),
+    "dataclass_and_instance_constant": (
+        [
+            "from dataclasses import dataclass, field",
+            "@dataclass\nclass Config:\n    lr: float = 1e-3\n    layers: list = field(default_factory=list)",
+            "CFG = Config(lr=0.25, layers=[4, 8])",
+            "def train(cfg):\n    return cfg.lr * sum(cfg.layers), type(cfg).__name__",
+        ],
+        "result = train(CFG)",
+    ),
+    "latest_definition_wins": (
+        [
+            "def helper():\n    return 'old'",
+            "K = 1",
+            "class C:\n    v = 'old'",
+            "def train():\n    return helper(), K, C.v",
+            "def helper():\n    return 'new'",
+            "K = 2",
+            "class C:\n    v = 'new'",
+        ],
+        "result = train()",
+    ),
+    "shell_and_heredoc_hostile_text": (
+        [
+            f"TEXT = {TRICKY!r}",
+            "def train(arg):\n    doc = '''line\nEOF\n$HOME `x` \\\\ done'''\n"
+            "    return TEXT, arg, doc, len(arg)",
+        ],
+        f"result = train({TRICKY!r} + '$PATH')",
+    ),
+    "lambdas_and_partials": (
+        [
+            "import functools",
+            "square = lambda v: v * v",
+            "def power(base, exp):\n    return base ** exp",
+            "cube = functools.partial(power, exp=3)",
+            "def train():\n    return square(3), cube(2)",
+        ],
+        "result = train()",
+    ),
+    "recursion_and_defaults": (
+        [
+            "LIMIT = 10",
+            "def even(n):\n    return n == 0 or odd(n - 1)",
+            "def odd(n):\n    return n != 0 and even(n - 1)",
+            "def fact(n, limit=LIMIT):\n    return 1 if n <= 1 else min(n, limit) * fact(n - 1)",
+            "def train():\n    inner = lambda x: x + 1\n    return even(4), odd(4), fact(5), inner(1)",
+        ],
+        "result = train()",
+    ),
+    "wrapped_decorator": (
+        [
+            "import functools\nCALLS = []",
+            "def traced(fn):\n    @functools.wraps(fn)\n    def wrapper(*a):\n"
+            "        CALLS.append(fn.__name__)\n        return fn(*a)\n    return wrapper",
+            "@traced\ndef step(x):\n    return x + 1",
+            "def train():\n    v = step(step(1))\n    return v, CALLS, step.__name__",
+        ],
+        "result = train()",
+    ),
+    "trailing_expression_and_unicode_names": (
+        ["größe = 3", "def zähle(n):\n    return n * größe"],
+        "zähle(2) + 1",
+    ),
+}
+
+
+@pytest.fixture
+def shell() -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    yield sh
+    sh.reset(new_session=True)
+
+
+def run_cells(sh: InteractiveShell, cells: list[str]) -> None:
+    for cell in cells:
+        result = sh.run_cell(cell, store_history=True)
+        assert result.success, (cell, result.error_in_exec)
+
+
+def capture_from(sh: InteractiveShell, body: str) -> CapturedProgram:
+    return capture(body, sh.user_ns, sh.user_ns["In"], sh.user_ns_hidden)
+
+
+def run_program(program: CapturedProgram, tmp_path: Path) -> dict[str, Any]:
+    for rel, data in program.files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    env = {**os.environ, "RANK": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_ktrain.runtime", str(tmp_path / "program.py")],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, out + proc.stderr.decode()
+    results = results_from_lines(out.splitlines())
+    assert results is not None, out
+    return results
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_job_computes_what_the_kernel_computes(
+    case: str, shell: InteractiveShell, tmp_path: Path
+) -> None:
+    cells, body = CASES[case]
+    run_cells(shell, cells)
+    program = capture_from(shell, body)
+    remote = run_program(program, tmp_path)
+    local = shell.run_cell(body, store_history=True)
+    expected = shell.user_ns["result"] if "result" in remote else local.result
+    got = remote.get("result", remote.get("_"))
+    assert got == expected
+    # the program is plain source: no value of ours went through a shell or heredoc
+    assert "<<" not in program.source
+
+
+def test_tricky_text_arrives_byte_identical(shell: InteractiveShell, tmp_path: Path) -> None:
+    cells, body = CASES["shell_and_heredoc_hostile_text"]
+    run_cells(shell, cells)
+    remote = run_program(capture_from(shell, body), tmp_path)["result"]
+    assert remote[0].encode() == TRICKY.encode()
+    assert remote[1] == TRICKY + "$PATH"
+
+
+def test_requirements_pinned_and_stdlib_left_out(shell: InteractiveShell) -> None:
+    run_cells(shell, ["import numpy as np\nimport json", "def f():\n    return np.ones(1), json"])
+    program = capture_from(shell, "f()")
+    import numpy
+
+    assert program.requirements == (f"numpy=={numpy.__version__}",)
+    assert program.files["requirements.txt"] == f"numpy=={numpy.__version__}\n".encode()
+
+
+def test_local_module_travels_with_the_program(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "mylocalhelpers.py").write_text("def triple(x):\n    return 3 * x\n")
+    monkeypatch.syspath_prepend(str(src))
+    run_cells(shell, ["import mylocalhelpers as mh", "def f():\n    return mh.triple(7)"])
+    program = capture_from(shell, "result = f()")
+    assert "mylocalhelpers.py" in program.files
+    out = tmp_path / "job"
+    out.mkdir()
+    assert run_program(program, out)["result"] == 21
+
+
+def test_only_what_is_needed_travels(shell: InteractiveShell) -> None:
+    run_cells(shell, ["BIG = list(range(10))\nUNUSED = 'x'", "def f():\n    return BIG[0]"])
+    source = capture_from(shell, "f()").source
+    assert "BIG = [0, 1," in source
+    assert "UNUSED" not in source
+
+
+BAD: dict[str, tuple[list[str], str, list[str]]] = {
+    "open_file": (
+        ["fh = open(__file__ if '__file__' in dir() else '/dev/null')"],
+        "fh.read()",
+        ["'fh'", "cell [1]", "inside the function"],
+    ),
+    "socket": (
+        ["import socket\nconn = socket.socket()"],
+        "conn.close()",
+        ["'conn'", "socket", "cannot be serialised"],
+    ),
+    "lock": (
+        ["import threading\nLOCK = threading.Lock()", "def f():\n    return LOCK"],
+        "f()",
+        ["'LOCK'", "cell [1]"],
+    ),
+    "generator": (["gen = (i for i in range(3))"], "list(gen)", ["'gen'", "generator"]),
+    "closure": (
+        ["def make():\n    def inner():\n        return 1\n    return inner", "step = make()"],
+        "step()",
+        ["'step'", "closure", "cell [2]"],
+    ),
+    "undefined": ([], "train(1)", ["'train'", "not defined"]),
+    "syntax": ([], "train(", ["not valid Python", "line 1"]),
+    "cuda_tensor": (
+        [
+            "Tensor = type('Tensor', (), {'is_cuda': True, '__module__': 'torch'})",
+            "weights = Tensor()",
+        ],
+        "weights",
+        ["'weights'", "CUDA", ".cpu()"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_what_cannot_travel_gets_one_clear_error(case: str, shell: InteractiveShell) -> None:
+    cells, body, fragments = BAD[case]
+    run_cells(shell, cells)
+    try:
+        with pytest.raises(CaptureError) as info:
+            capture_from(shell, body)
+    finally:  # close what the case opened
+        shell.run_cell("for _n in ('fh', 'conn'):\n    globals().get(_n) and globals()[_n].close()")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
