@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,9 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 @pytest.fixture(autouse=True)
-def ktrain_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def ktrain_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "ktrain-home"
     monkeypatch.setenv("KTRAIN_HOME", str(home))
     # node processes import the package from this checkout
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    yield home
+    return home
