@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend
@@ -86,9 +87,8 @@ class KtrainMagics(Magics):
         """Run this cell as a distributed job. `%%ktrain --help` lists the flags."""
         try:
             return run_job_cell(line, cell, self.shell)
-        except KtrainError as exc:
-            _say(f"ktrain: {exc}")
-            return None
+        except KtrainError as exc:  # one message, no traceback; the cell counts as failed
+            raise UsageError(f"ktrain: {exc}") from None
 
     @line_magic("ktrain")  # type: ignore[arg-type]
     def ktrain_line(self, line: str) -> Any:
@@ -96,8 +96,7 @@ class KtrainMagics(Magics):
         try:
             return self._line(shlex.split(line))
         except KtrainError as exc:
-            _say(f"ktrain: {exc}")
-            return None
+            raise UsageError(f"ktrain: {exc}") from None
 
     def _line(self, argv: list[str]) -> Any:
         if not argv or argv[0] in ("-h", "--help", "help"):

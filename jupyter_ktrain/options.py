@@ -18,7 +18,7 @@ __all__ = ["build_parser", "parse_flags", "spec_from_args"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise SpecError(f"{self.prog}: {message}. See `{self.prog} --help` for every flag.")
+        raise SpecError(f"{message}. See `{self.prog} --help` for every flag.")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise SpecError(message or f"{self.prog}: stopped")

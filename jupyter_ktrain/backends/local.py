@@ -179,13 +179,20 @@ class LocalBackend(Backend):
         try:
             self._write(job_dir, plan)
             with open(job_dir / "supervisor.log", "wb") as log:
-                subprocess.Popen(
-                    [self.python, "-m", "jupyter_ktrain.backends.local_supervisor", str(job_dir)],
+                subprocess.run(
+                    [
+                        self.python,
+                        "-m",
+                        "jupyter_ktrain.backends.local_supervisor",
+                        "--daemon",
+                        str(job_dir),
+                    ],
                     env={**os.environ, "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"]},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                    check=True,
+                    timeout=60,
                 )
         except Exception:
             shutil.rmtree(job_dir, ignore_errors=True)

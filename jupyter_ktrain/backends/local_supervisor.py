@@ -87,6 +87,7 @@ class Supervisor:
             self.exit_codes[rank] = code
             if code != 0 and self.first_failure is None:
                 self.first_failure = (time.time(), rank)
+        self.save()
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,9 +121,11 @@ class Supervisor:
     def wait(self) -> None:
         failed_at: float | None = None
         terminated_at: float | None = None
-        while any(p.poll() is None for p in self.procs):
+        while True:
+            codes = [p.poll() for p in self.procs]  # poll every node, every time
+            if all(c is not None for c in codes):
+                break
             now = time.monotonic()
-            codes = [p.returncode for p in self.procs]
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = now
                 self.save(nodes=self._nodes())
@@ -163,6 +166,13 @@ def _code(returncode: int | None) -> int | None:
 
 
 def main(argv: list[str]) -> int:
+    """``[--daemon] JOB_DIR``: with --daemon, fork into a new session and return at once, so the
+    caller can reap us and the job is nobody's child (no zombie, survives the kernel)."""
+    if argv and argv[0] == "--daemon":
+        argv = argv[1:]
+        if os.fork():
+            return 0
+        os.setsid()
     job_dir = Path(argv[0])
     sup = Supervisor(job_dir)
     signal.signal(signal.SIGTERM, sup.on_cancel)

@@ -1,0 +1,176 @@
+"""Real torchrun jobs on the local backend, driven through the %%ktrain magic in a real IPython
+shell (get_ipython().run_cell_magic), as a user would."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.backends.procs import marked_pids
+
+pytestmark = pytest.mark.slow
+
+SETUP = """
+import os, time
+import torch
+import torch.distributed as dist
+
+def train(scale):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
+    dist.destroy_process_group()
+    return t.item() * scale
+
+def crash_on(bad_rank):
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} starting", flush=True)
+    if rank == bad_rank:
+        print("about to fail: the loader found no data", flush=True)
+        raise SystemExit(3)
+    time.sleep(60)
+
+def sleepy():
+    print("sleeping", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def shell() -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    assert sh.run_cell(SETUP, store_history=True).success
+    yield sh
+    sh.reset(new_session=True)
+
+
+def test_two_by_two_job_all_ranks_agree_and_result_returns(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2", "result = train(10)\n")
+    out = capsys.readouterr().out
+    for rank in range(4):
+        assert f"[rank{rank}]: rank {rank} of 4 sum 10.0" in out
+    assert job.state == "Succeeded"
+    assert job.exit_codes == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert shell.user_ns["result"] == 100.0
+    assert job.result == 100.0
+    assert job.logs(rank=2).strip() == "rank 2 of 4 sum 10.0"
+    # per-rank logs are kept on disk
+    job_dir = LocalBackend().job_dir(job.name)
+    assert (job_dir / "rank-3.log").read_text() == "rank 3 of 4 sum 10.0\n"
+
+
+def test_failing_rank_fails_the_job_and_is_shown_first(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2", "crash_on(3)\n")
+    out = capsys.readouterr().out
+    status = job.status()
+    assert status.state == "Failed"
+    assert status.failed_rank == 3
+    assert status.exit_codes[3] == 3
+    summary = out[out.index("failed: rank 3") :]
+    assert "exited first with code 3" in summary
+    assert "about to fail: the loader found no data" in summary
+    # the others were stopped, not left sleeping for 60 s
+    assert time.monotonic() - started < 45
+    assert not marked_pids(_marker(job.name))
+
+
+def _marker(name: str) -> str:
+    import json
+
+    return str(json.loads((LocalBackend().job_dir(name) / "plan.json").read_text())["marker"])
+
+
+def test_cancel_leaves_no_process_behind(shell: InteractiveShell) -> None:
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --detach", "sleepy()\n")
+    deadline = time.monotonic() + 60
+    while "sleeping" not in job.logs() or job.logs().count("sleeping") < 4:
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.2)
+    pids = marked_pids(_marker(job.name))
+    assert len(pids) >= 2 + 2 + 4  # agents, torchruns, ranks
+    shell.run_line_magic("ktrain", f"cancel {job.name}")
+    status = job.status()
+    assert (status.state, status.reason) == ("Failed", "Cancelled")
+    assert not marked_pids(_marker(job.name))
+
+
+def test_detached_job_is_listed_and_reattached_from_a_new_backend(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = shell.run_cell_magic(
+        "ktrain", "--nodes 1 --procs-per-node 2 --detach", "result = train(2)\n"
+    )
+    fresh = LocalBackend()  # what a restarted kernel builds
+    assert job.name in [s.name for s in fresh.list_jobs()]
+    shell.user_ns.pop("result", None)
+    again = shell.run_line_magic("ktrain", f"attach {job.name}")
+    out = capsys.readouterr().out
+    assert again.state == "Succeeded"
+    assert "[rank1]: rank 1 of 2 sum 3.0" in out
+    assert shell.user_ns["result"] == 6.0
+
+
+@pytest.mark.parametrize(
+    ("line", "body", "message"),
+    [
+        ("--nodse 2", "train(1)", "unrecognized arguments: --nodse"),
+        ("--nodes 0", "train(1)", "--nodes must be at least 1"),
+        ("--name Not_DNS", "train(1)", "DNS-1035"),
+        ("--nodes 2", "import socket\ns = socket.socket()\ntrain(s)", ""),
+        ("", "handle = open('/dev/null')", ""),
+    ],
+)
+def test_bad_input_one_message_and_nothing_started(
+    shell: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    ktrain_home: Path,
+    line: str,
+    body: str,
+    message: str,
+) -> None:
+    if not message:  # unserialisable capture: the object must already be in the kernel
+        setup, _, call = body.rpartition("\n")
+        shell.run_cell(setup or body, store_history=True)
+        body = call if setup else "handle.read()"
+        message = "cannot be sent to the job"
+    result = shell.run_cell(f"%%ktrain {line}\n{body}")
+    err = capsys.readouterr().err
+    assert isinstance(result.error_in_exec, UsageError)
+    assert err.count("ktrain:") == 1 and message in err, err
+    assert "Traceback" not in err
+    assert not (ktrain_home / "jobs").exists() or not any((ktrain_home / "jobs").iterdir())
+    shell.run_cell("for _n in ('s', 'handle'):\n    globals().get(_n) and globals()[_n].close()")
+
+
+def test_dry_run_prints_every_process_launch_and_runs_nothing(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], ktrain_home: Path
+) -> None:
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 3 --dry-run", "train(1)")
+    out = capsys.readouterr().out
+    assert job.dry_run
+    for var in (
+        "PET_NNODES=2",
+        "PET_NPROC_PER_NODE=3",
+        "PET_NODE_RANK=0",
+        "PET_NODE_RANK=1",
+        "MASTER_ADDR=127.0.0.1",
+        "PET_MASTER_PORT=",
+    ):
+        assert var in out
+    assert out.count("-m torch.distributed.run -m jupyter_ktrain.runtime") == 2
+    assert not (ktrain_home / "jobs").exists()
