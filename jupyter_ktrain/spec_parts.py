@@ -505,9 +505,9 @@ class Scheduling:
             ("--priority-class", self.priority_class, "PriorityClass name"),
             ("--service-account", self.service_account, "ServiceAccount name"),
         )
-        for flag, value, what in named:
-            if value is not None:
-                check_dns_label(flag, value, what)
+        for flag, val, what in named:
+            if val is not None:
+                check_dns_label(flag, val, what)
         for secret in self.image_pull_secrets:
             check_dns_label("--image-pull-secret", secret, "Secret name")
         if self.affinity is not None:
