@@ -146,10 +146,8 @@ def _volumes(spec: JobSpec, code: CodeSource, shm: str | None) -> list[dict[str,
     if code.volume is not None:
         vols.append({"name": CODE_VOLUME, **code.volume})
     for m in spec.storage.mounts:
-        claim: dict[str, Any] = {"claimName": m.claim}
-        if m.read_only:
-            claim["readOnly"] = True
-        vols.append({"name": m.volume_name, "persistentVolumeClaim": claim})
+        # read-only is set on the mount: the same claim may be written by an init container
+        vols.append({"name": m.volume_name, "persistentVolumeClaim": {"claimName": m.claim}})
     if shm is not None:
         vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
     return vols
