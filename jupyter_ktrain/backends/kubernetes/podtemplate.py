@@ -187,7 +187,8 @@ def _init_containers(spec: JobSpec) -> list[dict[str, Any]]:
         c: dict[str, Any] = {"name": ic.name, "image": ic.image}
         if ic.command:
             c["command"] = list(ic.command)
-        mounts = _pvc_mounts(spec)
+        # writable: an init container typically fills the dataset the trainers read
+        mounts = [{k: v for k, v in m.items() if k != "readOnly"} for m in _pvc_mounts(spec)]
         if mounts:
             c["volumeMounts"] = mounts
         out.append(c)
