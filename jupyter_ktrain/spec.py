@@ -284,6 +284,10 @@ def _check_trainjob(spec: JobSpec) -> None:
         ("--gang", s.gang is not None),
         ("--image-pull-secret", bool(s.image_pull_secrets)),
         (
+            "--init-container (only the runtime's own init containers can be overridden)",
+            bool(s.init_containers),
+        ),
+        (
             "--restart-policy/--ttl/--backoff-limit/--active-deadline/--clean-pod-policy",
             not spec.run_policy.is_default,
         ),

@@ -206,15 +206,14 @@ def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     return _object(spec, labels, body)
 
 
-_OVERRIDABLE = ("serviceAccountName", "nodeSelector", "tolerations", "initContainers", "volumes")
+_OVERRIDABLE = ("serviceAccountName", "nodeSelector", "tolerations", "volumes")
 
 
 def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as podSpecOverrides.
 
     Built from the same pod spec as the other kinds: the container's command, env and
-    resources become ``trainer``; volumes, mounts, init containers, node selector,
-    tolerations and service account become an override of the runtime's ``node`` job.
+    resources become ``trainer``; volumes, mounts, node selector, tolerations and service account become an override of the runtime's ``node`` job.
     """
     ps = pod_spec(spec, code, PodRole(container="node", command=node_command(code.mount_path)))
     container = ps.pop("containers")[0]
