@@ -577,9 +577,10 @@ class Elastic:
     def parse(cls, text: str) -> Elastic:
         lo, sep, hi = text.partition(":")
         try:
-            return cls(min_nodes=int(lo), max_nodes=int(hi if sep else lo))
+            low, high = int(lo), int(hi if sep else lo)
         except ValueError:
             raise SpecError(
                 f"--elastic {text!r} is not MIN:MAX: e.g. --elastic 2:8 lets the job run on "
                 f"2 to 8 nodes."
             ) from None
+        return cls(min_nodes=low, max_nodes=high)
