@@ -101,7 +101,8 @@ def test_rdma_profile_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert render_main(["--name", "x", "--image", "i", "--rdma", str(prof)]) == 0
     (job,) = yaml.safe_load_all(capsys.readouterr().out)
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
 def base_job() -> dict[str, object]:

@@ -69,9 +69,11 @@ CASES = [
 
 
 def error_for(flags: str, base: str = BASE) -> SpecError:
+    def attempt() -> None:
+        render(spec_from_args(build_parser().parse_args(shlex.split(base + flags))))
+
     with pytest.raises(SpecError) as info:
-        spec = spec_from_args(build_parser().parse_args(shlex.split(base + flags)))
-        render(spec)
+        attempt()
     return info.value
 
 
@@ -80,7 +82,8 @@ def test_bad_input_gives_one_message_naming_flag_and_fix(flags: str, words: list
     message = str(error_for(flags))
     for word in words:
         assert word in message, f"{word!r} not in: {message}"
-    assert message.endswith((".", ")")) and "\n" not in message
+    assert message.endswith((".", ")"))
+    assert "\n" not in message
 
 
 def test_missing_image_names_the_flag() -> None:
@@ -110,12 +113,12 @@ def test_each_offered_fix_is_accepted(flags: str) -> None:
 
 
 def test_yaml_run_policy_typo_names_the_flag() -> None:
-    with pytest.raises(SpecError, match="--restart-policy 'Sometimes'.*ExitCode"):
+    with pytest.raises(SpecError, match=r"--restart-policy 'Sometimes'.*ExitCode"):
         spec_from_yaml("name: j\nrun_policy: {restart_policy: Sometimes}\n")
 
 
 def test_yaml_unknown_option_lists_the_known_ones() -> None:
-    with pytest.raises(SpecError, match="Unknown job option.*gpus.*Known:.*resources"):
+    with pytest.raises(SpecError, match=r"Unknown job option.*gpus.*Known:.*resources"):
         spec_from_yaml("name: j\ngpus: 8\n")
 
 

@@ -38,7 +38,8 @@ POD_LEVEL = (
     "--affinity '{podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: "
     "[{weight: 100, podAffinityTerm: {topologyKey: kubernetes.io/hostname, labelSelector: "
     "{matchLabels: {ktrain.io/job: NAME}}}}]}}' "
-    "--image-pull-secret ngc --restart-policy ExitCode --backoff-limit 3 --ttl 3600 --active-deadline 86400 "
+    "--image-pull-secret ngc --restart-policy ExitCode --backoff-limit 3 --ttl 3600 "
+    "--active-deadline 86400 "
     "--clean-pod-policy Running"
 )
 CASES = {
@@ -47,7 +48,8 @@ CASES = {
     "pytorchjob-elastic": f"--name llm-elastic {COMMON} {POD_LEVEL} --elastic 2:8 "
     "--max-restarts 3 --deepspeed zero2 --fp16 --kueue-queue team-a",
     "tfjob": f"--kind TFJob --name tf-mw {COMMON} {POD_LEVEL} --ps 2 --gang volcano",
-    "mpijob": f"--kind MPIJob --name hvd {COMMON} --rdma roce --priority-class high --image-pull-secret ngc "
+    "mpijob": f"--kind MPIJob --name hvd {COMMON} --rdma roce --priority-class high "
+    "--image-pull-secret ngc "
     "--restart-policy OnFailure --clean-pod-policy Running --ttl 3600",
     "trainjob": f"--kind TrainJob --name llama-ft {COMMON_NO_INIT} --rdma tcp --deepspeed zero3 "
     "--bf16 --micro-batch 1 --kueue-queue team-a --runtime torch-distributed",

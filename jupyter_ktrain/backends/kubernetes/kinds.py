@@ -213,7 +213,8 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as podSpecOverrides.
 
     Built from the same pod spec as the other kinds: the container's command, env and
-    resources become ``trainer``; volumes, mounts, node selector, tolerations and service account become an override of the runtime's ``node`` job.
+    resources become ``trainer``; volumes, mounts, node selector, tolerations and service
+    account become an override of the runtime's ``node`` job.
     """
     ps = pod_spec(spec, code, PodRole(container="node", command=node_command(code.mount_path)))
     container = ps.pop("containers")[0]
