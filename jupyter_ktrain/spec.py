@@ -24,6 +24,7 @@ from .spec_parts import (
     SecretEnv,
     Storage,
     Toleration,
+    check_dns_label,
     check_label,
     check_quantity,
 )
@@ -184,11 +185,8 @@ class JobSpec:
         validate_name(self.name, self.kind, self.nodes)
         for key, value in self.labels:
             check_label("--label", key, value)
-        if self.namespace is not None and not _DNS1035.match(self.namespace.replace(".", "")):
-            raise SpecError(
-                f"--namespace {self.namespace!r} is not a valid namespace name: use lower-case "
-                f"letters, digits and '-'."
-            )
+        if self.namespace is not None:
+            check_dns_label("--namespace", self.namespace, "namespace name")
         _check_cross_fields(self)
 
     @classmethod
@@ -261,8 +259,7 @@ def _check_cross_fields(spec: JobSpec) -> None:
     if len({s.name for s in spec.secret_env}) != len(spec.secret_env):
         raise SpecError("--secret-env sets the same variable twice: keep one of them.")
     for secret in spec.env_from_secrets:
-        if not _DNS1035.match(secret.replace(".", "")):
-            raise SpecError(f"--env-from-secret {secret!r} is not a valid Secret name.")
+        check_dns_label("--env-from-secret", secret, "Secret name")
     if kind == "TrainJob":
         _check_trainjob(spec)
     if kind == "MPIJob" and spec.run_policy.restart_policy == "ExitCode":

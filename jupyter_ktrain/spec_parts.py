@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SpecError
@@ -287,7 +287,7 @@ class Mount:
     read_only: bool = False
     sub_path: str | None = None
     name: str | None = None
-    flag: str = "--volume"
+    flag: str = field(default="--volume", compare=False, repr=False)  # for messages only
 
     def __post_init__(self) -> None:
         check_dns_label(self.flag, self.claim, "PersistentVolumeClaim name")
