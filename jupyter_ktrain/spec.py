@@ -13,12 +13,37 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .errors import SpecError
+from .spec_parts import (
+    DeepSpeed,
+    Elastic,
+    InitContainer,
+    Mount,
+    Rdma,
+    RunPolicy,
+    Scheduling,
+    SecretEnv,
+    Storage,
+    Toleration,
+    check_dns_label,
+    check_label,
+    check_quantity,
+)
 
 __all__ = [
     "BACKENDS",
     "KINDS",
+    "DeepSpeed",
+    "Elastic",
+    "InitContainer",
     "JobSpec",
+    "Mount",
+    "Rdma",
     "Resources",
+    "RunPolicy",
+    "Scheduling",
+    "SecretEnv",
+    "Storage",
+    "Toleration",
     "max_name_length",
     "replica_suffixes",
     "validate_name",
@@ -30,7 +55,6 @@ BACKENDS: tuple[str, ...] = ("local", "kubernetes")
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _K8S_MAX_LABEL = 63
 
 
@@ -82,27 +106,31 @@ def default_name(hint: str = "ktrain") -> str:
     return f"{base[:30].rstrip('-')}-{secrets.token_hex(3)}"
 
 
-def _check_quantity(flag: str, value: str | None) -> None:
-    if value is not None and not _QUANTITY.match(value):
-        raise SpecError(
-            f"{flag} {value!r} is not a Kubernetes quantity: use e.g. '8', '500m', '64Gi'."
-        )
+_check_quantity = check_quantity
 
 
 @dataclass(frozen=True)
 class Resources:
-    """Per-node (per-pod) resources. ``gpus`` is GPUs per node."""
+    """Per-node (per-pod) resources. ``gpus`` is GPUs per node.
+
+    ``cpu``/``memory`` are requests; ``cpu_limit``/``memory_limit`` optional limits (GPUs and
+    RDMA devices always get equal requests and limits).
+    """
 
     gpus: int = 0
     cpu: str | None = None
     memory: str | None = None
     gpu_resource: str = "nvidia.com/gpu"
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
             raise SpecError(f"--gpus-per-node must be 0 or more, got {self.gpus}.")
         _check_quantity("--cpu", self.cpu)
         _check_quantity("--memory", self.memory)
+        _check_quantity("--cpu-limit", self.cpu_limit)
+        _check_quantity("--memory-limit", self.memory_limit)
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,16 @@ class JobSpec:
     image: str | None = None
     namespace: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    rdma: Rdma | None = None
+    deepspeed: DeepSpeed | None = None
+    storage: Storage = field(default_factory=Storage)
+    scheduling: Scheduling = field(default_factory=Scheduling)
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    elastic: Elastic | None = None
+    secret_env: tuple[SecretEnv, ...] = ()
+    env_from_secrets: tuple[str, ...] = ()
+    ps_replicas: int = 0
+    runtime: str = "torch-distributed"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -145,6 +183,11 @@ class JobSpec:
                     f"digits and '_' (e.g. --env LR=0.1)."
                 )
         validate_name(self.name, self.kind, self.nodes)
+        for key, value in self.labels:
+            check_label("--label", key, value)
+        if self.namespace is not None:
+            check_dns_label("--namespace", self.namespace, "namespace name")
+        _check_cross_fields(self)
 
     @classmethod
     def create(cls, **kwargs: Any) -> JobSpec:
@@ -155,11 +198,9 @@ class JobSpec:
             raise SpecError(
                 f"Unknown job option(s): {', '.join(unknown)}. Known: {', '.join(sorted(known))}."
             )
-        if isinstance(kwargs.get("resources"), dict):
-            kwargs["resources"] = Resources(**kwargs["resources"])
-        for key in ("env", "labels"):
-            if isinstance(kwargs.get(key), dict):
-                kwargs[key] = tuple(kwargs[key].items())
+        for key, convert in _COERCE.items():
+            if key in kwargs and kwargs[key] is not None:
+                kwargs[key] = convert(kwargs[key])
         return cls(**kwargs)
 
     @property
@@ -179,3 +220,172 @@ class JobSpec:
 
     def evolve(self, **changes: Any) -> JobSpec:
         return replace(self, **changes)
+
+    def describe_world(self) -> str:
+        return f"{self.nodes} node(s) x {self.nproc} process(es)"
+
+
+def _check_cross_fields(spec: JobSpec) -> None:
+    """Checks that involve more than one part of the spec: one SpecError each."""
+    kind = spec.kind
+    if spec.elastic is not None:
+        e = spec.elastic
+        if kind != "PyTorchJob":
+            raise SpecError(
+                f"--elastic needs --kind PyTorchJob (torchrun's c10d rendezvous); {kind} has no "
+                f"elastic policy. Drop --elastic or use --kind PyTorchJob."
+            )
+        if not e.min_nodes <= spec.nodes <= e.max_nodes:
+            raise SpecError(
+                f"--nodes {spec.nodes} is outside --elastic {e.min_nodes}:{e.max_nodes}: start "
+                f"with a node count between the minimum and the maximum."
+            )
+    if spec.deepspeed is not None:
+        if kind not in ("PyTorchJob", "TrainJob"):
+            raise SpecError(
+                f"--deepspeed runs under torchrun in every replica, which needs --kind "
+                f"PyTorchJob or TrainJob, not {kind}."
+            )
+        spec.deepspeed.check_batch(spec.world_size, spec.describe_world())
+    if spec.ps_replicas < 0 or (spec.ps_replicas and kind != "TFJob"):
+        raise SpecError(
+            f"--ps {spec.ps_replicas}: parameter servers exist only in a TFJob and the count "
+            f"must be 0 or more; use --kind TFJob or drop --ps."
+        )
+    names = {k for k, _ in spec.env}
+    for s in spec.secret_env:
+        if s.name in names:
+            raise SpecError(f"{s.name} is set both by --env and by --secret-env: keep one of them.")
+    if len({s.name for s in spec.secret_env}) != len(spec.secret_env):
+        raise SpecError("--secret-env sets the same variable twice: keep one of them.")
+    for secret in spec.env_from_secrets:
+        check_dns_label("--env-from-secret", secret, "Secret name")
+    if kind == "TrainJob":
+        _check_trainjob(spec)
+    if kind == "MPIJob" and spec.run_policy.restart_policy == "ExitCode":
+        raise SpecError(
+            "--restart-policy ExitCode is not supported for MPIJob launchers: use OnFailure "
+            "or Never."
+        )
+
+
+def _check_trainjob(spec: JobSpec) -> None:
+    """A TrainJob (Trainer v2) takes pod-level settings from its runtime, not from the job."""
+    r, s = spec.rdma, spec.scheduling
+    unsupported = [
+        ("--rdma (Multus network annotation)", r is not None and r.networks is not None),
+        ("--rdma (IPC_LOCK capability)", r is not None and r.ipc_lock),
+        ("--host-network", r is not None and r.host_network),
+        ("--affinity", s.affinity is not None),
+        ("--priority-class", s.priority_class is not None),
+        ("--gang", s.gang is not None),
+        ("--image-pull-secret", bool(s.image_pull_secrets)),
+        (
+            "--init-container (only the runtime's own init containers can be overridden)",
+            bool(s.init_containers),
+        ),
+        (
+            "--restart-policy/--ttl/--backoff-limit/--active-deadline/--clean-pod-policy",
+            not spec.run_policy.is_default,
+        ),
+    ]
+    bad = [flag for flag, used in unsupported if used]
+    if bad:
+        raise SpecError(
+            f"--kind TrainJob cannot set {', '.join(bad)}: a TrainJob takes these from its "
+            f"ClusterTrainingRuntime (--runtime {spec.runtime}). Put them in the runtime, or use "
+            f"--kind PyTorchJob."
+        )
+    if not _DNS1035.match(spec.runtime):
+        raise SpecError(f"--runtime {spec.runtime!r} is not a valid runtime name.")
+
+
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, dict):
+        return tuple((str(k), str(v)) for k, v in value.items())
+    return tuple((str(k), str(v)) for k, v in value)
+
+
+def _many(convert: Any) -> Any:
+    def inner(value: Any) -> tuple[Any, ...]:
+        items = [value] if isinstance(value, (str, dict)) else list(value)
+        return tuple(convert(v) for v in items)
+
+    return inner
+
+
+def _obj(cls: Any, parse: Any = None) -> Any:
+    def inner(value: Any) -> Any:
+        if isinstance(value, dict):
+            return cls(**value)
+        if isinstance(value, str) and parse is not None:
+            return parse(value)
+        return value
+
+    return inner
+
+
+def _storage(value: Any) -> Storage:
+    if isinstance(value, dict):
+        value = dict(value)
+        value["mounts"] = _many(_obj(Mount, Mount.parse))(value.get("mounts", ()))
+        return Storage(**value)
+    if not isinstance(value, Storage):
+        raise SpecError("storage must be a mapping with 'mounts' and 'shm'.")
+    return value
+
+
+def _scheduling(value: Any) -> Scheduling:
+    if isinstance(value, dict):
+        value = dict(value)
+        if "node_selector" in value:
+            value["node_selector"] = _pairs(value["node_selector"])
+        if "tolerations" in value:
+            value["tolerations"] = _many(_obj(Toleration, Toleration.parse))(value["tolerations"])
+        if "init_containers" in value:
+            value["init_containers"] = _many(_obj(InitContainer, InitContainer.parse))(
+                value["init_containers"]
+            )
+        if "image_pull_secrets" in value:
+            value["image_pull_secrets"] = _many(str)(value["image_pull_secrets"])
+        return Scheduling(**value)
+    if not isinstance(value, Scheduling):
+        raise SpecError("scheduling must be a mapping (node_selector, tolerations, ...).")
+    return value
+
+
+def _rdma(value: Any) -> Rdma:
+    if isinstance(value, dict):
+        return Rdma.from_dict(value, name=str(value.get("name", "custom")))
+    if not isinstance(value, Rdma):
+        raise SpecError(
+            "rdma must be a profile mapping here; resolve profile names (infiniband, roce, tcp) "
+            "or files with jupyter_ktrain.backends.kubernetes.rdma.resolve_profile first."
+        )
+    return value
+
+
+def _deepspeed(value: Any) -> DeepSpeed:
+    if isinstance(value, dict):
+        return DeepSpeed(**value)
+    if not isinstance(value, DeepSpeed):
+        raise SpecError(
+            "deepspeed must be a mapping here; resolve 'zero3' or a file with "
+            "jupyter_ktrain.backends.kubernetes.deepspeed.resolve_deepspeed first."
+        )
+    return value
+
+
+_COERCE: dict[str, Any] = {
+    "resources": _obj(Resources),
+    "env": _pairs,
+    "labels": _pairs,
+    "rdma": _rdma,
+    "deepspeed": _deepspeed,
+    "storage": _storage,
+    "scheduling": _scheduling,
+    "run_policy": _obj(RunPolicy),
+    "elastic": _obj(Elastic, Elastic.parse),
+    "secret_env": _many(_obj(SecretEnv, SecretEnv.parse)),
+    "env_from_secrets": _many(str),
+}

@@ -1,0 +1,255 @@
+"""Per-kind wrappers around the shared pod template: PyTorchJob, TFJob, MPIJob (kubeflow.org/v1)
+and Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1). Pure functions of a spec.
+
+Every replica runs the same command (:func:`jupyter_ktrain.launch.node_command`: the agent
+wrapping torchrun, which reads the operator's ``PET_*`` environment) except where a framework
+needs otherwise: a TFJob replica runs one process (TensorFlow reads ``TF_CONFIG``), and an
+MPIJob's launcher runs ``mpirun``, which starts the ranks in the workers itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import SpecError
+from ...launch import PROGRAM_FILE, node_command
+from ...spec import JobSpec
+from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_spec, pod_template
+
+__all__ = [
+    "API_VERSIONS",
+    "CONTAINER_NAMES",
+    "KIND_BUILDERS",
+    "LAUNCHER_RESOURCES",
+    "mpi_launcher_command",
+    "single_process_command",
+]
+
+API_VERSIONS = {
+    "PyTorchJob": "kubeflow.org/v1",
+    "TFJob": "kubeflow.org/v1",
+    "MPIJob": "kubeflow.org/v1",
+    "TrainJob": "trainer.kubeflow.org/v1alpha1",
+}
+# The operator finds its container by these names (PyTorchJob/TFJob validation rejects a
+# replica without one; MPIJob defaults mainContainer to "mpi"; Trainer's runtimes use "node").
+CONTAINER_NAMES = {
+    "PyTorchJob": "pytorch",
+    "TFJob": "tensorflow",
+    "MPIJob": "mpi",
+    "TrainJob": "node",
+}
+LAUNCHER_RESOURCES = {"limits": {"cpu": "2", "memory": "4Gi"}}
+TRAINJOB_TARGET = "node"
+
+
+def single_process_command(code_dir: str, python: str = "python") -> list[str]:
+    """One process per replica under the agent (TFJob: TensorFlow reads TF_CONFIG)."""
+    return [
+        python,
+        "-m",
+        "jupyter_ktrain.agent",
+        "--",
+        python,
+        "-m",
+        "jupyter_ktrain.runtime",
+        f"{code_dir}/{PROGRAM_FILE}",
+    ]
+
+
+def mpi_launcher_command(spec: JobSpec, code_dir: str, python: str = "python") -> list[str]:
+    """``mpirun`` for the launcher: one rank per slot; workers get their env from their pods."""
+    return [
+        python,
+        "-m",
+        "jupyter_ktrain.agent",
+        "--",
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(spec.world_size),
+        "-bind-to",
+        "none",
+        "-map-by",
+        "slot",
+        python,
+        "-m",
+        "jupyter_ktrain.runtime",
+        f"{code_dir}/{PROGRAM_FILE}",
+    ]
+
+
+def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": spec.name}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    job_labels = dict(labels)
+    if spec.scheduling.kueue_queue:
+        job_labels[KUEUE_LABEL] = spec.scheduling.kueue_queue
+    meta["labels"] = job_labels
+    return meta
+
+
+def _replica(spec: JobSpec, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
+    """One replica type; each gets its own copy of the template (no shared dicts, no YAML
+    aliases, and a caller may edit one replica type without touching the others)."""
+    return {
+        "replicas": replicas,
+        "restartPolicy": spec.run_policy.restart_policy,
+        "template": copy.deepcopy(template),
+    }
+
+
+def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:
+    rp, s = spec.run_policy, spec.scheduling
+    out: dict[str, Any] = {}
+    if rp.clean_pod_policy:
+        out["cleanPodPolicy"] = rp.clean_pod_policy
+    if rp.ttl_seconds_after_finished is not None:
+        out["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
+    if rp.backoff_limit is not None:
+        out["backoffLimit"] = rp.backoff_limit
+    if rp.active_deadline_seconds is not None:
+        out["activeDeadlineSeconds"] = rp.active_deadline_seconds
+    if s.gang:
+        policy: dict[str, Any] = {"minAvailable": total_replicas}
+        if s.queue:
+            policy["queue"] = s.queue
+        if s.priority_class:
+            policy["priorityClass"] = s.priority_class
+        out["schedulingPolicy"] = policy
+    return out
+
+
+def _with_run_policy(body: dict[str, Any], spec: JobSpec, total: int) -> dict[str, Any]:
+    rp = _run_policy(spec, total)
+    return {"runPolicy": rp, **body} if rp else body
+
+
+def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSIONS[spec.kind],
+        "kind": spec.kind,
+        "metadata": _metadata(spec, labels),
+        "spec": body,
+    }
+
+
+def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """Master + Workers (static rendezvous), or Workers only with an elasticPolicy (c10d)."""
+    role = PodRole(container="pytorch", command=node_command(code.mount_path))
+    template = pod_template(spec, code, role, labels)
+    body: dict[str, Any] = {}
+    if spec.elastic is not None:
+        e = spec.elastic
+        elastic: dict[str, Any] = {
+            "rdzvBackend": "c10d",
+            "minReplicas": e.min_nodes,
+            "maxReplicas": e.max_nodes,
+        }
+        if e.max_restarts is not None:
+            elastic["maxRestarts"] = e.max_restarts
+        body["elasticPolicy"] = elastic
+        replicas = {"Worker": _replica(spec, spec.nodes, template)}
+    else:
+        replicas = {"Master": _replica(spec, 1, template)}
+        if spec.nodes > 1:
+            replicas["Worker"] = _replica(spec, spec.nodes - 1, template)
+    body["nprocPerNode"] = str(spec.nproc)
+    body = _with_run_policy(body, spec, spec.nodes)
+    body["pytorchReplicaSpecs"] = replicas
+    return _object(spec, labels, body)
+
+
+def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """Chief + Workers (+ parameter servers with ``--ps N``)."""
+    role = PodRole(container="tensorflow", command=single_process_command(code.mount_path))
+    template = pod_template(spec, code, role, labels)
+    replicas = {"Chief": _replica(spec, 1, template)}
+    if spec.nodes > 1:
+        replicas["Worker"] = _replica(spec, spec.nodes - 1, template)
+    if spec.ps_replicas:
+        ps_role = PodRole(
+            container="tensorflow", command=role.command, trains=False, resources=_cpu_only(spec)
+        )
+        replicas["PS"] = _replica(spec, spec.ps_replicas, pod_template(spec, code, ps_role, labels))
+    body = _with_run_policy({}, spec, spec.nodes + spec.ps_replicas)
+    body["tfReplicaSpecs"] = replicas
+    return _object(spec, labels, body)
+
+
+def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
+    r = spec.resources
+    out: dict[str, dict[str, str]] = {}
+    if r.cpu or r.memory:
+        out["requests"] = {k: v for k, v in (("cpu", r.cpu), ("memory", r.memory)) if v}
+    return out
+
+
+def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each)."""
+    launcher = PodRole(
+        container="mpi",
+        command=mpi_launcher_command(spec, code.mount_path),
+        trains=False,
+        resources=LAUNCHER_RESOURCES,
+    )
+    worker = PodRole(container="mpi", command=None)
+    body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": "mpi"}
+    body = _with_run_policy(body, spec, spec.nodes + 1)
+    body["mpiReplicaSpecs"] = {
+        "Launcher": _replica(spec, 1, pod_template(spec, code, launcher, labels)),
+        "Worker": _replica(spec, spec.nodes, pod_template(spec, code, worker, labels)),
+    }
+    return _object(spec, labels, body)
+
+
+_OVERRIDABLE = ("serviceAccountName", "nodeSelector", "tolerations", "volumes")
+
+
+def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as podSpecOverrides.
+
+    Built from the same pod spec as the other kinds: the container's command, env and
+    resources become ``trainer``; volumes, mounts, node selector, tolerations and service
+    account become an override of the runtime's ``node`` job.
+    """
+    ps = pod_spec(spec, code, PodRole(container="node", command=node_command(code.mount_path)))
+    container = ps.pop("containers")[0]
+    leftover = sorted(set(ps) - set(_OVERRIDABLE))
+    if leftover:  # spec validation rejects these first; this guards the mapping itself
+        raise SpecError(f"--kind TrainJob cannot express pod fields {', '.join(leftover)}.")
+    trainer: dict[str, Any] = {"image": container["image"], "command": container["command"]}
+    if container.get("env"):
+        trainer["env"] = container["env"]
+    trainer["numNodes"] = spec.nodes
+    trainer["numProcPerNode"] = spec.nproc
+    if container.get("resources"):
+        trainer["resourcesPerNode"] = container["resources"]
+    body: dict[str, Any] = {
+        "runtimeRef": {
+            "name": spec.runtime,
+            "apiGroup": "trainer.kubeflow.org",
+            "kind": "ClusterTrainingRuntime",
+        },
+        "trainer": trainer,
+        "labels": dict(labels),
+    }
+    override: dict[str, Any] = {"targetJobs": [{"name": TRAINJOB_TARGET}]}
+    extra = {k: container[k] for k in ("volumeMounts", "envFrom") if k in container}
+    if extra:
+        override["containers"] = [{"name": "node", **extra}]
+    override.update({k: ps[k] for k in _OVERRIDABLE if k in ps})
+    if len(override) > 1:
+        body["podSpecOverrides"] = [override]
+    return _object(spec, labels, body)
+
+
+KIND_BUILDERS: dict[str, Callable[[JobSpec, CodeSource, dict[str, str]], dict[str, Any]]] = {
+    "PyTorchJob": pytorchjob,
+    "TFJob": tfjob,
+    "MPIJob": mpijob,
+    "TrainJob": trainjob,
+}
