@@ -91,9 +91,15 @@ class BytesSource:
         return self.data[offset : offset + n]
 
 
+def _hostname(host: str) -> str:
+    """``host[:port]`` / ``[v6]:port`` -> bare host name or address."""
+    if host.startswith("["):
+        return host[1 : host.index("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.strip("[]")
+    name = _hostname(host)
     if name == "localhost":
         return True
     try:
@@ -105,7 +111,7 @@ def _is_loopback(host: str) -> bool:
 def is_plain_http(host: str, insecure: Iterable[str] = ()) -> bool:
     """True when ``host`` may be spoken to over plain http: loopback or listed as insecure."""
     listed = set(insecure)
-    return _is_loopback(host) or host in listed or host.split(":")[0] in listed
+    return _is_loopback(host) or host in listed or _hostname(host) in listed
 
 
 def _retry_after(resp: httpx.Response, default: float) -> float:

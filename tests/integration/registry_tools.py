@@ -373,3 +373,29 @@ def push_base_image(
 
 def iter_log(proxy: FaultProxy) -> Iterator[tuple[str, str, int]]:
     yield from list(proxy.state.log)
+
+
+def make_wheel(directory: Path, name: str, version: str, module_source: str) -> Path:
+    """A minimal pure-Python wheel ``name-version-py3-none-any.whl`` in ``directory``."""
+    import hashlib
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": module_source.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(out, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
+    return out
