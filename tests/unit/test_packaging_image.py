@@ -46,7 +46,8 @@ def test_append_adds_layer_diff_id_history_env_and_workdir(oci: bool) -> None:
     new = im.append_layer(base, LAYER, env={"KTRAIN_JOB": "x"})
     assert (dict(base.manifest), dict(base.config)) == before  # inputs untouched
     layers = new.manifest["layers"]
-    assert len(layers) == 2 and layers[0] == base.layers[0]
+    assert len(layers) == 2
+    assert layers[0] == base.layers[0]
     assert layers[1] == {
         "mediaType": im.OCI_LAYER if oci else im.DOCKER_LAYER,
         "digest": LAYER.digest,

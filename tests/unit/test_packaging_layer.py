@@ -38,7 +38,8 @@ def test_same_files_in_any_order_give_the_same_digest() -> None:
     a = build_layer(FILES, {"/ktrain/run.sh": 0o755})
     b = build_layer(dict(reversed(FILES.items())), {"ktrain/run.sh": 0o755})
     assert a == b
-    assert a.digest == sha256_digest(a.data) and a.size == len(a.data)
+    assert a.digest == sha256_digest(a.data)
+    assert a.size == len(a.data)
     assert a.diff_id == sha256_digest(gzip.decompress(a.data))
     assert build_layer({**FILES, "/ktrain/program.py": b"print(1)\n"}).digest != a.digest
 

@@ -38,7 +38,8 @@ def test_bad_reference_names_the_option() -> None:
 
 
 def test_plain_http_only_for_loopback_or_listed_hosts() -> None:
-    assert is_plain_http("127.0.0.1:5000") and is_plain_http("localhost:5000")
+    assert is_plain_http("127.0.0.1:5000")
+    assert is_plain_http("localhost:5000")
     assert is_plain_http("[::1]:5000")
     assert not is_plain_http("registry.example.com")
     assert is_plain_http("registry.lan:5000", insecure=["registry.lan"])
@@ -85,8 +86,11 @@ def test_errors_keep_the_registry_code_and_say_what_to_do() -> None:
     )
     with pytest.raises(RegistryError) as err:
         client.put_manifest("team/x", "t", b"{}", "application/json")
-    assert err.value.code == "DENIED" and err.value.status == 403 and not err.value.retryable
-    assert "team/x" in str(err.value) and "%ktrain config registry=" in str(err.value)
+    assert err.value.code == "DENIED"
+    assert err.value.status == 403
+    assert not err.value.retryable
+    assert "team/x" in str(err.value)
+    assert "%ktrain config registry=" in str(err.value)
 
 
 def test_quota_errors_say_so() -> None:
@@ -94,7 +98,7 @@ def test_quota_errors_say_so() -> None:
     client = RegistryClient(
         "127.0.0.1:1", transport=httpx.MockTransport(lambda r: httpx.Response(403, json=body))
     )
-    with pytest.raises(RegistryError, match="quota .* used up"):
+    with pytest.raises(RegistryError, match=r"quota .* used up"):
         client.put_manifest("team/x", "t", b"{}", "application/json")
 
 
@@ -103,7 +107,7 @@ def test_unauthorized_without_credentials_points_at_docker_login() -> None:
         return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="r"'})
 
     client = RegistryClient("127.0.0.1:1", transport=httpx.MockTransport(handler))
-    with pytest.raises(RegistryError, match="docker login 127.0.0.1:1") as err:
+    with pytest.raises(RegistryError, match=r"docker login 127\.0\.0\.1:1") as err:
         client.blob_exists("a", "sha256:" + "0" * 64)
     assert err.value.code == "UNAUTHORIZED"
 
@@ -165,5 +169,6 @@ def test_identity_tokens_use_the_oauth_refresh_grant() -> None:
     token_req = next(r for r in seen if r.url.path == "/token")
     assert token_req.method == "POST"
     form = dict(x.split("=", 1) for x in token_req.content.decode().split("&"))
-    assert form["grant_type"] == "refresh_token" and form["refresh_token"] == "refresh-me"
+    assert form["grant_type"] == "refresh_token"
+    assert form["refresh_token"] == "refresh-me"
     assert json.dumps(form).count("repository%3Ateam%2Fa%3Apull") == 1

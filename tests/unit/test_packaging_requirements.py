@@ -72,7 +72,8 @@ def test_pod_install_skips_what_the_image_has_and_goes_offline_with_wheels(
     argv = seen[0]
     assert argv[:4] == [sys.executable, "-m", "pip", "install"]
     assert argv[argv.index("--find-links") + 1] == str(tmp_path / "wheels")
-    assert "--no-index" in argv and argv[-1] == "nosuchpkg==1.0"
+    assert "--no-index" in argv
+    assert argv[-1] == "nosuchpkg==1.0"
     assert "[agent]: installing 1 requirement(s) from shipped wheels" in capsys.readouterr().out
 
 
