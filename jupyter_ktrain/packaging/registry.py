@@ -7,7 +7,8 @@ What it does, and why:
 - blobs: HEAD before upload; cross-repository mount (``201`` = 0 bytes moved, ``202`` = the
   mount was refused and the session is reused for a normal upload); monolithic PUT for small
   blobs; chunked PATCH with ``Content-Range`` for big ones, resuming after a broken connection
-  from the ``Range`` the registry reports on ``GET <upload url>``.
+  from the ``Range`` the registry reports on ``GET <upload url>``; when the registry calls the
+  session broken instead (distribution 2.8 does after a partial write), a fresh session starts.
 - retries with exponential backoff on transport errors, 429 (``Retry-After`` honoured) and
   5xx; a failed finalizing PUT is followed by a HEAD (the blob may have landed) and otherwise
   a fresh upload session. Registries verify blob digests, and manifests are only PUT after all
@@ -46,6 +47,9 @@ __all__ = [
 
 Progress = Callable[[int, int, str], None]
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# A session in these states is dead (distribution 2.8 refuses to resume after a partial PATCH
+# wrote bytes its _state does not know about): start a fresh session.
+_RESTART_CODES = frozenset({"BLOB_UPLOAD_UNKNOWN", "BLOB_UPLOAD_INVALID", "NETWORK"})
 _HINTS = {
     "UNAUTHORIZED": "Check the registry credentials: `docker login {host}` (docker config.json "
     "or a credential helper) or set them with `%ktrain config`.",
@@ -410,7 +414,7 @@ class RegistryClient:
                 self._upload_session(repo, location, digest, source, progress, what)
                 return self.bytes_sent - before
             except RegistryError as exc:
-                if not exc.retryable and exc.code not in ("BLOB_UPLOAD_UNKNOWN", "NETWORK"):
+                if not exc.retryable and exc.code not in _RESTART_CODES:
                     raise
                 last = exc
             if self.blob_exists(repo, digest):
