@@ -98,9 +98,9 @@ def test_corrupted_uploads_are_rejected_by_the_registry_and_never_tagged(
             self.inner.close()
 
     data = b"precious bytes"
-    with RegistryClient(registry.host, transport=Corrupt(), backoff=0.01) as client:
-        with pytest.raises(RegistryError) as err:
-            client.upload_blob("f/corrupt", sha256_digest(data), BytesSource(data))
+    client = RegistryClient(registry.host, transport=Corrupt(), backoff=0.01)
+    with client, pytest.raises(RegistryError) as err:
+        client.upload_blob("f/corrupt", sha256_digest(data), BytesSource(data))
     assert err.value.code == "DIGEST_INVALID"
     assert "nothing was tagged" in str(err.value)
     with RegistryClient(registry.host) as client:
