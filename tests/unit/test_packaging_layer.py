@@ -1,0 +1,133 @@
+"""The code layer is deterministic, well-formed, and carries the runner library."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain.errors import PackagingError
+from jupyter_ktrain.packaging.layer import (
+    LayerCache,
+    build_layer,
+    code_files,
+    runner_files,
+    sha256_digest,
+)
+
+FILES = {
+    "/ktrain/program.py": b"print('hello')\n",
+    "/ktrain/ds_config.json": b'{"zero_optimization": {"stage": 2}}\n',
+    "/ktrain/lib/pkg/__init__.py": b"",
+    "/ktrain/run.sh": b"#!/bin/sh\necho hi\n",
+}
+
+
+def _members(data: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as tar:
+        return tar.getmembers()
+
+
+def test_same_files_in_any_order_give_the_same_digest() -> None:
+    a = build_layer(FILES, {"/ktrain/run.sh": 0o755})
+    b = build_layer(dict(reversed(FILES.items())), {"ktrain/run.sh": 0o755})
+    assert a == b
+    assert a.digest == sha256_digest(a.data)
+    assert a.size == len(a.data)
+    assert a.diff_id == sha256_digest(gzip.decompress(a.data))
+    assert build_layer({**FILES, "/ktrain/program.py": b"print(1)\n"}).digest != a.digest
+
+
+def test_digest_is_the_same_in_another_process_with_other_clock_zone_and_umask(
+    tmp_path: Path,
+) -> None:
+    script = textwrap.dedent(
+        """
+        import os, time
+        from jupyter_ktrain.packaging.layer import build_layer
+        os.umask(0o077); time.tzset()
+        files = {"/ktrain/program.py": b"print('hello')\\n", "/ktrain/a/b.txt": b"x" * 5000}
+        print(build_layer(files).digest)
+        """
+    )
+    env = {"TZ": "Asia/Kolkata", "PYTHONPATH": str(Path.cwd()), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    files = {"/ktrain/program.py": b"print('hello')\n", "/ktrain/a/b.txt": b"x" * 5000}
+    assert out == build_layer(files).digest
+
+
+def test_entries_are_sorted_with_parents_fixed_times_root_owner_and_modes() -> None:
+    layer = build_layer(FILES, {"/ktrain/run.sh": 0o755})
+    members = _members(layer.data)
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    assert names == [
+        "ktrain",
+        "ktrain/ds_config.json",
+        "ktrain/lib",
+        "ktrain/lib/pkg",
+        "ktrain/lib/pkg/__init__.py",
+        "ktrain/program.py",
+        "ktrain/run.sh",
+    ]
+    for m in members:
+        assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (0, 0, 0, "", "")
+    modes = {m.name: (m.type, m.mode) for m in members}
+    assert modes["ktrain/lib"] == (tarfile.DIRTYPE, 0o755)
+    assert modes["ktrain/run.sh"] == (tarfile.REGTYPE, 0o755)
+    assert modes["ktrain/program.py"] == (tarfile.REGTYPE, 0o644)
+
+
+def test_gzip_header_has_no_time_and_no_file_name() -> None:
+    data = build_layer(FILES).data
+    assert data[:4] == b"\x1f\x8b\x08\x00"  # deflate, no FNAME/FEXTRA flags
+    assert data[4:8] == b"\x00\x00\x00\x00"  # mtime 0
+    assert data[9] == 0xFF
+
+
+@pytest.mark.parametrize("bad", ["/ktrain/../etc/passwd", "/", "../x", ""])
+def test_paths_escaping_or_empty_are_refused(bad: str) -> None:
+    with pytest.raises(PackagingError, match="Cannot place"):
+        build_layer({bad: b"x"})
+
+
+def test_a_path_cannot_be_both_file_and_directory() -> None:
+    with pytest.raises(PackagingError, match="both a file and a directory"):
+        build_layer({"/ktrain/a": b"x", "/ktrain/a/b": b"y"})
+
+
+def test_runner_files_place_the_package_sources_under_the_lib_dir() -> None:
+    files = runner_files()
+    assert "/ktrain/lib/jupyter_ktrain/__init__.py" in files
+    assert "/ktrain/lib/jupyter_ktrain/agent/__main__.py" in files
+    assert "/ktrain/lib/jupyter_ktrain/packaging/pod_install.py" in files
+    assert all(p.endswith(".py") and "__pycache__" not in p for p in files)
+    here = Path(__file__).resolve().parents[2] / "jupyter_ktrain" / "launch.py"
+    assert files["/ktrain/lib/jupyter_ktrain/launch.py"] == here.read_bytes()
+
+
+def test_code_files_put_relative_paths_in_the_code_dir() -> None:
+    files = code_files({"program.py": b"p", "/etc/extra.conf": b"e"})
+    assert files["/ktrain/program.py"] == b"p"
+    assert files["/etc/extra.conf"] == b"e"
+    assert "/ktrain/lib/jupyter_ktrain/launch.py" in files
+    assert code_files({"program.py": b"p"}, include_runner=False) == {"/ktrain/program.py": b"p"}
+
+
+def test_cache_is_content_addressed_and_drops_corrupt_entries(tmp_path: Path) -> None:
+    cache = LayerCache(tmp_path)
+    layer = cache.layer(FILES)
+    assert cache.get(layer.digest) == layer.data
+    path = tmp_path / "sha256" / layer.digest.split(":")[1]
+    path.write_bytes(b"garbage")
+    assert cache.get(layer.digest) is None
+    assert not path.exists()
+    assert cache.get(sha256_digest(b"never stored")) is None

@@ -1,0 +1,93 @@
+"""Requirement routes: pins checked, provided ones skipped, wheels downloaded for offline."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain.errors import PackagingError
+from jupyter_ktrain.packaging.layer import LayerCache
+from jupyter_ktrain.packaging.pod_install import ensure_requirements, missing_pins
+from jupyter_ktrain.packaging.progress import TextProgress, human_bytes
+from jupyter_ktrain.packaging.requirements import plan_requirements
+from tests.integration.registry_tools import make_wheel
+
+
+def test_unpinned_requirements_are_refused() -> None:
+    with pytest.raises(PackagingError, match="not pinned as NAME==VERSION"):
+        plan_requirements(["numpy>=2"])
+
+
+def test_pod_start_route_ships_requirements_txt_without_provided_ones() -> None:
+    plan = plan_requirements(["numpy==2.1.0", "# comment", "", "Torch==2.5.1"], provided=["torch"])
+    assert plan.route == "pod-start"
+    assert plan.files == {"requirements.txt": b"numpy==2.1.0\n"}
+    assert plan.provided == ("Torch==2.5.1",)
+    assert "installed from the package index when the pod starts" in plan.describe()
+    assert plan_requirements(["torch==2.5.1"], provided=["torch"]).route == "none"
+    assert plan_requirements([]).describe() == "No requirements to install."
+
+
+@pytest.mark.slow
+def test_offline_route_downloads_wheels_once_into_the_layer(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    make_wheel(index, "tinypkg", "1.0", "VALUE = 42\n")
+    cache = LayerCache(tmp_path / "cache" / "blobs")
+    args = ["--no-index", "--find-links", str(index)]
+    plan = plan_requirements(["tinypkg==1.0"], offline=True, pip_args=args, cache=cache)
+    assert plan.route == "wheels"
+    assert sorted(plan.files) == ["requirements.txt", "wheels/tinypkg-1.0-py3-none-any.whl"]
+    assert "installed offline" in plan.describe()
+
+    def no_pip(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+        raise AssertionError("pip ran again although the wheels are cached")
+
+    again = plan_requirements(
+        ["tinypkg==1.0"], offline=True, pip_args=args, cache=cache, runner=no_pip
+    )
+    assert again.files == plan.files
+    with pytest.raises(PackagingError, match="drop offline mode"):
+        plan_requirements(["nosuchpkg==1.0"], offline=True, pip_args=args, cache=cache)
+
+
+def test_pod_install_skips_what_the_image_has_and_goes_offline_with_wheels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest_version = __import__("pytest").__version__
+    assert missing_pins([f"pytest=={pytest_version}", "pytest==0.0.1", "nosuchpkg==1.0"]) == [
+        "pytest==0.0.1",
+        "nosuchpkg==1.0",
+    ]
+    (tmp_path / "requirements.txt").write_text(f"pytest=={pytest_version}\n")
+    assert ensure_requirements(str(tmp_path), run=lambda argv: 99) == 0
+    assert "already satisfied" in capsys.readouterr().out
+    (tmp_path / "requirements.txt").write_text("nosuchpkg==1.0\n")
+    (tmp_path / "wheels").mkdir()
+    seen: list[list[str]] = []
+    assert ensure_requirements(str(tmp_path), run=lambda argv: seen.append(argv) or 0) == 0
+    argv = seen[0]
+    assert argv[:4] == [sys.executable, "-m", "pip", "install"]
+    assert argv[argv.index("--find-links") + 1] == str(tmp_path / "wheels")
+    assert "--no-index" in argv
+    assert argv[-1] == "nosuchpkg==1.0"
+    assert "[agent]: installing 1 requirement(s) from shipped wheels" in capsys.readouterr().out
+
+
+def test_text_progress_draws_a_bar_and_throttles() -> None:
+    out = io.StringIO()
+    t = [0.0]
+    bar = TextProgress(out, width=10, clock=lambda: t[0])
+    bar(0, 2048, "code layer")
+    bar(1024, 2048, "code layer")  # same instant: skipped
+    t[0] = 1.0
+    bar(1024, 2048, "code layer")
+    bar(2048, 2048, "code layer")  # final: always drawn
+    lines = out.getvalue().split("\r")[1:]
+    assert len(lines) == 3
+    assert lines[1] == "[#####.....]  50% 1.0 KB/2.0 KB code layer"
+    assert lines[2].endswith("100% 2.0 KB/2.0 KB code layer\n")
+    assert human_bytes(5 * 1024**3) == "5.0 GB"
