@@ -249,9 +249,7 @@ class Sampler:
                 self._warned = True
                 self._safe_emit(f"warning: GPU sample failed ({type(exc).__name__}: {exc})")
             if self.failures >= self.max_failures:
-                self._safe_emit(
-                    f"GPU sampling stopped after {self.failures} failed samples in a row"
-                )
+                self._safe_emit(f"GPU sampling stopped: {self.failures} failed samples in a row")
                 return False
         return True
 
