@@ -273,6 +273,8 @@ class MonitorModel:
 
     def _record(self, line: LogLine, rec: dict[str, Any], now: float, node: int | None) -> None:
         kind = rec.get("type")
+        if line.rank is not None and "rank" not in rec:
+            rec = {**rec, "rank": line.rank}
         self.last_records[str(kind)] = rec
         if kind == "metric":
             self._metric(line, rec, now)
