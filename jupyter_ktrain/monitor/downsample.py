@@ -7,10 +7,11 @@ A day-long run reports millions of points; a plot needs about 2,000 per trace. T
   Buckets down to ``n_out`` (shape survives). O(n); uses numpy for the MinMax pass when it is
   installed, pure Python otherwise.
 - :class:`StreamingDownsampler` — incremental: O(1) amortised per appended point and memory
-  bounded by ``4 * target`` points however long the run. It keeps min and max per
-  equal-count bucket; when the bucket count reaches ``2 * target`` neighbouring buckets are
-  merged (bucket width doubles). :meth:`StreamingDownsampler.points` returns at most
-  ``n_out`` points, first and last raw points included, LTTB-reduced from the buckets.
+  bounded by ``target`` points however long the run. It keeps min and max per equal-count
+  bucket; when the bucket count reaches ``target / 2`` neighbouring buckets are merged
+  (bucket width doubles), so between ``target / 2`` and ``target`` points are drawn (the
+  M4/MinMax idea: every spike survives). :meth:`StreamingDownsampler.points` asked for fewer
+  points than that reduces them with LTTB; first and last raw points are always included.
 
 Pure; no I/O.
 """
@@ -123,6 +124,7 @@ class StreamingDownsampler:
         "_cur",
         "_fill",
         "_first_i",
+        "_max_buckets",
         "count",
         "first",
         "last",
@@ -134,6 +136,7 @@ class StreamingDownsampler:
         if target < 4:
             raise ValueError("target must be at least 4 points")
         self.target = target
+        self._max_buckets = (target - 2) // 2
         self.width = 1
         self.count = 0
         self.first: tuple[float, float] | None = None
@@ -171,7 +174,7 @@ class StreamingDownsampler:
             self._buckets.append(self._cur)  # type: ignore[arg-type]
             self._cur = None
             self._fill = 0
-            if len(self._buckets) >= 2 * self.target:
+            if len(self._buckets) >= self._max_buckets:
                 self._halve()
 
     def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
@@ -199,12 +202,24 @@ class StreamingDownsampler:
         last_i = self._first_i
         buckets = self._buckets if self._cur is None else [*self._buckets, self._cur]
         for b in buckets:
-            pair = ((b[0], b[1], b[2]), (b[3], b[4], b[5]))
-            for i, x, y in sorted(pair) if b[0] != b[3] else pair[:1]:
-                if i != last_i:
-                    xs.append(x)
-                    ys.append(y)
-                    last_i = i
+            lo_i, hi_i = b[0], b[3]
+            if lo_i == hi_i:
+                if lo_i != last_i:
+                    xs.append(b[1])
+                    ys.append(b[2])
+            elif lo_i < hi_i:
+                if lo_i != last_i:
+                    xs.append(b[1])
+                    ys.append(b[2])
+                xs.append(b[4])
+                ys.append(b[5])
+            else:
+                if hi_i != last_i:
+                    xs.append(b[4])
+                    ys.append(b[5])
+                xs.append(b[1])
+                ys.append(b[2])
+            last_i = max(lo_i, hi_i)
         if self.last is not None and (not xs or (xs[-1], ys[-1]) != self.last):
             xs.append(self.last[0])
             ys.append(self.last[1])
