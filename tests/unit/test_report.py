@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import subprocess
 import sys
@@ -11,9 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-import jupyter_ktrain.report as report_mod
 from jupyter_ktrain.monitor.protocol import format_rank_line, parse_line
 from jupyter_ktrain.report import report
+
+# the module, even once the package exports the function under the same name
+report_mod = importlib.import_module("jupyter_ktrain.report")
 
 
 @pytest.fixture
