@@ -1,18 +1,35 @@
-"""The per-replica runner: starts the node's command (torchrun), forwards signals, returns
-its exit code. Everything it prints itself goes out as ``[agent]: `` lines."""
+"""The per-replica runner: starts the node's command (torchrun), samples its GPUs, forwards
+signals, returns the command's exit code. Everything it prints itself goes out as
+``[agent]: `` lines.
+
+Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval S] -- CMD...``
+
+- ``--gpu-sampling auto`` (default) samples NVML when it is there and says so in one line
+  otherwise; ``on`` does the same but words a missing NVML as a warning; ``off`` never loads
+  NVML. Sampling runs on a thread of this process, never in the training processes.
+- When RDMA is requested (``KTRAIN_RDMA`` set to a profile other than ``tcp``/``off``), the
+  child gets ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET`` unless the user set
+  ``NCCL_DEBUG``, so the monitor can read which transport NCCL picked.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from types import FrameType
+from typing import Any
 
 from ..monitor.protocol import format_agent_line
+from .sampler import Nvml, Sampler
 
-__all__ = ["main"]
+__all__ = ["child_env", "main", "parse_args"]
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_NO_RDMA = ("", "tcp", "off", "none", "false", "0")
 
 
 def _say(text: str) -> None:
@@ -20,13 +37,87 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str]) -> int:
-    """Run ``argv`` after ``--``; exit with its code (128+signal when it was killed)."""
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise _UsageError(message)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Split ``[options] -- CMD...``; raises ``ValueError`` with a usage message."""
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        sys.stderr.write("usage: python -m jupyter_ktrain.agent [options] -- CMD [ARGS...]\n")
+        raise ValueError("missing the node command after '--'")
+    cut = argv.index("--")
+    parser = _Parser(prog="python -m jupyter_ktrain.agent", add_help=False)
+    parser.add_argument("--gpu-sampling", choices=("on", "off", "auto"), default="auto")
+    parser.add_argument("--interval", type=float, default=1.0)
+    try:
+        opts = parser.parse_args(argv[:cut])
+    except _UsageError as exc:
+        raise ValueError(str(exc)) from None
+    if not opts.interval > 0:
+        raise ValueError(f"--interval must be a positive number of seconds, got {opts.interval}")
+    return opts, argv[cut + 1 :]
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The node command's environment: ``env`` plus NCCL debug output when RDMA is asked."""
+    out = dict(env)
+    if out.get("KTRAIN_RDMA", "").strip().lower() not in _NO_RDMA and "NCCL_DEBUG" not in out:
+        out["NCCL_DEBUG"] = "INFO"
+        out.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    return out
+
+
+def _node_index(env: Mapping[str, str]) -> int:
+    for key in ("PET_NODE_RANK", "GROUP_RANK", "RANK"):
+        value = env.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _start_sampler(
+    mode: str, interval: float, env: Mapping[str, str], nvml: Nvml | None
+) -> Sampler | None:
+    if mode == "off":
+        return None
+    prefix = "warning: " if mode == "on" else ""
+
+    def emit(text: str) -> None:
+        _say(prefix + text if text.startswith("GPU sampling off") else text)
+
+    sampler = Sampler(nvml, interval=interval, node=_node_index(env), env=env, emit=emit)
+    try:
+        return sampler if sampler.start() else None
+    except Exception as exc:  # never let sampling keep the job from starting
+        _say(f"{prefix}GPU sampling off: {type(exc).__name__}: {exc}")
+        return None
+
+
+def main(
+    argv: list[str],
+    *,
+    nvml: Nvml | None = None,
+    popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+) -> int:
+    """Run ``argv`` after ``--``; exit with its code (128+signal when it was killed)."""
+    try:
+        opts, cmd = parse_args(argv)
+    except ValueError as exc:
+        sys.stderr.write(
+            f"jupyter_ktrain.agent: {exc}\nusage: python -m jupyter_ktrain.agent "
+            "[--gpu-sampling on|off|auto] [--interval SECONDS] -- CMD [ARGS...]\n"
+        )
         return 2
-    cmd = argv[argv.index("--") + 1 :]
-    child = subprocess.Popen(cmd)
+    env = child_env(os.environ)
+    if env.get("NCCL_DEBUG") == "INFO" and "NCCL_DEBUG" not in os.environ:
+        _say("RDMA requested: NCCL_DEBUG=INFO set so the transport can be reported")
+    sys.stdout.flush()
+    child = popen(cmd, env=env)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         if child.poll() is None:
@@ -34,7 +125,12 @@ def main(argv: list[str]) -> int:
 
     for sig in _FORWARDED:
         signal.signal(sig, forward)
-    code = child.wait()
+    sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml)
+    try:
+        code = child.wait()
+    finally:
+        if sampler is not None:
+            sampler.stop()
     if code < 0:
         code = 128 - code
     _say(f"node command exited with code {code}")

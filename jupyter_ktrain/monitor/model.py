@@ -1,0 +1,393 @@
+"""The monitor's state: what the cell widget, the text view and (later) the side panel show.
+
+One :class:`MonitorModel` per job. The backend's follow loop feeds it:
+
+- ``feed(line, now, node=None)`` with each :class:`~jupyter_ktrain.monitor.protocol.LogLine`
+  from :func:`~jupyter_ktrain.monitor.protocol.parse_line` (``feed_text`` parses for you);
+  ``node`` is the replica the stream came from, when the caller knows it;
+- ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
+- ``set_replicas(rows)`` with the current replica table.
+
+Views read ``header``, ``replicas``, ``logs`` / ``rank_logs`` (bounded ring buffers: older lines
+leave the view, never the log files), ``metrics`` and ``gpus`` (streaming-downsampled series),
+``transport`` and ``alerts()``. ``version`` grows on every change, so a view can skip a
+redraw when nothing happened. Call ``check(now)`` on a timer: some alerts depend on time
+passing without lines (a rank going silent).
+
+Series x values: a metric is plotted against its ``step`` when the record has one, otherwise
+against seconds since the job started; GPU series against seconds since the job started.
+Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .downsample import StreamingDownsampler
+from .nccl import NcclTransportParser, Transport
+from .protocol import LogLine, parse_line
+
+__all__ = [
+    "GPU_FIELDS",
+    "TERMINAL_STATES",
+    "Alert",
+    "JobHeader",
+    "LogEntry",
+    "MonitorModel",
+    "ReplicaRow",
+]
+
+TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled", "Deleted"})
+GPU_FIELDS = ("util", "mem_used", "power", "temp")
+_RECORD_KEYS = frozenset({"type", "rank", "step", "t", "node"})
+
+
+@dataclass
+class JobHeader:
+    """The header line of the monitor. ``start_time``/``end_time`` are epoch seconds."""
+
+    name: str
+    kind: str = "PyTorchJob"
+    backend: str = "local"
+    state: str = "Pending"
+    message: str = ""
+    nodes: int = 1
+    procs_per_node: int = 1
+    gpus_per_node: int = 0
+    image_digest: str | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+
+    def elapsed(self, now: float) -> float:
+        if self.start_time is None:
+            return 0.0
+        return max(0.0, (self.end_time if self.end_time is not None else now) - self.start_time)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    """One replica: a pod (Kubernetes) or a local node process."""
+
+    name: str
+    phase: str
+    restarts: int = 0
+    node: str = ""
+    last_event: str = ""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One log line as shown: ``seq`` is its arrival number, ``t`` the kernel time it came."""
+
+    seq: int
+    t: float
+    text: str
+    source: str = "rank"  # "rank" | "agent" | "node"
+    rank: int | None = None
+    node: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
+        if self.rank is not None:
+            return f"rank{self.rank}"
+        return self.source if self.node is None else f"{self.source}@{self.node}"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
+    ``rank-silent``; ``key`` tells instances apart (a rank, a GPU)."""
+
+    code: str
+    key: str
+    message: str
+    since: float
+
+
+@dataclass
+class _Talker:
+    last: float
+    count: int = 1
+    gap: float | None = None  # smoothed seconds between lines
+
+
+@dataclass
+class _GpuWatch:
+    low_since: float | None = None
+    last_t: float = 0.0
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+class MonitorModel:
+    """State of one job's monitor (see module docstring for the contract)."""
+
+    def __init__(
+        self,
+        header: JobHeader,
+        *,
+        rdma_requested: bool = False,
+        max_lines: int = 10_000,
+        max_lines_per_rank: int = 2_000,
+        plot_points: int = 2_000,
+        silence_s: float = 120.0,
+        low_util_pct: float = 10.0,
+        low_util_s: float = 120.0,
+    ) -> None:
+        self.header = header
+        self.rdma_requested = rdma_requested
+        self.plot_points = plot_points
+        self.silence_s = silence_s
+        self.low_util_pct = low_util_pct
+        self.low_util_s = low_util_s
+        self.replicas: list[ReplicaRow] = []
+        self.logs: deque[LogEntry] = deque(maxlen=max_lines)
+        self.rank_logs: dict[str, deque[LogEntry]] = {}
+        self._max_per_rank = max_lines_per_rank
+        self.metrics: dict[tuple[int, str], StreamingDownsampler] = {}
+        self.gpus: dict[tuple[int, int, str], StreamingDownsampler] = {}
+        self.gpu_last: dict[tuple[int, int], dict[str, Any]] = {}
+        self.last_records: dict[str, dict[str, Any]] = {}
+        self.transports: dict[str, Transport] = {}
+        self.version = 0
+        self.line_count = 0
+        self.record_count = 0
+        self._seq = 0
+        self._nccl: dict[str, NcclTransportParser] = {}
+        self._talkers: dict[int, _Talker] = {}
+        self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
+        self._alerts: dict[tuple[str, str], Alert] = {}
+        self._t0: float | None = header.start_time
+
+    # -- feeding ------------------------------------------------------------------------
+    def feed_text(self, raw: str, now: float, node: int | None = None) -> None:
+        """``feed(parse_line(raw), now, node)``; a trailing newline is ignored."""
+        self.feed(parse_line(raw.rstrip("\r\n")), now, node)
+
+    def feed(self, line: LogLine, now: float, node: int | None = None) -> None:
+        """Take one parsed line that arrived at kernel time ``now`` from replica ``node``."""
+        self.version += 1
+        if self._t0 is None:
+            self._t0 = now
+        if line.rank is not None:
+            self._heard(line.rank, now)
+        if line.record is not None:
+            self.record_count += 1
+            self._record(line, line.record, now, node)
+            return
+        self._log(line, now, node)
+        if "NCCL " in line.text:
+            self._nccl_line(line, node, now)
+
+    def set_state(self, state: str, now: float, message: str = "") -> None:
+        h = self.header
+        if state == h.state and message == h.message:
+            return
+        self.version += 1
+        h.state, h.message = state, message
+        if state == "Running" and h.start_time is None:
+            h.start_time = now
+            self._t0 = self._t0 if self._t0 is not None else now
+        if state in TERMINAL_STATES:
+            h.end_time = now if h.end_time is None else h.end_time
+            for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
+                del self._alerts[key]
+
+    def set_replicas(self, rows: Iterable[ReplicaRow]) -> None:
+        rows = list(rows)
+        if rows != self.replicas:
+            self.replicas = rows
+            self.version += 1
+
+    def set_header(self, **fields: Any) -> None:
+        """Update header fields (e.g. ``image_digest`` once the image is pushed)."""
+        self.header = replace(self.header, **fields)
+        self.version += 1
+
+    # -- reading ------------------------------------------------------------------------
+    def alerts(self) -> list[Alert]:
+        return sorted(self._alerts.values(), key=lambda a: (a.since, a.code, a.key))
+
+    @property
+    def transport(self) -> Transport | None:
+        """The inter-node transport: a socket fallback anywhere wins, else the first seen."""
+        found = list(self.transports.values())
+        for t in found:
+            if not t.rdma:
+                return t
+        return found[0] if found else None
+
+    def labels(self) -> list[str]:
+        """Log sources seen so far, ranks first in rank order."""
+
+        def order(label: str) -> tuple[int, int, str]:
+            if label.startswith("rank"):
+                return (0, int(label[4:]), label)
+            return (1, 0, label)
+
+        return sorted(self.rank_logs, key=order)
+
+    def lines_after(self, seq: int, label: str | None = None) -> Iterator[LogEntry]:
+        """Entries newer than ``seq`` (all sources, or one ``label``), oldest first."""
+        buf = self.logs if label is None else self.rank_logs.get(label, ())
+        if not buf or buf[-1].seq <= seq:
+            return iter(())
+        if buf[0].seq > seq:
+            return iter(buf)
+        return (e for e in reversed(list(_tail_after(buf, seq))))
+
+    def metric_names(self) -> list[str]:
+        return sorted({name for _, name in self.metrics})
+
+    def elapsed_x(self, t: float) -> float:
+        return round(t - (self._t0 if self._t0 is not None else t), 3)
+
+    # -- internals ----------------------------------------------------------------------
+    def _log(self, line: LogLine, now: float, node: int | None) -> None:
+        self._seq += 1
+        self.line_count += 1
+        entry = LogEntry(self._seq, now, line.text, line.source, line.rank, node)
+        self.logs.append(entry)
+        buf = self.rank_logs.get(entry.label)
+        if buf is None:
+            buf = self.rank_logs[entry.label] = deque(maxlen=self._max_per_rank)
+        buf.append(entry)
+
+    def _heard(self, rank: int, now: float) -> None:
+        talker = self._talkers.get(rank)
+        if talker is None:
+            self._talkers[rank] = _Talker(now)
+            return
+        gap = now - talker.last
+        talker.gap = gap if talker.gap is None else 0.8 * talker.gap + 0.2 * gap
+        talker.last = now
+        talker.count += 1
+        self._alerts.pop(("rank-silent", f"rank{rank}"), None)
+
+    def _record(self, line: LogLine, rec: dict[str, Any], now: float, node: int | None) -> None:
+        kind = rec.get("type")
+        if line.rank is not None and "rank" not in rec:
+            rec = {**rec, "rank": line.rank}
+        self.last_records[str(kind)] = rec
+        if kind == "metric":
+            self._metric(line, rec, now)
+        elif kind == "gpu":
+            self._gpu(rec, now, node)
+
+    def _metric(self, line: LogLine, rec: dict[str, Any], now: float) -> None:
+        rank = line.rank if line.rank is not None else rec.get("rank")
+        if not isinstance(rank, int):
+            return
+        step = rec.get("step")
+        t = rec.get("t")
+        x = float(step) if isinstance(step, int) else self.elapsed_x(_num(t, now))
+        for name, value in rec.items():
+            if name in _RECORD_KEYS or not isinstance(value, (int, float)):
+                continue
+            series = self.metrics.get((rank, name))
+            if series is None:
+                series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
+            series.append(x, float(value))
+
+    def _gpu(self, rec: dict[str, Any], now: float, node: int | None) -> None:
+        n = rec.get("node", node if node is not None else 0)
+        g = rec.get("gpu")
+        if not isinstance(n, int) or not isinstance(g, int):
+            return
+        t = _num(rec.get("t"), now)
+        x = self.elapsed_x(t)
+        for name in GPU_FIELDS:
+            value = rec.get(name)
+            if isinstance(value, (int, float)):
+                series = self.gpus.get((n, g, name))
+                if series is None:
+                    series = self.gpus[(n, g, name)] = StreamingDownsampler(self.plot_points)
+                series.append(x, float(value))
+        self.gpu_last[(n, g)] = rec
+        self._watch_util(n, g, rec, t)
+
+    def _watch_util(self, n: int, g: int, rec: dict[str, Any], t: float) -> None:
+        util = rec.get("util")
+        if not isinstance(util, (int, float)):
+            return
+        w = self._gpu_watch.setdefault((n, g), _GpuWatch())
+        w.last_t, w.last = t, rec
+        key = ("gpu-low-util", f"{n}/{g}")
+        if util >= self.low_util_pct:
+            w.low_since = None
+            self._alerts.pop(key, None)
+            return
+        if w.low_since is None:
+            w.low_since = t
+        low_for = t - w.low_since
+        if (
+            self.header.state == "Running"
+            and low_for >= self.low_util_s
+            and key not in self._alerts
+        ):
+            self._alerts[key] = Alert(
+                "gpu-low-util",
+                key[1],
+                f"GPU {g} on node {n} has been under {self.low_util_pct:g}% busy for "
+                f"{low_for:.0f} s while the job runs (input pipeline or communication bound?)",
+                t,
+            )
+
+    def _nccl_line(self, line: LogLine, node: int | None, now: float) -> None:
+        stream = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
+        parser = self._nccl.setdefault(stream, NcclTransportParser())
+        verdict = parser.feed(line.text)
+        if verdict is None:
+            return
+        self.transports[stream] = verdict
+        key = ("rdma-fallback", stream)
+        if self.rdma_requested and verdict.kind == "socket":
+            self._alerts[key] = Alert(
+                "rdma-fallback",
+                stream,
+                f"RDMA was requested but NCCL on {stream} uses TCP sockets (NET/Socket): "
+                "no usable RDMA device in the pod (check the RDMA resource request, "
+                "NCCL_IB_HCA and the host network setup)",
+                now,
+            )
+        else:
+            self._alerts.pop(key, None)
+
+    def check(self, now: float) -> list[Alert]:
+        """Re-evaluate alerts that depend on time passing; returns :meth:`alerts`."""
+        if self.header.state == "Running":
+            for rank, talker in self._talkers.items():
+                if talker.count < 3 or talker.gap is None:
+                    continue  # a rank that never talked regularly is not "silent"
+                limit = max(self.silence_s, 10 * talker.gap)
+                quiet = now - talker.last
+                key = ("rank-silent", f"rank{rank}")
+                if quiet > limit and key not in self._alerts:
+                    self.version += 1
+                    self._alerts[key] = Alert(
+                        "rank-silent",
+                        key[1],
+                        f"rank {rank} has been silent for {quiet:.0f} s (it wrote every "
+                        f"~{talker.gap:.0f} s before): hung in a collective, or stopped?",
+                        now,
+                    )
+        return self.alerts()
+
+
+def _num(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) else default
+
+
+def _tail_after(buf: deque[LogEntry], seq: int) -> Iterator[LogEntry]:
+    """Entries with ``.seq > seq`` from the newest backwards (cheap for a short tail)."""
+    for entry in reversed(buf):
+        if entry.seq <= seq:
+            return
+        yield entry

@@ -1,0 +1,108 @@
+"""``ktrain.report(step=..., loss=..., samples_per_sec=...)``: training metrics for the monitor.
+
+Inside a job's rank process (``RANK`` is set) each call writes one structured record line to
+``sys.stdout``::
+
+    @@ktrain {"type":"metric","rank":0,"t":1763700000.123,"step":10,"loss":0.52}
+
+The in-rank runtime prefixes every stdout line with ``[rank{N}]: ``; the monitor separates
+these records from what the user prints. Outside a job (in the notebook kernel) ``report`` is
+a no-op. Contract: a call costs a few microseconds, is safe from any thread (one record is one
+``write``), and never raises into training: a value that is not a finite number, a reserved
+name or a bad step is dropped with one warning on stderr per name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import threading
+import time
+
+from .monitor.protocol import format_record
+
+__all__ = ["RESERVED", "report"]
+
+RESERVED = frozenset({"type", "rank", "step", "t", "node"})
+_lock = threading.Lock()
+_warned: set[str] = set()
+_rank_cache: tuple[int, int | None] | None = None  # (pid, rank) so a fork re-reads RANK
+
+
+def _rank() -> int | None:
+    global _rank_cache
+    pid = os.getpid()
+    cached = _rank_cache
+    if cached is not None and cached[0] == pid:
+        return cached[1]
+    raw = os.environ.get("RANK")
+    try:
+        rank = int(raw) if raw is not None else None
+    except ValueError:
+        rank = None
+    _rank_cache = (pid, rank)
+    return rank
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"ktrain.report: {message} (further such values are dropped quietly)\n")
+
+
+def _number(name: str, value: object) -> float | None:
+    if isinstance(value, bool):
+        value = int(value)
+    if type(value) is float or type(value) is int:
+        v = float(value)
+    else:
+        try:
+            v = float(value)  # type: ignore[arg-type]  # numpy/torch scalars
+        except (TypeError, ValueError):
+            _warn_once(name, f"{name}={value!r} is not a number; dropped")
+            return None
+    if not math.isfinite(v):
+        _warn_once(name, f"{name}={v} is not finite; dropped")
+        return None
+    return v
+
+
+def _step(step: object) -> int | None:
+    if step is None:
+        return None
+    try:
+        s: int = int(step)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        _warn_once("step", f"step={step!r} is not an integer; reported without a step")
+        return None
+    return s
+
+
+def report(step: int | None = None, **metrics: float) -> None:
+    """Report training metrics at ``step`` from the calling rank (see module docstring)."""
+    rank = _rank()
+    if rank is None:
+        return
+    try:
+        record: dict[str, object] = {"type": "metric", "rank": rank, "t": round(time.time(), 3)}
+        s = _step(step)
+        if s is not None:
+            record["step"] = s
+        for name, value in metrics.items():
+            if name in RESERVED:
+                _warn_once(name, f"{name!r} is a reserved name; dropped")
+                continue
+            v = _number(name, value)
+            if v is not None:
+                record[name] = v
+        line = format_record(record) + "\n"
+        with _lock:
+            out = sys.stdout
+            out.write(line)
+            out.flush()
+    except Exception as exc:
+        _warn_once("__error__", f"could not write a metric record ({exc!r})")

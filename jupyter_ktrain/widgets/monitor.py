@@ -1,0 +1,571 @@
+"""The monitor in the ``%%ktrain`` cell: ipywidgets + plotly, or plain text without widgets.
+
+Both views read a :class:`~jupyter_ktrain.monitor.model.MonitorModel` and share one small
+interface (:class:`View`): ``show()`` once, ``update(now)`` on a timer (every ~0.2 s is fine:
+each view throttles itself), ``close(now)`` when the job is over or the user detaches.
+
+Rate limits (Jupyter drops output above ~1 MB/s or 1000 messages/s): :class:`MonitorView`
+never uses ``Output.append_stdout`` (it resends the whole history). Logs go into small HTML
+"chunk" widgets: a flush rewrites only the newest chunk (at most ``chunk_bytes``), full
+chunks are frozen and the oldest are dropped from the view, so bytes per flush are bounded
+and do not grow with run length. At most ``max_flush_bytes`` of new lines are shown per
+flush; a backlog beyond that is skipped with a marker (the lines stay in the log files).
+Plots are redrawn every ``plot_interval`` seconds inside ``batch_update()``, only traces
+with new points, each downsampled to at most ``plot_points`` (fewer when many traces change
+at once, keeping one redraw under ``max_plot_points``).
+
+Threading: ``update``/``close`` must be called from the thread that feeds the model. Widget
+callbacks (rank selector, filter, follow) only set flags that the next ``update`` applies,
+so they never read the model while another thread writes it.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any, Protocol
+
+from ..monitor.model import LogEntry, MonitorModel
+
+__all__ = ["MonitorView", "TextView", "View", "make_view", "widgets_available"]
+
+_COLOURS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#7f7f7f",
+)
+_STATE_COLOURS = {
+    "Running": "#2ca02c",
+    "Succeeded": "#1f77b4",
+    "Failed": "#d62728",
+    "Cancelled": "#7f7f7f",
+}
+_GPU_TITLES = {
+    "util": "GPU utilisation (%)",
+    "mem_used": "GPU memory used (MiB)",
+    "power": "GPU power (W)",
+    "temp": "GPU temperature (°C)",
+}
+Callback = Callable[[], None]
+
+
+class View(Protocol):
+    def show(self) -> None: ...
+    def update(self, now: float | None = None) -> None: ...
+    def close(self, now: float | None = None) -> None: ...
+
+
+def fmt_elapsed(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def _shape(model: MonitorModel) -> str:
+    h = model.header
+    if h.gpus_per_node:
+        return f"{h.nodes} node(s) × {h.gpus_per_node} GPU(s)"
+    return f"{h.nodes} node(s) × {h.procs_per_node} proc(s)"
+
+
+def _digest(digest: str | None) -> str:
+    if not digest:
+        return ""
+    algo, _, hexpart = digest.partition(":")
+    return f"{algo}:{hexpart[:12]}" if hexpart else digest[:19]
+
+
+def header_text(model: MonitorModel, now: float) -> str:
+    """``mnist · PyTorchJob on local · Running 1m 05s · 2 node(s) × 2 proc(s) · sha256:…``"""
+    h = model.header
+    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    parts.append(_shape(model))
+    if h.image_digest:
+        parts.append(_digest(h.image_digest))
+    if model.transport is not None:
+        parts.append(model.transport.describe())
+    text = " · ".join(parts)
+    return f"{text} · {h.message}" if h.message else text
+
+
+def _colour(entry: LogEntry) -> str:
+    return _COLOURS[entry.rank % len(_COLOURS)] if entry.rank is not None else "#888888"
+
+
+def _matches(entry: LogEntry, needle: str) -> bool:
+    return not needle or needle in entry.text.lower()
+
+
+# ---------------------------------------------------------------------------------------
+class TextView:
+    """Readable text for nbclient, terminals and frontends without widgets.
+
+    Prints ``[rank3] text`` lines, state changes, alerts (once each) and, at most every
+    ``metric_every`` seconds, the latest metrics of the lowest rank; ``close`` prints the
+    final state line. Each ``update`` writes one batch of at most ``max_bytes`` bytes.
+    """
+
+    def __init__(
+        self,
+        model: MonitorModel,
+        out: IO[str] | None = None,
+        *,
+        max_bytes: int = 64_000,
+        metric_every: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.model = model
+        self.out = out if out is not None else sys.stdout
+        self.max_bytes = max_bytes
+        self.metric_every = metric_every
+        self.clock = clock
+        self._seq = 0
+        self._state: tuple[str, str] | None = None
+        self._alerted: set[tuple[str, str]] = set()
+        self._transport: str | None = None
+        self._metric_at = 0.0
+        self._metric_seen: int | None = None
+        self._closed = False
+
+    def show(self) -> None:
+        now = self.clock()
+        self.out.write(f"[ktrain] {header_text(self.model, now)}\n")
+        self._state = (self.model.header.state, self.model.header.message)
+        self.out.flush()
+
+    def update(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        chunks: list[str] = []
+        h = self.model.header
+        if (h.state, h.message) != self._state:
+            self._state = (h.state, h.message)
+            chunks.append(
+                f"[ktrain] {h.name}: {h.state}" + (f" ({h.message})" if h.message else "")
+            )
+        transport = self.model.transport
+        if transport is not None and transport.describe() != self._transport:
+            self._transport = transport.describe()
+            chunks.append(f"[ktrain] NCCL transport: {self._transport}")
+        for alert in self.model.alerts():
+            if (alert.code, alert.key) not in self._alerted:
+                self._alerted.add((alert.code, alert.key))
+                chunks.append(f"[ktrain] warning: {alert.message}")
+        chunks.extend(self._new_lines())
+        metric = self._metrics(now)
+        if metric:
+            chunks.append(metric)
+        if chunks:
+            self.out.write("\n".join(chunks) + "\n")
+            self.out.flush()
+
+    def _new_lines(self) -> list[str]:
+        lines: list[str] = []
+        size = 0
+        entries = list(self.model.lines_after(self._seq))
+        if entries and entries[0].seq > self._seq + 1 and self._seq:
+            lines.append(f"[ktrain] … {entries[0].seq - self._seq - 1} lines not shown")
+        for i, e in enumerate(entries):
+            line = f"[{e.label}] {e.text}"
+            size += len(line) + 1
+            if size > self.max_bytes:
+                rest = len(entries) - i
+                lines.append(f"[ktrain] … {rest} lines not shown (rate limit; see the logs)")
+                break
+            lines.append(line)
+        if entries:
+            self._seq = entries[-1].seq
+        return lines
+
+    def _metrics(self, now: float) -> str:
+        rec = self.model.last_records.get("metric")
+        if rec is None or self.model.record_count == self._metric_seen:
+            return ""
+        if now - self._metric_at < self.metric_every:
+            return ""
+        self._metric_at, self._metric_seen = now, self.model.record_count
+        values = ", ".join(
+            f"{k} {v:.4g}"
+            for k, v in rec.items()
+            if k not in ("type", "rank", "step", "t") and isinstance(v, (int, float))
+        )
+        step = f" step {rec['step']}" if "step" in rec else ""
+        return f"[ktrain] metrics (rank {rec.get('rank')}{step}): {values}"
+
+    def close(self, now: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        now = self.clock() if now is None else now
+        self.update(now)
+        h = self.model.header
+        tail = f" ({h.message})" if h.message else ""
+        self.out.write(f"[ktrain] {h.name} {h.state} after {fmt_elapsed(h.elapsed(now))}{tail}\n")
+        self.out.flush()
+
+
+# ---------------------------------------------------------------------------------------
+class MonitorView:
+    """The widget monitor (see module docstring). ``widget`` is the top-level VBox."""
+
+    def __init__(
+        self,
+        model: MonitorModel,
+        *,
+        on_cancel: Callback | None = None,
+        on_open_panel: Callback | None = None,
+        clock: Callable[[], float] = time.time,
+        flush_interval: float = 0.2,
+        max_flush_bytes: int = 64_000,
+        chunk_bytes: int = 8_000,
+        max_chunks: int = 50,
+        plot_interval: float = 1.0,
+        plot_points: int = 2_000,
+        max_plot_points: int = 40_000,
+        max_plot_ranks: int = 8,
+    ) -> None:
+        import ipywidgets as w
+
+        self._w = w
+        self.model = model
+        self.clock = clock
+        self.flush_interval = flush_interval
+        self.max_flush_bytes = max_flush_bytes
+        self.chunk_bytes = chunk_bytes
+        self.max_chunks = max_chunks
+        self.plot_interval = plot_interval
+        self.plot_points = plot_points
+        self.max_plot_points = max_plot_points
+        self.max_plot_ranks = max_plot_ranks
+        self._lock = threading.Lock()
+
+        self.header = w.HTML()
+        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger")
+        self.panel_button = w.Button(description="Open in side panel", icon="external-link")
+        self.cancel_button.disabled = on_cancel is None
+        self.panel_button.disabled = on_open_panel is None
+        if on_cancel is not None:
+            self.cancel_button.on_click(lambda _b: on_cancel())
+        if on_open_panel is not None:
+            self.panel_button.on_click(lambda _b: on_open_panel())
+        self.alerts = w.HTML()
+        self.replicas = w.HTML()
+        self.rank_select = w.Dropdown(options=[("all ranks", "")], value="", description="Show")
+        self.filter_text = w.Text(placeholder="filter lines…", continuous_update=False)
+        self.follow = w.ToggleButton(value=True, description="Follow", icon="play")
+        self.log_status = w.HTML()
+        self.log_box = w.Box(
+            layout=w.Layout(
+                display="flex",
+                flex_flow="column-reverse",  # keeps the scroll pinned to the newest line
+                overflow="auto",
+                height="320px",
+                border="1px solid #ddd",
+            )
+        )
+        self.plots = w.Box(layout=w.Layout(display="flex", flex_flow="row wrap"))
+        self.widget = w.VBox(
+            [
+                w.HBox([self.header, self.cancel_button, self.panel_button]),
+                self.alerts,
+                self.replicas,
+                w.HBox([self.rank_select, self.filter_text, self.follow, self.log_status]),
+                self.log_box,
+                self.plots,
+            ]
+        )
+        self.rank_select.observe(self._on_view_change, names="value")
+        self.filter_text.observe(self._on_view_change, names="value")
+        self.follow.observe(self._on_view_change, names="value")
+
+        self._seq = 0
+        self._chunks: list[Any] = []
+        self._chunk_lines: list[str] = []
+        self._chunk_size = 0
+        self._label = ""
+        self._needle = ""
+        self._following = True
+        self._rebuild = False
+        self._last_flush = float("-inf")
+        self._last_plot = float("-inf")
+        self._labels: list[str] = []
+        self._replica_rows: Any = None
+        self._plot: Any = None  # PanelFigure, created with the first data point
+        self._pushed: dict[tuple[str, Any], int] = {}
+        self._closed = False
+
+    # -- widget callbacks: flags only ---------------------------------------------------
+    def _on_view_change(self, _change: Any) -> None:
+        self._rebuild = True
+
+    # -- public -------------------------------------------------------------------------
+    def show(self) -> None:
+        from IPython import display
+
+        display.display(self.widget)  # type: ignore[no-untyped-call]
+
+    def update(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        with self._lock:
+            self._update_header(now)
+            if now - self._last_flush >= self.flush_interval:
+                self._last_flush = now
+                self._update_logs()
+            if now - self._last_plot >= self.plot_interval:
+                self._last_plot = now
+                self._update_plots()
+
+    def close(self, now: float | None = None) -> None:
+        """Final flush: everything shown, buttons disabled. Widgets stay on screen."""
+        if self._closed:
+            return
+        now = self.clock() if now is None else now
+        self._last_flush = self._last_plot = float("-inf")
+        self.update(now)
+        self._closed = True
+        self.cancel_button.disabled = True
+
+    # -- header, replicas, alerts -------------------------------------------------------
+    def _update_header(self, now: float) -> None:
+        m = self.model
+        colour = _STATE_COLOURS.get(m.header.state, "#ff7f0e")
+        text = html.escape(header_text(m, now))
+        self.header.value = f'<b style="color:{colour}">●</b> {text}'
+        self.cancel_button.disabled = self.cancel_button.disabled or m.header.finished
+        alerts = m.alerts()
+        self.alerts.value = "".join(
+            f'<div style="color:#b35900">⚠ {html.escape(a.message)}</div>' for a in alerts
+        )
+        if m.replicas != self._replica_rows:
+            self._replica_rows = list(m.replicas)
+            self.replicas.value = replica_table(m)
+        labels = m.labels()
+        if labels != self._labels:
+            self._labels = labels
+            self.rank_select.options = [("all ranks", ""), *((lb, lb) for lb in labels)]
+
+    # -- logs ---------------------------------------------------------------------------
+    def _update_logs(self) -> None:
+        if self._rebuild:
+            self._rebuild = False
+            label, needle = self.rank_select.value or "", self.filter_text.value.lower()
+            following = bool(self.follow.value)
+            if (label, needle) != (self._label, self._needle) or following != self._following:
+                self._label, self._needle, self._following = label, needle, following
+                self._reset_logs()
+        if not self._following:
+            pending = sum(1 for _ in self.model.lines_after(self._seq, self._label or None))
+            self.log_status.value = f"paused · {pending} new line(s)" if pending else "paused"
+            return
+        entries = list(self.model.lines_after(self._seq, self._label or None))
+        if not entries:
+            return
+        lines: list[str] = []
+        if self._seq and entries[0].seq > self._seq + 1:
+            lines.append(_marker("older lines left the view; they are in the log files"))
+        budget = self.max_flush_bytes
+        start = 0
+        approx = sum(len(e.text) + 24 for e in entries)
+        if approx > budget:  # backlog: show the newest part, say what was skipped
+            size = 0
+            start = len(entries)
+            while start > 0 and size + len(entries[start - 1].text) + 24 <= budget:
+                start -= 1
+                size += len(entries[start].text) + 24
+            lines.append(_marker(f"{start} lines skipped to keep up (see the log files)"))
+        for e in entries[start:]:
+            if _matches(e, self._needle):
+                lines.append(_html_line(e))
+        self._seq = entries[-1].seq
+        self._append(lines)
+        self.log_status.value = f"{self.model.line_count} line(s)"
+
+    def _reset_logs(self) -> None:
+        self._chunks = []
+        self._chunk_lines = []
+        self._chunk_size = 0
+        self.log_box.children = ()
+        buf = self.model.logs if not self._label else self.model.rank_logs.get(self._label, ())
+        tail: list[str] = []
+        size = 0
+        for e in reversed(buf):
+            if not _matches(e, self._needle):
+                continue
+            line = _html_line(e)
+            if size + len(line) > self.max_flush_bytes:
+                break
+            tail.append(line)
+            size += len(line)
+        tail.reverse()
+        self._seq = buf[-1].seq if buf else 0
+        self._append(tail)
+
+    def _append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        for line in lines:
+            if not self._chunks or self._chunk_size + len(line) > self.chunk_bytes:
+                if self._chunks:
+                    self._render_chunk()  # freeze the full chunk
+                self._new_chunk()
+            self._chunk_lines.append(line)
+            self._chunk_size += len(line) + 1
+        self._render_chunk()
+
+    def _new_chunk(self) -> None:
+        chunk = self._w.HTML(layout=self._w.Layout(flex="0 0 auto"))
+        self._chunks.insert(0, chunk)
+        del self._chunks[self.max_chunks :]
+        self._chunk_lines = []
+        self._chunk_size = 0
+        self.log_box.children = tuple(self._chunks)
+
+    def _render_chunk(self) -> None:
+        body = "\n".join(self._chunk_lines)
+        self._chunks[0].value = (
+            '<pre style="margin:0;font-size:12px;line-height:1.3;white-space:pre-wrap">'
+            f"{body}</pre>"
+        )
+
+    def log_text(self) -> str:
+        """The plain text currently in the log pane, oldest first (what a user reads)."""
+        out = []
+        for chunk in reversed(self._chunks):
+            body = chunk.value.split(">", 1)[1].rsplit("</pre>", 1)[0]
+            out.append(_strip_tags(body))
+        return "\n".join(out)
+
+    # -- plots --------------------------------------------------------------------------
+    def _update_plots(self) -> None:
+        dirty = self._dirty_series()
+        if not dirty:
+            return
+        per_trace = max(100, min(self.plot_points, self.max_plot_points // len(dirty)))
+        if self._plot is None:
+            from .plots import PanelFigure
+
+            self._plot = PanelFigure()
+            self.plots.children = (self._plot.fig,)
+        plot = self._plot
+        for (panel, _who), _series in dirty:  # panels first: one relayout each, before data
+            kind, field = panel.split(":", 1)
+            title = _GPU_TITLES.get(field, field) if kind == "g" else field
+            plot.panel(panel, title, "seconds" if kind == "g" else "step")
+        with plot.fig.batch_update():
+            for key, series in dirty:
+                panel, who = key
+                label = f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
+                trace = plot.trace(panel, who, label)
+                xs, ys = series.points(per_trace)
+                trace.x, trace.y = _arrays(xs, ys)
+                self._pushed[key] = series.count
+
+    def _dirty_series(self) -> list[tuple[tuple[str, Any], Any]]:
+        m = self.model
+        ranks = sorted({r for r, _ in m.metrics})
+        if self._label.startswith("rank"):
+            shown = {int(self._label[4:])}
+        else:
+            shown = set(ranks[: self.max_plot_ranks])
+        out: list[tuple[tuple[str, Any], Any]] = []
+        for (rank, name), series in sorted(m.metrics.items()):
+            if rank in shown and self._pushed.get((f"m:{name}", rank)) != series.count:
+                out.append(((f"m:{name}", rank), series))
+        for (node, gpu, name), series in sorted(m.gpus.items()):
+            key = (f"g:{name}", (node, gpu))
+            if self._pushed.get(key) != series.count:
+                out.append((key, series))
+        return out
+
+    def traces(self, name: str) -> list[Any]:
+        """Plotted traces of metric ``name`` or GPU field ``gpu:util`` (what the user sees)."""
+        if self._plot is None:
+            return []
+        panel = f"g:{name[4:]}" if name.startswith("gpu:") else f"m:{name}"
+        traces: list[Any] = self._plot.traces(panel)
+        return traces
+
+
+def _arrays(xs: list[float], ys: list[float]) -> tuple[Any, Any]:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional
+        return xs, ys
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float32)
+
+
+def _html_line(e: LogEntry) -> str:
+    return f'<span style="color:{_colour(e)}">[{e.label}]</span> {html.escape(e.text)}'
+
+
+def _marker(text: str) -> str:
+    return f'<span style="color:#888">… {html.escape(text)}</span>'
+
+
+def _strip_tags(text: str) -> str:
+    out: list[str] = []
+    inside = False
+    for ch in text:
+        if ch == "<":
+            inside = True
+        elif ch == ">":
+            inside = False
+        elif not inside:
+            out.append(ch)
+    return html.unescape("".join(out))
+
+
+def replica_table(model: MonitorModel) -> str:
+    """The replica table as HTML (name, phase, restarts, node, last event)."""
+    if not model.replicas:
+        return ""
+    head = "".join(
+        f'<th style="text-align:left;padding:0 12px 0 0">{h}</th>'
+        for h in ("replica", "phase", "restarts", "node", "last event")
+    )
+    rows = []
+    for r in model.replicas:
+        cells = (r.name, r.phase, str(r.restarts), r.node, r.last_event)
+        tds = "".join(f'<td style="padding:0 12px 0 0">{html.escape(c)}</td>' for c in cells)
+        rows.append(f"<tr>{tds}</tr>")
+    return f'<table style="font-size:12px"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+# ---------------------------------------------------------------------------------------
+def widgets_available() -> bool:
+    """True in a kernel with a comm when ipywidgets, plotly and anywidget import."""
+    try:
+        import anywidget  # noqa: F401
+        import ipywidgets  # noqa: F401
+        import plotly.graph_objects  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def make_view(
+    model: MonitorModel,
+    prefer_widgets: bool = True,
+    *,
+    on_cancel: Callback | None = None,
+    on_open_panel: Callback | None = None,
+    out: IO[str] | None = None,
+) -> View:
+    """A :class:`MonitorView` when asked for and possible, else a :class:`TextView`."""
+    if prefer_widgets and widgets_available():
+        return MonitorView(model, on_cancel=on_cancel, on_open_panel=on_open_panel)
+    return TextView(model, out)

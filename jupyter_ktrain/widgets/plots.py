@@ -1,0 +1,89 @@
+"""One plotly FigureWidget holding stacked panels that appear as data arrives.
+
+Why one figure: every FigureWidget opens with plotly's ~5 MB JavaScript bundle (anywidget
+``_esm``) in its ``comm_open``; a figure per metric would cost that many times over. Panels
+are axes pairs ``x{k}/y{k}`` whose domains are re-laid out when a panel is added; traces are
+added once and later only their ``x``/``y`` change, inside ``batch_update`` (one message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+__all__ = ["PanelFigure"]
+
+
+def _axis(k: int, letter: str) -> tuple[str, str]:
+    """(layout key, trace ref) of panel ``k`` (0-based): ``xaxis``/``x``, ``xaxis2``/``x2``."""
+    suffix = "" if k == 0 else str(k + 1)
+    return f"{letter}axis{suffix}", f"{letter}{suffix}"
+
+
+class PanelFigure:
+    def __init__(self, *, panel_height: int = 200, gap: int = 60, width: int | None = None) -> None:
+        import plotly.graph_objects as go
+
+        self.panel_height = panel_height
+        self.gap = gap
+        layout: dict[str, Any] = {
+            "height": 60,
+            "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
+            "uirevision": "keep",  # keep the user's zoom and hidden traces across updates
+            "showlegend": True,
+            "legend": {"groupclick": "toggleitem"},
+        }
+        if width is not None:
+            layout["width"] = width
+        self.fig = go.FigureWidget(layout=layout)
+        self.panels: list[str] = []
+        self._titles: dict[str, tuple[str, str]] = {}
+        self._traces: dict[tuple[str, Hashable], Any] = {}
+
+    def panel(self, name: str, title: str, x_title: str) -> int:
+        """Index of panel ``name``, adding it (and re-laying out all panels) if new."""
+        if name in self.panels:
+            return self.panels.index(name)
+        self.panels.append(name)
+        self._titles[name] = (title, x_title)
+        self._layout()
+        return len(self.panels) - 1
+
+    def _layout(self) -> None:
+        n = len(self.panels)
+        ph, gap = self.panel_height, self.gap
+        total = n * ph + (n - 1) * gap
+        update: dict[str, Any] = {"height": total + 80}
+        for k, name in enumerate(self.panels):
+            top = 1 - k * (ph + gap) / total
+            bottom = max(0.0, top - ph / total)
+            title, x_title = self._titles[name]
+            xkey, xref = _axis(k, "x")
+            ykey, yref = _axis(k, "y")
+            update[xkey] = {"domain": [0, 1], "anchor": yref, "title": {"text": x_title}}
+            update[ykey] = {"domain": [bottom, top], "anchor": xref, "title": {"text": title}}
+        with self.fig.batch_update():
+            self.fig.update_layout(update)
+
+    def trace(self, panel: str, key: Hashable, label: str) -> Any:
+        """The trace for ``key`` in ``panel`` (created empty on first use)."""
+        trace = self._traces.get((panel, key))
+        if trace is None:
+            k = self.panels.index(panel)
+            title = self._titles[panel][0]
+            self.fig.add_scatter(
+                x=[],
+                y=[],
+                mode="lines",
+                name=label,
+                xaxis=_axis(k, "x")[1],
+                yaxis=_axis(k, "y")[1],
+                legendgroup=panel,
+                legendgrouptitle={"text": title},
+            )
+            trace = self.fig.data[-1]
+            self._traces[(panel, key)] = trace
+        return trace
+
+    def traces(self, panel: str) -> list[Any]:
+        return [t for (p, _), t in self._traces.items() if p == panel]

@@ -1,0 +1,135 @@
+"""MonitorModel: what the monitor shows after a stream of protocol lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
+from jupyter_ktrain.monitor.protocol import format_agent_line, format_rank_line, format_record
+
+NCCL = Path(__file__).resolve().parents[1] / "data" / "nccl"
+T0 = 1_763_700_000.0
+
+
+def _model(**kw: object) -> MonitorModel:
+    m = MonitorModel(JobHeader(name="mnist", nodes=2, procs_per_node=2), **kw)  # type: ignore[arg-type]
+    m.set_state("Running", T0)
+    return m
+
+
+def test_logs_are_split_by_rank_and_records_are_not_log_lines() -> None:
+    m = _model()
+    m.feed_text(format_rank_line(0, "epoch 1 loss 0.52"), T0 + 1, node=0)
+    m.feed_text(format_rank_line(3, "epoch 1 loss 0.61") + "\n", T0 + 1.1, node=1)
+    m.feed_text(format_agent_line("GPU sampling off: NVML not available"), T0 + 1.2, node=1)
+    m.feed_text("torchrun: starting 2 workers", T0 + 1.3, node=0)
+    m.feed_text(format_rank_line(0, format_record({"type": "metric", "step": 1, "loss": 0.5})), T0)
+    assert [(e.label, e.text) for e in m.logs] == [
+        ("rank0", "epoch 1 loss 0.52"),
+        ("rank3", "epoch 1 loss 0.61"),
+        ("agent@1", "GPU sampling off: NVML not available"),
+        ("node@0", "torchrun: starting 2 workers"),
+    ]
+    assert m.labels() == ["rank0", "rank3", "agent@1", "node@0"]
+    assert [e.text for e in m.lines_after(2)] == [e.text for e in list(m.logs)[2:]]
+    assert [e.text for e in m.lines_after(0, "rank3")] == ["epoch 1 loss 0.61"]
+    assert list(m.lines_after(4)) == []
+    assert (m.line_count, m.record_count) == (4, 1)
+
+
+def test_ring_buffers_drop_oldest_lines_from_view_only() -> None:
+    m = _model(max_lines=100, max_lines_per_rank=30)
+    for i in range(1000):
+        m.feed_text(format_rank_line(i % 4, f"line {i}"), T0 + i)
+    assert len(m.logs) == 100
+    assert m.logs[-1].text == "line 999"
+    assert len(m.rank_logs["rank1"]) == 30
+    assert m.rank_logs["rank1"][-1].text == "line 997"
+    assert m.line_count == 1000
+    # a reader that fell behind the ring gets what is still there, oldest first
+    assert [e.text for e in m.lines_after(5)][:2] == ["line 900", "line 901"]
+
+
+def test_metrics_series_per_rank_and_name_bounded() -> None:
+    m = _model(plot_points=300)
+    for step in range(20_000):
+        rec = {"type": "metric", "rank": 1, "step": step, "t": T0 + step, "loss": 1 / (step + 1)}
+        m.feed_text(format_rank_line(1, format_record(rec)), T0 + step)
+    m.feed_text(format_rank_line(0, format_record({"type": "metric", "t": T0 + 5, "acc": 0.9})), 0)
+    assert m.metric_names() == ["acc", "loss"]
+    xs, ys = m.metrics[(1, "loss")].points()
+    assert len(xs) <= 300
+    assert (xs[0], ys[0], xs[-1]) == (0.0, 1.0, 19_999.0)
+    assert m.metrics[(0, "acc")].points() == ([5.0], [0.9])  # no step: seconds since start
+
+
+def test_gpu_series_and_low_utilisation_alert() -> None:
+    m = _model(low_util_s=60, low_util_pct=10)
+    for i in range(100):
+        util = 95.0 if i < 20 else 2.0
+        rec = {"type": "gpu", "node": 1, "gpu": 0, "t": T0 + i, "util": util, "mem_used": 1000.0}
+        m.feed_text(format_agent_line(format_record(rec)), T0 + i, node=1)
+        if i == 70:
+            assert m.alerts() == []  # low for 50 s only
+    assert [a.code for a in m.alerts()] == ["gpu-low-util"]
+    assert "GPU 0 on node 1" in m.alerts()[0].message
+    assert m.gpus[(1, 0, "util")].points()[1][-1] == 2.0
+    assert m.gpu_last[(1, 0)]["mem_used"] == 1000.0
+    rec = {"type": "gpu", "node": 1, "gpu": 0, "t": T0 + 101, "util": 90.0}
+    m.feed_text(format_agent_line(format_record(rec)), T0 + 101, node=1)
+    assert m.alerts() == []
+
+
+def test_rdma_requested_but_nccl_fell_back_to_sockets() -> None:
+    m = _model(rdma_requested=True)
+    for line in (NCCL / "socket_fallback.log").read_text().splitlines():
+        m.feed_text(format_rank_line(2, line), T0 + 3)
+    alerts = m.alerts()
+    assert [a.code for a in alerts] == ["rdma-fallback"]
+    assert "rank2 uses TCP sockets" in alerts[0].message
+    assert m.transport is not None
+    assert m.transport.kind == "socket"
+    # the same lines without --rdma: transport shown, no alert
+    m2 = _model()
+    for line in (NCCL / "roce.log").read_text().splitlines():
+        m2.feed_text(format_rank_line(0, line), T0 + 3)
+    assert m2.alerts() == []
+    assert m2.transport is not None
+    assert m2.transport.describe().startswith("NET/IB (RoCE")
+
+
+def test_silent_rank_alert_only_for_ranks_that_talked_regularly() -> None:
+    m = _model(silence_s=60)
+    for i in range(10):
+        m.feed_text(format_rank_line(0, f"step {i}"), T0 + 2 * i)
+        m.feed_text(format_rank_line(1, f"step {i}"), T0 + 2 * i)
+    m.feed_text(format_rank_line(2, "hello once"), T0)  # prints only at start: never "silent"
+    for i in range(10, 60):
+        m.feed_text(format_rank_line(0, f"step {i}"), T0 + 2 * i)
+    assert [a.key for a in m.check(T0 + 70)] == []
+    alerts = m.check(T0 + 120)
+    assert [(a.code, a.key) for a in alerts] == [("rank-silent", "rank1")]
+    assert "rank 1 has been silent for 102 s" in alerts[0].message
+    m.feed_text(format_rank_line(1, "back"), T0 + 121)
+    assert m.alerts() == []
+    m.check(T0 + 1000)
+    m.set_state("Succeeded", T0 + 1001)
+    assert m.alerts() == []  # a finished job has no silent ranks
+    assert m.header.elapsed(T0 + 5000) == 1001
+
+
+def test_state_replicas_and_version() -> None:
+    m = MonitorModel(JobHeader(name="j"))
+    v = m.version
+    m.set_state("Pending", T0)
+    assert m.version == v  # no change, no redraw
+    m.set_state("Running", T0 + 5)
+    m.set_replicas([ReplicaRow("j-worker-0", "Running", 0, "node-a", "Started")])
+    m.set_replicas([ReplicaRow("j-worker-0", "Running", 0, "node-a", "Started")])
+    assert m.version == v + 2
+    assert m.header.start_time == T0 + 5
+    m.set_state("Failed", T0 + 9, "exit code 1")
+    assert m.header.finished
+    assert m.header.elapsed(T0 + 100) == 4
+    m.set_header(image_digest="sha256:abc")
+    assert m.header.image_digest == "sha256:abc"

@@ -1,0 +1,129 @@
+"""ktrain.report(): one record line per call in a rank, nothing in the kernel, never raises."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from jupyter_ktrain.monitor.protocol import format_rank_line, parse_line
+from jupyter_ktrain.report import report
+
+# the module, even once the package exports the function under the same name
+report_mod = importlib.import_module("jupyter_ktrain.report")
+
+
+@pytest.fixture
+def rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setattr(report_mod, "_rank_cache", None)
+    monkeypatch.setattr(report_mod, "_warned", set())
+    yield 3
+    report_mod._rank_cache = None
+
+
+def _records(out: str) -> list[dict[str, object]]:
+    recs = []
+    for line in out.splitlines():
+        parsed = parse_line(format_rank_line(3, line))  # what the runtime's prefix makes of it
+        assert parsed.record is not None, line
+        recs.append(parsed.record)
+    return recs
+
+
+def test_in_a_rank_each_call_is_one_metric_record(
+    rank: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report(step=10, loss=0.52, samples_per_sec=1234)
+    report(loss=0.5)
+    recs = _records(capsys.readouterr().out)
+    assert recs[0]["type"] == "metric"
+    assert recs[0]["rank"] == rank
+    assert (recs[0]["step"], recs[0]["loss"], recs[0]["samples_per_sec"]) == (10, 0.52, 1234.0)
+    assert abs(float(recs[0]["t"]) - time.time()) < 5  # type: ignore[arg-type]
+    assert "step" not in recs[1]
+
+
+def test_bad_values_are_dropped_with_one_warning(
+    rank: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report(step=1, loss=float("nan"), acc=0.9, rank=7)  # type: ignore[arg-type]
+    report(step=2, loss=float("inf"), acc="high")  # type: ignore[arg-type]
+    report(step="x", acc=0.8)  # type: ignore[arg-type]
+    captured = capsys.readouterr()
+    recs = _records(captured.out)
+    assert [r.get("loss") for r in recs] == [None, None, None]
+    assert [r.get("acc") for r in recs] == [0.9, None, 0.8]
+    assert recs[0]["rank"] == rank  # a metric named "rank" cannot spoof it
+    errs = captured.err.splitlines()
+    assert sum("loss=" in e for e in errs) == 1
+    assert any("'rank' is a reserved name" in e for e in errs)
+    assert any("acc='high'" in e for e in errs)
+    assert any("step='x'" in e for e in errs)
+
+
+def test_a_broken_stdout_never_raises(rank: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError("pipe closed")
+
+    monkeypatch.setattr(sys, "stdout", Broken())
+    report(step=1, loss=1.0)  # no exception
+
+
+def test_outside_a_job_it_is_a_quick_no_op(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(report_mod, "_rank_cache", None)
+    t0 = time.perf_counter()
+    for i in range(10_000):
+        report(step=i, loss=1.0)
+    per_call = (time.perf_counter() - t0) / 10_000
+    assert capsys.readouterr().out == ""
+    assert per_call < 20e-6
+
+
+def test_costs_microseconds_and_is_thread_safe(rank: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", sink)
+    n = 20_000
+    t0 = time.perf_counter()
+    for i in range(n):
+        report(step=i, loss=0.1, samples_per_sec=100.0)
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 100e-6, per_call  # ~5 µs measured; generous for a shared machine
+
+    sink.seek(0)
+    sink.truncate()
+    threads = [
+        threading.Thread(target=lambda k=k: [report(step=i, w=float(k)) for i in range(500)])
+        for k in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    recs = _records(sink.getvalue())
+    assert len(recs) == 4000
+    assert {r["w"] for r in recs} == {float(k) for k in range(8)}
+
+
+def test_real_rank_process_writes_a_parseable_line() -> None:
+    code = "from jupyter_ktrain.report import report; report(step=5, loss=2)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"RANK": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rec = parse_line(format_rank_line(1, out.strip())).record
+    assert rec is not None
+    assert (rec["rank"], rec["step"], rec["loss"]) == (1, 5, 2.0)

@@ -1,0 +1,177 @@
+"""The cell monitor as a user sees it: header, replicas, logs, plots, bounded traffic."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
+from jupyter_ktrain.monitor.protocol import format_agent_line, format_rank_line, format_record
+from jupyter_ktrain.widgets.monitor import MonitorView, TextView, make_view
+
+T0 = 1_763_700_000.0
+
+
+class CommBytes:
+    """Counts what ipywidgets would send to the frontend: JSON body + binary buffers."""
+
+    def __init__(self) -> None:
+        self.bytes = 0  # comm_msg: state updates (what Jupyter's rate limits count)
+        self.messages = 0
+        self.opened: list[int] = []  # comm_open sizes: one per widget created
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import comm
+
+        counter = self
+
+        class RecordingComm(comm.DummyComm):  # type: ignore[misc]
+            def publish_msg(self, msg_type: str, data: Any = None, metadata: Any = None,
+                            buffers: Any = None, **keys: Any) -> None:  # fmt: skip
+                size = len(json.dumps(data, default=str))
+                size += sum(memoryview(b).nbytes for b in buffers or ())
+                if msg_type == "comm_open":
+                    counter.opened.append(size)
+                else:
+                    counter.messages += 1
+                    counter.bytes += size
+
+        monkeypatch.setattr(comm, "create_comm", RecordingComm)
+
+
+@pytest.fixture
+def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[CommBytes]:
+    counter = CommBytes()
+    counter.install(monkeypatch)
+    return counter
+
+
+def _job() -> MonitorModel:
+    m = MonitorModel(JobHeader(name="mnist", nodes=2, procs_per_node=2), plot_points=2000)
+    m.set_state("Running", T0)
+    m.set_replicas(
+        [
+            ReplicaRow("node-0", "Running", 0, "localhost", "started torchrun"),
+            ReplicaRow("node-1", "Running", 1, "localhost", "restarted"),
+        ]
+    )
+    return m
+
+
+def _feed(m: MonitorModel, n: int, t: float = T0) -> None:
+    for i in range(n):
+        r = i % 4
+        m.feed_text(format_rank_line(r, f"step {i} <ok> & fine"), t + i * 0.01, node=r // 2)
+        rec = {"type": "metric", "rank": r, "step": i, "t": t, "loss": 1.0 / (i + 1)}
+        m.feed_text(format_rank_line(r, format_record(rec)), t + i * 0.01, node=r // 2)
+
+
+def test_user_sees_header_replicas_logs_and_plots(traffic: CommBytes) -> None:
+    m = _job()
+    cancelled: list[bool] = []
+    view = MonitorView(m, on_cancel=lambda: cancelled.append(True), clock=lambda: T0 + 65)
+    _feed(m, 40)
+    m.feed_text(format_agent_line(format_record({"type": "gpu", "node": 0, "gpu": 0,
+                "t": T0 + 1, "util": 88.0, "mem_used": 1200.0})), T0 + 1, node=0)  # fmt: skip
+    view.update(T0 + 65)
+    assert "mnist · PyTorchJob on local · Running 1m 05s · 2 node(s) × 2 proc(s)" in (
+        view.header.value
+    )
+    assert "node-1" in view.replicas.value
+    assert "restarted" in view.replicas.value
+    text = view.log_text()
+    assert "[rank0] step 0 <ok> & fine" in text  # escaped in HTML, readable as text
+    assert "[rank3] step 39 <ok> & fine" in text
+    assert "@@ktrain" not in text  # records are plotted, not printed
+    assert [o[1] for o in view.rank_select.options] == ["", "rank0", "rank1", "rank2", "rank3"]
+    loss = view.traces("loss")
+    assert [t.name for t in loss] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    assert list(loss[0].x) == [float(s) for s in range(0, 40, 4)]
+    assert list(view.traces("gpu:util")[0].y) == [88.0]
+    assert view.traces("gpu:util")[0].yaxis != loss[0].yaxis  # its own panel
+    view.cancel_button.click()
+    assert cancelled == [True]
+    assert view.panel_button.disabled  # no callback given
+
+
+def test_rank_selector_and_filter_rebuild_the_pane() -> None:
+    m = _job()
+    view = MonitorView(m, flush_interval=0, plot_interval=1e9)
+    _feed(m, 40)
+    view.update(T0 + 1)
+    view.rank_select.value = "rank2"
+    view.filter_text.value = "STEP 1"
+    view.update(T0 + 2)
+    lines = view.log_text().splitlines()
+    assert lines == ["[rank2] step 10 <ok> & fine", "[rank2] step 14 <ok> & fine",
+                     "[rank2] step 18 <ok> & fine"]  # fmt: skip
+    view.follow.value = False
+    view.update(T0 + 3)
+    _feed(m, 8, T0 + 4)
+    view.update(T0 + 5)
+    assert view.log_text().splitlines() == lines  # paused
+    assert "paused · 2 new line(s)" in view.log_status.value
+
+
+def test_traffic_per_flush_is_bounded_and_does_not_grow(traffic: CommBytes) -> None:
+    m = _job()
+    view = MonitorView(m, flush_interval=0, plot_interval=0, chunk_bytes=8_000)
+    per_update = []
+    view.update(T0)
+    for k in range(60):
+        _feed(m, 400, T0 + k)  # 400 lines and 400 metric points per update
+        before = traffic.bytes
+        view.update(T0 + k)
+        per_update.append(traffic.bytes - before)
+    assert max(per_update[-10:]) < 1.5 * max(per_update[10:20])  # flat, not growing
+    assert max(per_update) < 250_000
+    assert sum(size > 1_000_000 for size in traffic.opened) == 1  # one plotly bundle, not one
+    # per metric: each FigureWidget ships plotly.js (~5 MB) when it opens
+    assert len(view.log_box.children) <= 50  # older chunks leave the view
+    assert all(len(t.x) <= 2000 for t in view.traces("loss"))
+    assert m.metrics[(0, "loss")].count == 6000
+
+
+def test_backlog_is_skipped_with_a_marker() -> None:
+    m = MonitorModel(JobHeader(name="j"), max_lines=100_000)
+    view = MonitorView(m, flush_interval=0, max_flush_bytes=10_000)
+    view.update(T0)
+    for i in range(5_000):
+        m.feed_text(format_rank_line(0, f"line {i:05d} " + "x" * 40), T0)
+    view.update(T0 + 1)
+    text = view.log_text()
+    assert "lines skipped to keep up" in text
+    assert "line 04999" in text
+    assert len(text) < 12_000
+
+
+def test_text_view_prints_ranks_warnings_and_final_state() -> None:
+    m = MonitorModel(JobHeader(name="mnist"), rdma_requested=True)
+    out = io.StringIO()
+    view = TextView(m, out, metric_every=0)
+    view.show()
+    m.set_state("Running", T0)
+    m.feed_text(format_rank_line(1, "hello"), T0 + 1)
+    m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO NET/IB : No device found."), T0 + 1)
+    m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO Using network Socket"), T0 + 1)
+    m.feed_text(format_rank_line(1, format_record({"type": "metric", "step": 3, "loss": 0.25})), 0)
+    view.update(T0 + 2)
+    m.set_state("Succeeded", T0 + 75)
+    view.close(T0 + 80)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[ktrain] mnist · PyTorchJob on local · Pending")
+    assert "[ktrain] mnist: Running" in lines
+    assert "[rank1] hello" in lines
+    assert "[ktrain] NCCL transport: NET/Socket (TCP sockets)" in lines
+    assert any(x.startswith("[ktrain] warning: RDMA was requested") for x in lines)
+    assert "[ktrain] metrics (rank 1 step 3): loss 0.25" in lines
+    assert lines[-1] == "[ktrain] mnist Succeeded after 1m 15s"
+
+
+def test_make_view_falls_back_to_text_outside_a_kernel() -> None:
+    view = make_view(_job(), prefer_widgets=True, out=io.StringIO())
+    assert isinstance(view, TextView)
