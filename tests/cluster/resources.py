@@ -93,7 +93,7 @@ def load_crds(crd_dir: Path = CRD_DIR) -> list[Resource]:
     """One Resource per served version of each CRD file in ``crd_dir``."""
     out = []
     for path in sorted(crd_dir.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         spec = crd["spec"]
         names = spec["names"]
         for ver in spec["versions"]:

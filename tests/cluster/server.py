@@ -75,6 +75,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query, keep_blank_values=True))
+        for key in ("watch", "allowWatchBookmarks", "follow", "previous", "timestamps"):
+            if key in query:  # Go parses booleans case-insensitively; the Python client sends True
+                query[key] = "true" if query[key].lower() in ("true", "1", "t") else "false"
         headers = {k.lower(): v for k, v in self.headers.items()}
         length = int(headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
