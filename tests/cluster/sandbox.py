@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -180,7 +181,7 @@ def prepare_volumes(
 
 def hosts_file(store: Store, ns: str, path: Path, own: str) -> None:
     """Write the pod's /etc/hosts in place (the bind mount keeps the inode)."""
-    names = {own, "localhost"}
+    names = {own, "localhost", socket.gethostname()}
     for plural in ("services", "pods"):
         for obj in store.list(store.registry.by_plural(plural), ns)[0]:
             n = obj["metadata"]["name"]

@@ -69,16 +69,16 @@ def test_configmap_crud_conflict_and_exists(api, test_cluster):
     cm = v1.create_namespaced_config_map(ns, body)
     with pytest.raises(ApiException) as exc:
         v1.create_namespaced_config_map(ns, body)
-    assert exc.value.status == 409 and '"reason": "AlreadyExists"' in exc.value.body.replace(
-        '":"', '": "'
-    )
+    assert exc.value.status == 409
+    assert '"reason": "AlreadyExists"' in exc.value.body.replace('":"', '": "')
     cm.data["k"] = "v2"
     updated = v1.replace_namespaced_config_map("cfg", ns, cm)
     assert int(updated.metadata.resource_version) > int(cm.metadata.resource_version)
     cm.data["k"] = "stale"
     with pytest.raises(ApiException) as exc:
         v1.replace_namespaced_config_map("cfg", ns, cm)  # old resourceVersion
-    assert exc.value.status == 409 and "the object has been modified" in exc.value.body
+    assert exc.value.status == 409
+    assert "the object has been modified" in exc.value.body
     v1.patch_namespaced_config_map("cfg", ns, {"data": {"extra": "1"}})
     got = v1.read_namespaced_config_map("cfg", ns)
     assert got.data == {"k": "v2", "extra": "1"}
@@ -98,7 +98,8 @@ def test_generate_name_and_field_selector(api, test_cluster):
     made = v1.create_namespaced_secret(
         ns, {"metadata": {"generateName": "tok-"}, "stringData": {"a": "b"}}
     )
-    assert made.metadata.name.startswith("tok-") and len(made.metadata.name) == 9
+    assert made.metadata.name.startswith("tok-")
+    assert len(made.metadata.name) == 9
     assert made.data == {"a": "Yg=="}
     found = v1.list_namespaced_secret(ns, field_selector=f"metadata.name={made.metadata.name}")
     assert [s.metadata.name for s in found.items] == [made.metadata.name]
@@ -176,7 +177,8 @@ def test_fault_429_and_500(api, test_cluster):
         headers={"Authorization": f"Bearer {test_cluster.token}"},
         retries=False,
     )
-    assert raw.status == 429 and raw.headers["Retry-After"] == "2"
+    assert raw.status == 429
+    assert raw.headers["Retry-After"] == "2"
     assert b'"reason": "TooManyRequests"' in raw.data
     test_cluster.faults.fail_next(1, 500)
     with pytest.raises(ApiException) as exc:
@@ -242,7 +244,8 @@ def test_gpu_pod_waits_pending_with_failed_scheduling_event(api, test_cluster):
             ns, field_selector="involvedObject.name=gpu,reason=FailedScheduling"
         ).items
         time.sleep(0.05)
-    assert events and "Insufficient nvidia.com/gpu" in events[0].message
+    assert events
+    assert "Insufficient nvidia.com/gpu" in events[0].message
     assert v1.read_namespaced_pod("gpu", ns).status.phase == "Pending"
     test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma={"rdma/rdma_shared_device_a": 1})])
     deadline = time.monotonic() + 10
@@ -252,4 +255,5 @@ def test_gpu_pod_waits_pending_with_failed_scheduling_event(api, test_cluster):
     ):
         time.sleep(0.05)
     final = v1.read_namespaced_pod("gpu", ns)
-    assert final.spec.node_name == "gpu-0" and final.status.phase == "Succeeded"
+    assert final.spec.node_name == "gpu-0"
+    assert final.status.phase == "Succeeded"
