@@ -142,7 +142,13 @@ class Api:
             if sub == "log":
                 return self._logs(ns or "", name, query)
             if name:
-                return Response(body=self.store.get(res, ns or "", name))
+                obj = self.store.get(res, ns or "", name)
+                if "as=Table" in accept:
+                    rv = obj["metadata"]["resourceVersion"]
+                    return Response(
+                        body=tables.table(res, [obj], rv, query.get("includeObject", ""))
+                    )
+                return Response(body=obj)
             if query.get("watch") in ("true", "1"):
                 return self._watch(res, ns, query, accept)
             return self._list(res, ns, query, accept)
