@@ -129,6 +129,8 @@ class Operator(threading.Thread):
         pods = self._pods(job)
         if finished(status):
             self._cleanup(kind, job, status, pods)
+            status["replicaStatuses"] = self._counts(kind, job, pods)
+            self._write_status(plural, ns, name, status)
             return
         if set_condition(
             status, "Created", f"{kind.kind}Created", f"{kind.kind} {name} is created."
@@ -263,6 +265,22 @@ class Operator(threading.Thread):
             obj["status"] = status
 
         self.store.mutate(self.resources[plural], ns, name, fn, "status")
+
+    @staticmethod
+    def _counts(
+        kind: R.Kind, job: dict[str, Any], pods: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, int]]:
+        phases = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}
+        out: dict[str, dict[str, int]] = {}
+        for rt, rspec in R.replica_types(kind, job):
+            c: dict[str, int] = {}
+            for i in range(int(rspec.get("replicas", 1))):
+                pod = pods.get(R.pod_name(job["metadata"]["name"], rt, i)) or {}
+                key = phases.get(pod.get("status", {}).get("phase", ""))
+                if key:
+                    c[key] = c.get(key, 0) + 1
+            out[rt] = c
+        return out
 
     @staticmethod
     def _workers_running(job: dict[str, Any], pods: dict[str, dict[str, Any]]) -> bool:
