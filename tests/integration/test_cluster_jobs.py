@@ -231,3 +231,43 @@ def test_oom_kill_and_exit_code_restart_policy(test_cluster, api):
         )
     )
     assert second.metadata.name == "ec-worker-0"
+
+
+@pytest.mark.slow
+def test_log_follow_cut_and_oom_killed_reason(test_cluster, api):
+    v1 = client.CoreV1Api(api)
+    ns = test_cluster.namespace
+    pod = {
+        "metadata": {"name": "ticker"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "local/python",
+                    "command": [
+                        "sh",
+                        "-c",
+                        "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done",
+                    ],
+                }
+            ],
+        },
+    }
+    v1.create_namespaced_pod(ns, pod)
+    _wait(lambda: v1.read_namespaced_pod("ticker", ns).status.phase == "Running")
+    _wait(lambda: "tick-0" in v1.read_namespaced_pod_log("ticker", ns))
+    resp = v1.read_namespaced_pod_log("ticker", ns, follow=True, _preload_content=False)
+    first = next(resp.stream(16))
+    assert first.startswith(b"tick-")
+    test_cluster.faults.cut_logs(ns, "ticker")
+    start = time.monotonic()
+    rest = b"".join(resp.stream(64))  # ends although the container still runs
+    assert time.monotonic() - start < 5
+    assert b"tick-" in first + rest
+    test_cluster.faults.oom_kill(ns, "ticker")
+    final = _wait(
+        lambda: (p := v1.read_namespaced_pod("ticker", ns)).status.phase == "Failed" and p
+    )
+    term = final.status.container_statuses[0].state.terminated
+    assert (term.reason, term.exit_code) == ("OOMKilled", 137)
