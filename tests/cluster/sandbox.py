@@ -1,0 +1,234 @@
+"""A pod sandbox made of local processes: env, volumes, /etc/hosts and a private mount namespace.
+
+Isolation, stated once: each container runs as ordinary local processes. Where ``unshare -m``
+works (root), they run in a private mount namespace in which the pod's volumes are bind-mounted
+at their mountPaths, memory-medium emptyDirs are tmpfs (so ``/dev/shm`` is private) and
+``/etc/hosts`` is the pod's own file mapping every Service and Pod name of the namespace to
+127.0.0.1. Mount points missing on the host are created there as empty directories (as a
+kubelet would on its node). Where ``unshare`` is not available, commands, args and env values
+that start with a mountPath are rewritten to the host directory instead, and host names are
+not resolvable (MASTER_ADDR-style env values naming a Service are rewritten to 127.0.0.1).
+Network, PID and user namespaces are shared: all pods listen on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .store import Store
+
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\$")
+
+
+class ConfigError(Exception):
+    """A container cannot be configured yet (CreateContainerConfigError)."""
+
+
+def unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        r = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: unknown references stay as written, ``$$`` -> ``$``."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR.sub(sub, text)
+
+
+def _ref_value(store: Store, ns: str, plural: str, ref: dict[str, Any]) -> str | None:
+    obj = store.try_get(store.registry.by_plural(plural), ns, ref["name"])
+    kind = "secret" if plural == "secrets" else "configmap"
+    if obj is None:
+        if ref.get("optional"):
+            return None
+        raise ConfigError(f'{kind} "{ref["name"]}" not found')
+    data = obj.get("data") or {}
+    if ref["key"] not in data:
+        if ref.get("optional"):
+            return None
+        raise ConfigError(
+            f"couldn't find key {ref['key']} in {kind.capitalize()} {ns}/{ref['name']}"
+        )
+    value = data[ref["key"]]
+    return base64.b64decode(value).decode() if plural == "secrets" else str(value)
+
+
+def container_env(
+    store: Store, pod: dict[str, Any], container: dict[str, Any], base: dict[str, str]
+) -> dict[str, str]:
+    ns = pod["metadata"]["namespace"]
+    env = dict(base)
+    for src in container.get("envFrom") or []:
+        prefix = src.get("prefix", "")
+        for plural, key in (("configmaps", "configMapRef"), ("secrets", "secretRef")):
+            if key in src:
+                ref = src[key]
+                obj = store.try_get(store.registry.by_plural(plural), ns, ref["name"])
+                if obj is None:
+                    if ref.get("optional"):
+                        continue
+                    raise ConfigError(f'{plural[:-1]} "{ref["name"]}" not found')
+                for k, v in (obj.get("data") or {}).items():
+                    env[prefix + k] = base64.b64decode(v).decode() if plural == "secrets" else v
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "valueFrom" not in item:
+            env[name] = expand(str(item.get("value", "")), env)
+            continue
+        vf = item["valueFrom"]
+        value: str | None = None
+        if "secretKeyRef" in vf:
+            value = _ref_value(store, ns, "secrets", vf["secretKeyRef"])
+        elif "configMapKeyRef" in vf:
+            value = _ref_value(store, ns, "configmaps", vf["configMapKeyRef"])
+        elif "fieldRef" in vf:
+            path = vf["fieldRef"]["fieldPath"]
+            value = {
+                "metadata.name": pod["metadata"]["name"],
+                "metadata.namespace": ns,
+                "metadata.uid": pod["metadata"]["uid"],
+                "spec.nodeName": pod["spec"].get("nodeName", ""),
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+                "status.podIP": "127.0.0.1",
+                "status.hostIP": "127.0.0.1",
+            }.get(path, "")
+            m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+            if m:
+                value = (pod["metadata"].get(m[1]) or {}).get(m[2], "")
+        elif "resourceFieldRef" in vf:
+            value = "0"
+        if value is not None:
+            env[name] = value
+    return env
+
+
+def _write_items(
+    target: Path, data: dict[str, str], items: list[dict[str, Any]] | None, b64: bool
+) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    pairs = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]
+    for key, rel in pairs:
+        if key not in data:
+            continue
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        raw = base64.b64decode(data[key]) if b64 else str(data[key]).encode()
+        dest.write_bytes(raw)
+
+
+def prepare_volumes(
+    store: Store, pod: dict[str, Any], sandbox: Path, pvc_root: Path
+) -> dict[str, tuple[str, Path | None, str]]:
+    """name -> (kind, host dir or None for tmpfs, tmpfs size option)."""
+    ns = pod["metadata"]["namespace"]
+    out: dict[str, tuple[str, Path | None, str]] = {}
+    for vol in pod["spec"].get("volumes") or []:
+        name = vol["name"]
+        target = sandbox / "volumes" / name
+        if "configMap" in vol:
+            src = vol["configMap"]
+            obj = store.try_get(store.registry.by_plural("configmaps"), ns, src["name"])
+            if obj is None and not src.get("optional"):
+                raise ConfigError(f'configmap "{src["name"]}" not found')
+            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), False)
+            out[name] = ("dir", target, "")
+        elif "secret" in vol:
+            src = vol["secret"]
+            obj = store.try_get(store.registry.by_plural("secrets"), ns, src["secretName"])
+            if obj is None and not src.get("optional"):
+                raise ConfigError(f'secret "{src["secretName"]}" not found')
+            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), True)
+            out[name] = ("dir", target, "")
+        elif "persistentVolumeClaim" in vol:
+            claim = pvc_root / ns / vol["persistentVolumeClaim"]["claimName"]
+            claim.mkdir(parents=True, exist_ok=True)
+            out[name] = ("dir", claim, "")
+        elif "emptyDir" in vol and (vol["emptyDir"] or {}).get("medium") == "Memory":
+            size = str((vol["emptyDir"] or {}).get("sizeLimit", ""))
+            m = re.match(r"^(\d+)(Ki|Mi|Gi|Ti)?$", size)
+            opt = f"size={m[1]}{(m[2] or '')[:1].lower()}" if m else ""
+            out[name] = ("tmpfs", None, opt)
+        else:  # emptyDir on disk, hostPath and anything else: a private directory
+            host = vol.get("hostPath", {}).get("path")
+            if host and Path(host).exists():
+                out[name] = ("dir", Path(host), "")
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                out[name] = ("dir", target, "")
+    return out
+
+
+def hosts_file(store: Store, ns: str, path: Path, own: str) -> None:
+    """Write the pod's /etc/hosts in place (the bind mount keeps the inode)."""
+    names = {own, "localhost", socket.gethostname()}
+    for plural in ("services", "pods"):
+        for obj in store.list(store.registry.by_plural(plural), ns)[0]:
+            n = obj["metadata"]["name"]
+            names.update({n, f"{n}.{ns}", f"{n}.{ns}.svc", f"{n}.{ns}.svc.cluster.local"})
+    text = "127.0.0.1\t" + " ".join(sorted(names)) + "\n::1\tlocalhost ip6-localhost\n"
+    if not path.exists() or path.read_text() != text:
+        with path.open("r+" if path.exists() else "w") as fh:
+            fh.seek(0)
+            fh.write(text)
+            fh.truncate()
+
+
+def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "HOSTNAME": pod["metadata"]["name"],
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(api_port),
+    }
+
+
+def mount_script(
+    mounts: list[tuple[str, Path | None, str, str, bool]], hosts: Path, workdir: str
+) -> str:
+    """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts."""
+    q = shlex.quote
+    lines = ["set -e"]
+    for kind, src, opt, dst, ro in mounts:
+        lines.append(f"mkdir -p {q(dst)}")
+        if kind == "tmpfs":
+            lines.append(f"mount -t tmpfs {'-o ' + q(opt) + ' ' if opt else ''}tmpfs {q(dst)}")
+        else:
+            lines.append(f"mount --bind {q(str(src))} {q(dst)}")
+        if ro:
+            lines.append(f"mount -o remount,bind,ro {q(dst)}")
+    lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
+    lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")
+    lines.append('exec "$@"')
+    return "\n".join(lines)
+
+
+def rewrite(value: str, mounts: list[tuple[str, Path | None, str, str, bool]]) -> str:
+    """Fallback without a mount namespace: mountPath prefixes -> host directories."""
+    for _, src, _, dst, _ in sorted(mounts, key=lambda m: -len(m[3])):
+        if src is not None and (value == dst or value.startswith(dst.rstrip("/") + "/")):
+            return str(src) + value[len(dst.rstrip("/")) :]
+    return value

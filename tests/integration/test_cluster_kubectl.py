@@ -1,0 +1,153 @@
+"""Fidelity of the test cluster measured by kubectl (a client nobody here wrote)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import Node
+
+SEEDS = sorted((Path(__file__).parents[1] / "data" / "seed-manifests").glob("*.yaml"))
+pytestmark = pytest.mark.skipif(not Path("/usr/bin/kubectl").exists(), reason="kubectl missing")
+
+
+def _ns_for(manifest: Path) -> str:
+    import yaml
+
+    return yaml.safe_load(manifest.read_text())["metadata"].get("namespace", "default")
+
+
+def test_apply_each_seed_manifest_with_validation(test_cluster):
+    r = test_cluster.kubectl("create", "namespace", "ai-training")
+    assert r.returncode == 0 or "AlreadyExists" in r.stderr
+    pvcs = "".join(
+        f"---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {n}, namespace: "
+        f"ai-training}}\nspec: {{accessModes: [ReadWriteMany], resources: {{requests: "
+        f"{{storage: 1Gi}}}}}}\n"
+        for n in ("nfsordma-datasets", "nfsordma-checkpoints")
+    )
+    test_cluster.set_nodes([Node(labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})])
+    try:
+        r = test_cluster.kubectl("apply", "-f", "-", stdin=pvcs)
+        assert r.returncode == 0, r.stderr
+        for manifest in SEEDS:
+            r = test_cluster.kubectl("apply", "--validate=strict", "-f", str(manifest))
+            assert r.returncode == 0, r.stderr
+            assert "created" in r.stdout or "configured" in r.stdout
+        r = test_cluster.kubectl("get", "pytorchjobs,tfjobs,mpijobs", "-A")
+        assert r.returncode == 0, r.stderr
+        for name in (
+            "llm-finetune",
+            "resnet-distributed-training",
+            "tf-distributed",
+            "horovod-training",
+            "tensorflow-distributed",
+        ):
+            assert name in r.stdout
+        # GPU pods wait Pending with the scheduler's reason
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = test_cluster.kubectl(
+                "describe", "pod", "llm-finetune-worker-0", "-n", "ai-training"
+            )
+            if "FailedScheduling" in r.stdout:
+                break
+            time.sleep(0.2)
+        assert "Insufficient nvidia.com/gpu" in r.stdout, r.stdout + r.stderr
+        assert "training.kubeflow.org/replica-type=worker" in r.stdout
+        assert "Status:           Pending" in r.stdout
+        r = test_cluster.kubectl("apply", "-f", str(SEEDS[0]))  # second apply: patch path
+        assert r.returncode == 0, r.stderr
+        assert "unchanged" in r.stdout or "configured" in r.stdout
+    finally:
+        for manifest in SEEDS:
+            test_cluster.kubectl("delete", "-f", str(manifest), "--wait=false")
+        test_cluster.kubectl("delete", "namespace", "ai-training", "--wait=false")
+
+
+def test_schema_violation_is_rejected_with_field_path(test_cluster, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (
+            Path(__file__).parents[1]
+            / "data"
+            / "seed-manifests"
+            / "resnet-distributed-training.pytorchjob.yaml"
+        )
+        .read_text()
+        .replace("namespace: default", f"namespace: {test_cluster.namespace}")
+        .replace("replicas: 3", "replicas: three")
+    )
+    r = test_cluster.kubectl("apply", "-f", str(bad))
+    assert r.returncode != 0
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in r.stderr
+    assert "must be of type integer" in r.stderr
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(
+        bad.read_text()
+        .replace("replicas: three", "replicas: 3")
+        .replace("pytorchReplicaSpecs:", "notAField: 1\n  pytorchReplicaSpecs:")
+    )
+    r = test_cluster.kubectl("create", "-f", str(unknown))
+    assert r.returncode != 0
+    assert 'unknown field "spec.notAField"' in r.stderr
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: talker
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: local/python
+    command: ["sh", "-c", "for i in 1 2 3; do echo line-$i; sleep 0.3; done"]
+"""
+
+
+@pytest.mark.slow
+def test_get_watch_logs_follow_describe_delete(test_cluster):
+    watcher = subprocess.Popen(
+        [
+            "/usr/bin/kubectl",
+            "--kubeconfig",
+            str(test_cluster.kubeconfig),
+            "get",
+            "pods",
+            "-w",
+            "--request-timeout=6s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"HOME": str(test_cluster.home), "PATH": "/usr/bin:/bin"},
+    )
+    time.sleep(0.5)
+    r = test_cluster.kubectl("apply", "-f", "-", stdin=POD)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = test_cluster.kubectl("logs", "-f", "talker")
+        if r.returncode == 0:
+            break
+        time.sleep(0.1)
+    assert r.stdout.split() == ["line-1", "line-2", "line-3"], r.stderr
+    r = test_cluster.kubectl("logs", "talker", "--timestamps", "--tail=1")
+    assert r.stdout.rstrip().endswith("Z line-3")
+    r = test_cluster.kubectl("get", "pod", "talker")
+    assert "Completed" in r.stdout
+    r = test_cluster.kubectl("describe", "pod", "talker")
+    assert "Exit Code:    0" in r.stdout
+    assert "Started container main" in r.stdout
+    out, _ = watcher.communicate(timeout=15)
+    assert "talker" in out
+    assert "Completed" in out
+    r = test_cluster.kubectl("delete", "pod", "talker")
+    assert r.returncode == 0, r.stderr
+    assert 'pod "talker" deleted' in r.stdout
+    assert "NotFound" in test_cluster.kubectl("get", "pod", "talker").stderr
