@@ -151,7 +151,8 @@ def test_bad_input_one_message_and_nothing_started(
     result = shell.run_cell(f"%%ktrain {line}\n{body}")
     err = capsys.readouterr().err
     assert isinstance(result.error_in_exec, UsageError)
-    assert err.count("ktrain:") == 1 and message in err, err
+    assert err.count("ktrain:") == 1, err
+    assert message in err, err
     assert "Traceback" not in err
     assert not (ktrain_home / "jobs").exists() or not any((ktrain_home / "jobs").iterdir())
     shell.run_cell("for _n in ('s', 'handle'):\n    globals().get(_n) and globals()[_n].close()")
