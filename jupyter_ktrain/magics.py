@@ -99,44 +99,49 @@ class KtrainMagics(Magics):
             raise UsageError(f"ktrain: {exc}") from None
 
     def _line(self, argv: list[str]) -> Any:
-        if not argv or argv[0] in ("-h", "--help", "help"):
-            _say(_LINE_HELP)
-            return None
-        command, args = argv[0], argv[1:]
-        backend = get_backend("local")
-        if command == "list":
-            rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
-            _say("\n".join(rows) if rows else "No jobs yet.")
-            return None
-        if not args:
-            raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
-        name = args[0]
-        if command == "attach":
-            return _watch(backend.attach(name), self.shell)
-        if command == "status":
-            return backend.status(name)
-        if command == "logs":
-            return self._logs(backend.attach(name), args[1:])
-        if command == "cancel":
-            backend.cancel(name)
-            _say(f"Cancelled {name!r}.")
-            return None
-        if command == "delete":
-            backend.attach(name)
-            backend.delete(name)  # type: ignore[attr-defined]
-            _say(f"Deleted {name!r}.")
-            return None
-        raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
+        return run_line_command(argv, self.shell)
 
-    @staticmethod
-    def _logs(job: Job, argv: list[str]) -> None:
-        import argparse
 
-        p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
-        p.add_argument("--rank", type=int)
-        p.add_argument("--grep")
-        try:
-            ns = p.parse_args(argv)
-        except (argparse.ArgumentError, SystemExit):
-            raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT]") from None
-        _say(job.logs(rank=ns.rank, grep=ns.grep))
+def run_line_command(argv: list[str], shell: Any = None) -> Any:
+    """``%ktrain COMMAND ...`` and ``ktrain COMMAND ...`` (the console script) alike."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        _say(_LINE_HELP)
+        return None
+    command, args = argv[0], argv[1:]
+    backend = get_backend("local")
+    if command == "list":
+        rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
+        _say("\n".join(rows) if rows else "No jobs yet.")
+        return None
+    if not args:
+        raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
+    name = args[0]
+    if command == "attach":
+        return _watch(backend.attach(name), shell)
+    if command == "status":
+        return backend.status(name)
+    if command == "logs":
+        return _logs(backend.attach(name), args[1:])
+    if command == "cancel":
+        backend.cancel(name)
+        _say(f"Cancelled {name!r}.")
+        return None
+    if command == "delete":
+        backend.attach(name)
+        backend.delete(name)  # type: ignore[attr-defined]
+        _say(f"Deleted {name!r}.")
+        return None
+    raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
+
+
+def _logs(job: Job, argv: list[str]) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
+    p.add_argument("--rank", type=int)
+    p.add_argument("--grep")
+    try:
+        ns = p.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit):
+        raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT]") from None
+    _say(job.logs(rank=ns.rank, grep=ns.grep))

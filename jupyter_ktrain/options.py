@@ -43,6 +43,9 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", type=_key_value, default=[], metavar="KEY=VALUE")
     p.add_argument("--dry-run", action="store_true", help="print the exact launch; run nothing")
     p.add_argument("--detach", action="store_true", help="submit and return at once; do not follow")
+    from .cluster_options import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -56,11 +59,14 @@ def parse_flags(line: str, prog: str = "%%ktrain") -> argparse.Namespace:
 
 def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: Any) -> JobSpec:
     """A validated JobSpec from parsed flags; ``entry`` names the job when --name is absent."""
+    from .cluster_options import spec_kwargs
+
     kwargs: dict[str, Any] = {
         "name": ns.name or default_name(entry),
         "nodes": ns.nodes,
         "procs_per_node": ns.procs_per_node,
         "backend": ns.backend or defaults.get("backend", "local"),
         "env": tuple(ns.env),
+        **spec_kwargs(ns),
     }
     return JobSpec.create(**kwargs)
