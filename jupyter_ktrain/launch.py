@@ -3,8 +3,10 @@
 A replica (a pod, or a local "node") runs the agent, which wraps torchrun, which starts one
 runtime process per local rank::
 
-    python -m jupyter_ktrain.agent -- python -m torch.distributed.run \\
+    python -m jupyter_ktrain.agent --code-dir {code_dir} -- python -m torch.distributed.run \\
         -m jupyter_ktrain.runtime {code_dir}/program.py
+
+The agent first installs what ``{code_dir}/requirements.txt`` pins and the image lacks.
 
 torchrun takes ``--nnodes``, ``--nproc-per-node``, ``--node-rank``, ``--master-addr`` and
 ``--master-port`` from the ``PET_*`` environment variables the Kubeflow Training Operator sets
@@ -29,6 +31,8 @@ def node_command(code_dir: str = CODE_DIR, python: str = "python") -> list[str]:
         python,
         "-m",
         "jupyter_ktrain.agent",
+        "--code-dir",
+        code_dir,
         "--",
         python,
         "-m",

@@ -54,6 +54,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = _Parser(prog="python -m jupyter_ktrain.agent", add_help=False)
     parser.add_argument("--gpu-sampling", choices=("on", "off", "auto"), default="auto")
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--code-dir", default=None, help="install its requirements.txt first")
     try:
         opts = parser.parse_args(argv[:cut])
     except _UsageError as exc:
@@ -113,6 +114,13 @@ def main(
             "[--gpu-sampling on|off|auto] [--interval SECONDS] -- CMD [ARGS...]\n"
         )
         return 2
+    if opts.code_dir:
+        from ..packaging.pod_install import ensure_requirements
+
+        code = ensure_requirements(opts.code_dir)
+        if code != 0:
+            _say(f"requirements could not be installed (pip exit code {code}); not starting")
+            return code
     env = child_env(os.environ)
     if env.get("NCCL_DEBUG") == "INFO" and "NCCL_DEBUG" not in os.environ:
         _say("RDMA requested: NCCL_DEBUG=INFO set so the transport can be reported")

@@ -77,6 +77,7 @@ class LaunchPlan:
     backend: str
     details: Mapping[str, Any]
     text: str
+    files: Mapping[str, bytes] = field(default_factory=dict)  # everything shipped with the code
 
     def describe(self) -> str:
         return self.text

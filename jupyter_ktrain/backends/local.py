@@ -163,9 +163,12 @@ class LocalBackend(Backend):
                 **spec.env_dict,
             }
             argv = node_command(str(code_dir), python=self.python)
+            if spec.deepspeed is not None:
+                env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
             nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
         details = {"master_port": port, "marker": marker, "nodes": nodes}
-        return LaunchPlan(spec, program, self.name, details, _describe(spec, nodes))
+        files = {**program.files, **_deepspeed_files(spec)}
+        return LaunchPlan(spec, program, self.name, details, _describe(spec, nodes), files)
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan) -> Job:
@@ -202,7 +205,7 @@ class LocalBackend(Backend):
     def _write(self, job_dir: Path, plan: LaunchPlan) -> None:
         code_dir = job_dir / "code"
         code_dir.mkdir(parents=True)
-        for rel, data in plan.program.files.items():
+        for rel, data in (plan.files or plan.program.files).items():
             target = code_dir / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
@@ -301,6 +304,15 @@ class LocalBackend(Backend):
         for source in self.log_sources(name):
             for line in source.finish():
                 yield source.replica, line
+
+
+def _deepspeed_files(spec: Any) -> dict[str, bytes]:
+    """The generated or given DeepSpeed config, checked against the world size already."""
+    if spec.deepspeed is None:
+        return {}
+    from .kubernetes.deepspeed import CONFIG_FILE, config_bytes
+
+    return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size)}
 
 
 def _phase(exit_code: int | None, job_state: str) -> str:
