@@ -321,11 +321,33 @@ def _phase(exit_code: int | None, job_state: str) -> str:
     return "Succeeded" if exit_code == 0 else "Failed"
 
 
+def cluster_only_settings(spec: Any) -> list[str]:
+    """Settings that only mean something on a cluster; the local backend runs without them."""
+    from ..spec import JobSpec
+
+    default = JobSpec(name=spec.name)
+    checks = {
+        "--image": spec.image,
+        "--namespace": spec.namespace,
+        "--rdma": spec.rdma,
+        "storage (--dataset/--checkpoints/--volume/--shm)": spec.storage != default.storage,
+        "scheduling (--node-selector/--toleration/--gang/...)": (
+            spec.scheduling != default.scheduling
+        ),
+        "--secret-env/--env-from-secret": spec.secret_env or spec.env_from_secrets,
+        "--kind " + spec.kind: spec.kind != "PyTorchJob",
+    }
+    return [flag for flag, given in checks.items() if given]
+
+
 def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
     lines = [
         f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
         "# each node runs in a new session with the kernel's environment plus:",
     ]
+    ignored = cluster_only_settings(spec)
+    if ignored:
+        lines.insert(1, f"# cluster-only, not used here: {', '.join(ignored)}")
     for i, node in enumerate(nodes):
         lines.append(f"\n# node {i}")
         lines.append(f"cd {shlex.quote(node['cwd'])}")
