@@ -70,12 +70,8 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
     plan = backend.dryrun(spec, program)
-    if backend.name == "local":
-        from .backends.local import cluster_only_settings
-
-        ignored = cluster_only_settings(spec)
-        if ignored and not ns.dry_run:
-            _say(f"note: local run; these apply on --backend kubernetes only: {', '.join(ignored)}")
+    for note in plan.notes:
+        _say(f"note: {note}")
     if ns.dry_run:
         _say(plan.describe())
         return Job(spec.name, backend, plan, dry_run=True)

@@ -78,6 +78,7 @@ class LaunchPlan:
     details: Mapping[str, Any]
     text: str
     files: Mapping[str, bytes] = field(default_factory=dict)  # everything shipped with the code
+    notes: tuple[str, ...] = ()  # what the user should know before it starts
 
     def describe(self) -> str:
         return self.text

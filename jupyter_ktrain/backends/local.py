@@ -168,7 +168,10 @@ class LocalBackend(Backend):
             nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
         details = {"master_port": port, "marker": marker, "nodes": nodes}
         files = {**program.files, **_deepspeed_files(spec)}
-        return LaunchPlan(spec, program, self.name, details, _describe(spec, nodes), files)
+        ignored = cluster_only_settings(spec)
+        notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only",)
+        text = _describe(spec, nodes)
+        return LaunchPlan(spec, program, self.name, details, text, files, notes if ignored else ())
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan) -> Job:
