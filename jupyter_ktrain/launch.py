@@ -25,22 +25,30 @@ LIB_DIR = "/ktrain/lib"
 PROGRAM_FILE = "program.py"
 
 
-def node_command(code_dir: str = CODE_DIR, python: str = "python") -> list[str]:
-    """argv of one replica; identical for every replica of a job."""
-    return [
-        python,
-        "-m",
-        "jupyter_ktrain.agent",
-        "--code-dir",
-        code_dir,
-        "--",
-        python,
-        "-m",
-        "torch.distributed.run",
-        "-m",
-        "jupyter_ktrain.runtime",
-        f"{code_dir}/{PROGRAM_FILE}",
-    ]
+def node_command(
+    code_dir: str = CODE_DIR,
+    python: str = "python",
+    *,
+    launcher: str = "torchrun",
+    processes: int = 1,
+) -> list[str]:
+    """argv of one replica; identical for every replica of a job.
+
+    ``launcher`` picks what the agent starts: ``torchrun`` (PyTorchJob, TrainJob: one runtime
+    per local rank, from the ``PET_*`` environment), ``single`` (TFJob: one runtime process,
+    TensorFlow reads ``TF_CONFIG``) or ``mpirun`` (MPIJob launcher: ``processes`` ranks over the
+    hostfile the operator mounts).
+    """
+    agent = [python, "-m", "jupyter_ktrain.agent", "--code-dir", code_dir, "--"]
+    runtime = ["-m", "jupyter_ktrain.runtime", f"{code_dir}/{PROGRAM_FILE}"]
+    if launcher == "torchrun":
+        return [*agent, python, "-m", "torch.distributed.run", *runtime]
+    if launcher == "single":
+        return [*agent, python, *runtime]
+    if launcher == "mpirun":
+        mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes)]
+        return [*agent, *mpirun, "-bind-to", "none", "-map-by", "slot", python, *runtime]
+    raise ValueError(f"unknown launcher {launcher!r}")
 
 
 def operator_env(

@@ -29,7 +29,27 @@ _CHUNK = 65536
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0") or 0)
+    """Global rank: torchrun's RANK, MPI's, or the TF_CONFIG task (chief first)."""
+    for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    tf_config = os.environ.get("TF_CONFIG")
+    if tf_config:
+        import json
+
+        try:
+            config = json.loads(tf_config)
+            task, cluster = config["task"], config.get("cluster", {})
+            order = [t for t in ("chief", "master") if t in cluster] + ["worker", "ps"]
+            rank = 0
+            for kind in order:
+                if kind == task["type"]:
+                    return rank + int(task["index"])
+                rank += len(cluster.get(kind, []))
+        except (ValueError, KeyError, TypeError):
+            return 0
+    return 0
 
 
 class _Prefixer:

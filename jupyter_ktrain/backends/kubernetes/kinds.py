@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import SpecError
-from ...launch import PROGRAM_FILE, node_command
+from ...launch import node_command
 from ...spec import JobSpec
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_spec, pod_template
 
@@ -47,38 +47,12 @@ TRAINJOB_TARGET = "node"
 
 def single_process_command(code_dir: str, python: str = "python") -> list[str]:
     """One process per replica under the agent (TFJob: TensorFlow reads TF_CONFIG)."""
-    return [
-        python,
-        "-m",
-        "jupyter_ktrain.agent",
-        "--",
-        python,
-        "-m",
-        "jupyter_ktrain.runtime",
-        f"{code_dir}/{PROGRAM_FILE}",
-    ]
+    return node_command(code_dir, python, launcher="single")
 
 
 def mpi_launcher_command(spec: JobSpec, code_dir: str, python: str = "python") -> list[str]:
     """``mpirun`` for the launcher: one rank per slot; workers get their env from their pods."""
-    return [
-        python,
-        "-m",
-        "jupyter_ktrain.agent",
-        "--",
-        "mpirun",
-        "--allow-run-as-root",
-        "-np",
-        str(spec.world_size),
-        "-bind-to",
-        "none",
-        "-map-by",
-        "slot",
-        python,
-        "-m",
-        "jupyter_ktrain.runtime",
-        f"{code_dir}/{PROGRAM_FILE}",
-    ]
+    return node_command(code_dir, python, launcher="mpirun", processes=spec.world_size)
 
 
 def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
