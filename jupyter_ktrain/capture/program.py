@@ -285,11 +285,11 @@ def _emit(ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str
     imports = [i.code for i in ordered if i.order[0] == -1]
     if imports:
         parts.append("\n".join(dict.fromkeys(imports)) + "\n")
-    seen: set[tuple[int, int]] = set()
+    seen: set[str] = set()
     for item in ordered:
-        if item.order[0] == -1 or (item.cell and item.order in seen):
+        if item.order[0] == -1 or item.code in seen:  # one statement may bind several names
             continue
-        seen.add(item.order)
+        seen.add(item.code)
         label = f"# {cell_label(item.cell)}\n" if item.cell else ""
         parts.append(f"{label}{item.code.rstrip()}\n")
     parts.append(f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_RESULT_NAMES = {result_names!r}\n")

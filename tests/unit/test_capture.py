@@ -107,6 +107,13 @@ CASES: dict[str, tuple[list[str], str]] = {
         ],
         "result = train()",
     ),
+    "tuple_assignment_and_shared_statement": (
+        [
+            "VOCAB, DIM, HEADS = 100, 32, 4\nA = B = 'same'",
+            "def train():\n    return VOCAB * DIM // HEADS, A, B",
+        ],
+        "result = train()",
+    ),
     "trailing_expression_and_unicode_names": (
         ["größe = 3", "def zähle(n):\n    return n * größe"],
         "zähle(2) + 1",
