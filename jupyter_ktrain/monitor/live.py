@@ -8,17 +8,17 @@ feeds that model and refreshes a view (the text view or the widget: one path for
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .model import JobHeader, MonitorModel, ReplicaRow
-from .protocol import LogLine
+from .protocol import LogLine, parse_line
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus, ReplicaStatus
     from ..widgets.monitor import View
 
-__all__ = ["ModelSink", "model_for", "rdma_requested", "replica_row"]
+__all__ = ["ModelSink", "model_for", "model_from_logs", "rdma_requested", "replica_row"]
 
 _NO_RDMA = frozenset({"", "tcp", "off", "none"})
 
@@ -100,3 +100,16 @@ class ModelSink:
         now = self.clock()
         self.model.check(now)
         self.view.update(now)
+
+
+def model_from_logs(name: str, lines: Iterable[tuple[str, str]], **options: Any) -> MonitorModel:
+    """A model rebuilt from a job's stored ``(replica, raw line)`` pairs (``read_logs``), for
+    reports after the fact. Metric x values are steps, or the records' own times."""
+    model = MonitorModel(JobHeader(name=name), **options)
+    nodes: dict[str, int] = {}
+    for replica, raw in lines:
+        line = parse_line(raw)
+        t = line.record.get("t") if line.record is not None else None
+        now = float(t) if isinstance(t, (int, float)) else 0.0
+        model.feed(line, now, nodes.setdefault(replica, len(nodes)))
+    return model
