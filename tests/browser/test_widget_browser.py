@@ -132,6 +132,11 @@ LOSS_POINTS = """() => {
   }
   return n;
 }"""
+RANK2_ONLY = """() => {
+  const text = [...document.querySelectorAll('.widget-box pre')].map(p => p.innerText).join('\\n');
+  const lines = text.split('\\n').filter(l => l.trim());
+  return lines.length >= 30 && lines.every(l => l.startsWith('[rank2]'));
+}"""
 HEADER = """() => {
   const h = [...document.querySelectorAll('.widget-html-content')]
     .find(e => e.textContent.includes('●'));
