@@ -2,7 +2,9 @@
 
 Both views read a :class:`~jupyter_ktrain.monitor.model.MonitorModel` and share one small
 interface (:class:`View`): ``show()`` once, ``update(now)`` on a timer (every ~0.2 s is fine:
-each view throttles itself), ``close(now)`` when the job is over or the user detaches.
+each view throttles itself), ``close(now)`` when the job is over or the user detaches. The
+text view is :class:`jupyter_ktrain.monitor.text.TextView` (re-exported here); both are fed
+by the follow loop through :class:`jupyter_ktrain.monitor.live.ModelSink`.
 
 Rate limits (Jupyter drops output above ~1 MB/s or 1000 messages/s): :class:`MonitorView`
 never uses ``Output.append_stdout`` (it resends the whole history). Logs go into small HTML
