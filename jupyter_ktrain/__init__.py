@@ -6,6 +6,8 @@ In a notebook::
 
     %%ktrain --nodes 2 --procs-per-node 2
     result = train(epochs=3)
+
+and inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .errors import (
     RegistryError,
     SpecError,
 )
+from .report import report
 from .spec import JobSpec, Resources
 
 __version__ = "0.1.0"
@@ -41,6 +44,7 @@ __all__ = [
     "SpecError",
     "__version__",
     "load_ipython_extension",
+    "report",
 ]
 
 

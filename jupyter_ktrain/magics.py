@@ -5,8 +5,9 @@ Argument parsing and wiring only: capture, backends and views do the work.
 
 from __future__ import annotations
 
+import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -16,10 +17,17 @@ from .backends.base import Job
 from .capture import capture
 from .errors import KtrainError, SpecError
 from .monitor.follow import follow
-from .monitor.text import TextSink, failure_summary
+from .monitor.live import ModelSink, model_for
+from .monitor.model import MonitorModel
+from .monitor.text import failure_summary
 from .options import build_parser, parse_flags, spec_from_args
 
-__all__ = ["KtrainMagics", "run_job_cell"]
+if TYPE_CHECKING:
+    from .widgets.monitor import View
+
+__all__ = ["KtrainMagics", "last_monitor", "run_job_cell"]
+
+_last_monitor: tuple[MonitorModel, View] | None = None
 
 _LINE_HELP = """\
 %ktrain list                        jobs this machine started (local backend)
@@ -36,15 +44,26 @@ def _say(text: str) -> None:
 
 
 def _watch(job: Job, shell: Any) -> Job:
-    """Follow ``job`` into the cell; Ctrl-C detaches without stopping it."""
+    """Follow ``job`` into the cell through one monitor model and its view; Ctrl-C detaches
+    without stopping it. The cell blocks until the job ends (the widget's controls stay live:
+    see :mod:`jupyter_ktrain.widgets.controls`), then shows why it failed or sets the names
+    rank 0 bound in ``shell``'s namespace."""
+    global _last_monitor
+    model = model_for(job)
+    view = _make_view(job, model)
+    _last_monitor = (model, view)
+    view.show()
+    sink = ModelSink(model, view)
     try:
-        status = follow(job, TextSink())
+        status = follow(job, sink)
     except KeyboardInterrupt:
+        view.close()
         _say(
             f"Detached from {job.name!r}; it keeps running.\n"
             f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
         )
         return job
+    view.close()
     if status.state == "Failed":
         _say(failure_summary(job, status))
     elif status.state == "Succeeded" and shell is not None:
@@ -53,6 +72,40 @@ def _watch(job: Job, shell: Any) -> Job:
         if outputs:
             _say(f"Set from rank 0: {', '.join(sorted(outputs))}")
     return job
+
+
+def _make_view(job: Job, model: MonitorModel) -> View:
+    """The widget monitor in a kernel with widgets (``KTRAIN_MONITOR=text`` forces text),
+    its controls routed so they work while the cell blocks; else the text view."""
+    from .widgets.controls import control_subshell, route_to_subshell
+    from .widgets.monitor import MonitorView, make_view
+
+    views: list[View] = []
+
+    def cancel() -> None:
+        shown = views[0] if views else None
+        if isinstance(shown, MonitorView):
+            shown.cancel_button.description = "Cancelling…"
+            shown.cancel_button.disabled = True
+        try:
+            job.cancel()
+        except KtrainError as exc:
+            _say(f"ktrain: could not cancel {job.name!r}: {exc}")
+
+    prefer = os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"
+    view = make_view(model, prefer_widgets=prefer, on_cancel=cancel)
+    views.append(view)
+    if isinstance(view, MonitorView):
+        subshell = control_subshell()
+        if subshell is not None:
+            route_to_subshell(view.controls(), subshell)
+    return view
+
+
+def last_monitor() -> tuple[MonitorModel, View] | None:
+    """The model and view of the most recent followed job in this kernel (for tests and
+    debugging: ``model.metrics``, ``view.plot_history``)."""
+    return _last_monitor
 
 
 def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:

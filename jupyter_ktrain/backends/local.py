@@ -159,6 +159,7 @@ class LocalBackend(Backend):
                 # banner about it; a value from --env or the kernel's environment wins
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "KTRAIN_JOB_NAME": spec.name,
+                **({"KTRAIN_RDMA": spec.rdma.name} if spec.rdma is not None else {}),
                 MARKER_ENV: marker,
                 **spec.env_dict,
             }

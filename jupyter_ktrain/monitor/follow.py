@@ -20,6 +20,9 @@ __all__ = ["Sink", "follow"]
 
 
 class Sink(Protocol):
+    """Receives a job's lines and state changes. A sink may also have ``tick()``: then it is
+    called once per poll (after the lines), e.g. to redraw or to notice silence."""
+
     def lines(self, replica: str, lines: list[LogLine]) -> None: ...
     def status(self, status: JobStatus) -> None: ...
 
@@ -32,6 +35,7 @@ def follow(
 ) -> JobStatus:
     """Stream ``job`` into ``sink`` until it ends; return the final status."""
     sources = job.backend.log_sources(job.name)
+    tick: Callable[[], None] | None = getattr(sink, "tick", None)
     last_state = None
     try:
         while True:
@@ -43,6 +47,8 @@ def follow(
                 raw = source.finish() if status.terminal else source.read()
                 if raw:
                     sink.lines(source.replica, [parse_line(line) for line in raw])
+            if tick is not None:
+                tick()
             if status.terminal:
                 return status
             sleep(interval)

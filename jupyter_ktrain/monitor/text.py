@@ -1,44 +1,174 @@
-"""Plain-text view of a running job: for terminals, nbclient and frontends without widgets."""
+"""The one plain-text view of a running job: terminals, nbclient, frontends without widgets.
+
+:class:`TextView` reads a :class:`~jupyter_ktrain.monitor.model.MonitorModel` (the same model
+the widget reads) and prints every rank's lines with the protocol's prefix (``[rank3]: ...``),
+state changes, the NCCL transport, warnings (once each) and now and then the latest metrics.
+``failure_summary`` is what a failed job ends with. No widget imports here.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from .protocol import LogLine
+from .model import LogEntry, MonitorModel
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
 
-__all__ = ["TextSink", "failure_summary"]
+__all__ = ["TextView", "failure_summary", "fmt_elapsed", "header_text", "text_line"]
 
 
-class TextSink:
-    """Prints every rank's lines with their prefix as they arrive, and state changes."""
+def fmt_elapsed(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
-    def __init__(self, write: Callable[[str], object] | None = None, show_node_lines: bool = True):
-        self.write = write or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
-        self.show_node_lines = show_node_lines
-        self._started = time.monotonic()
 
-    def lines(self, replica: str, lines: list[LogLine]) -> None:
-        out = []
-        for line in lines:
-            if line.record is not None:
-                continue
-            if line.rank is not None:
-                out.append(f"[rank{line.rank}]: {line.text}")
-            elif self.show_node_lines and line.text.strip():
-                out.append(f"[{replica}] {line.text}")
-        if out:
-            self.write("\n".join(out) + "\n")
+def _shape(model: MonitorModel) -> str:
+    h = model.header
+    if h.gpus_per_node:
+        return f"{h.nodes} node(s) × {h.gpus_per_node} GPU(s)"
+    return f"{h.nodes} node(s) × {h.procs_per_node} proc(s)"
 
-    def status(self, status: JobStatus) -> None:
-        elapsed = time.monotonic() - self._started
-        reason = f" ({status.reason})" if status.reason else ""
-        self.write(f"-- {status.name}: {status.state}{reason} after {elapsed:.1f} s\n")
+
+def _digest(digest: str | None) -> str:
+    if not digest:
+        return ""
+    algo, _, hexpart = digest.partition(":")
+    return f"{algo}:{hexpart[:12]}" if hexpart else digest[:19]
+
+
+def header_text(model: MonitorModel, now: float) -> str:
+    """``mnist · PyTorchJob on local · Running 1m 05s · 2 node(s) × 2 proc(s) · sha256:…``"""
+    h = model.header
+    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    parts.append(_shape(model))
+    if h.image_digest:
+        parts.append(_digest(h.image_digest))
+    if model.transport is not None:
+        parts.append(model.transport.describe())
+    text = " · ".join(parts)
+    return f"{text} · {h.message}" if h.message else text
+
+
+def text_line(entry: LogEntry) -> str:
+    """A log entry as text: ``[rank3]: text`` (the protocol's prefix), ``[node@1] text``."""
+    if entry.rank is not None:
+        return f"[rank{entry.rank}]: {entry.text}"
+    return f"[{entry.label}] {entry.text}"
+
+
+class TextView:
+    """Readable text for nbclient, terminals and frontends without widgets.
+
+    Prints ``[rank3]: text`` lines, state changes, alerts (once each) and, at most every
+    ``metric_every`` seconds, the latest metrics; ``close`` prints the final state line. Each
+    ``update`` writes one batch of at most ``max_bytes`` bytes (the rest is counted, and stays
+    in the log files).
+    """
+
+    def __init__(
+        self,
+        model: MonitorModel,
+        out: IO[str] | None = None,
+        *,
+        max_bytes: int = 64_000,
+        metric_every: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.model = model
+        self.out = out if out is not None else sys.stdout
+        self.max_bytes = max_bytes
+        self.metric_every = metric_every
+        self.clock = clock
+        self._seq = 0
+        self._state: tuple[str, str] | None = None
+        self._alerted: set[tuple[str, str]] = set()
+        self._transport: str | None = None
+        self._metric_at = 0.0
+        self._metric_seen: int | None = None
+        self._closed = False
+
+    def show(self) -> None:
+        now = self.clock()
+        self.out.write(f"[ktrain] {header_text(self.model, now)}\n")
+        self._state = (self.model.header.state, self.model.header.message)
+        self.out.flush()
+
+    def update(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        chunks: list[str] = []
+        h = self.model.header
+        if (h.state, h.message) != self._state:
+            self._state = (h.state, h.message)
+            chunks.append(
+                f"[ktrain] {h.name}: {h.state}" + (f" ({h.message})" if h.message else "")
+            )
+        transport = self.model.transport
+        if transport is not None and transport.describe() != self._transport:
+            self._transport = transport.describe()
+            chunks.append(f"[ktrain] NCCL transport: {self._transport}")
+        for alert in self.model.alerts():
+            if (alert.code, alert.key) not in self._alerted:
+                self._alerted.add((alert.code, alert.key))
+                chunks.append(f"[ktrain] warning: {alert.message}")
+        chunks.extend(self._new_lines())
+        metric = self._metrics(now)
+        if metric:
+            chunks.append(metric)
+        if chunks:
+            self.out.write("\n".join(chunks) + "\n")
+            self.out.flush()
+
+    def _new_lines(self) -> list[str]:
+        lines: list[str] = []
+        size = 0
+        entries = list(self.model.lines_after(self._seq))
+        if entries and entries[0].seq > self._seq + 1 and self._seq:
+            lines.append(f"[ktrain] … {entries[0].seq - self._seq - 1} lines not shown")
+        for i, e in enumerate(entries):
+            line = text_line(e)
+            size += len(line) + 1
+            if size > self.max_bytes:
+                rest = len(entries) - i
+                lines.append(f"[ktrain] … {rest} lines not shown (rate limit; see the logs)")
+                break
+            lines.append(line)
+        if entries:
+            self._seq = entries[-1].seq
+        return lines
+
+    def _metrics(self, now: float) -> str:
+        rec = self.model.last_records.get("metric")
+        if rec is None or self.model.record_count == self._metric_seen:
+            return ""
+        if now - self._metric_at < self.metric_every:
+            return ""
+        self._metric_at, self._metric_seen = now, self.model.record_count
+        values = ", ".join(
+            f"{k} {v:.4g}"
+            for k, v in rec.items()
+            if k not in ("type", "rank", "step", "t") and isinstance(v, (int, float))
+        )
+        step = f" step {rec['step']}" if "step" in rec else ""
+        return f"[ktrain] metrics (rank {rec.get('rank')}{step}): {values}"
+
+    def close(self, now: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        now = self.clock() if now is None else now
+        self.update(now)
+        h = self.model.header
+        tail = f" ({h.message})" if h.message else ""
+        self.out.write(f"[ktrain] {h.name} {h.state} after {fmt_elapsed(h.elapsed(now))}{tail}\n")
+        self.out.flush()
 
 
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:

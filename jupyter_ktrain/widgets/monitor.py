@@ -2,7 +2,9 @@
 
 Both views read a :class:`~jupyter_ktrain.monitor.model.MonitorModel` and share one small
 interface (:class:`View`): ``show()`` once, ``update(now)`` on a timer (every ~0.2 s is fine:
-each view throttles itself), ``close(now)`` when the job is over or the user detaches.
+each view throttles itself), ``close(now)`` when the job is over or the user detaches. The
+text view is :class:`jupyter_ktrain.monitor.text.TextView` (re-exported here); both are fed
+by the follow loop through :class:`jupyter_ktrain.monitor.live.ModelSink`.
 
 Rate limits (Jupyter drops output above ~1 MB/s or 1000 messages/s): :class:`MonitorView`
 never uses ``Output.append_stdout`` (it resends the whole history). Logs go into small HTML
@@ -22,13 +24,14 @@ so they never read the model while another thread writes it.
 from __future__ import annotations
 
 import html
-import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 from ..monitor.model import LogEntry, MonitorModel
+from ..monitor.text import TextView, header_text
 
 __all__ = ["MonitorView", "TextView", "View", "make_view", "widgets_available"]
 
@@ -65,155 +68,12 @@ class View(Protocol):
     def close(self, now: float | None = None) -> None: ...
 
 
-def fmt_elapsed(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
-
-
-def _shape(model: MonitorModel) -> str:
-    h = model.header
-    if h.gpus_per_node:
-        return f"{h.nodes} node(s) × {h.gpus_per_node} GPU(s)"
-    return f"{h.nodes} node(s) × {h.procs_per_node} proc(s)"
-
-
-def _digest(digest: str | None) -> str:
-    if not digest:
-        return ""
-    algo, _, hexpart = digest.partition(":")
-    return f"{algo}:{hexpart[:12]}" if hexpart else digest[:19]
-
-
-def header_text(model: MonitorModel, now: float) -> str:
-    """``mnist · PyTorchJob on local · Running 1m 05s · 2 node(s) × 2 proc(s) · sha256:…``"""
-    h = model.header
-    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
-    parts.append(_shape(model))
-    if h.image_digest:
-        parts.append(_digest(h.image_digest))
-    if model.transport is not None:
-        parts.append(model.transport.describe())
-    text = " · ".join(parts)
-    return f"{text} · {h.message}" if h.message else text
-
-
 def _colour(entry: LogEntry) -> str:
     return _COLOURS[entry.rank % len(_COLOURS)] if entry.rank is not None else "#888888"
 
 
 def _matches(entry: LogEntry, needle: str) -> bool:
     return not needle or needle in entry.text.lower()
-
-
-# ---------------------------------------------------------------------------------------
-class TextView:
-    """Readable text for nbclient, terminals and frontends without widgets.
-
-    Prints ``[rank3] text`` lines, state changes, alerts (once each) and, at most every
-    ``metric_every`` seconds, the latest metrics of the lowest rank; ``close`` prints the
-    final state line. Each ``update`` writes one batch of at most ``max_bytes`` bytes.
-    """
-
-    def __init__(
-        self,
-        model: MonitorModel,
-        out: IO[str] | None = None,
-        *,
-        max_bytes: int = 64_000,
-        metric_every: float = 30.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.model = model
-        self.out = out if out is not None else sys.stdout
-        self.max_bytes = max_bytes
-        self.metric_every = metric_every
-        self.clock = clock
-        self._seq = 0
-        self._state: tuple[str, str] | None = None
-        self._alerted: set[tuple[str, str]] = set()
-        self._transport: str | None = None
-        self._metric_at = 0.0
-        self._metric_seen: int | None = None
-        self._closed = False
-
-    def show(self) -> None:
-        now = self.clock()
-        self.out.write(f"[ktrain] {header_text(self.model, now)}\n")
-        self._state = (self.model.header.state, self.model.header.message)
-        self.out.flush()
-
-    def update(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
-        chunks: list[str] = []
-        h = self.model.header
-        if (h.state, h.message) != self._state:
-            self._state = (h.state, h.message)
-            chunks.append(
-                f"[ktrain] {h.name}: {h.state}" + (f" ({h.message})" if h.message else "")
-            )
-        transport = self.model.transport
-        if transport is not None and transport.describe() != self._transport:
-            self._transport = transport.describe()
-            chunks.append(f"[ktrain] NCCL transport: {self._transport}")
-        for alert in self.model.alerts():
-            if (alert.code, alert.key) not in self._alerted:
-                self._alerted.add((alert.code, alert.key))
-                chunks.append(f"[ktrain] warning: {alert.message}")
-        chunks.extend(self._new_lines())
-        metric = self._metrics(now)
-        if metric:
-            chunks.append(metric)
-        if chunks:
-            self.out.write("\n".join(chunks) + "\n")
-            self.out.flush()
-
-    def _new_lines(self) -> list[str]:
-        lines: list[str] = []
-        size = 0
-        entries = list(self.model.lines_after(self._seq))
-        if entries and entries[0].seq > self._seq + 1 and self._seq:
-            lines.append(f"[ktrain] … {entries[0].seq - self._seq - 1} lines not shown")
-        for i, e in enumerate(entries):
-            line = f"[{e.label}] {e.text}"
-            size += len(line) + 1
-            if size > self.max_bytes:
-                rest = len(entries) - i
-                lines.append(f"[ktrain] … {rest} lines not shown (rate limit; see the logs)")
-                break
-            lines.append(line)
-        if entries:
-            self._seq = entries[-1].seq
-        return lines
-
-    def _metrics(self, now: float) -> str:
-        rec = self.model.last_records.get("metric")
-        if rec is None or self.model.record_count == self._metric_seen:
-            return ""
-        if now - self._metric_at < self.metric_every:
-            return ""
-        self._metric_at, self._metric_seen = now, self.model.record_count
-        values = ", ".join(
-            f"{k} {v:.4g}"
-            for k, v in rec.items()
-            if k not in ("type", "rank", "step", "t") and isinstance(v, (int, float))
-        )
-        step = f" step {rec['step']}" if "step" in rec else ""
-        return f"[ktrain] metrics (rank {rec.get('rank')}{step}): {values}"
-
-    def close(self, now: float | None = None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        now = self.clock() if now is None else now
-        self.update(now)
-        h = self.model.header
-        tail = f" ({h.message})" if h.message else ""
-        self.out.write(f"[ktrain] {h.name} {h.state} after {fmt_elapsed(h.elapsed(now))}{tail}\n")
-        self.out.flush()
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,10 +165,20 @@ class MonitorView:
         self._plot: Any = None  # PanelFigure, created with the first data point
         self._pushed: dict[tuple[str, Any], int] = {}
         self._closed = False
+        # (time, points drawn per metric) at each plot redraw: how the plots grew
+        self.plot_history: deque[tuple[float, dict[str, int]]] = deque(maxlen=1000)
 
-    # -- widget callbacks: flags only ---------------------------------------------------
+    # -- widget callbacks: flags only while the job is followed ---------------------------
     def _on_view_change(self, _change: Any) -> None:
         self._rebuild = True
+        if self._closed:  # nobody feeds the model any more: apply the change here
+            with self._lock:
+                self._update_logs()
+
+    def controls(self) -> list[Any]:
+        """The widgets whose frontend messages must be handled while the cell blocks."""
+        return [self.cancel_button, self.panel_button, self.rank_select, self.filter_text,
+                self.follow]  # fmt: skip
 
     # -- public -------------------------------------------------------------------------
     def show(self) -> None:
@@ -325,7 +195,7 @@ class MonitorView:
                 self._update_logs()
             if now - self._last_plot >= self.plot_interval:
                 self._last_plot = now
-                self._update_plots()
+                self._update_plots(now)
 
     def close(self, now: float | None = None) -> None:
         """Final flush: everything shown, buttons disabled. Widgets stay on screen."""
@@ -448,7 +318,7 @@ class MonitorView:
         return "\n".join(out)
 
     # -- plots --------------------------------------------------------------------------
-    def _update_plots(self) -> None:
+    def _update_plots(self, now: float) -> None:
         dirty = self._dirty_series()
         if not dirty:
             return
@@ -471,6 +341,10 @@ class MonitorView:
                 xs, ys = series.points(per_trace)
                 trace.x, trace.y = _arrays(xs, ys)
                 self._pushed[key] = series.count
+        drawn: dict[str, int] = {}
+        for (panel, _who), n in self._pushed.items():
+            drawn[panel[2:]] = drawn.get(panel[2:], 0) + n
+        self.plot_history.append((now, drawn))
 
     def _dirty_series(self) -> list[tuple[tuple[str, Any], Any]]:
         m = self.model

@@ -87,3 +87,31 @@ class PanelFigure:
 
     def traces(self, panel: str) -> list[Any]:
         return [t for (p, _), t in self._traces.items() if p == panel]
+
+
+def metrics_figure(model: Any, title: str | None = None) -> Any:
+    """A static plotly ``Figure`` of a model's reported metrics (one panel per metric, one
+    trace per rank) and GPU series, downsampled like the live view; None when there is none."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    panels: list[tuple[str, list[tuple[str, Any]]]] = []
+    for name in model.metric_names():
+        traces = [(f"rank {r}", s) for (r, n), s in sorted(model.metrics.items()) if n == name]
+        panels.append((name, traces))
+    for field in sorted({f for _, _, f in model.gpus}):
+        traces = [(f"node {n} GPU {g}", s) for (n, g, f), s in sorted(model.gpus.items())
+                  if f == field]  # fmt: skip
+        panels.append((f"gpu {field}", traces))
+    if not panels:
+        return None
+    fig = make_subplots(rows=len(panels), cols=1, subplot_titles=[p for p, _ in panels])
+    for row, (panel, traces) in enumerate(panels, start=1):
+        for label, series in traces:
+            xs, ys = series.points()
+            fig.add_trace(
+                go.Scatter(x=xs, y=ys, mode="lines", name=f"{panel}: {label}"), row=row, col=1
+            )
+        fig.update_xaxes(title_text="seconds" if panel.startswith("gpu ") else "step", row=row)
+    fig.update_layout(height=260 * len(panels) + 80, title=title or model.header.name)
+    return fig

@@ -165,7 +165,7 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[ktrain] mnist · PyTorchJob on local · Pending")
     assert "[ktrain] mnist: Running" in lines
-    assert "[rank1] hello" in lines
+    assert "[rank1]: hello" in lines
     assert "[ktrain] NCCL transport: NET/Socket (TCP sockets)" in lines
     assert any(x.startswith("[ktrain] warning: RDMA was requested") for x in lines)
     assert "[ktrain] metrics (rank 1 step 3): loss 0.25" in lines

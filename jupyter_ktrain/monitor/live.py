@@ -1,0 +1,115 @@
+"""The path from a running job to what the user sees: follow loop -> model -> view.
+
+:func:`model_for` builds the :class:`MonitorModel` of a job (header from its plan when there
+is one, e.g. not after ``%ktrain attach``); :class:`ModelSink` is the follow loop's sink that
+feeds that model and refreshes a view (the text view or the widget: one path for both).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .model import JobHeader, MonitorModel, ReplicaRow
+from .protocol import LogLine, parse_line
+
+if TYPE_CHECKING:
+    from ..backends.base import Job, JobStatus, ReplicaStatus
+    from ..widgets.monitor import View
+
+__all__ = ["ModelSink", "model_for", "model_from_logs", "rdma_requested", "replica_row"]
+
+_NO_RDMA = frozenset({"", "tcp", "off", "none"})
+
+
+def rdma_requested(spec: Any) -> bool:
+    """True when the job asked for an RDMA network profile (not ``tcp``)."""
+    rdma = getattr(spec, "rdma", None)
+    return rdma is not None and str(getattr(rdma, "name", "")).lower() not in _NO_RDMA
+
+
+def model_for(job: Job, **options: Any) -> MonitorModel:
+    """A fresh model for ``job``; ``options`` go to :class:`MonitorModel`."""
+    plan = job.plan
+    header = JobHeader(name=job.name, backend=job.backend.name)
+    rdma = False
+    if plan is not None:
+        spec = plan.spec
+        header.kind = spec.kind
+        header.nodes = spec.nodes
+        header.procs_per_node = spec.nproc
+        header.gpus_per_node = spec.resources.gpus
+        digest = plan.details.get("image_digest") if hasattr(plan.details, "get") else None
+        header.image_digest = str(digest) if digest else None
+        rdma = rdma_requested(spec)
+    return MonitorModel(header, rdma_requested=rdma, **options)
+
+
+def replica_row(r: ReplicaStatus) -> ReplicaRow:
+    event = r.last_event
+    if not event and r.exit_code is not None:
+        event = f"exited with code {r.exit_code}"
+    return ReplicaRow(r.name, r.phase, r.restarts, r.node, event)
+
+
+class ModelSink:
+    """A :class:`~jupyter_ktrain.monitor.follow.Sink` that feeds ``model`` and refreshes
+    ``view`` (throttled by the view itself). Call everything from one thread."""
+
+    def __init__(
+        self, model: MonitorModel, view: View, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.model = model
+        self.view = view
+        self.clock = clock
+        self.final: JobStatus | None = None
+        self._nodes: dict[str, int] = {}
+
+    def _node(self, replica: str) -> int:
+        node = self._nodes.get(replica)
+        if node is None:
+            node = self._nodes[replica] = len(self._nodes)
+        return node
+
+    def lines(self, replica: str, lines: list[LogLine]) -> None:
+        now = self.clock()
+        node = self._node(replica)
+        for line in lines:
+            self.model.feed(line, now, node)
+
+    def status(self, status: JobStatus) -> None:
+        now = self.clock()
+        h = self.model.header
+        for r in status.replicas:  # node numbers follow the replica table's order
+            self._node(r.name)
+        if status.started is not None and h.start_time is None:
+            h.start_time = status.started
+        if status.replicas and self.model.header.nodes < len(status.replicas):
+            h.nodes = len(status.replicas)
+        message = status.reason if not status.message else f"{status.reason}: {status.message}"
+        if status.terminal and status.finished is not None and h.end_time is None:
+            h.end_time = status.finished
+        self.model.set_state(status.state, now, message.strip(": "))
+        self.model.set_replicas(replica_row(r) for r in status.replicas)
+        if status.terminal:
+            self.final = status
+
+    def tick(self) -> None:
+        """Once per follow iteration: time-based alerts, then a (throttled) redraw."""
+        now = self.clock()
+        self.model.check(now)
+        self.view.update(now)
+
+
+def model_from_logs(name: str, lines: Iterable[tuple[str, str]], **options: Any) -> MonitorModel:
+    """A model rebuilt from a job's stored ``(replica, raw line)`` pairs (``read_logs``), for
+    reports after the fact. Metric x values are steps, or the records' own times."""
+    model = MonitorModel(JobHeader(name=name), **options)
+    nodes: dict[str, int] = {}
+    for replica, raw in lines:
+        line = parse_line(raw)
+        t = line.record.get("t") if line.record is not None else None
+        now = float(t) if isinstance(t, (int, float)) else 0.0
+        model.feed(line, now, nodes.setdefault(replica, len(nodes)))
+    return model

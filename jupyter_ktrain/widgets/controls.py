@@ -1,0 +1,86 @@
+"""Keep the monitor's controls (Cancel, rank selector, filter, follow) live while the
+``%%ktrain`` cell blocks on its job.
+
+Why this works: ipykernel 7 runs each kernel *subshell* in its own thread with its own event
+loop, and its shell channel thread routes every incoming ``comm_msg`` by asking the target
+comm ``_reply_subshell_for(data, default)``. We create one subshell per kernel (on the shell
+channel thread's loop, where ipykernel creates them for a frontend's
+``create_subshell_request``) and route the monitor's control comms to it. A click on Cancel is
+then handled in that thread while the main thread runs the follow loop, and the cell still
+ends with the job's final state and its results.
+
+Where this is not possible (ipykernel < 7, no subshell support, the internals changed), the
+cell still blocks and the widget still updates live; clicks are handled when the cell ends.
+Interrupt the kernel to detach, and ``%ktrain cancel NAME`` to cancel. Everything here is
+best effort and never raises.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["control_subshell", "route_to_subshell"]
+
+_subshells: dict[int, str] = {}  # id(kernel) -> subshell id
+_lock = threading.Lock()
+
+
+def _kernel() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return None
+    shell = get_ipython()
+    return getattr(shell, "kernel", None) if shell is not None else None
+
+
+def control_subshell(timeout: float = 5.0) -> str | None:
+    """This kernel's subshell for monitor controls (created once), or None if unsupported."""
+    kernel = _kernel()
+    if kernel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+        return None
+    with _lock:
+        found = _subshells.get(id(kernel))
+        if found is not None:
+            return found
+        try:
+            manager = kernel.shell_channel_thread.manager
+            loop = manager._shell_channel_io_loop
+            create = manager._create_subshell
+        except AttributeError:
+            return None
+        done = threading.Event()
+        box: dict[str, str] = {}
+
+        def make() -> None:
+            try:
+                box["id"] = create()
+            except Exception:
+                pass
+            finally:
+                done.set()
+
+        loop.add_callback(make)
+        if not done.wait(timeout) or "id" not in box:
+            return None
+        _subshells[id(kernel)] = box["id"]
+        return box["id"]
+
+
+def route_to_subshell(widgets: Iterable[Any], subshell_id: str) -> int:
+    """Send the frontend's messages for ``widgets`` to ``subshell_id``; returns how many
+    widgets are routed (those with a comm that the kernel routes per message)."""
+    routed = 0
+    for widget in widgets:
+        comm = getattr(widget, "comm", None)
+        if comm is None or not hasattr(comm, "_reply_subshell_for"):
+            continue
+
+        def route(data: Any, default: Any, _sid: str = subshell_id) -> str:
+            return _sid
+
+        comm._reply_subshell_for = route
+        routed += 1
+    return routed

@@ -1,0 +1,195 @@
+"""The cell monitor in a real browser: JupyterLab + Chromium (Playwright). A notebook runs a
+2 x 2 local job; the widget shows every rank's lines, its loss plot grows while the job runs,
+and the header ends Succeeded. A screenshot goes to test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_ktrain.backends.local import LocalBackend
+
+from ..integration.widget_notebook import write_notebook
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+LAB_CONFIG = """
+c.LabApp.news_url = None
+c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
+c.LabApp.expose_app_in_browser = True
+"""
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+    home: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
+    pytest.importorskip("playwright.sync_api")
+    root, config = tmp_path / "root", tmp_path / "config"
+    root.mkdir()
+    config.mkdir()
+    (config / "jupyter_server_config.py").write_text(LAB_CONFIG)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the page
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port, token = _free_port(), secrets.token_hex(16)
+    home = tmp_path / "ktrain-home"
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "KTRAIN_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("KTRAIN_MONITOR", None)
+    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--allow-root",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
+                time.sleep(0.3)
+        yield Lab(url, token, root, home)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+KERNEL_IDLE = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle';
+}"""
+LOSS_POINTS = """() => {
+  let n = 0;
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    for (const t of gd.data || []) { if ((t.name || '').startsWith('rank')) n += t.x.length; }
+  }
+  return n;
+}"""
+RANK2_ONLY = """() => {
+  const text = [...document.querySelectorAll('.widget-box pre')].map(p => p.innerText).join('\\n');
+  const lines = text.split('\\n').filter(l => l.trim());
+  return lines.length >= 30 && lines.every(l => l.startsWith('[rank2]'));
+}"""
+HEADER = """() => {
+  const h = [...document.querySelectorAll('.widget-html-content')]
+    .find(e => e.textContent.includes('●'));
+  return h ? h.textContent : '';
+}"""
+
+
+def test_monitor_in_jupyterlab_shows_all_ranks_growing_plot_and_success(lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    name = f"widget-browser-{int(time.time())}"
+    write_notebook(lab.root / "monitor.ipynb", name, steps=30, pause=0.3)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            page.goto(f"{lab.url}/lab/tree/monitor.ipynb?reset&token={lab.token}")
+            try:
+                page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / "widget-jupyterlab-failed.png"))
+                raise
+            # not awaited: the command's promise resolves only once every cell has run
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            try:
+                _watch_job(page, name)
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / "widget-jupyterlab-failed.png"))
+                raise
+            page.locator(".jp-OutputArea-output .widget-vbox").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "widget-jupyterlab.png"), full_page=True)
+        finally:
+            browser.close()
+            LocalBackend(lab.home).cancel(name) if (lab.home / "jobs" / name).exists() else None
+
+
+def _watch_job(page: Any, name: str) -> None:
+    # running: the header says so, and rank lines arrive in the log pane
+    page.wait_for_function(
+        f"() => ({HEADER})().includes('{name}') && ({HEADER})().includes('Running')",
+        timeout=40_000,
+    )
+    page.wait_for_function(f"() => ({LOSS_POINTS})() > 0", timeout=60_000)
+    first = page.evaluate(LOSS_POINTS)
+    page.wait_for_function(f"() => ({LOSS_POINTS})() > {first}", timeout=30_000)
+    header = page.evaluate(HEADER)
+    assert "Running" in header, header  # the plot grew while the job was still running
+    page.screenshot(path=str(ARTIFACTS / "widget-jupyterlab-running.png"))
+    page.wait_for_function(f"() => ({HEADER})().includes('Succeeded')", timeout=90_000)
+    assert page.evaluate(LOSS_POINTS) == 4 * 30
+    logs = page.locator(".widget-box pre").all_inner_texts()
+    text = "\n".join(logs)
+    for rank in range(4):
+        assert f"[rank{rank}] rank {rank} step 30 loss" in text, text[-2000:]
+    page.wait_for_function("() => document.body.innerText.includes('RESULT r=0')", timeout=30_000)

@@ -1,0 +1,112 @@
+"""The example notebooks, executed headless on the local backend exactly as ``make run`` does
+(scripts/run_notebook.py): every cell runs, every job succeeds, plots are written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def run_notebook(notebook: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KTRAIN_HOME", "KTRAIN_MONITOR")}
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "run_notebook.py"),
+            str(notebook),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+
+
+def outputs_text(executed: Path) -> str:
+    nb = nbformat.read(executed, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+def job_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "jobs").iterdir() if p.is_dir())
+
+
+def test_quickstart_runs_its_job_and_plots_the_reported_loss(tmp_path: Path) -> None:
+    out = tmp_path / "quickstart"
+    done = run_notebook(NOTEBOOKS / "01-quickstart.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "01-quickstart.ipynb")
+    assert "Succeeded {0: 0, 1: 0, 2: 0, 3: 0}" in text
+    assert re.search(r"final loss from the job: \d+\.\d{4}", text)
+    (job,) = [j for j in job_dirs(out) if (j / "state.json").exists()]  # the dry run starts none
+    assert json.loads((job / "state.json").read_text())["state"] == "Succeeded"
+    plot = (out / "plots" / f"{job.name}.html").read_text()
+    assert '"name":"loss: rank 3"' in plot  # every rank's reported loss, from the job's logs
+    assert (out / "plots" / "plotly.min.js").exists()
+
+
+def test_deepspeed_zero3_notebook_trains_on_four_cpu_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "deepspeed"
+    done = run_notebook(NOTEBOOKS / "02-deepspeed-zero3.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "02-deepspeed-zero3.ipynb")
+    first, last = map(float, re.findall(r"loss: first ([\d.]+), last ([\d.]+)", text)[0])
+    assert last < 0.5 * first
+    (job,) = job_dirs(out)
+    shards = {}
+    for rank in range(4):
+        log = (job / f"rank-{rank}.log").read_text()
+        held, total = map(int, re.findall(r"holds (\d+) of (\d+) parameters", log)[0])
+        shards[rank] = held / total
+    # ZeRO-3: each of the 4 ranks keeps about a quarter of the parameters
+    assert all(0.2 < share < 0.3 for share in shards.values()), shards
+    assert "loss: rank 0" in (out / "plots" / f"{job.name}.html").read_text()
+
+
+def test_rdma_and_gang_notebook_renders_the_llm_job_without_a_cluster(tmp_path: Path) -> None:
+    out = tmp_path / "rdma"
+    done = run_notebook(NOTEBOOKS / "03-rdma-and-gang.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "03-rdma-and-gang.ipynb")
+    assert "PyTorchJob llm-finetune: 4 nodes x 8 GPUs = 32 ranks, schema-valid" in text
+    assert "NCCL_IB_GID_INDEX        3" in text
+    assert "gang:            {'minAvailable': 4, 'queue': 'training'}" in text
+    assert not (out / "jobs").exists()  # a dry run starts nothing
+
+
+def test_run_notebook_fails_when_a_job_fails(tmp_path: Path) -> None:
+    nb = new_notebook(
+        cells=[
+            new_code_cell("%load_ext jupyter_ktrain"),
+            new_code_cell("def boom():\n    raise SystemExit(3)"),
+            new_code_cell("%%ktrain --name doomed\nboom()"),
+        ]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "doomed.ipynb"
+    nbformat.write(nb, path)
+    done = run_notebook(path, tmp_path / "out")
+    assert done.returncode == 1
+    assert "job doomed did not succeed: Failed" in done.stderr
+    assert (tmp_path / "out" / "doomed.ipynb").exists()

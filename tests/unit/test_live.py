@@ -1,0 +1,82 @@
+"""The follow loop's sink: statuses and lines from a backend become the model the views
+read (state, replica table, node numbers, metrics), and the one text view prints them."""
+
+from __future__ import annotations
+
+import io
+
+from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
+from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
+from jupyter_ktrain.monitor.protocol import (
+    format_agent_line,
+    format_rank_line,
+    format_record,
+    parse_line,
+)
+from jupyter_ktrain.monitor.text import TextView
+from jupyter_ktrain.widgets.plots import metrics_figure
+
+T0 = 1_763_700_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _status(state: str, *phases: str, reason: str = "") -> JobStatus:
+    replicas = tuple(
+        ReplicaStatus(f"j-node-{i}", p, node="127.0.0.1", exit_code=0 if p == "Succeeded" else None)
+        for i, p in enumerate(phases)
+    )
+    return JobStatus("j", state, reason=reason, replicas=replicas, started=T0)
+
+
+def test_sink_feeds_state_replicas_lines_and_metrics_and_the_text_view_prints_them() -> None:
+    clock = Clock()
+    model = MonitorModel(JobHeader(name="j", nodes=2, procs_per_node=2))
+    out = io.StringIO()
+    view = TextView(model, out, metric_every=0, clock=clock)
+    sink = ModelSink(model, view, clock=clock)
+    view.show()
+    sink.status(_status("Running", "Running", "Running"))
+    clock.now += 2
+    # node 1's stream arrives first: node numbers still follow the replica table
+    sink.lines("j-node-1", [parse_line(format_rank_line(3, "hello from 3"))])
+    sink.lines("j-node-0", [parse_line(format_agent_line("GPU sampling off")),
+                            parse_line(format_rank_line(0, format_record(
+                                {"type": "metric", "step": 1, "loss": 0.5})))])  # fmt: skip
+    sink.tick()
+    clock.now += 5
+    sink.status(_status("Succeeded", "Succeeded", "Succeeded", reason="AllRanksSucceeded"))
+    view.close()
+
+    assert model.header.state == "Succeeded"
+    assert model.header.elapsed(clock.now) == 7.0
+    assert [r.last_event for r in model.replicas] == ["exited with code 0"] * 2
+    assert model.labels() == ["rank3", "agent@0"]
+    assert model.metrics[(0, "loss")].count == 1
+    assert sink.final is not None
+    lines = out.getvalue().splitlines()
+    assert "[rank3]: hello from 3" in lines
+    assert "[agent@0] GPU sampling off" in lines
+    assert "[ktrain] metrics (rank 0 step 1): loss 0.5" in lines
+    assert lines[-1] == "[ktrain] j Succeeded after 7s (AllRanksSucceeded)"
+
+
+def test_model_from_stored_logs_plots_every_rank() -> None:
+    stored = [
+        (f"j-node-{rank // 2}", format_rank_line(rank, format_record(
+            {"type": "metric", "step": step, "loss": 1.0 / step, "t": T0 + step})))
+        for step in range(1, 11) for rank in range(4)
+    ]  # fmt: skip
+    model = model_from_logs("j", stored)
+    assert model.metric_names() == ["loss"]
+    fig = metrics_figure(model)
+    assert sorted(t.name for t in fig.data) == [f"loss: rank {r}" for r in range(4)]
+    assert list(fig.data[0].x) == [float(s) for s in range(1, 11)]
+    assert metrics_figure(model_from_logs("empty", [])) is None
