@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run test check setup lint bench clean
+.PHONY: run examples test check setup lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ setup: $(VENV)/.installed
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
 	$(PY) scripts/run_notebook.py notebooks/01-quickstart.ipynb --out $(RUNS)/quickstart
+
+## Execute every example notebook (quickstart, DeepSpeed ZeRO-3, RDMA + gang dry run) -> runs/<name>
+examples: setup
+	for nb in notebooks/*.ipynb; do $(PY) scripts/run_notebook.py $$nb --out $(RUNS)/$$(basename $$nb .ipynb) || exit 1; done
 
 ## Lint, type-check and run every test
 test: setup
