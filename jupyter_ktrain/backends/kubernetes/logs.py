@@ -102,7 +102,6 @@ class PodLogSource(LogSource):
         self._ended = threading.Event()
         self._stop = threading.Event()
         self._uid = ""
-        self._restarts = 0
         self._thread = threading.Thread(target=self._run, name=f"logs-{pod}", daemon=True)
         self._thread.start()
 
@@ -201,22 +200,30 @@ class PodLogSource(LogSource):
 
     def _follow_all(self) -> None:
         pod = self._wait_started()
-        idle = 0
+        streamed, prev_for, idle, seen = -1, 0, 0, -1
         while pod is not None and not self._stop.is_set():
             uid = pod["metadata"].get("uid", "")
-            restarts = int(self._container(pod).get("restartCount") or 0)
-            if uid != self._uid:
-                self._uid, self._restarts = uid, restarts
-            elif restarts > self._restarts:
-                self._previous()
-                self._restarts = restarts
+            if uid != self._uid:  # first sight, or the pod was recreated
+                self._uid, streamed, prev_for = uid, -1, 0
+            cs = self._container(pod)
+            restarts = int(cs.get("restartCount") or 0)
+            if restarts > 0 and restarts > streamed and prev_for != restarts:
+                self._previous()  # the instance before the current one: its tail first
+                prev_for = restarts
+            state = cs.get("state") or {}
+            if "running" not in state and "terminated" not in state:  # waiting (back-off)
+                if self._job_over():
+                    return
+                seen = self.watch.wait_change(seen, 1.0)
+                pod = self.watch.pods.get(self.replica) or self._fresh_pod()
+                continue
             got = self._follow()
+            streamed = restarts
             pod = self._fresh_pod()
             if pod is None:
                 return
             cs = self._container(pod)
-            restarted = int(cs.get("restartCount") or 0) > self._restarts
-            if restarted:
+            if int(cs.get("restartCount") or 0) > restarts:
                 continue
             if "terminated" in (cs.get("state") or {}) and (_pod_done(pod) or self._job_over()):
                 self._emit_since()  # a stream cut just before the end: the rest
@@ -236,11 +243,21 @@ class PodLogSource(LogSource):
 
     def _follow(self) -> int:
         self._dedupe.reconnect()
-        return self._emit(self.api.stream_lines(self._path(), self._query(follow=True)))
+        try:
+            return self._emit(self.api.stream_lines(self._path(), self._query(follow=True)))
+        except ApiFailure as exc:
+            if exc.status != 400:  # 400: the container is not running (yet, or any more)
+                raise
+            return 0
 
     def _emit_since(self) -> int:
         self._dedupe.reconnect()
-        return self._emit(self.api.stream_lines(self._path(), self._query(follow=False)))
+        try:
+            return self._emit(self.api.stream_lines(self._path(), self._query(follow=False)))
+        except ApiFailure as exc:
+            if exc.status not in (400, 404):
+                raise
+            return 0
 
     def _previous(self) -> None:
         self._dedupe.reconnect()
