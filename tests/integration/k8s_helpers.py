@@ -64,10 +64,10 @@ def make_shell(test_cluster: Any, **config: str) -> InteractiveShell:
     return sh
 
 
-@pytest.fixture
-def k8s_shell(
+def configured_shell(
     test_cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[InteractiveShell]:
+    """Body of each test module's ``k8s_shell`` fixture: a private KTRAIN_HOME, configured."""
     monkeypatch.setenv("KTRAIN_HOME", str(tmp_path / "ktrain-home"))
     sh = make_shell(test_cluster)
     yield sh

@@ -7,9 +7,14 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from .k8s_helpers import k8s_shell  # noqa: F401
+from .k8s_helpers import configured_shell
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def k8s_shell(test_cluster, tmp_path, monkeypatch):
+    yield from configured_shell(test_cluster, tmp_path, monkeypatch)
 
 
 def test_two_by_two_configmap_route_logs_state_and_result(k8s_shell, test_cluster, capsys):
@@ -30,6 +35,10 @@ def test_two_by_two_configmap_route_logs_state_and_result(k8s_shell, test_cluste
 
     owners = json.loads(cm.stdout)["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"]) for o in owners] == [("PyTorchJob", "ddp-cm")]
+
+
+def _free(path) -> bool:  # type: ignore[no-untyped-def]
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
 
 
 class _Puller:
@@ -124,6 +133,7 @@ def test_reattach_from_fresh_shell_then_delete_leaves_nothing(k8s_shell, test_cl
     fresh.run_line_magic("ktrain", "delete again")
     for kind in ("pytorchjobs", "pods", "configmaps", "services"):
         left = test_cluster.kubectl("get", kind, "-l", "ktrain.io/job=again", "-o", "name")
-        assert left.returncode == 0 and left.stdout.strip() == "", (kind, left.stdout)
+        assert left.returncode == 0, left.stderr
+        assert left.stdout.strip() == "", (kind, left.stdout)
     assert test_cluster.kubectl("get", "configmap", "again-code").returncode != 0
     assert "again" not in test_cluster.kubectl("get", "pods", "-o", "name").stdout
