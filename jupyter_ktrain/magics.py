@@ -30,12 +30,16 @@ __all__ = ["KtrainMagics", "last_monitor", "run_job_cell"]
 _last_monitor: tuple[MonitorModel, View] | None = None
 
 _LINE_HELP = """\
-%ktrain list                        jobs this machine started (local backend)
+%ktrain list                        jobs of the backend (local, or the namespace's ktrain jobs)
 %ktrain attach NAME                 follow a running job again (e.g. after a kernel restart)
 %ktrain logs NAME [--rank R] [--grep TEXT]
 %ktrain status NAME
-%ktrain cancel NAME                 stop every process of the job
-%ktrain delete NAME                 cancel, then remove its files and logs
+%ktrain cancel NAME                 stop the job (on Kubernetes: delete it and its pods)
+%ktrain delete NAME                 cancel, then remove everything it left (files, objects)
+%ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
+                                    context, registry, base_image, insecure_registries,
+                                    offline_requirements); never secrets
+Every command but config takes --backend local|kubernetes (default: the configured one).
 """
 
 
@@ -163,11 +167,20 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _say(_LINE_HELP)
         return None
     command, args = argv[0], argv[1:]
-    backend = get_backend("local")
+    if command == "config":
+        from .config import load_config, set_config
+
+        cfg = set_config(args) if args else load_config()
+        _say(cfg.describe())
+        return None
+    backend_name, args = _pop_backend(args)
+    backend = get_backend(backend_name)
     if command == "list":
         rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
         _say("\n".join(rows) if rows else "No jobs yet.")
         return None
+    if command not in ("attach", "status", "logs", "cancel", "delete"):
+        raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
         raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
     name = args[0]
@@ -181,12 +194,28 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         backend.cancel(name)
         _say(f"Cancelled {name!r}.")
         return None
-    if command == "delete":
-        backend.attach(name)
-        backend.delete(name)  # type: ignore[attr-defined]
-        _say(f"Deleted {name!r}.")
-        return None
-    raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
+    backend.attach(name)
+    backend.delete(name)  # type: ignore[attr-defined]
+    _say(f"Deleted {name!r}.")
+    return None
+
+
+def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--backend NAME`` / ``--backend=NAME`` anywhere in ``args``; the rest unchanged."""
+    out, name, i = [], None, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--backend":
+            if i + 1 >= len(args):
+                raise SpecError("--backend needs a value: local or kubernetes.")
+            name, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--backend="):
+            name = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+        i += 1
+    return name, out
 
 
 def _logs(job: Job, argv: list[str]) -> None:

@@ -57,6 +57,12 @@ def parse_flags(line: str, prog: str = "%%ktrain") -> argparse.Namespace:
     return build_parser(prog).parse_args(argv)
 
 
+def _default_backend() -> str:
+    from .backends import default_backend_name
+
+    return default_backend_name()
+
+
 def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: Any) -> JobSpec:
     """A validated JobSpec from parsed flags; ``entry`` names the job when --name is absent."""
     from .cluster_options import spec_kwargs
@@ -65,7 +71,7 @@ def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: An
         "name": ns.name or default_name(entry),
         "nodes": ns.nodes,
         "procs_per_node": ns.procs_per_node,
-        "backend": ns.backend or defaults.get("backend", "local"),
+        "backend": ns.backend or defaults.get("backend") or _default_backend(),
         "env": tuple(ns.env),
         **spec_kwargs(ns),
     }

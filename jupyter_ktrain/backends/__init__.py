@@ -5,12 +5,25 @@ from __future__ import annotations
 from ..errors import SpecError
 from .base import Backend, Job, JobStatus, LaunchPlan
 
-__all__ = ["Backend", "Job", "JobStatus", "LaunchPlan", "get_backend"]
+__all__ = ["Backend", "Job", "JobStatus", "LaunchPlan", "default_backend_name", "get_backend"]
 
 
-def get_backend(name: str) -> Backend:
+def default_backend_name() -> str:
+    """``backend`` from the user config (``%ktrain config backend=...``), else ``local``."""
+    from ..config import load_config
+
+    return load_config().backend or "local"
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend called ``name`` (default: the configured one)."""
+    name = name or default_backend_name()
     if name == "local":
         from .local import LocalBackend
 
         return LocalBackend()
-    raise SpecError(f"--backend {name!r} is not available yet; use --backend local.")
+    if name == "kubernetes":
+        from .kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend()
+    raise SpecError(f"--backend {name!r} is not known; use --backend local or kubernetes.")

@@ -130,43 +130,44 @@ class Logs:
         with self.cond:
             cut_at = self._cut_since(ns, pod)
         fh = path.open("rb")
-        lines: list[bytes] = fh.readlines()
-        pending = b""
-        if lines and not lines[-1].endswith(b"\n"):
-            pending = lines.pop()
-        if tail is not None:
-            lines = lines[-tail:] if tail else []
-        while True:
-            for raw in lines:
-                out = self._format(raw, since, stamps)
-                if out is None:
-                    continue
-                if budget is not None:
-                    out = out[:budget]
-                    budget -= len(out)
-                yield out
-                if budget is not None and budget <= 0:
-                    fh.close()
-                    return
-            if not follow:
-                fh.close()
-                return
-            with self.cond:
-                while True:
-                    chunk = fh.read()
-                    if chunk or path not in self.open or self._cut_since(ns, pod) != cut_at:
-                        break
-                    self.cond.wait(0.5)
-                if not chunk and (path not in self.open or self._cut_since(ns, pod) != cut_at):
-                    chunk = fh.read()
-                    if not chunk:
-                        fh.close()
-                        return
-            data = pending + chunk
-            lines = data.splitlines(keepends=True)
+        with fh:  # closed also when the client goes away mid-stream
+            lines: list[bytes] = fh.readlines()
             pending = b""
             if lines and not lines[-1].endswith(b"\n"):
                 pending = lines.pop()
+            if tail is not None:
+                lines = lines[-tail:] if tail else []
+            while True:
+                for raw in lines:
+                    out = self._format(raw, since, stamps)
+                    if out is None:
+                        continue
+                    if budget is not None:
+                        out = out[:budget]
+                        budget -= len(out)
+                    yield out
+                    if budget is not None and budget <= 0:
+                        fh.close()
+                        return
+                if not follow:
+                    fh.close()
+                    return
+                with self.cond:
+                    while True:
+                        chunk = fh.read()
+                        if chunk or path not in self.open or self._cut_since(ns, pod) != cut_at:
+                            break
+                        self.cond.wait(0.5)
+                    if not chunk and (path not in self.open or self._cut_since(ns, pod) != cut_at):
+                        chunk = fh.read()
+                        if not chunk:
+                            fh.close()
+                            return
+                data = pending + chunk
+                lines = data.splitlines(keepends=True)
+                pending = b""
+                if lines and not lines[-1].endswith(b"\n"):
+                    pending = lines.pop()
 
     @staticmethod
     def _format(raw: bytes, since: float | None, stamps: bool) -> bytes | None:

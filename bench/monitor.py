@@ -1,0 +1,307 @@
+"""Kubernetes backend monitoring, on the test cluster, against peers measured in the same run.
+
+1. submit-to-first-log-line of a 2 x 2 PyTorchJob: ours (``backend.submit`` then the first
+   line from its log sources) vs the kubeflow-training SDK as documented (``create_job``,
+   ``wait_for_job_conditions({"Running"})`` at its default polling interval,
+   ``get_job_logs(follow=True)``; the first line it prints).
+2. log throughput from 16 ranks (4 pods x 4) printing as fast as they can: ours (one follow
+   of every pod) vs ``kubectl logs -f`` per pod in parallel, both reading the same job at the
+   same time; lines per second until each has every line, and lines lost.
+3. API requests per minute while watching a job (status() at follow's 10 Hz), counted at the
+   test server, for a 4-pod and a 64-pod job: constant in the number of pods.
+
+The last line is one JSON object with each figure and its goal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
+from jupyter_ktrain.capture import capture
+from jupyter_ktrain.config import Config
+from jupyter_ktrain.monitor.protocol import parse_line
+from jupyter_ktrain.options import parse_flags, spec_from_args
+from tests.cluster.cluster import Cluster
+from tests.cluster.defaults import namespace as ns_defaults
+
+KUBECTL = "/usr/bin/kubectl"
+LINES_PER_RANK = 3000
+
+
+def _namespace(cluster: Cluster, name: str) -> None:
+    obj = {"metadata": {"name": name}}
+    ns_defaults(obj)
+    cluster.store.create(cluster.registry.by_plural("namespaces"), "", obj)
+
+
+def _backend(kubeconfig: Path, ns: str) -> KubernetesBackend:
+    return KubernetesBackend(Config(kubeconfig=str(kubeconfig), namespace=ns), say=lambda t: None)
+
+
+def _program(cell: str, setup: str) -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    assert sh.run_cell(setup, store_history=True).success
+    return capture(cell, sh.user_ns, sh.user_ns["In"], sh.user_ns_hidden)
+
+
+SETUP = """
+import time
+def hello():
+    print("hello", flush=True)
+    time.sleep(1)
+
+def flood(n):
+    for i in range(n):
+        print(f"line {i}")
+"""
+
+
+def sdk_hello() -> None:
+    """The SDK peer's train_func (it ships the function's source)."""
+    import time
+
+    print("hello", flush=True)
+    time.sleep(1)
+
+
+def first_line_ours(kubeconfig: Path, ns: str) -> float:
+    backend = _backend(kubeconfig, ns)
+    spec = spec_from_args(
+        parse_flags("--backend kubernetes --nodes 2 --procs-per-node 2 --image local/python"),
+        "first",
+    ).evolve(name="ours-first")
+    program = _program("hello()\n", SETUP)
+    t0 = time.monotonic()
+    job = backend.submit(spec, program)
+    sources = backend.log_sources(job.name)
+    try:
+        while True:
+            for s in sources:
+                if any(parse_line(x).rank is not None for x in s.read()):
+                    return time.monotonic() - t0
+            time.sleep(0.01)
+    finally:
+        for s in sources:
+            s.close()
+
+
+class _FirstLine(io.TextIOBase):
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def write(self, text: str) -> int:
+        if self.at is None and text.startswith("[Pod ") and "hello" in text:
+            self.at = time.monotonic()
+        return len(text)
+
+
+def first_line_sdk(kubeconfig: Path, ns: str) -> float:
+    from kubeflow.training import TrainingClient
+
+    tc = TrainingClient(config_file=str(kubeconfig), namespace=ns)
+    t0 = time.monotonic()
+    tc.create_job(
+        name="sdk-first",
+        train_func=sdk_hello,
+        num_workers=2,
+        num_procs_per_worker=2,
+        base_image="local/python",
+    )
+    tc.wait_for_job_conditions("sdk-first", expected_conditions={"Running", "Succeeded"})
+    sink = _FirstLine()
+    with redirect_stdout(sink):  # type: ignore[type-var]
+        tc.get_job_logs("sdk-first", is_master=True, follow=True)
+    assert sink.at is not None, "the SDK printed no line"
+    return sink.at - t0
+
+
+def throughput(kubeconfig: Path, ns: str) -> dict[str, Any]:
+    backend = _backend(kubeconfig, ns)
+    spec = spec_from_args(
+        parse_flags("--backend kubernetes --nodes 4 --procs-per-node 4 --image local/python"),
+        "flood",
+    ).evolve(name="flood")
+    backend.submit(spec, _program(f"flood({LINES_PER_RANK})\n", SETUP))
+    pods = ["flood-master-0"] + [f"flood-worker-{i}" for i in range(3)]
+    while any(r.phase == "Pending" for r in backend.status("flood").replicas):
+        time.sleep(0.05)
+    total = 16 * LINES_PER_RANK
+    results: dict[str, Any] = {}
+
+    def ours() -> None:
+        from jupyter_ktrain.backends.base import Job
+        from jupyter_ktrain.monitor.follow import follow
+
+        got: dict[int, list[str]] = {}
+
+        class Sink:
+            def lines(self, replica: str, lines: list[Any]) -> None:
+                for line in lines:
+                    if line.rank is not None and line.text.startswith("line "):
+                        got.setdefault(line.rank, []).append(line.text)
+
+            def status(self, status: Any) -> None:
+                pass
+
+        t0 = time.monotonic()
+        follow(Job("flood", backend), Sink())
+        results["ours_s"] = time.monotonic() - t0
+        results["ours_lines"] = got
+
+    def kubectl() -> None:
+        t0 = time.monotonic()
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        procs = [
+            subprocess.Popen(
+                [KUBECTL, "logs", "-f", "-n", ns, pod],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            for pod in pods
+        ]
+        got: dict[int, list[str]] = {}
+        for p in procs:
+            out, _ = p.communicate(timeout=240)
+            _by_rank(out.decode(), got)
+        results["kubectl_s"] = time.monotonic() - t0
+        results["kubectl_lines"] = got
+
+    threads = [threading.Thread(target=f) for f in (ours, kubectl)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    truth: dict[int, list[str]] = {}  # what the pods wrote, read back after the job ended
+    for pod in pods:
+        r = subprocess.run(
+            [KUBECTL, "logs", "-n", ns, pod],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            check=True,
+        )
+        _by_rank(r.stdout, truth)
+    produced = sum(len(v) for v in truth.values())
+    out: dict[str, Any] = {"produced": produced, "expected": total}
+    for who in ("ours", "kubectl"):
+        got = results[f"{who}_lines"]
+        out[f"{who}_lps"] = produced / results[f"{who}_s"]
+        out[f"{who}_lost"] = produced - sum(len(v) for v in got.values())
+        out[f"{who}_exact"] = all(got.get(r, []) == v for r, v in truth.items())
+    return out
+
+
+def _by_rank(text: str, into: dict[int, list[str]]) -> None:
+    for raw in text.splitlines():
+        line = parse_line(raw)
+        if line.rank is not None and line.text.startswith("line "):
+            into.setdefault(line.rank, []).append(line.text)
+
+
+def _sleep_job(name: str, pods: int) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"ktrain.io/job": name}},
+        "spec": {
+            "containers": [{"name": "pytorch", "image": "local/x", "command": ["sleep", "60"]}]
+        },
+    }
+    replicas = {"Master": {"replicas": 1, "template": template}}
+    if pods > 1:
+        replicas["Worker"] = {"replicas": pods - 1, "template": template}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": name,
+            "labels": {"ktrain.io/job": name, "app.kubernetes.io/managed-by": "jupyter-ktrain"},
+        },
+        "spec": {"pytorchReplicaSpecs": replicas},
+    }
+
+
+def requests_per_minute(cluster: Cluster, kubeconfig: Path, ns: str, pods: int) -> float:
+    name = f"watch-{pods}"
+    backend = _backend(kubeconfig, ns)
+    backend.api.request(
+        "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body=_sleep_job(name, pods)
+    )
+    while len(cluster.store.list(cluster.registry.by_plural("pods"), ns)[0]) < pods:
+        time.sleep(0.1)
+    counted = [0]
+    original = cluster.faults.before_request
+
+    def counting(method: str, path: str) -> None:
+        counted[0] += 1
+        original(method, path)
+
+    cluster.faults.before_request = counting  # type: ignore[method-assign]
+    window = 15.0
+    try:
+        fresh = _backend(kubeconfig, ns)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < window:
+            fresh.status(name)
+            time.sleep(0.1)
+    finally:
+        cluster.faults.before_request = original  # type: ignore[method-assign]
+    backend.cancel(name)
+    return counted[0] * 60.0 / window
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="ktrain-bench-") as tmp, Cluster(Path(tmp)) as cluster:
+        kubeconfig = cluster.write_kubeconfig(Path(tmp) / "kubeconfig")
+        for ns in ("b1", "b2", "b3", "b4"):
+            _namespace(cluster, ns)
+        ours = first_line_ours(kubeconfig, "b1")
+        print(f"submit-to-first-line, ours: {ours:.2f} s", flush=True)
+        sdk = first_line_sdk(kubeconfig, "b2")
+        print(f"submit-to-first-line, kubeflow-training SDK: {sdk:.2f} s", flush=True)
+        tp = throughput(kubeconfig, "b3")
+        ours_lps, kubectl_lps = tp["ours_lps"], tp["kubectl_lps"]
+        print(f"throughput: ours {ours_lps:.0f} lines/s, kubectl {kubectl_lps:.0f}", flush=True)
+        rpm4 = requests_per_minute(cluster, kubeconfig, "b4", 4)
+        rpm64 = requests_per_minute(cluster, kubeconfig, "b4", 64)
+        print(f"requests/min watching: 4 pods {rpm4:.0f}, 64 pods {rpm64:.0f}", flush=True)
+    summary = {
+        "first_line_ours_s": round(ours, 2),
+        "first_line_sdk_s": round(sdk, 2),
+        "first_line_speedup_vs_sdk": round(sdk / ours, 2),
+        "first_line_speedup_vs_sdk_goal": ">=3",
+        "log_lines_per_s_ours": round(ours_lps),
+        "log_lines_per_s_kubectl": round(kubectl_lps),
+        "log_throughput_ratio_vs_kubectl": round(ours_lps / kubectl_lps, 2),
+        "log_throughput_ratio_vs_kubectl_goal": ">=1.0",
+        "log_lines_lost_ours": tp["ours_lost"],
+        "log_lines_lost_ours_goal": 0,
+        "log_lines_exact_in_order_ours": tp["ours_exact"],
+        "log_lines_lost_kubectl": tp["kubectl_lost"],
+        "log_lines_produced": tp["produced"],
+        "log_lines_expected": tp["expected"],
+        "api_requests_per_min_4_pods": round(rpm4, 1),
+        "api_requests_per_min_64_pods": round(rpm64, 1),
+        "api_requests_ratio_64_vs_4": round(rpm64 / rpm4, 2),
+        "api_requests_ratio_64_vs_4_goal": "<=1.1 (constant in pods)",
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

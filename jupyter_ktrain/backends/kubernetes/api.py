@@ -1,0 +1,277 @@
+"""A thin adapter over the official ``kubernetes`` client: raw JSON requests, streams, retries.
+
+``Api.connect(kubeconfig, context)`` loads a kubeconfig (``$KUBECONFIG``, ``~/.kube/config``)
+or, inside a pod, the service account. Every request goes through :func:`with_retries`, the one
+retry policy: 429 waits ``Retry-After`` (capped), 5xx and dropped connections back off
+exponentially, both bounded; anything else becomes one :class:`ClusterError` carrying the
+server's message. The ``kubernetes`` package is imported only here and only when connecting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from ...errors import ClusterError
+
+__all__ = ["Api", "ApiFailure", "RetryPolicy", "ns_path", "with_retries"]
+
+T = TypeVar("T")
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiFailure(ClusterError):
+    """A request failed with an HTTP status (``status``) the caller may handle (404, 410...)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", body: Any = None):
+        super().__init__(message, status=status, reason=reason)
+        self.body = body
+
+
+class RetryPolicy:
+    """Bounded retries: at most ``attempts`` tries and ``budget_s`` seconds of waiting."""
+
+    def __init__(
+        self, attempts: int = 6, base_s: float = 0.1, cap_s: float = 5.0, budget_s: float = 20.0
+    ):
+        self.attempts = attempts
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.budget_s = budget_s
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return float(min(max(retry_after, 0.0), self.cap_s))
+        return float(min(self.base_s * (2**attempt), self.cap_s))
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded."""
+    waited = 0.0
+    for attempt in range(policy.attempts):
+        try:
+            return call()
+        except ApiFailure as exc:
+            if exc.status not in RETRYABLE:
+                raise
+            retry_after = _retry_after(exc)
+            error: Exception = exc
+        except (OSError, _urllib3_errors()) as exc:
+            retry_after, error = None, exc
+        delay = policy.delay(attempt, retry_after)
+        if attempt == policy.attempts - 1 or waited + delay > policy.budget_s:
+            break
+        sleep(delay)
+        waited += delay
+    if isinstance(error, ApiFailure):
+        raise ApiFailure(
+            f"{what}: the API server kept failing ({error}); gave up after {attempt + 1} tries.",
+            status=error.status,
+            reason=error.reason,
+        ) from None
+    raise ClusterError(f"{what}: cannot reach the API server ({error}).") from None
+
+
+def _retry_after(exc: ApiFailure) -> float | None:
+    headers = exc.body.get("_headers", {}) if isinstance(exc.body, dict) else {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _urllib3_errors() -> type[Exception]:
+    import urllib3.exceptions
+
+    return urllib3.exceptions.HTTPError
+
+
+def _failure(exc: Any, what: str) -> ApiFailure:
+    """An ApiFailure from the client's ApiException, with the server's Status message."""
+    status = int(getattr(exc, "status", 0) or 0)
+    body: dict[str, Any] = {}
+    try:
+        parsed = json.loads(exc.body or "{}")
+        body = parsed if isinstance(parsed, dict) else {}
+    except (TypeError, ValueError):
+        pass
+    body["_headers"] = dict(getattr(exc, "headers", None) or {})
+    message = body.get("message") or getattr(exc, "reason", "") or "error"
+    return ApiFailure(
+        f"{what}: {status} {message}", status=status, reason=body.get("reason", ""), body=body
+    )
+
+
+class Api:
+    """Raw JSON access to one cluster. ``namespace`` is the default from kubeconfig/pod."""
+
+    def __init__(self, client: Any, namespace: str, where: str):
+        self.client = client  # kubernetes.client.ApiClient
+        self.namespace = namespace
+        self.where = where
+        self.requests = 0
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Api:
+        """kubeconfig (file, ``$KUBECONFIG``, ``~/.kube/config``) or the in-cluster account."""
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        default = Path.home() / ".kube" / "config"
+        if path is None and default.exists():
+            path = str(default)
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            ns = (SA_DIR / "namespace").read_text().strip() if SA_DIR.exists() else "default"
+            return cls(client.ApiClient(cfg), ns, "in-cluster service account")
+        if path is None:
+            raise ClusterError(
+                "No Kubernetes credentials: no kubeconfig and not running in a pod. Set one "
+                "with `%ktrain config kubeconfig=PATH` (and context=NAME), or $KUBECONFIG."
+            )
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=path)
+            chosen = (
+                next((c for c in contexts if c["name"] == context), None) if context else active
+            )
+            if context and chosen is None:
+                names = ", ".join(c["name"] for c in contexts)
+                raise ClusterError(
+                    f"Context {context!r} is not in {path} (it has: {names}). Fix it with "
+                    "`%ktrain config context=NAME`."
+                )
+            api_client = config.new_client_from_config(config_file=path, context=context)
+        except ConfigException as exc:
+            raise ClusterError(
+                f"Cannot use kubeconfig {path}: {exc}. Point `%ktrain config kubeconfig=` at a "
+                "working file."
+            ) from None
+        ns = ((chosen or {}).get("context") or {}).get("namespace") or "default"
+        return cls(api_client, ns, f"context {(chosen or {}).get('name', '?')}")
+
+    # -- requests ---------------------------------------------------------------------------
+    def _raw(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Any = 30,
+        stream: bool = False,
+    ) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        headers: dict[str, str] = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params: list[tuple[str, Any]] = []
+        self.client.update_params_for_auth(headers, params, ["BearerToken"])
+        query_list = [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + params
+        url = self.client.configuration.host + path
+        self.requests += 1
+        try:
+            return self.client.rest_client.request(
+                method,
+                url,
+                query_params=query_list,
+                headers=headers,
+                body=body,
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            raise _failure(exc, f"{method} {path}") from None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        retry: bool = True,
+    ) -> Any:
+        """One JSON request (retried per policy); returns the decoded body."""
+
+        def once() -> Any:
+            resp = self._raw(method, path, query, body, content_type)
+            try:
+                data = resp.data
+            finally:
+                resp.release_conn()
+            return json.loads(data) if data else {}
+
+        return with_retries(once, f"{method} {path}") if retry else once()
+
+    def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
+        return self.request("GET", path, query)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.get(path)
+        except ApiFailure as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def stream_lines(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        read_timeout: float | None = None,
+        partial: bool = False,
+    ) -> Iterator[bytes]:
+        """Open a streaming GET (watch, follow logs; retried while opening) and yield lines.
+
+        A last line without its newline is yielded only with ``partial``. Ends when the
+        server ends it; a
+        dropped connection ends it too (callers resume from what they saw)."""
+        resp = with_retries(
+            lambda: self._raw("GET", path, query, timeout=(10, read_timeout), stream=True),
+            f"GET {path}",
+        )
+        buf = b""
+        try:
+            for chunk in resp.stream(65536, decode_content=True):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                yield from lines
+        except (OSError, _urllib3_errors()):
+            pass
+        finally:
+            resp.release_conn()
+            resp.close()
+        if buf and partial:
+            yield buf
+
+
+def _q(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "") -> str:
+    """REST path of a namespaced resource (``group`` empty for the core API)."""
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    out = f"{base}/namespaces/{quote(namespace)}/{plural}"
+    return f"{out}/{quote(name)}" if name else out

@@ -1,0 +1,418 @@
+"""The Kubernetes backend: preflight, package, create all-or-nothing, watch, stream, explain.
+
+``dryrun`` renders and validates every object (the text is their YAML; ConfigMap data is
+summarised). ``schedule`` runs the preflight, packages the code (a code image pushed to the
+configured registry and pinned by digest, else a ConfigMap), creates the ConfigMap then the
+job, and makes the job own the ConfigMap (deleted with it); if creating the job fails, what was
+made is deleted. Status comes from a watch cache (:mod:`.watch`), logs from per-pod streams
+(:mod:`.logs`). Jobs are found by label, so a fresh kernel can list and re-attach.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...config import Config, load_config
+from ...errors import BackendError, ClusterError, JobNotFound, SpecError
+from ...launch import LIB_DIR
+from ...monitor.protocol import parse_line
+from ..base import FAILED, Backend, Job, JobStatus, LaunchPlan, LogSource
+from .api import Api, ApiFailure, ns_path
+from .kinds import CONTAINER_NAMES
+from .logs import PodLogSource
+from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
+from .preflight import KIND_API, run_preflight
+from .status import build_status, job_state, replica_pods
+from .watch import JobWatch
+
+__all__ = ["KubernetesBackend"]
+
+TAIL_LINES = 50
+DELETE_WAIT_S = 60.0
+
+
+class _Runtime:
+    """What the logs told us about one job: exit records, each rank's tail, last output."""
+
+    def __init__(self) -> None:
+        self.exits: dict[int, tuple[int, int]] = {}
+        self.tails: dict[int, collections.deque[str]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=TAIL_LINES)
+        )
+        self.last_progress: float | None = None
+        self.loaded = False
+        self.lock = threading.Lock()
+
+    def on_line(self, _pod: str, ts: int, raw: str) -> None:
+        line = parse_line(raw)
+        with self.lock:
+            self.last_progress = time.time()
+            if line.rank is None:
+                return
+            if line.record is None:
+                self.tails[line.rank].append(line.text)
+            elif line.record.get("type") == "exit":
+                self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        api: Api | None = None,
+        say: Callable[[str], None] | None = None,
+    ):
+        self.config = config if config is not None else load_config()
+        self._api = api
+        self.say = say or (lambda text: print(text, file=sys.stdout, flush=True))
+        self._watches: dict[str, JobWatch] = {}
+        self._runtime: dict[str, _Runtime] = collections.defaultdict(_Runtime)
+        self._kinds: dict[str, str] = {}
+
+    # -- connection ---------------------------------------------------------------------------
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = Api.connect(self.config.kubeconfig, self.config.context)
+        return self._api
+
+    @property
+    def namespace(self) -> str:
+        return self.config.namespace or self.api.namespace
+
+    def _ns(self, spec: Any) -> str:
+        return str(spec.namespace or self.config.namespace or self.api.namespace)
+
+    # -- plan -------------------------------------------------------------------------------
+    def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
+        if spec.kind not in KIND_API:
+            raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
+        spec = spec.evolve(namespace=self._ns(spec))
+        if not spec.image and self.config.base_image:
+            spec = spec.evolve(image=self.config.base_image)
+        route = "registry" if self.config.registry else "configmap"
+        cell = _cell_id(program)
+        if route == "registry":
+            placeholder = f"{self.config.registry}@sha256:{'0' * 64}"
+            objects, files = _render(spec, CodeSource(image=placeholder), program, cell)
+        else:
+            objects, files = _render_configmap(spec, program, cell)
+        details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
+        details["files"] = files
+        return LaunchPlan(spec, program, self.name, details, _describe(objects, route))
+
+    # -- submit -------------------------------------------------------------------------------
+    def schedule(self, plan: LaunchPlan) -> Job:
+        spec, details = plan.spec, plan.details
+        ns = details["namespace"]
+        route = details["route"]
+        warnings = run_preflight(self.api, spec, ns, configmap=route == "configmap")
+        for w in warnings:
+            self.say(f"warning: {w}")
+        group, version, plural = KIND_API[spec.kind]
+        if self.api.exists(ns_path(group, version, ns, plural, spec.name)):
+            raise SpecError(
+                f"A {spec.kind} named {spec.name!r} already exists in {ns!r}. Pick another "
+                f"--name, or remove it with `%ktrain delete {spec.name}`."
+            )
+        objects = details["objects"]
+        if route == "registry":
+            objects = self._push(plan)
+        created: list[tuple[str, str]] = []
+        try:
+            for obj in objects[:-1]:
+                self._create(obj, ns)
+                created.append((obj["kind"], obj["metadata"]["name"]))
+            job = self._create(objects[-1], ns)
+            self._own(job, created, ns)
+        except Exception:
+            for kind, name in created:
+                self._delete_one(kind, name, ns)
+            raise
+        self._kinds[spec.name] = spec.kind
+        self._watch(spec.name)
+        return Job(spec.name, self, plan)
+
+    def _push(self, plan: LaunchPlan) -> list[dict[str, Any]]:
+        from ...packaging.progress import auto_progress
+        from ...packaging.push import push_code_image
+
+        spec, program, cfg = plan.spec, plan.program, self.config
+        base = spec.image or cfg.base_image
+        if not base:
+            raise SpecError(
+                "The registry route needs a base image: pass --image or set "
+                "`%ktrain config base_image=IMAGE`."
+            )
+        files = {**program.files, **plan.details["files"]}
+        result = push_code_image(
+            base,
+            f"{cfg.registry}",
+            files,
+            requirements=program.requirements,
+            offline=cfg.offline_requirements,
+            insecure=cfg.insecure_registries,
+            progress=auto_progress(),
+        )
+        self.say(result.message())
+        objects, _files = _render(
+            spec, CodeSource(image=result.reference), program, plan.details["cell"]
+        )
+        return objects
+
+    def _create(self, obj: dict[str, Any], ns: str) -> dict[str, Any]:
+        path = _collection(obj, ns)
+        created: dict[str, Any] = self.api.request("POST", path, body=obj)
+        return created
+
+    def _own(self, job: dict[str, Any], created: list[tuple[str, str]], ns: str) -> None:
+        ref = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
+        for kind, name in created:
+            path = ns_path("", "v1", ns, _PLURALS[kind], name)
+            body = {"metadata": {"ownerReferences": [ref]}}
+            try:
+                self.api.request(
+                    "PATCH", path, body=body, content_type="application/merge-patch+json"
+                )
+            except ClusterError:
+                self._delete_job(job["kind"], job["metadata"]["name"], ns)
+                raise
+
+    # -- lookup -------------------------------------------------------------------------------
+    def _kind(self, name: str) -> str:
+        if name not in self._kinds:
+            for job in self._list(f"{JOB_LABEL}={name}"):
+                if job["metadata"]["name"] == name:
+                    self._kinds[name] = job["kind"]
+            if name not in self._kinds:
+                raise JobNotFound(
+                    f"No ktrain job named {name!r} in namespace {self.namespace!r}. "
+                    "`%ktrain list --backend kubernetes` shows the jobs there."
+                )
+        return self._kinds[name]
+
+    def _list(self, selector: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for kind, (group, version, plural) in KIND_API.items():
+            path = ns_path(group, version, self.namespace, plural)
+            try:
+                items = self.api.get(path, {"labelSelector": selector}).get("items") or []
+            except ApiFailure as exc:
+                if exc.status in (403, 404):
+                    continue
+                raise
+            for item in items:
+                item.setdefault("kind", kind)
+            out += items
+        return out
+
+    def _watch(self, name: str) -> JobWatch:
+        watch = self._watches.get(name)
+        if watch is None:
+            group, version, plural = KIND_API[self._kind(name)]
+            watch = JobWatch(self.api, self.namespace, group, version, plural, name).start()
+            self._watches[name] = watch
+        watch.wait_synced()
+        return watch
+
+    def _stop_watch(self, name: str) -> None:
+        watch = self._watches.pop(name, None)
+        if watch is not None:
+            watch.stop()
+
+    # -- status -------------------------------------------------------------------------------
+    def status(self, name: str) -> JobStatus:
+        watch = self._watch(name)
+        job = watch.job
+        if job is None:
+            self._stop_watch(name)
+            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        rt = self._runtime[name]
+        if job_state(job)[0] == FAILED and not rt.exits and not rt.loaded:
+            rt.loaded = True
+            with contextlib.suppress(ClusterError):
+                for pod, line in self._stored_logs(job, watch.pods):
+                    rt.on_line(pod, 0, line)
+        with rt.lock:
+            return build_status(
+                job,
+                watch.pods,
+                watch.events,
+                dict(rt.exits),
+                {r: list(t) for r, t in rt.tails.items()},
+                dict(watch.recreated),
+                rt.last_progress,
+            )
+
+    def list_jobs(self) -> list[JobStatus]:
+        out: list[JobStatus] = []
+        for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
+            state, reason, message = job_state(job)
+            out.append(JobStatus(job["metadata"]["name"], state, reason, message))
+        return sorted(out, key=lambda s: s.name)
+
+    # -- logs ---------------------------------------------------------------------------------
+    def log_sources(self, name: str) -> list[LogSource]:
+        watch = self._watch(name)
+        job = watch.job
+        if job is None:
+            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        container = CONTAINER_NAMES[job.get("kind") or self._kind(name)]
+        pods = replica_pods(job) or sorted(watch.pods)
+        rt = self._runtime[name]
+        return [PodLogSource(self.api, watch, pod, container, rt.on_line) for pod in pods]
+
+    def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
+        watch = self._watch(name)
+        if watch.job is None:
+            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        yield from self._stored_logs(watch.job, watch.pods)
+
+    def _stored_logs(self, job: dict[str, Any], pods: dict[str, Any]) -> Iterator[tuple[str, str]]:
+        container = CONTAINER_NAMES.get(job.get("kind", ""), "")
+        for pod in replica_pods(job) or sorted(pods):
+            obj = pods.get(pod)
+            if obj is None:
+                continue
+            path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
+            query: dict[str, Any] = {"container": container} if container else {}
+            restarts = sum(
+                int(cs.get("restartCount") or 0)
+                for cs in (obj.get("status") or {}).get("containerStatuses") or []
+            )
+            passes = [{**query, "previous": True}] if restarts else []
+            for q in [*passes, query]:
+                try:
+                    for raw in self.api.stream_lines(path, q, partial=True):
+                        yield pod, raw.decode("utf-8", "replace")
+                except ApiFailure as exc:
+                    if exc.status not in (400, 404):
+                        raise
+
+    # -- cancel / delete -------------------------------------------------------------------------
+    def cancel(self, name: str) -> None:
+        """Delete the job (its pods and ConfigMap go with it); the logs go with the pods."""
+        kind = self._kind(name)
+        self._stop_watch(name)
+        self._delete_job(kind, name, self.namespace)
+
+    def delete(self, name: str) -> None:
+        """Delete the job and everything it owns, and wait until nothing is left."""
+        kind = self._kind(name)
+        self._stop_watch(name)
+        ns = self.namespace
+        self._delete_job(kind, name, ns)
+        self._delete_one("ConfigMap", f"{name}-code", ns)
+        pods = ns_path("", "v1", ns, "pods")
+        selector = {"labelSelector": f"{JOB_LABEL}={name}"}
+        deadline = time.monotonic() + DELETE_WAIT_S
+        while True:
+            left = self.api.get(pods, selector).get("items") or []
+            group, version, plural = KIND_API[kind]
+            job_left = self.api.exists(ns_path(group, version, ns, plural, name))
+            if not left and not job_left:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(p["metadata"]["name"] for p in left)
+                raise BackendError(
+                    f"Job {name!r} was deleted but {names or 'the job object'} is still there "
+                    f"after {DELETE_WAIT_S:.0f} s; check finalizers with kubectl describe."
+                )
+            for pod in left:
+                self._delete_one("Pod", pod["metadata"]["name"], ns)
+            time.sleep(0.2)
+        self._kinds.pop(name, None)
+        self._runtime.pop(name, None)
+
+    def _delete_job(self, kind: str, name: str, ns: str) -> None:
+        group, version, plural = KIND_API[kind]
+        path = ns_path(group, version, ns, plural, name)
+        try:
+            self.api.request("DELETE", path, {"propagationPolicy": "Background"})
+        except ApiFailure as exc:
+            if exc.status != 404:
+                raise
+
+    def _delete_one(self, kind: str, name: str, ns: str) -> None:
+        try:
+            self.api.request("DELETE", ns_path("", "v1", ns, _PLURALS[kind], name))
+        except ApiFailure as exc:
+            if exc.status != 404:
+                raise
+
+
+_PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets", "Pod": "pods"}
+
+
+def _collection(obj: dict[str, Any], ns: str) -> str:
+    kind = obj["kind"]
+    if kind in _PLURALS:
+        return ns_path("", "v1", ns, _PLURALS[kind])
+    group, version, plural = KIND_API[kind]
+    return ns_path(group, version, ns, plural)
+
+
+def _cell_id(program: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(program.cell.encode()).hexdigest()[:12]
+
+
+def _render(
+    spec: Any, code: CodeSource, program: Any, cell: str
+) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    from .manifests import render
+    from .validate import validate_objects
+
+    rendered = render(spec, code, cell=cell)
+    validate_objects(rendered.objects)
+    return [copy.deepcopy(o) for o in rendered.objects], dict(rendered.files)
+
+
+def _render_configmap(
+    spec: Any, program: Any, cell: str
+) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    from ...packaging.configmap import code_volume, render_code_configmap
+
+    name = f"{spec.name}-code"
+    _objs, extra = _render(spec, CodeSource.configmap(name), program, cell)
+    labels = job_labels(spec, cell)
+    cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
+    volume, _mount, _env = code_volume(cm)
+    code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
+    objects, files = _render(spec, code, program, cell)
+    return [cm, *objects], files
+
+
+def _describe(objects: list[dict[str, Any]], route: str) -> str:
+    from .manifests import to_yaml
+
+    shown = []
+    for obj in objects:
+        if obj["kind"] == "ConfigMap":
+            obj = copy.deepcopy(obj)
+            for key in ("data", "binaryData"):
+                if key in obj:
+                    obj[key] = {k: f"<{len(v)} bytes>" for k, v in obj[key].items()}
+        shown.append(obj)
+    head = (
+        "# code: pushed as an image layer to the registry at submit (digest pinned below)\n"
+        if route == "registry"
+        else "# code: the ConfigMap below, mounted at /ktrain (data summarised)\n"
+    )
+    return head + to_yaml(shown)

@@ -1,0 +1,278 @@
+"""One pod's log as a :class:`~jupyter_ktrain.backends.base.LogSource`: nothing lost, nothing twice.
+
+A background thread waits (on the job's watch cache, no requests) until the pod exists and its
+container has started, then follows ``pods/log`` with ``timestamps=true``. When the stream
+breaks it resumes with ``sinceTime`` (whole seconds, as the API accepts) and drops what it had
+already delivered: lines older than the last timestamp, and lines at exactly that timestamp
+that were delivered already (counted, so two identical lines in one nanosecond both survive).
+When the container restarted meanwhile, the previous container's tail comes first
+(``previous=true``). The stream ends when the container has terminated for good (the pod is
+done, or the job is) or the pod is gone.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from ...errors import ClusterError
+from ..base import LogSource
+from .api import Api, ApiFailure, ns_path
+from .watch import JobWatch
+
+__all__ = ["PodLogSource", "parse_timestamp", "split_stamped"]
+
+FINISH_WAIT_S = 15.0
+
+
+def parse_timestamp(ts: str) -> int:
+    """RFC3339(Nano) -> integer nanoseconds since the epoch (exact, for ordering)."""
+    base, _, frac = ts.rstrip("Z").partition(".")
+    secs = datetime.strptime(base[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    return int(secs.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
+
+
+def format_since(ns: int) -> str:
+    """Whole seconds (floor): the API's sinceTime is second precision."""
+    return datetime.fromtimestamp(ns // 1_000_000_000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def split_stamped(raw: bytes) -> tuple[int, str] | None:
+    text = raw.decode("utf-8", "replace").rstrip("\r")
+    ts, sep, line = text.partition(" ")
+    if not sep and not ts:
+        return None
+    try:
+        return parse_timestamp(ts), line
+    except ValueError:
+        return None
+
+
+class _Dedupe:
+    """Boundary bookkeeping: the last timestamp and the lines delivered at exactly it."""
+
+    def __init__(self) -> None:
+        self.last = -1
+        self.at_last: collections.Counter[str] = collections.Counter()
+        self.replay: collections.Counter[str] = collections.Counter()
+
+    def reconnect(self) -> None:
+        self.replay = collections.Counter(self.at_last)
+
+    def fresh(self, ts: int, line: str) -> bool:
+        if ts < self.last:
+            return False
+        if ts == self.last:
+            if self.replay[line] > 0:
+                self.replay[line] -= 1
+                return False
+            self.at_last[line] += 1
+            return True
+        self.last, self.at_last, self.replay = (
+            ts,
+            collections.Counter([line]),
+            collections.Counter(),
+        )
+        return True
+
+
+class PodLogSource(LogSource):
+    """Streams one pod's container log into a buffer ``read()`` drains."""
+
+    def __init__(
+        self,
+        api: Api,
+        watch: JobWatch,
+        pod: str,
+        container: str,
+        on_line: Callable[[str, int, str], None] | None = None,
+    ):
+        self.api = api
+        self.watch = watch
+        self.replica = pod
+        self.container = container
+        self.on_line = on_line  # (pod, timestamp ns, line): exit records, progress
+        self._buf: list[str] = []
+        self._lock = threading.Lock()
+        self._dedupe = _Dedupe()
+        self._ended = threading.Event()
+        self._stop = threading.Event()
+        self._uid = ""
+        self._thread = threading.Thread(target=self._run, name=f"logs-{pod}", daemon=True)
+        self._thread.start()
+
+    # -- LogSource --------------------------------------------------------------------------
+    def read(self) -> list[str]:
+        with self._lock:
+            out, self._buf = self._buf, []
+        return out
+
+    def finish(self) -> list[str]:
+        """The job ended: wait for this stream to drain (a container still running, e.g. a
+        worker the operator leaves behind, gets a moment for lines in flight, not more)."""
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while not self._ended.wait(0.2) and time.monotonic() < deadline:
+            pod = self.watch.pods.get(self.replica)
+            state = (self._container(pod).get("state") or {}) if pod else {}
+            if pod is None or ("terminated" not in state and not _pod_done(pod)):
+                self._ended.wait(1.0)
+                break
+        self._stop.set()
+        return self.read()
+
+    @property
+    def done(self) -> bool:
+        return self._ended.is_set() and not self._buf
+
+    def close(self) -> None:
+        self._stop.set()
+
+    # -- the stream ---------------------------------------------------------------------------
+    def _path(self) -> str:
+        return ns_path("", "v1", self.watch.namespace, "pods", self.replica) + "/log"
+
+    def _emit(self, stamped: Iterable[bytes]) -> int:
+        count = 0
+        for raw in stamped:
+            parsed = split_stamped(raw)
+            if parsed is None:
+                continue
+            ts, line = parsed
+            if not self._dedupe.fresh(ts, line):
+                continue
+            with self._lock:
+                self._buf.append(line)
+            count += 1
+            if self.on_line is not None:
+                self.on_line(self.replica, ts, line)
+            if self._stop.is_set():
+                break
+        return count
+
+    def _container(self, pod: dict[str, Any]) -> dict[str, Any]:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") == self.container:
+                return dict(cs)
+        return {}
+
+    def _wait_started(self) -> dict[str, Any] | None:
+        """The pod once its container has run (or None when the job ended without it)."""
+        seen = -1
+        while not self._stop.is_set():
+            pod = self.watch.pods.get(self.replica)
+            if pod is not None:
+                cs = self._container(pod)
+                state = cs.get("state") or {}
+                if "running" in state or "terminated" in state or cs.get("restartCount"):
+                    return pod
+            if self._job_over() and (pod is None or _pod_done(pod)):
+                return None
+            seen = self.watch.wait_change(seen, 1.0)
+        return None
+
+    def _job_over(self) -> bool:
+        from .status import job_state
+
+        job = self.watch.job
+        return job is None or job_state(job)[0] in ("Succeeded", "Failed")
+
+    def _fresh_pod(self) -> dict[str, Any] | None:
+        try:
+            pod: dict[str, Any] = self.api.get(self._path()[: -len("/log")])
+            return pod
+        except ApiFailure as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _run(self) -> None:
+        try:
+            self._follow_all()
+        except ClusterError as exc:
+            with self._lock:
+                self._buf.append(f"[ktrain] log stream of {self.replica} failed: {exc}")
+        finally:
+            self._ended.set()
+
+    def _follow_all(self) -> None:
+        pod = self._wait_started()
+        streamed, prev_for, idle, seen = -1, 0, 0, -1
+        while pod is not None and not self._stop.is_set():
+            uid = pod["metadata"].get("uid", "")
+            if uid != self._uid:  # first sight, or the pod was recreated
+                self._uid, streamed, prev_for = uid, -1, 0
+            cs = self._container(pod)
+            restarts = int(cs.get("restartCount") or 0)
+            if restarts > 0 and restarts > streamed and prev_for != restarts:
+                self._previous()  # the instance before the current one: its tail first
+                prev_for = restarts
+            state = cs.get("state") or {}
+            if "running" not in state and "terminated" not in state:  # waiting (back-off)
+                if self._job_over():
+                    return
+                seen = self.watch.wait_change(seen, 1.0)
+                pod = self.watch.pods.get(self.replica) or self._fresh_pod()
+                continue
+            got = self._follow()
+            streamed = restarts
+            pod = self._fresh_pod()
+            if pod is None:
+                return
+            cs = self._container(pod)
+            if int(cs.get("restartCount") or 0) > restarts:
+                continue
+            if "terminated" in (cs.get("state") or {}) and (_pod_done(pod) or self._job_over()):
+                self._emit_since()  # a stream cut just before the end: the rest
+                return
+            idle = 0 if got else idle + 1
+            self._stop.wait(min(0.05 * 2**idle, 1.0))
+
+    def _query(self, follow: bool, previous: bool = False) -> dict[str, Any]:
+        query: dict[str, Any] = {"container": self.container, "timestamps": True}
+        if follow:
+            query["follow"] = True
+        if previous:
+            query["previous"] = True
+        elif self._dedupe.last >= 0:
+            query["sinceTime"] = format_since(self._dedupe.last)
+        return query
+
+    def _follow(self) -> int:
+        self._dedupe.reconnect()
+        try:
+            return self._emit(self.api.stream_lines(self._path(), self._query(follow=True)))
+        except ApiFailure as exc:
+            if exc.status != 400:  # 400: the container is not running (yet, or any more)
+                raise
+            return 0
+
+    def _emit_since(self) -> int:
+        self._dedupe.reconnect()
+        try:
+            return self._emit(self.api.stream_lines(self._path(), self._query(follow=False)))
+        except ApiFailure as exc:
+            if exc.status not in (400, 404):
+                raise
+            return 0
+
+    def _previous(self) -> None:
+        self._dedupe.reconnect()
+        try:
+            self._emit(self.api.stream_lines(self._path(), self._query(False, previous=True)))
+        except ApiFailure as exc:
+            if exc.status not in (400, 404):
+                raise
+
+
+def _pod_done(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def wait_all(sources: Iterable[PodLogSource], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for s in sources:
+        s._ended.wait(max(0.0, deadline - time.monotonic()))

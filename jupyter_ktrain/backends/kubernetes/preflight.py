@@ -1,0 +1,275 @@
+"""Before anything is created: can this cluster run this job? Every problem, one line each.
+
+Checks, in order: the CRD for the kind is served; the namespace exists; RBAC allows what the
+backend will do (one SelfSubjectAccessReview per verb and resource); every PVC, Secret (and
+key) and image pull secret the spec names exists; some node advertises the GPUs and RDMA
+devices asked for with enough allocatable for all replicas (only a warning when nodes cannot be
+listed); the Volcano queue or Kueue LocalQueue exists when named. ``run_preflight`` returns the
+warnings and raises one :class:`PreflightError` holding every problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import PreflightError
+from ...spec import JobSpec
+from .api import Api, ApiFailure, ns_path
+
+__all__ = ["KIND_API", "Access", "required_access", "run_preflight"]
+
+# kind -> (group, version, plural)
+KIND_API = {
+    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+    "TFJob": ("kubeflow.org", "v1", "tfjobs"),
+    "MPIJob": ("kubeflow.org", "v1", "mpijobs"),
+    "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+}
+INSTALL_HINT = {
+    "kubeflow.org": "install the Kubeflow Training Operator (kubectl apply --server-side -k "
+    '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.8.1")',
+    "trainer.kubeflow.org": "install Kubeflow Trainer v2 (kubeflow.org/docs/components/trainer)",
+}
+
+
+@dataclass(frozen=True)
+class Access:
+    verb: str
+    resource: str
+    group: str = ""
+    subresource: str = ""
+
+    def describe(self) -> str:
+        res = f"{self.resource}.{self.group}" if self.group else self.resource
+        return f"{self.verb} {res}{'/' + self.subresource if self.subresource else ''}"
+
+
+def required_access(spec: JobSpec, configmap: bool) -> list[Access]:
+    group, _version, plural = KIND_API[spec.kind]
+    out = [Access("create", plural, group), Access("get", plural, group)]
+    out += [Access("list", plural, group), Access("watch", plural, group)]
+    if configmap:
+        out += [Access("create", "configmaps"), Access("patch", "configmaps")]
+    out += [Access(v, "pods") for v in ("get", "list", "watch")]
+    out += [Access("get", "pods", subresource="log")]
+    out += [Access("list", "events"), Access("watch", "events")]
+    return out
+
+
+def run_preflight(api: Api, spec: JobSpec, namespace: str, configmap: bool) -> list[str]:
+    """Raise PreflightError with every problem; return warnings (checks that could not run)."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    problems += _crd(api, spec)
+    ns_problem = _namespace(api, namespace)
+    problems += ns_problem
+    problems += _rbac(api, spec, namespace, configmap)
+    if not ns_problem:
+        problems += _references(api, spec, namespace, warnings)
+        problems += _queues(api, spec, namespace)
+    problems += _nodes(api, spec, warnings)
+    if problems:
+        raise PreflightError(problems)
+    return warnings
+
+
+def _crd(api: Api, spec: JobSpec) -> list[str]:
+    group, version, plural = KIND_API[spec.kind]
+    try:
+        resources = api.get(f"/apis/{group}/{version}").get("resources") or []
+    except ApiFailure as exc:
+        if exc.status != 404:
+            raise
+        resources = []
+    if any(r.get("name") == plural for r in resources):
+        return []
+    return [
+        f"the cluster does not serve {spec.kind} ({plural}.{group}/{version}): "
+        f"{INSTALL_HINT.get(group, 'install its operator')}, or pick another --kind."
+    ]
+
+
+def _namespace(api: Api, namespace: str) -> list[str]:
+    try:
+        api.get(f"/api/v1/namespaces/{namespace}")
+    except ApiFailure as exc:
+        if exc.status == 404:
+            return [
+                f"namespace {namespace!r} does not exist: create it (kubectl create namespace "
+                f"{namespace}) or pass --namespace / `%ktrain config namespace=NAME`."
+            ]
+        if exc.status != 403:
+            raise
+    return []
+
+
+def _rbac(api: Api, spec: JobSpec, namespace: str, configmap: bool) -> list[str]:
+    out = []
+    for access in required_access(spec, configmap):
+        attrs = {"namespace": namespace, "verb": access.verb, "resource": access.resource}
+        if access.group:
+            attrs["group"] = access.group
+        if access.subresource:
+            attrs["subresource"] = access.subresource
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        }
+        answer = api.request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
+        )
+        if not (answer.get("status") or {}).get("allowed"):
+            res = access.describe().split(" ", 1)[1]
+            out.append(
+                f"RBAC: you may not {access.verb} {res} in namespace {namespace!r}: ask an "
+                f"admin for a Role granting it (kubectl create role ktrain -n {namespace} "
+                f"--verb={access.verb} --resource={res}) and a RoleBinding to you."
+            )
+    return out
+
+
+def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] | None:
+    """The object, {} when it cannot be checked (403, warned), None when it does not exist."""
+    try:
+        found: dict[str, Any] = api.get(path)
+        return found
+    except ApiFailure as exc:
+        if exc.status == 404:
+            return None
+        if exc.status == 403:
+            warnings.append(f"could not check {what} (not allowed to read it).")
+            return {}
+        raise
+
+
+def _references(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> list[str]:
+    out = []
+    for m in spec.storage.mounts:
+        path = ns_path("", "v1", namespace, "persistentvolumeclaims", m.claim)
+        if _get(api, path, warnings, f"PVC {m.claim}") is None:
+            out.append(
+                f"PersistentVolumeClaim {m.claim!r} (from {m.flag} {m.claim}:{m.path}) does not "
+                f"exist in {namespace!r}: create it, or fix the claim name."
+            )
+    secrets: dict[str, list[tuple[str, str]]] = {}
+    for s in spec.secret_env:
+        secrets.setdefault(s.secret, []).append(
+            (s.key, f"--secret-env {s.name}={s.secret}/{s.key}")
+        )
+    for name in spec.env_from_secrets:
+        secrets.setdefault(name, []).append(("", f"--env-from-secret {name}"))
+    for name in spec.scheduling.image_pull_secrets:
+        secrets.setdefault(name, []).append(("", f"--image-pull-secret {name}"))
+    for name, uses in secrets.items():
+        obj = _get(api, ns_path("", "v1", namespace, "secrets", name), warnings, f"Secret {name}")
+        if obj is None:
+            flags = ", ".join(flag for _key, flag in uses)
+            out.append(
+                f"Secret {name!r} (from {flags}) does not exist in {namespace!r}: create it "
+                f"(kubectl create secret generic {name} -n {namespace} --from-literal=KEY=...)."
+            )
+            continue
+        if not obj:
+            continue
+        keys = set(obj.get("data") or {}) | set(obj.get("stringData") or {})
+        for key, flag in uses:
+            if key and key not in keys:
+                have = ", ".join(sorted(keys)) or "none"
+                out.append(
+                    f"Secret {name!r} has no key {key!r} (from {flag}; its keys: {have}): "
+                    "fix the key, or add it to the Secret."
+                )
+    return out
+
+
+def _queues(api: Api, spec: JobSpec, namespace: str) -> list[str]:
+    out = []
+    s = spec.scheduling
+    if s.queue:
+        try:
+            api.get(f"/apis/scheduling.volcano.sh/v1beta1/queues/{s.queue}")
+        except ApiFailure as exc:
+            if exc.status != 404:
+                raise
+            out.append(
+                f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
+                f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
+            )
+    if s.kueue_queue:
+        path = ns_path("kueue.x-k8s.io", "v1beta1", namespace, "localqueues", s.kueue_queue)
+        try:
+            api.get(path)
+        except ApiFailure as exc:
+            if exc.status != 404:
+                raise
+            out.append(
+                f"Kueue LocalQueue {s.kueue_queue!r} (--kueue-queue) does not exist in "
+                f"{namespace!r} (or Kueue is not installed): ask an admin to create it, or "
+                "drop --kueue-queue."
+            )
+    return out
+
+
+def _wanted(spec: JobSpec) -> dict[str, int]:
+    want: dict[str, int] = {}
+    if spec.resources.gpus:
+        want[spec.resources.gpu_resource] = spec.resources.gpus
+    if spec.rdma is not None and spec.rdma.resource:
+        want[spec.rdma.resource] = spec.rdma.resource_count
+    return want
+
+
+def _quantity(text: Any) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        return 0
+
+
+def _nodes(api: Api, spec: JobSpec, warnings: list[str]) -> list[str]:
+    want = _wanted(spec)
+    if not want:
+        return []
+    try:
+        nodes = api.get("/api/v1/nodes").get("items") or []
+    except ApiFailure as exc:
+        if exc.status != 403:
+            raise
+        warnings.append(
+            f"could not list nodes (not allowed), so whether any node offers "
+            f"{_describe(want)} per pod was not checked."
+        )
+        return []
+    selector = dict(spec.scheduling.node_selector)
+    nodes = [n for n in nodes if _matches(n, selector)]
+    fits = 0
+    advertised = set()
+    for node in nodes:
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        advertised |= {r for r in want if _quantity(alloc.get(r, 0)) > 0}
+        fits += min(_quantity(alloc.get(r, 0)) // n for r, n in want.items())
+    missing = [r for r in want if r not in advertised]
+    where = f" matching --node-selector {selector}" if selector else ""
+    if missing:
+        return [
+            f"no node{where} advertises {', '.join(missing)}: this cluster cannot run pods that "
+            f"ask for {_describe(want)}; change --gpus-per-node/--rdma, or ask an admin to "
+            "install the device plugin."
+        ]
+    if fits < spec.nodes:
+        return [
+            f"only {fits} of {spec.nodes} replicas fit: no {spec.nodes} node slots{where} each "
+            f"have {_describe(want)} allocatable; use fewer --nodes or --gpus-per-node."
+        ]
+    return []
+
+
+def _describe(want: dict[str, int]) -> str:
+    return ", ".join(f"{n} {r}" for r, n in want.items())
+
+
+def _matches(node: dict[str, Any], selector: dict[str, str]) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())

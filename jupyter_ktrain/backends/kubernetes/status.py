@@ -1,0 +1,213 @@
+"""From the watch cache (job, pods, events) and what the logs said to a :class:`JobStatus`. Pure.
+
+State: the operator's last true condition (``Succeeded``/``Failed``, TrainJob's ``Complete``),
+else ``Running`` when it says so, else ``Pending``. Per replica: pod phase, restarts, node and
+the event or container reason that matters (FailedScheduling, ImagePullBackOff, OOMKilled,
+BackOff). The first failing rank comes from ``exit`` records in the logs (earliest timestamp),
+else from container exit codes; its class comes from :func:`.failures.classify`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
+from .failures import classify, pod_problem
+
+__all__ = ["RANK_ORDER", "build_status", "job_state", "node_rank", "replica_pods"]
+
+RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
+REPLICA_KEYS = ("pytorchReplicaSpecs", "tfReplicaSpecs", "mpiReplicaSpecs")
+_EVENT_REASONS = ("FailedScheduling", "Failed", "BackOff", "ErrImagePull", "FailedMount")
+STALL_S = 60.0
+
+
+def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(state, reason, message) from the job's conditions."""
+    conds = (job.get("status") or {}).get("conditions") or []
+    true = [c for c in conds if c.get("status") == "True"]
+    for c in reversed(true):
+        kind = c.get("type")
+        if kind in ("Succeeded", "Complete"):
+            return SUCCEEDED, c.get("reason", ""), c.get("message", "")
+        if kind == "Failed":
+            return FAILED, c.get("reason", ""), c.get("message", "")
+    for c in reversed(true):
+        if c.get("type") == "Running":
+            return RUNNING, "", ""
+        if c.get("type") in ("Suspended", "Restarting"):
+            return PENDING if c["type"] == "Suspended" else RUNNING, c.get("reason", ""), ""
+    return PENDING, "", ""
+
+
+def replica_pods(job: Mapping[str, Any]) -> list[str]:
+    """Pod names the operator creates for a kubeflow.org/v1 job, in node-rank order."""
+    name = job["metadata"]["name"]
+    spec = job.get("spec") or {}
+    for key in REPLICA_KEYS:
+        replicas = spec.get(key)
+        if replicas:
+            out = []
+            for rtype in sorted(replicas, key=_order):
+                count = int((replicas[rtype] or {}).get("replicas", 1))
+                out += [f"{name}-{rtype.lower()}-{i}" for i in range(count)]
+            return out
+    return []
+
+
+def _order(rtype: str) -> int:
+    return RANK_ORDER.index(rtype) if rtype in RANK_ORDER else len(RANK_ORDER)
+
+
+def node_rank(job: Mapping[str, Any], pod: str) -> int | None:
+    names = replica_pods(job)
+    return names.index(pod) if pod in names else None
+
+
+def nproc(job: Mapping[str, Any]) -> int:
+    value = (job.get("spec") or {}).get("nprocPerNode") or "1"
+    return int(value) if str(value).isdigit() else 1
+
+
+def _container(pod: Mapping[str, Any]) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return dict(statuses[0]) if statuses else {}
+
+
+def _exit_code(pod: Mapping[str, Any]) -> int | None:
+    cs = _container(pod)
+    term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+        "terminated"
+    )
+    return int(term["exitCode"]) if term and "exitCode" in term else None
+
+
+def _term_reason(pod: Mapping[str, Any]) -> str:
+    cs = _container(pod)
+    term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+        "terminated"
+    )
+    return str((term or {}).get("reason") or (pod.get("status") or {}).get("reason") or "")
+
+
+def _event_text(event: Mapping[str, Any] | None) -> str:
+    if not event:
+        return ""
+    return f"{event.get('reason', '')}: {event.get('message', '')}".strip(": ")
+
+
+def _replica(pod_name: str, pod: Mapping[str, Any] | None, event: Any) -> ReplicaStatus:
+    if pod is None:
+        return ReplicaStatus(pod_name, "NotCreated", last_event=_event_text(event))
+    cs = _container(pod)
+    problem = pod_problem(dict(pod))
+    shown = event if event and event.get("reason") in _EVENT_REASONS else None
+    return ReplicaStatus(
+        name=pod_name,
+        phase=(pod.get("status") or {}).get("phase", "Pending"),
+        restarts=int(cs.get("restartCount") or 0),
+        node=(pod.get("spec") or {}).get("nodeName", ""),
+        exit_code=_exit_code(pod),
+        last_event=problem or _event_text(shown) or _event_text(event),
+    )
+
+
+def _timestamp(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def build_status(
+    job: Mapping[str, Any],
+    pods: Mapping[str, Mapping[str, Any]],
+    events: Mapping[str, Mapping[str, Any]],
+    exits: Mapping[int, tuple[int, int]],
+    tails: Mapping[int, Sequence[str]],
+    recreated: Mapping[str, float] | None = None,
+    last_progress: float | None = None,
+    now: float | None = None,
+) -> JobStatus:
+    """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
+    its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
+    when any rank last printed."""
+    name = job["metadata"]["name"]
+    state, reason, message = job_state(job)
+    names = replica_pods(job) or sorted(pods)
+    replicas = tuple(_replica(n, pods.get(n), events.get(n)) for n in names)
+    per_node = nproc(job)
+    codes = {rank: code for rank, (_ts, code) in exits.items()}
+    failed_rank = _first_failed(exits, names, pods, per_node)
+    if state == FAILED and failed_rank is not None:
+        pod = names[failed_rank // per_node] if failed_rank // per_node < len(names) else ""
+        p = pods.get(pod) or {}
+        failure = classify(list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p))
+        reason = failure.kind
+        message = f"rank {failed_rank} ({pod}) failed first: {failure.explanation}"
+        codes.setdefault(failed_rank, _exit_code(p) or 1)
+    elif state == PENDING:
+        stuck = next((r for r in replicas if r.last_event), None)
+        if stuck is not None:
+            reason, message = stuck.last_event.split(":", 1)[0], f"{stuck.name}: {stuck.last_event}"
+        elif not pods:
+            ev = events.get(name)
+            reason = reason or ("" if ev is None else str(ev.get("reason", "")))
+    if state == RUNNING and recreated:
+        reason, message = _stalled(recreated, last_progress, now) or (reason, message)
+    status = job.get("status") or {}
+    return JobStatus(
+        name=name,
+        state=state,
+        reason=reason,
+        message=message,
+        exit_codes=codes,
+        replicas=replicas,
+        started=_timestamp(status.get("startTime")),
+        finished=_timestamp(status.get("completionTime")),
+        failed_rank=failed_rank if state == FAILED else None,
+    )
+
+
+def _first_failed(
+    exits: Mapping[int, tuple[int, int]],
+    names: Sequence[str],
+    pods: Mapping[str, Mapping[str, Any]],
+    per_node: int,
+) -> int | None:
+    bad = sorted((ts, rank) for rank, (ts, code) in exits.items() if code != 0)
+    if bad:
+        return bad[0][1]
+    failed = []
+    for i, n in enumerate(names):
+        pod = pods.get(n)
+        code = _exit_code(pod) if pod else None
+        if code:
+            cs = _container(pod or {})
+            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+                "terminated"
+            )
+            failed.append(((term or {}).get("finishedAt") or "", i))
+    return min(failed)[1] * per_node if failed else None
+
+
+def _stalled(
+    recreated: Mapping[str, float], last_progress: float | None, now: float | None
+) -> tuple[str, str] | None:
+    import time
+
+    now = time.time() if now is None else now
+    pod, when = max(recreated.items(), key=lambda kv: kv[1])
+    quiet_since = max(when, last_progress or 0.0)
+    if now - quiet_since < STALL_S:
+        return None
+    return (
+        "WorkerNotRejoined",
+        f"pod {pod} was deleted and came back {now - when:.0f} s ago, and no rank has printed "
+        f"anything since: it has not rejoined the others (a known Training Operator hang). "
+        f"Cancel and resubmit the job.",
+    )

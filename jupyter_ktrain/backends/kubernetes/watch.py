@@ -1,0 +1,243 @@
+"""Watches that keep a local cache of one job, its pods and their events.
+
+:class:`Informer` lists a collection once, then WATCHes it from that resourceVersion: a
+``410 Gone`` (on open or as an ERROR event) relists, a stream the server closes (its
+``timeoutSeconds``, a restart) reconnects from the last version seen, bookmarks advance the
+version, and errors after the shared retry policy back off and try again. A running job costs
+three open streams however many pods it has; readers get the cache with no request at all.
+
+:class:`JobWatch` is the three informers of one job (the job by name, its pods by the
+``ktrain.io/job`` label, the namespace's events filtered to those objects) plus a condition
+variable readers can wait on for any change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ClusterError
+from .api import Api, ApiFailure
+
+__all__ = ["Informer", "JobWatch"]
+
+WATCH_TIMEOUT_S = 290  # ask the server to end each watch after this; we reconnect
+
+
+class Informer:
+    """List-then-watch one collection into ``objects`` (name -> object)."""
+
+    def __init__(
+        self,
+        api: Api,
+        path: str,
+        query: Mapping[str, str],
+        on_change: Callable[[str, dict[str, Any]], None],
+        name: str = "informer",
+    ):
+        self.api = api
+        self.path = path
+        self.query = dict(query)
+        self.on_change = on_change
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.error: Exception | None = None
+        self.relists = 0
+        self._rv = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _list(self) -> None:
+        data = self.api.request("GET", self.path, self.query)
+        fresh = {o["metadata"]["name"]: o for o in data.get("items") or []}
+        gone = set(self.objects) - set(fresh)
+        self.objects = fresh
+        self._rv = (data.get("metadata") or {}).get("resourceVersion", "")
+        self.relists += 1
+        for name in gone:
+            self.on_change("DELETED", {"metadata": {"name": name}})
+        for obj in fresh.values():
+            self.on_change("SYNC", obj)
+        self.synced.set()
+
+    def _watch_once(self) -> bool:
+        """One watch stream; False when the version expired and a relist is needed."""
+        query = {
+            **self.query,
+            "watch": "1",
+            "resourceVersion": self._rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        }
+        for raw in self.api.stream_lines(self.path, query, read_timeout=WATCH_TIMEOUT_S + 30):
+            if self._stop.is_set():
+                return True
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    return False
+                raise ClusterError(f"watch {self.path}: {obj.get('message', obj)}")
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self._rv = rv
+            if kind == "BOOKMARK":
+                continue
+            name = obj["metadata"]["name"]
+            if kind == "DELETED":
+                self.objects.pop(name, None)
+            else:
+                self.objects[name] = obj
+            self.on_change(kind, obj)
+        return True
+
+    def _run(self) -> None:
+        need_list, backoff = True, 0.2
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                need_list = not self._watch_once()
+                backoff = 0.2
+            except ApiFailure as exc:
+                if exc.status == 410:
+                    need_list = True
+                    continue
+                self._failed(exc, backoff)
+                backoff = min(backoff * 2, 5.0)
+            except ClusterError as exc:
+                self._failed(exc, backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _failed(self, exc: Exception, backoff: float) -> None:
+        self.error = exc
+        self.synced.set()  # readers see the error instead of waiting forever
+        self._stop.wait(backoff)
+
+
+class JobWatch:
+    """The cache of one job: ``job`` (or None), ``pods`` and ``events`` by object name."""
+
+    def __init__(self, api: Api, namespace: str, group: str, version: str, plural: str, name: str):
+        from .api import ns_path
+        from .podtemplate import JOB_LABEL
+
+        self.name = name
+        self.namespace = namespace
+        self.changed = threading.Condition()
+        self.generation = 0
+        self.events: dict[str, dict[str, Any]] = {}  # involved object name -> latest event
+        self.recreated: dict[str, float] = {}  # pod name -> when it came back with a new uid
+        self._uids: dict[str, str] = {}
+        self.job_informer = Informer(
+            api,
+            ns_path(group, version, namespace, plural),
+            {"fieldSelector": f"metadata.name={name}"},
+            self._on_job,
+            f"watch-{name}",
+        )
+        self.pod_informer = Informer(
+            api,
+            ns_path("", "v1", namespace, "pods"),
+            {"labelSelector": f"{JOB_LABEL}={name}"},
+            self._on_pod,
+            f"watch-{name}-pods",
+        )
+        self.event_informer = Informer(
+            api, ns_path("", "v1", namespace, "events"), {}, self._on_event, f"watch-{name}-ev"
+        )
+        self._informers = (self.job_informer, self.pod_informer, self.event_informer)
+
+    def start(self) -> JobWatch:
+        for informer in self._informers:
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+    def wait_synced(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for informer in self._informers:
+            informer.synced.wait(max(0.0, deadline - time.monotonic()))
+        for informer in (self.job_informer, self.pod_informer):
+            if not informer.synced.is_set() or (informer.error and not informer.relists):
+                raise informer.error or ClusterError(
+                    f"No answer from the API server about {self.name!r} within {timeout:.0f} s."
+                )
+
+    @property
+    def job(self) -> dict[str, Any] | None:
+        return self.job_informer.objects.get(self.name)
+
+    @property
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return dict(self.pod_informer.objects)
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        """Block until the cache changes after generation ``seen`` (or ``timeout``)."""
+        with self.changed:
+            if self.generation == seen:
+                self.changed.wait(timeout)
+            return self.generation
+
+    def _bump(self) -> None:
+        with self.changed:
+            self.generation += 1
+            self.changed.notify_all()
+
+    def _on_job(self, kind: str, obj: dict[str, Any]) -> None:
+        self._bump()
+
+    def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, uid = meta.get("name", ""), meta.get("uid")
+        if uid:
+            old = self._uids.get(name)
+            if old is not None and old != uid:
+                self.recreated[name] = time.time()
+            self._uids[name] = uid
+        self._bump()
+
+    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            return
+        involved = obj.get("involvedObject") or {}
+        target = involved.get("name", "")
+        if target != self.name and not target.startswith(self.name + "-"):
+            return
+        current = self.events.get(target)
+        if current is None or _event_time(obj) >= _event_time(current):
+            self.events[target] = obj
+            self._bump()
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+def close_quietly(watch: JobWatch | None) -> None:
+    with contextlib.suppress(Exception):
+        if watch is not None:
+            watch.stop()

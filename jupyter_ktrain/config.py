@@ -1,0 +1,136 @@
+"""User configuration: ``$KTRAIN_HOME/config.yaml`` (default ``~/.ktrain/config.yaml``).
+
+``%ktrain config`` shows it, ``%ktrain config key=value ...`` sets keys (an empty value
+removes one). Keys::
+
+    backend               local | kubernetes (the default for %%ktrain and %ktrain list ...)
+    namespace             Kubernetes namespace (else the kubeconfig's, else the pod's own)
+    kubeconfig            path of a kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)
+    context               kubeconfig context (else its current-context)
+    registry              REGISTRY/REPO to push code images to (else the ConfigMap route)
+    base_image            image the code layer goes on when --image is not given
+    insecure_registries   comma-separated hosts allowed over plain http
+    offline_requirements  true | false: ship wheels with the code instead of installing in pods
+
+Never secrets: credentials stay in the kubeconfig and the docker config; a key or value that
+looks like a credential is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SpecError
+
+__all__ = ["Config", "config_path", "load_config", "set_config"]
+
+_USERINFO = re.compile(r"(^|//)[^/@\s:]+:[^/@\s]+@")  # user:password@host
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str | None = None
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    registry: str | None = None
+    base_image: str | None = None
+    insecure_registries: tuple[str, ...] = ()
+    offline_requirements: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value in (None, (), False):
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def describe(self) -> str:
+        data = self.as_dict()
+        if not data:
+            return f"No settings yet ({config_path()}). Set with %ktrain config key=value."
+        return "\n".join(f"{k} = {_show(v)}" for k, v in data.items())
+
+
+def _show(value: Any) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
+
+
+def config_path() -> Path:
+    home = os.environ.get("KTRAIN_HOME") or str(Path.home() / ".ktrain")
+    return Path(home) / "config.yaml"
+
+
+_KEYS = {f.name for f in fields(Config)}
+
+
+def _convert(key: str, value: Any) -> Any:
+    if key not in _KEYS:
+        raise SpecError(
+            f"Unknown config key {key!r}; known keys: {', '.join(sorted(_KEYS))} "
+            "(`%ktrain config` shows the current values)."
+        )
+    if key == "insecure_registries":
+        items = value.split(",") if isinstance(value, str) else list(value or ())
+        return tuple(s.strip() for s in items if str(s).strip())
+    if key == "offline_requirements":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false", "1", "0", "yes", "no", ""):
+            raise SpecError(f"offline_requirements={value!r}: use true or false.")
+        return text in ("true", "1", "yes")
+    if key == "backend" and value not in (None, "", "local", "kubernetes"):
+        raise SpecError(f"backend={value!r}: use local or kubernetes.")
+    return str(value) if value not in (None, "") else None
+
+
+def load_config(path: Path | None = None) -> Config:
+    """The saved configuration (defaults when there is no file)."""
+    path = path or config_path()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        return Config()
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path} is not valid YAML ({exc}); fix or delete it.") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path} must hold a mapping of key: value; fix or delete it.")
+    return Config(**{k: _convert(k, v) for k, v in data.items()})
+
+
+def _refuse_secret(key: str, value: str) -> None:
+    if _USERINFO.search(value):
+        raise SpecError(
+            f"`{key}` looks like it carries a credential; ktrain never stores secrets. Keep "
+            "tokens in your kubeconfig and registry logins in the docker config "
+            "(`docker login` / `skopeo login`)."
+        )
+
+
+def set_config(pairs: list[str], path: Path | None = None) -> Config:
+    """Apply ``key=value`` pairs (empty value unsets) and save; returns the new config."""
+    path = path or config_path()
+    cfg = load_config(path)
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise SpecError(f"%ktrain config expects key=value, got {pair!r}.")
+        _refuse_secret(key, value)
+        changes[key] = _convert(key, value)
+    cfg = replace(cfg, **changes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))
+    tmp.replace(path)
+    return cfg

@@ -1,0 +1,84 @@
+"""Shared pieces of the Kubernetes backend tests: an IPython shell configured (through
+``%ktrain config``) to use the test cluster, and a little polling helper."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+SETUP = """
+import os, time
+import torch
+import torch.distributed as dist
+
+def train(scale):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
+    dist.destroy_process_group()
+    return t.item() * scale
+
+def numbered(n, pause):
+    rank = int(os.environ["RANK"])
+    for i in range(n):
+        print(f"line {i}", flush=True)
+        time.sleep(pause)
+    return rank
+
+def fail_on(bad_rank, how):
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} starting", flush=True)
+    if rank == bad_rank:
+        if how == "exit":
+            print("about to fail: the loader found no data", flush=True)
+            raise SystemExit(1)
+        if how == "nccl":
+            print("[E ProcessGroupNCCL.cpp:475] Watchdog caught collective operation timeout: "
+                  "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 ms before timing out.",
+                  flush=True)
+            raise SystemExit(6)
+        if how == "oom":
+            print("allocating", flush=True)
+            time.sleep(600)
+    time.sleep(600)
+
+def sleepy():
+    print("sleeping", flush=True)
+    time.sleep(600)
+"""
+
+
+def make_shell(test_cluster: Any, **config: str) -> InteractiveShell:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    assert sh.run_cell(SETUP, store_history=True).success
+    pairs = {"backend": "kubernetes", "kubeconfig": str(test_cluster.kubeconfig), **config}
+    sh.run_line_magic("ktrain", "config " + " ".join(f"{k}={v}" for k, v in pairs.items()))
+    return sh
+
+
+def configured_shell(
+    test_cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InteractiveShell]:
+    """Body of each test module's ``k8s_shell`` fixture: a private KTRAIN_HOME, configured."""
+    monkeypatch.setenv("KTRAIN_HOME", str(tmp_path / "ktrain-home"))
+    sh = make_shell(test_cluster)
+    yield sh
+    sh.reset(new_session=True)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 60, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s")

@@ -1,0 +1,133 @@
+"""Preflight on the test cluster: each problem is found before anything is created, one line
+each, saying what is missing and what fixes it; several problems are reported together."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+
+pytest.importorskip("kubernetes")
+
+from tests.cluster.api import Rule
+from tests.cluster.cluster import Node
+
+from .k8s_helpers import configured_shell
+
+BASE = "--nodes 2 --procs-per-node 1 --image local/python --name pf"
+
+
+@pytest.fixture
+def k8s_shell(test_cluster, tmp_path, monkeypatch):
+    yield from configured_shell(test_cluster, tmp_path, monkeypatch)
+
+
+def _refused(shell, test_cluster, flags: str) -> list[str]:
+    with pytest.raises(UsageError) as info:
+        shell.run_cell_magic("ktrain", f"{BASE} {flags}", "x = 1\n")
+    text = str(info.value)
+    assert "cannot run this job" in text, text
+    for kind in ("configmaps", "pytorchjobs", "pods"):
+        got = test_cluster.kubectl("get", kind, "-o", "name")
+        assert got.stdout.strip() == "", f"{kind} created despite preflight: {got.stdout}"
+    return [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
+
+
+def test_missing_crd_names_the_operator(k8s_shell, test_cluster, monkeypatch):
+    reg = test_cluster.cluster.registry
+    monkeypatch.setattr(reg, "resources", [r for r in reg.resources if r.plural != "mpijobs"])
+    (problem,) = _refused(k8s_shell, test_cluster, "--kind MPIJob")
+    assert "does not serve MPIJob (mpijobs.kubeflow.org/v1)" in problem
+    assert "Training Operator" in problem
+
+
+def test_missing_namespace(k8s_shell, test_cluster):
+    with pytest.raises(UsageError) as info:
+        k8s_shell.run_cell_magic("ktrain", f"{BASE} --namespace nowhere", "x = 1\n")
+    assert "namespace 'nowhere' does not exist" in str(info.value)
+    assert "kubectl create namespace nowhere" in str(info.value)
+
+
+def test_rbac_denial_says_verb_and_resource(k8s_shell, test_cluster):
+    test_cluster.set_rbac(
+        [
+            Rule(resources=("configmaps", "pods", "pods/log", "events")),
+            Rule(verbs=("get", "list", "watch"), resources=("pytorchjobs",)),
+        ]
+    )
+    problems = _refused(k8s_shell, test_cluster, "")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        f"RBAC: you may not create pytorchjobs.kubeflow.org in namespace '{test_cluster.namespace}'"
+    )
+    assert "--verb=create --resource=pytorchjobs.kubeflow.org" in problems[0]
+
+
+def test_rbac_denial_of_pod_logs(k8s_shell, test_cluster):
+    test_cluster.set_rbac([Rule(resources=("configmaps", "pods", "events", "pytorchjobs"))])
+    (problem,) = _refused(k8s_shell, test_cluster, "")
+    assert "you may not get pods/log" in problem
+
+
+def test_missing_pvc(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--dataset imagenet:/data:ro")
+    assert "PersistentVolumeClaim 'imagenet' (from --dataset imagenet:/data) does not exist" in (
+        problem
+    )
+
+
+def test_missing_secret(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--secret-env HF_TOKEN=hf/token")
+    assert "Secret 'hf' (from --secret-env HF_TOKEN=hf/token) does not exist" in problem
+
+
+def test_secret_without_the_key_lists_its_keys(k8s_shell, test_cluster):
+    r = test_cluster.kubectl("create", "secret", "generic", "hf", "--from-literal=other=x")
+    assert r.returncode == 0, r.stderr
+    (problem,) = _refused(k8s_shell, test_cluster, "--secret-env HF_TOKEN=hf/token")
+    assert "Secret 'hf' has no key 'token'" in problem
+    assert "its keys: other" in problem
+    assert "x" not in problem.split("its keys: other")[1].split(")")[0]  # never a value
+
+
+def test_missing_image_pull_secret(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--image-pull-secret regcred")
+    assert "Secret 'regcred' (from --image-pull-secret regcred) does not exist" in problem
+
+
+def test_no_node_advertises_gpus(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8")
+    assert "no node advertises nvidia.com/gpu" in problem
+
+
+def test_not_enough_allocatable_for_all_replicas(k8s_shell, test_cluster):
+    test_cluster.set_nodes([Node("gpu-0", gpus=8), Node("gpu-1", gpus=4)])
+    (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --procs-per-node 1")
+    assert "only 1 of 2 replicas fit" in problem
+
+
+def test_rdma_resource_missing(k8s_shell, test_cluster):
+    test_cluster.set_nodes([Node("gpu-0", gpus=8), Node("gpu-1", gpus=8)])
+    (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --rdma infiniband")
+    assert "no node advertises rdma/" in problem
+
+
+def test_volcano_queue_missing(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--gang volcano --queue research")
+    assert "Volcano queue 'research' (--queue) does not exist" in problem
+
+
+def test_kueue_local_queue_missing(k8s_shell, test_cluster):
+    (problem,) = _refused(k8s_shell, test_cluster, "--kueue-queue team-a")
+    assert "Kueue LocalQueue 'team-a' (--kueue-queue) does not exist" in problem
+
+
+def test_every_problem_reported_together(k8s_shell, test_cluster):
+    test_cluster.set_rbac([Rule(verbs=("get", "list", "watch"))])
+    problems = _refused(
+        k8s_shell,
+        test_cluster,
+        "--dataset data:/data --secret-env A=s/k --gpus-per-node 2 --kueue-queue q",
+    )
+    text = "\n".join(problems)
+    for needle in ("create pytorchjobs", "create configmaps", "'data'", "Secret 's'", "gpu", "q'"):
+        assert needle in text, text
