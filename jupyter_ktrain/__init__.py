@@ -53,6 +53,23 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magics import KtrainMagics
 
     ipython.register_magics(KtrainMagics(ipython))
+    _warm_up_cluster_validation()
+
+
+def _warm_up_cluster_validation() -> None:
+    """With the Kubernetes backend as the configured default, compile the manifest validators
+    in the background now, so the first job's dry run and submit do not wait for them."""
+    import threading
+
+    try:
+        from .backends import default_backend_name
+
+        if default_backend_name() != "kubernetes":
+            return
+        from .backends.kubernetes.validate import warm_up
+    except Exception:  # a broken config is reported when a job uses it, not at load time
+        return
+    threading.Thread(target=warm_up, name="ktrain-warm-up", daemon=True).start()
 
 
 def unload_ipython_extension(ipython: Any) -> None:  # pragma: no cover - IPython hook

@@ -15,8 +15,10 @@ import contextlib
 import os
 import pickle
 import runpy
+import select
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -25,6 +27,7 @@ from .monitor.protocol import format_rank_line, format_record
 __all__ = ["main", "run_cell"]
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024
+STALL_S = 2.0
 _CHUNK = 65536
 
 
@@ -59,6 +62,7 @@ class _Prefixer:
         self.rank = rank
         self.saved: dict[int, int] = {}
         self.threads: list[threading.Thread] = []
+        self.moved = 0  # bytes pumped so far: progress while draining at exit
 
     def start(self) -> None:
         for fd in (1, 2):
@@ -85,9 +89,10 @@ class _Prefixer:
                 lines.append(pending)
                 pending = b""
             if lines:
-                os.write(out, b"".join(prefix + line + b"\n" for line in lines))
+                _write_lines(out, [prefix + line + b"\n" for line in lines])
+            self.moved += len(chunk)
         if pending:
-            os.write(out, prefix + pending + b"\n")
+            _write_all(out, prefix + pending + b"\n")
         os.close(read_end)
 
     def stop(self) -> None:
@@ -95,11 +100,46 @@ class _Prefixer:
             stream.flush()
         for fd, saved in self.saved.items():
             os.dup2(saved, fd)  # closes our pipe's write end: the pump sees EOF
-        for t in self.threads:
-            t.join(timeout=2.0)
+        # Drain everything the rank wrote, however far behind the pumps are (a slow reader
+        # downstream); give up only when nothing moved for STALL_S: a child process the user
+        # started still holds the pipe open and will not close it.
+        last, still = -1, time.monotonic()
+        while any(t.is_alive() for t in self.threads):
+            if self.moved != last:
+                last, still = self.moved, time.monotonic()
+            elif time.monotonic() - still > STALL_S:
+                break
+            for t in self.threads:
+                t.join(timeout=0.05)
 
     def write_direct(self, text: str) -> None:
         os.write(self.saved.get(1, 1), text.encode())
+
+
+def _write_lines(fd: int, lines: list[bytes]) -> None:
+    """Write whole lines in writes of at most PIPE_BUF bytes.
+
+    Every rank of a node shares one pipe (the node's stdout); POSIX makes a pipe write of up
+    to PIPE_BUF bytes atomic, so batching lines up to that size keeps each rank's lines whole
+    while still writing many lines per system call. A single longer line is written alone.
+    """
+    batch: list[bytes] = []
+    size = 0
+    for line in lines:
+        if batch and size + len(line) > select.PIPE_BUF:
+            _write_all(fd, b"".join(batch))
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line)
+    if batch:
+        _write_all(fd, b"".join(batch))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` may write only part of a large buffer to a pipe: write all of it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _split_last_expression(cell: str) -> tuple[ast.Module, ast.Expression | None]:

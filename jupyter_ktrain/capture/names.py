@@ -56,22 +56,54 @@ def name_use(source: str, filename: str = "<cell>") -> NameUse:
 
 def _read_before_bound(source: str) -> set[str]:
     """Top-level names read by a statement before any earlier statement bound them
-    (``x = x + 1`` needs the notebook's ``x``)."""
-    bound: set[str] = set()
+    (``x = x + 1`` needs the notebook's ``x``; ``for i in ...: print(i)`` does not)."""
     early: set[str] = set()
-    for stmt in ast.parse(source).body:
+    _scan(ast.parse(source).body, set(), early)
+    return early
+
+
+def _loads(node: ast.AST | None, bound: set[str], early: set[str]) -> None:
+    if node is None:
+        return
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
+            early.add(sub.id)
+
+
+def _scan(stmts: list[ast.stmt], bound: set[str], early: set[str]) -> None:
+    """Walk statements in execution order: a compound statement binds its header names
+    (loop targets, ``with ... as``, ``except ... as``) before its body runs."""
+    for stmt in stmts:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound.add(stmt.name)
-            continue
-        for node in ast.walk(stmt):
-            if (
-                isinstance(node, ast.Name)
-                and isinstance(node.ctx, ast.Load)
-                and node.id not in bound
-            ):
-                early.add(node.id)
-        bound |= _stmt_binds(stmt)
-    return early
+        elif isinstance(stmt, ast.For | ast.AsyncFor):
+            _loads(stmt.iter, bound, early)
+            bound |= _target_names(stmt.target)
+            _scan(stmt.body + stmt.orelse, bound, early)
+        elif isinstance(stmt, ast.While | ast.If):
+            _loads(stmt.test, bound, early)
+            _scan(stmt.body + stmt.orelse, bound, early)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            for item in stmt.items:
+                _loads(item.context_expr, bound, early)
+                if item.optional_vars is not None:
+                    bound |= _target_names(item.optional_vars)
+            _scan(stmt.body, bound, early)
+        elif isinstance(stmt, ast.Try):
+            _scan(stmt.body, bound, early)
+            for handler in stmt.handlers:
+                _loads(handler.type, bound, early)
+                if handler.name:
+                    bound.add(handler.name)
+                _scan(handler.body, bound, early)
+            _scan(stmt.orelse + stmt.finalbody, bound, early)
+        else:
+            _loads(stmt, bound, early)
+            bound |= _stmt_binds(stmt)
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
 def _stmt_binds(stmt: ast.stmt) -> set[str]:

@@ -175,3 +175,14 @@ def test_dry_run_prints_every_process_launch_and_runs_nothing(
         assert var in out
     assert out.count("-m torch.distributed.run -m jupyter_ktrain.runtime") == 2
     assert not (ktrain_home / "jobs").exists()
+
+
+def test_flooding_ranks_lose_no_line_and_never_interleave(shell: InteractiveShell) -> None:
+    """Four ranks share each node's pipe and write as fast as they can without flushing:
+    every line arrives once, whole, in order per rank (pipe writes are kept atomic)."""
+    body = "for i in range(3000):\n    print(f'line {i} ' + 'x' * 90)\n"
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --detach", body)
+    assert job.wait(timeout=120) == "Succeeded"
+    expected = [f"line {i} " + "x" * 90 for i in range(3000)]
+    for rank in range(4):
+        assert job.logs(rank=rank).splitlines() == expected

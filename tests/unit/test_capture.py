@@ -114,6 +114,10 @@ CASES: dict[str, tuple[list[str], str]] = {
         ],
         "result = train()",
     ),
+    "loops_with_and_try_in_the_cell": (
+        ["N = 3", "def f(v):\n    return v * 2"],
+        "result = []\nfor i in range(N):\n    result.append(f(i))\nwith open('/dev/null') as fh:\n    size = len(fh.read())\ntry:\n    1 / 0\nexcept ZeroDivisionError as err:\n    msg = type(err).__name__\nresult.append((size, msg))",
+    ),
     "trailing_expression_and_unicode_names": (
         ["größe = 3", "def zähle(n):\n    return n * größe"],
         "zähle(2) + 1",

@@ -366,3 +366,15 @@ def check_semantics(spec: JobSpec) -> None:
             f"--procs-per-node {spec.procs_per_node} is more than --gpus-per-node {gpus}: NCCL "
             f"needs one GPU per rank. Use --procs-per-node {gpus} (or leave it out)."
         )
+
+
+def warm_up(kinds: Sequence[tuple[str, str]] = (("kubeflow.org/v1", "PyTorchJob"),)) -> None:
+    """Import the schema libraries and compile the validators a first job will need.
+
+    Importing ``jsonschema`` (with the optional format checkers a Jupyter install brings) and
+    compiling the CRD schemas takes about a second; done in a background thread when the
+    extension loads, the user's first ``%%ktrain`` does not pay it.
+    """
+    for api_version, kind in kinds:
+        crd_validator(api_version, kind)
+    pod_template_validator()
