@@ -195,7 +195,7 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _say(f"Cancelled {name!r}.")
         return None
     backend.attach(name)
-    backend.delete(name)  # type: ignore[attr-defined]
+    backend.delete(name)
     _say(f"Deleted {name!r}.")
     return None
 

@@ -131,6 +131,10 @@ class Backend(ABC):
     def list_jobs(self) -> list[JobStatus]: ...
 
     @abstractmethod
+    def delete(self, name: str) -> None:
+        """Stop the job if it runs, then remove it and everything made for it."""
+
+    @abstractmethod
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
         """Every stored line so far as (replica, line), per replica in order."""
 

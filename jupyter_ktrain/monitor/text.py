@@ -181,13 +181,18 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     if rank is None:
         codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
         return f"Job {job.name!r} failed before any rank reported ({codes or status.reason}).\n"
+    from .failures import classify
+
     code = status.exit_codes.get(rank)
-    last = job.logs(rank=rank).splitlines()[-tail:]
-    body = "\n".join(f"    {line}" for line in last)
+    lines = job.logs(rank=rank).splitlines()
+    failure = classify(lines, code)
+    body = "\n".join(f"    {line}" for line in lines[-tail:])
     others = sorted(r for r, c in status.exit_codes.items() if c != 0 and r != rank)
     also = f" Other failed ranks: {others}." if others else ""
+    detail = f"\n{status.message}" if status.message else ""
     return (
-        f"Job {job.name!r} failed: rank {rank} exited first with code {code}.{also}\n"
+        f"Job {job.name!r} failed: rank {rank} exited first with code {code} "
+        f"({failure}).{also}{detail}\n"
         f"Last lines of rank {rank}:\n{body}\n"
         f"All logs: %ktrain logs {job.name} [--rank R]\n"
     )

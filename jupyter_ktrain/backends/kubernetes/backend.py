@@ -164,6 +164,7 @@ class KubernetesBackend(Backend):
             progress=auto_progress(),
         )
         self.say(result.message())
+        plan.details["image_digest"] = result.digest  # type: ignore[index]
         objects, _files = _render(
             spec, CodeSource(image=result.reference), program, plan.details["cell"]
         )

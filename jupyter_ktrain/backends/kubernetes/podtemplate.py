@@ -94,6 +94,8 @@ def env_list(
     values: dict[str, str] = {}
     if spec.rdma is not None:
         values.update(spec.rdma.nccl_env)
+        # the agent reports NCCL's transport (and warns on a socket fallback) when set
+        values["KTRAIN_RDMA"] = spec.rdma.name
     values.update(spec.env)
     if spec.deepspeed is not None:
         values[CONFIG_ENV] = CONFIG_PATH.replace(CODE_DIR, code.mount_path, 1)

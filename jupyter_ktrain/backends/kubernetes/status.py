@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...monitor.failures import classify, pod_problem
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
-from .failures import classify, pod_problem
 
 __all__ = ["RANK_ORDER", "build_status", "job_state", "node_rank", "replica_pods"]
 
