@@ -96,7 +96,12 @@ class KubernetesBackend(Backend):
     def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
         if spec.kind not in KIND_API:
             raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
-        spec = spec.evolve(namespace=self._ns(spec))
+        notes: tuple[str, ...] = ()
+        try:
+            spec = spec.evolve(namespace=self._ns(spec))
+        except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
+            spec = spec.evolve(namespace="default")
+            notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
         if not spec.image and self.config.base_image:
             spec = spec.evolve(image=self.config.base_image)
         route = "registry" if self.config.registry else "configmap"
@@ -108,7 +113,8 @@ class KubernetesBackend(Backend):
             objects, files = _render_configmap(spec, program, cell)
         details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
         details["files"] = files
-        return LaunchPlan(spec, program, self.name, details, _describe(objects, route))
+        text = _describe(objects, route)
+        return LaunchPlan(spec, program, self.name, details, text, notes=notes)
 
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan) -> Job:

@@ -1,0 +1,41 @@
+"""`%%ktrain --backend kubernetes --dry-run` renders the objects without any cluster, so a
+user can review them (or commit them) before a kubeconfig exists."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+FLAGS = (
+    "--backend kubernetes --nodes 4 --gpus-per-node 8 --image nvcr.io/nvidia/pytorch:24.03-py3 "
+    "--rdma roce --deepspeed zero3 --bf16 --micro-batch 2 --grad-accum 8 "
+    "--dataset nfsordma-datasets:/data:ro --shm 64Gi --secret-env HF_TOKEN=hf-token/token "
+    "--elastic 2:8 --dry-run"
+)
+
+
+def test_dry_run_needs_no_cluster(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    assert sh.run_cell("def train(model, epochs):\n    return epochs", store_history=True).success
+    job = sh.run_cell_magic("ktrain", FLAGS, 'train(model="meta-llama/Llama-2-13b-hf", epochs=3)')
+    out = capsys.readouterr().out
+    assert job.dry_run
+    kinds = [o["kind"] for o in job.plan.details["objects"]]
+    assert kinds == ["ConfigMap", "PyTorchJob"]
+    assert "namespace shown as 'default'" in out
+    for text in (
+        "kind: PyTorchJob",
+        "NCCL_IB_GID_INDEX",
+        "k8s.v1.cni.cncf.io/networks",
+        "medium: Memory",
+        "secretKeyRef",
+        "rdzvBackend: c10d",
+    ):
+        assert text in out, text
+    assert "hf-token" in out  # the Secret's name, never a value
+    sh.reset(new_session=True)
