@@ -112,8 +112,18 @@ def last_monitor() -> tuple[MonitorModel, View] | None:
     return _last_monitor
 
 
+def join_continued(line: str, cell: str) -> tuple[str, str]:
+    """Flags continued over several lines with a trailing backslash (IPython hands a cell
+    magic only its first line): move the continuation lines from the body to the flags."""
+    body = cell.split("\n")
+    while line.rstrip().endswith("\\") and body:
+        line = line.rstrip()[:-1] + " " + body.pop(0)
+    return line, "\n".join(body)
+
+
 def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     """The whole ``%%ktrain`` cell: parse, capture, plan, then dry-run or run and follow."""
+    line, cell = join_continued(line, cell)
     ns = parse_flags(line)
     if ns.help:
         _say(build_parser().format_help())

@@ -186,3 +186,15 @@ def test_flooding_ranks_lose_no_line_and_never_interleave(shell: InteractiveShel
     expected = [f"line {i} " + "x" * 90 for i in range(3000)]
     for rank in range(4):
         assert job.logs(rank=rank).splitlines() == expected
+
+
+def test_flags_continued_over_lines_with_backslashes(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = shell.run_cell(
+        "%%ktrain --nodes 2 \\\n    --procs-per-node 3 \\\n    --dry-run\ntrain(1)"
+    )
+    out = capsys.readouterr().out
+    assert result.error_in_exec is None
+    assert "PET_NPROC_PER_NODE=3" in out
+    assert result.result.plan.program.cell.strip() == "train(1)"
