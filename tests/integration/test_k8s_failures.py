@@ -46,7 +46,8 @@ def test_nccl_timeout_classified(k8s_shell, capsys):
     assert status.failed_rank == 1
     assert status.reason == "NCCL timeout"
     assert status.message.startswith("rank 1 (bad-nccl-master-0) failed first")
-    assert "Failed (NCCL timeout)" in out
+    assert "exited first with code" in out
+    assert "(NCCL timeout: " in out  # the class, shown with the failing rank first
 
 
 def test_oom_killed_pod(k8s_shell, test_cluster, capsys):
