@@ -22,6 +22,14 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-stream (a closed watch or log follow) is normal."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], ssl.SSLEOFError | ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
 
 class ApiServer:
     """Serves ``api`` on 127.0.0.1:port (0 = a free port) in a background thread."""
