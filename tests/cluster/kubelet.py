@@ -160,8 +160,8 @@ class PodWorker(threading.Thread):
                 break
             self.stopping.wait(POLL)
         for r in self.inits + self.runs:
-            for t in r.readers:
-                t.join(timeout=5)
+            for t in r.readers:  # a container is done once its output is in the log file
+                t.join(timeout=60)
         if not self.stopping.is_set():
             self._publish()
 
