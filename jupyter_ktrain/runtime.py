@@ -28,6 +28,7 @@ __all__ = ["main", "run_cell"]
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024
 STALL_S = 2.0
+DRAIN_CAP_S = 300.0
 _CHUNK = 65536
 
 
@@ -63,6 +64,7 @@ class _Prefixer:
         self.saved: dict[int, int] = {}
         self.threads: list[threading.Thread] = []
         self.moved = 0  # bytes pumped so far: progress while draining at exit
+        self.idle: dict[int, bool] = {}  # pump waiting for input (not blocked downstream)
 
     def start(self) -> None:
         for fd in (1, 2):
@@ -80,7 +82,9 @@ class _Prefixer:
         prefix = format_rank_line(self.rank, "").encode()
         pending = b""
         while True:
+            self.idle[read_end] = True
             chunk = os.read(read_end, _CHUNK)
+            self.idle[read_end] = False
             if not chunk:
                 break
             pending += chunk
@@ -94,20 +98,25 @@ class _Prefixer:
         if pending:
             _write_all(out, prefix + pending + b"\n")
         os.close(read_end)
+        self.idle[read_end] = True  # finished: nothing left to wait for here
 
     def stop(self) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         for fd, saved in self.saved.items():
             os.dup2(saved, fd)  # closes our pipe's write end: the pump sees EOF
-        # Drain everything the rank wrote, however far behind the pumps are (a slow reader
-        # downstream); give up only when nothing moved for STALL_S: a child process the user
-        # started still holds the pipe open and will not close it.
-        last, still = -1, time.monotonic()
+        # Drain everything the rank wrote. A pump blocked writing downstream (a slow reader of
+        # the node's output) is waited for as long as it takes, up to DRAIN_CAP_S; a pump that
+        # waits for input for STALL_S with nothing moving is reading a pipe that a child
+        # process the user started still holds open, and will never see its end.
+        last, still, began = -1, time.monotonic(), time.monotonic()
         while any(t.is_alive() for t in self.threads):
-            if self.moved != last:
-                last, still = self.moved, time.monotonic()
-            elif time.monotonic() - still > STALL_S:
+            now = time.monotonic()
+            if now - began > DRAIN_CAP_S:
+                break
+            if self.moved != last or not all(self.idle.values()):
+                last, still = self.moved, now
+            elif now - still > STALL_S:
                 break
             for t in self.threads:
                 t.join(timeout=0.05)
