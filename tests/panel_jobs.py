@@ -9,6 +9,11 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from jupyter_ktrain.backends.base import Job
+from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.capture import capture
+from jupyter_ktrain.spec import JobSpec
+
 TRAIN = """
 import os, time
 import jupyter_ktrain as ktrain
@@ -21,6 +26,23 @@ def train(steps, pause):
         time.sleep(pause)
     return rank
 """
+
+
+def start_job(
+    home: Path, name: str, *, nodes: int = 2, steps: int = 600, pause: float = 0.1
+) -> Job:
+    """Start the same job without following it (for cancel tests); returns its handle."""
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=True)
+    assert shell.run_cell(TRAIN, store_history=True).success
+    program = capture(f"r = train({steps}, {pause})\n", shell.user_ns, shell.user_ns["In"],
+                      getattr(shell, "user_ns_hidden", {}))  # fmt: skip
+    shell.reset(new_session=True)
+    spec = JobSpec.create(name=name, nodes=nodes, procs_per_node=1)
+    root = str(Path(__file__).resolve().parents[1])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        return LocalBackend(home).submit(spec, program)
 
 
 def run_job(home: Path, name: str, *, nodes: int = 2, steps: int = 5, pause: float = 0.0) -> None:
