@@ -13,6 +13,7 @@ reads its on-disk registry); nothing is cached between calls.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -110,6 +111,7 @@ class PanelCore:
     ) -> None:
         self._factories = dict(backends)
         self._made: dict[str, Backend] = {}
+        self._lock = threading.Lock()  # handlers call from a thread pool
         self.clock = clock
         self.max_lines = max_lines
         self.plot_points = plot_points
@@ -122,10 +124,11 @@ class PanelCore:
         return cls({n: (lambda n=n: get_backend(n)) for n in names})  # type: ignore[misc]
 
     def _backend(self, name: str) -> Backend:
-        backend = self._made.get(name)
-        if backend is None:
-            backend = self._made[name] = self._factories[name]()
-        return backend
+        with self._lock:
+            backend = self._made.get(name)
+            if backend is None:
+                backend = self._made[name] = self._factories[name]()
+            return backend
 
     def _find(self, name: str, backend: str | None) -> tuple[str, JobStatus]:
         """(backend name, status) of job ``name``; JobNotFound when no backend knows it."""

@@ -11,6 +11,7 @@ Screenshot: test-artifacts/panel.png.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -46,7 +47,10 @@ CELL_JOB = "panel-cell"
 
 
 @pytest.fixture
-def panel_lab(tmp_path: Path) -> Iterator[Lab]:
+def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """JupyterLab with this checkout's labextension; the server extension is enabled by the
+    package's config file unless the test is marked ``without_server_extension``."""
+    server_ext = request.node.get_closest_marker("without_server_extension") is None
     if not Path(CHROMIUM).exists():
         pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
     if not (BUILT / "package.json").exists():
@@ -61,12 +65,12 @@ def panel_lab(tmp_path: Path) -> Iterator[Lab]:
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     home = tmp_path / "ktrain-home"
-    run_job(home, EARLIER, nodes=2, steps=5)  # before JupyterLab starts: "a job started earlier"
+    if server_ext:
+        run_job(home, EARLIER, nodes=2, steps=5)  # before JupyterLab starts: "started earlier"
     port, token = _free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
         "JUPYTER_PATH": str(data),
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
@@ -75,6 +79,11 @@ def panel_lab(tmp_path: Path) -> Iterator[Lab]:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("KTRAIN_MONITOR", None)
+    if server_ext:
+        env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    else:  # an installed package enables it in the environment's config: the user's wins
+        off = '{"ServerApp": {"jpserver_extensions": {"jupyter_ktrain": false}}}'
+        (config / "jupyter_server_config.json").write_text(off)
     log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser",
@@ -145,11 +154,14 @@ def test_panel_lists_jobs_survives_restart_and_opens_every_ranks_logs(panel_lab:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        api_calls: list[str] = []
+        page.on("request", lambda r: api_calls.append(r.url) if "/ktrain/api/" in r.url else None)
         try:
             page.goto(f"{lab.url}/lab/tree/panel.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
             _steps(page)
             page.screenshot(path=str(ARTIFACTS / "panel.png"))
+            _polls_only_while_visible(page, api_calls)
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "panel-failed.png"))
             raise
@@ -215,3 +227,40 @@ def _steps(page: Any) -> None:
            return lines.length === 5 && lines.every(l => l.startsWith('[rank1]')); }}""",
         timeout=10_000,
     )
+
+
+def _polls_only_while_visible(page: Any, api_calls: list[str]) -> None:
+    # the running job's tab read its logs incrementally: later reads passed an offset
+    logs = [u for u in api_calls if f"/jobs/{CELL_JOB}/logs" in u]
+    assert any("offset=" in u for u in logs), logs
+
+    # the jobs list polls while the panel shows; with the file browser in its place, it stops
+    def list_calls() -> int:  # ServerConnection adds a cache-busting query
+        return sum(bool(re.search(r"/ktrain/api/jobs(\?|$)", u)) for u in api_calls)
+
+    before = list_calls()
+    page.wait_for_timeout(3500)
+    assert list_calls() > before, api_calls[-5:]
+    page.evaluate("() => window.jupyterapp.shell.activateById('filebrowser')")
+    page.wait_for_timeout(300)
+    hidden_from = len(api_calls)
+    page.wait_for_timeout(4000)  # > the 3 s poll period; ended jobs' tabs ask nothing either
+    assert api_calls[hidden_from:] == []
+
+
+@pytest.mark.without_server_extension
+def test_panel_says_the_server_extension_is_missing(panel_lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 800})
+            page.goto(f"{panel_lab.url}/lab?reset&token={panel_lab.token}")
+            page.wait_for_selector("#ktrain-jobs-panel", state="attached", timeout=90_000)
+            page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
+            status = page.locator("#ktrain-jobs-panel .ktrain-PanelStatus.ktrain-mod-error")
+            status.wait_for(timeout=15_000)
+            assert "jupyter-ktrain server extension not installed" in status.inner_text()
+        finally:
+            browser.close()
