@@ -28,7 +28,7 @@ labextension/node_modules/.package-lock.json: labextension/package-lock.json
 $(LABEXT_OUT): $(VENV)/.installed labextension/node_modules/.package-lock.json $(LABEXT_SRC)
 	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_ktrain/labextension
 	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" npm run build
-	# what `jupyter labextension develop` does (it needs jupyter-builder): link, so rebuilds show
+	@# what `jupyter labextension develop` does (it needs jupyter-builder): link, so rebuilds show
 	rm -rf $(VENV)/share/jupyter/labextensions/jupyter-ktrain
 	mkdir -p $(VENV)/share/jupyter/labextensions
 	ln -s $(abspath jupyter_ktrain/labextension) $(VENV)/share/jupyter/labextensions/jupyter-ktrain
