@@ -10,11 +10,7 @@
  * such a button, reveals the panel, highlights the job and opens its tab. Nothing has to reach
  * the kernel for it to work.
  */
-import {
-  ILabShell,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -49,7 +45,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-ktrain:plugin',
   description: 'ktrain jobs side panel: list jobs, open their logs and plots, cancel them.',
   autoStart: true,
-  optional: [ILabShell],
   activate: (app: JupyterFrontEnd) => {
     const tabs = new Map<string, MainAreaWidget<JobView>>();
 

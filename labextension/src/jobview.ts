@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
 import { renderChart } from './chart';
-import { JobDetail } from './payloads';
+import { JobDetail, MetricsPayload } from './payloads';
 
 export const LOG_POLL_MS = 1000;
 export const METRIC_POLL_MS = 5000;
@@ -173,7 +173,7 @@ export class JobView extends Widget {
     }
   }
 
-  private renderCharts(payload: { panels: import('./payloads').MetricPanel[] }): void {
+  private renderCharts(payload: MetricsPayload): void {
     this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
   }
 

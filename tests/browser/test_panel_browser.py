@@ -1,8 +1,9 @@
 """The "ktrain jobs" side panel in a real JupyterLab + Chromium (Playwright).
 
 A job finished before the page was opened is listed; a notebook cell runs another job and its
-widget's "Open in side panel" button reveals the panel and opens that job's tab; the list
-survives a kernel restart; the earlier job's tab shows every rank's lines and its loss chart.
+widget's "Open in side panel" button reveals the panel and opens that job's tab, whose Cancel
+button stops it; the list survives a kernel restart; the earlier job's tab shows every rank's
+lines and its loss chart; the panel asks nothing while hidden.
 The lab loads this checkout's built extension (``jupyter_ktrain/labextension``, built by
 ``make setup``) and enables the server extension with the config file the package installs.
 Screenshot: test-artifacts/panel.png.
@@ -32,6 +33,7 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
+    HEADER,
     KERNEL_IDLE,
     LAB_CONFIG,
     ROOT,
@@ -117,7 +119,7 @@ def _notebook(path: Path) -> None:
         new_code_cell("%load_ext jupyter_ktrain"),
         new_code_cell(TRAIN),
         new_code_cell(
-            f"%%ktrain --nodes 2 --procs-per-node 1 --name {CELL_JOB}\nr = train(20, 0.3)"
+            f"%%ktrain --nodes 2 --procs-per-node 1 --name {CELL_JOB}\nr = train(400, 0.3)"
         ),
     ]
     nb = new_notebook(cells=cells)
@@ -195,13 +197,22 @@ def _steps(page: Any) -> None:
                       && t.innerText.includes('[rank1] rank 1 step 1 hello'); }}""",
         timeout=20_000,
     )
-    # wait for the cell's job to end, then restart the kernel: the list is still there
-    page.wait_for_function(f"() => ({ROWS})().includes('{CELL_JOB}:Succeeded')", timeout=60_000)
+    assert _rows(page)[CELL_JOB] == "Running"
+    page.screenshot(path=str(ARTIFACTS / "panel-running.png"))
+    # the tab's Cancel button stops it; the widget in the cell and the panel both see it end
+    page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").click()
+    page.wait_for_function(f"() => ({ROWS})().includes('{CELL_JOB}:Failed')", timeout=30_000)
+    header = page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-JobHeader")
+    header.filter(has_text="Cancelled").wait_for(timeout=10_000)
+    assert page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").is_disabled()
+    page.wait_for_function(f"() => ({HEADER})().includes('Failed')", timeout=30_000)
+    page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=30_000)
+    # restart the kernel: the list is still there
     page.evaluate(f"async () => {{ const k = ({NB_KERNEL})(); await k.restart(); }}")
     page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=60_000)
     page.locator("#ktrain-jobs-panel .ktrain-Refresh").click()
     page.wait_for_timeout(500)
-    assert _rows(page) == {CELL_JOB: "Succeeded", EARLIER: "Succeeded"}
+    assert _rows(page) == {CELL_JOB: "Failed", EARLIER: "Succeeded"}
     # the earlier job's tab: every rank's lines, its loss chart, Cancel disabled (it ended)
     page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{EARLIER}']").click()
     page.wait_for_function(
