@@ -145,7 +145,7 @@ class _Unreachable(Backend):
     def _down(self, *_a: object) -> JobStatus:
         raise ClusterError("The Kubernetes API at https://k8s:6443 did not answer.", status=0)
 
-    dryrun = schedule = log_sources = read_logs = cancel = _down  # type: ignore[assignment]
+    dryrun = schedule = log_sources = read_logs = cancel = delete = _down  # type: ignore[assignment]
     status = _down  # type: ignore[assignment]
 
     def list_jobs(self) -> list[JobStatus]:
@@ -182,3 +182,12 @@ def test_running_job_holds_back_each_replicas_last_line(tmp_path: Path) -> None:
     (job_dir / "node-0.log").write_text("[rank0]: one\n[rank0]: two\n[rank0]: thr")
     second = core.logs("half-written", offset=first["next_offset"])
     assert [line["text"] for line in second["lines"]] == ["two"]
+
+
+def test_served_backends_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_ktrain.server import BACKENDS_ENV, served_backends
+
+    monkeypatch.setenv(BACKENDS_ENV, " local , kubernetes ")
+    assert served_backends() == ["local", "kubernetes"]
+    monkeypatch.delenv(BACKENDS_ENV)
+    assert served_backends()[0] == "local"
