@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean
+.PHONY: run examples test check setup lint bench clean labextension
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,29 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-setup: $(VENV)/.installed
+# The JupyterLab side panel (labextension/, TypeScript) -> jupyter_ktrain/labextension, linked
+# into the venv's share/jupyter/labextensions. Rebuilt only when its sources change; npm ci
+# only when the lock file changes. Without npm the panel is skipped (its browser test too).
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
+	labextension/tsconfig.json
+LABEXT_OUT := jupyter_ktrain/labextension/package.json
+
+labextension/node_modules/.package-lock.json: labextension/package-lock.json
+	cd labextension && npm ci --no-audit --no-fund --loglevel=error
+
+$(LABEXT_OUT): $(VENV)/.installed labextension/node_modules/.package-lock.json $(LABEXT_SRC)
+	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_ktrain/labextension
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" npm run build
+	@# what `jupyter labextension develop` does (it needs jupyter-builder): link, so rebuilds show
+	rm -rf $(VENV)/share/jupyter/labextensions/jupyter-ktrain
+	mkdir -p $(VENV)/share/jupyter/labextensions
+	ln -s $(abspath jupyter_ktrain/labextension) $(VENV)/share/jupyter/labextensions/jupyter-ktrain
+
+labextension: $(VENV)/.installed
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(LABEXT_OUT); \
+	else echo "npm not found: the JupyterLab side panel is not built"; fi
+
+setup: $(VENV)/.installed labextension
 
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
@@ -37,3 +59,4 @@ bench: setup
 
 clean:
 	rm -rf $(RUNS) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_ktrain/labextension

@@ -72,5 +72,15 @@ def _warm_up_cluster_validation() -> None:
     threading.Thread(target=warm_up, name="ktrain-warm-up", daemon=True).start()
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Jupyter server hook: the ``/ktrain/api`` handlers of the side panel."""
+    return [{"module": "jupyter_ktrain.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """JupyterLab hook: the prebuilt "ktrain jobs" panel (built from ``labextension/``)."""
+    return [{"src": "labextension", "dest": "jupyter-ktrain"}]
+
+
 def unload_ipython_extension(ipython: Any) -> None:  # pragma: no cover - IPython hook
     """Nothing to undo: magics stay registered until the kernel restarts."""

@@ -82,7 +82,7 @@ def _make_view(job: Job, model: MonitorModel) -> View:
     """The widget monitor in a kernel with widgets (``KTRAIN_MONITOR=text`` forces text),
     its controls routed so they work while the cell blocks; else the text view."""
     from .widgets.controls import control_subshell, route_to_subshell
-    from .widgets.monitor import MonitorView, make_view
+    from .widgets.monitor import MonitorView, make_view, open_in_panel
 
     views: list[View] = []
 
@@ -97,7 +97,7 @@ def _make_view(job: Job, model: MonitorModel) -> View:
             _say(f"ktrain: could not cancel {job.name!r}: {exc}")
 
     prefer = os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"
-    view = make_view(model, prefer_widgets=prefer, on_cancel=cancel)
+    view = make_view(model, prefer_widgets=prefer, on_cancel=cancel, on_open_panel=open_in_panel)
     views.append(view)
     if isinstance(view, MonitorView):
         subshell = control_subshell()

@@ -33,7 +33,17 @@ from typing import IO, Any, Protocol
 from ..monitor.model import LogEntry, MonitorModel
 from ..monitor.text import TextView, header_text
 
-__all__ = ["MonitorView", "TextView", "View", "make_view", "widgets_available"]
+__all__ = [
+    "PANEL_BUTTON_CLASS",
+    "MonitorView",
+    "TextView",
+    "View",
+    "make_view",
+    "open_in_panel",
+    "widgets_available",
+]
+
+PANEL_BUTTON_CLASS = "ktrain-open-panel"
 
 _COLOURS = (
     "#1f77b4",
@@ -120,6 +130,10 @@ class MonitorView:
             self.cancel_button.on_click(lambda _b: on_cancel())
         if on_open_panel is not None:
             self.panel_button.on_click(lambda _b: on_open_panel())
+            # what the JupyterLab extension's click listener looks for (see open_in_panel)
+            self.panel_button.add_class(PANEL_BUTTON_CLASS)
+            self.panel_button.add_class(f"ktrain-job-{model.header.name}")
+            self.panel_button.tooltip = "Show this job in JupyterLab's ktrain jobs panel"
         self.alerts = w.HTML()
         self.replicas = w.HTML()
         self.rank_select = w.Dropdown(options=[("all ranks", "")], value="", description="Show")
@@ -418,6 +432,18 @@ def replica_table(model: MonitorModel) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+def open_in_panel() -> None:
+    """The kernel's half of the "Open in side panel" button: nothing to do here.
+
+    Pass it as ``on_open_panel`` to enable the button. The kernel cannot run JupyterLab
+    commands (and is busy while the cell follows the job), so the browser does the work: the
+    button carries the DOM classes ``ktrain-open-panel`` and ``ktrain-job-NAME``, and the
+    jupyter-ktrain JupyterLab extension's document click listener sees the click, reveals the
+    "ktrain jobs" panel, highlights the job and opens its tab (``ktrain:open-job``). Without
+    that extension (classic Notebook, VS Code) the click does nothing.
+    """
+
+
 def widgets_available() -> bool:
     """True in a kernel with a comm when ipywidgets, plotly and anywidget import."""
     try:

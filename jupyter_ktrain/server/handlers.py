@@ -1,0 +1,121 @@
+"""Tornado handlers: parse the request, call :class:`~.core.PanelCore`, write JSON.
+
+Authenticated like every Jupyter API (token or cookie, XSRF on POST) through
+``APIHandler`` and ``@tornado.web.authenticated``. Errors: :meth:`_BaseHandler.write_error`
+is the one place that turns an exception into ``{"error": message}`` with the status from
+:func:`~.core.http_status`. Backend calls block (files, the Kubernetes API), so they run in a
+thread and never stall the server's event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado.ioloop import IOLoop
+
+from ..errors import KtrainError
+from .core import PanelCore, http_status
+
+__all__ = ["API_ROOT", "setup_handlers"]
+
+API_ROOT = "ktrain/api"
+_NAME = r"(?P<name>[^/]+)"
+
+
+class _BaseHandler(APIHandler):
+    core: PanelCore
+
+    def initialize(self, core: PanelCore) -> None:
+        self.core = core
+
+    async def _reply(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            payload = await IOLoop.current().run_in_executor(None, lambda: fn(*args, **kwargs))
+        except KtrainError as exc:
+            self._error(http_status(exc), str(exc))
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(payload))
+
+    def _error(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Unexpected exceptions and tornado's own errors (403 without a token...) as JSON."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = str(exc) if isinstance(exc, KtrainError) else self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+    def _backend(self) -> str | None:
+        return self.get_query_argument("backend", None) or None
+
+
+class RootHandler(_BaseHandler):
+    """``GET /ktrain/api``: says the extension is there (the panel's install check)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        from .. import __version__
+
+        self.finish(json.dumps({"version": __version__}))
+
+
+class JobsHandler(_BaseHandler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self._reply(self.core.jobs)
+
+
+class JobHandler(_BaseHandler):
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        await self._reply(self.core.job, name, self._backend())
+
+
+class LogsHandler(_BaseHandler):
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        rank = self.get_query_argument("rank", "") or None
+        if rank is not None and not rank.isdigit():
+            self._error(400, f"rank={rank!r} is not a rank number: pass rank=0, rank=1, ...")
+            return
+        await self._reply(
+            self.core.logs,
+            name,
+            rank=None if rank is None else int(rank),
+            grep=self.get_query_argument("grep", "") or None,
+            offset=self.get_query_argument("offset", "") or None,
+            backend=self._backend(),
+        )
+
+
+class MetricsHandler(_BaseHandler):
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        await self._reply(self.core.metrics, name, self._backend())
+
+
+class CancelHandler(_BaseHandler):
+    @tornado.web.authenticated
+    async def post(self, name: str) -> None:
+        await self._reply(self.core.cancel, name, self._backend())
+
+
+def setup_handlers(web_app: Any, core: PanelCore) -> None:
+    base = url_path_join(web_app.settings["base_url"], API_ROOT)
+    routes: list[tuple[str, type[_BaseHandler]]] = [
+        (r"/?", RootHandler),
+        (r"/jobs/?", JobsHandler),
+        (rf"/jobs/{_NAME}/?", JobHandler),
+        (rf"/jobs/{_NAME}/logs/?", LogsHandler),
+        (rf"/jobs/{_NAME}/metrics/?", MetricsHandler),
+        (rf"/jobs/{_NAME}/cancel/?", CancelHandler),
+    ]
+    web_app.add_handlers(".*$", [(base + path, h, {"core": core}) for path, h in routes])

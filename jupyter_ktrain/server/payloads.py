@@ -1,0 +1,112 @@
+"""Wire payloads of the ``/ktrain/api`` REST API, mirrored in ``labextension/src/payloads.ts``.
+
+Change both files together. Every error response is :class:`ErrorPayload` with the HTTP status
+chosen in one place (:func:`jupyter_ktrain.server.core.http_status`).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+__all__ = [
+    "BackendProblem",
+    "ErrorPayload",
+    "JobDetail",
+    "JobSummary",
+    "JobsPayload",
+    "LogLinePayload",
+    "LogsPayload",
+    "MetricPanel",
+    "MetricTrace",
+    "MetricsPayload",
+    "ReplicaPayload",
+]
+
+
+class ErrorPayload(TypedDict):
+    error: str
+
+
+class JobSummary(TypedDict):
+    """One row of the panel. Times are epoch seconds (server clock); ``age_s`` is seconds
+    since the job started (None before it started)."""
+
+    name: str
+    backend: str
+    state: str
+    reason: str
+    message: str
+    started: float | None
+    finished: float | None
+    age_s: float | None
+
+
+class BackendProblem(TypedDict):
+    backend: str
+    error: str
+
+
+class JobsPayload(TypedDict):
+    """``GET /ktrain/api/jobs``: newest first. A backend that could not be asked is listed in
+    ``problems`` (the others' jobs still come back)."""
+
+    jobs: list[JobSummary]
+    problems: list[BackendProblem]
+    now: float
+
+
+class ReplicaPayload(TypedDict):
+    name: str
+    phase: str
+    restarts: int
+    node: str
+    exit_code: int | None
+    last_event: str
+
+
+class JobDetail(JobSummary):
+    """``GET /ktrain/api/jobs/NAME``: the summary plus replicas and per-rank exit codes."""
+
+    replicas: list[ReplicaPayload]
+    exit_codes: dict[str, int]
+    failed_rank: int | None
+    terminal: bool
+
+
+class LogLinePayload(TypedDict):
+    """One log line: ``label`` is ``rank3``, ``agent@1`` or ``node@1`` (node = replica index)."""
+
+    label: str
+    rank: int | None
+    source: str
+    text: str
+
+
+class LogsPayload(TypedDict):
+    """``GET /ktrain/api/jobs/NAME/logs?rank=&grep=&offset=``: lines after ``offset`` that
+    match. Pass ``next_offset`` back as ``offset`` to get only newer lines. ``more`` says the
+    response stopped at its line limit (ask again at once)."""
+
+    lines: list[LogLinePayload]
+    next_offset: str
+    more: bool
+    terminal: bool
+
+
+class MetricTrace(TypedDict):
+    label: str
+    x: list[float]
+    y: list[float]
+
+
+class MetricPanel(TypedDict):
+    name: str
+    x_title: str
+    traces: list[MetricTrace]
+
+
+class MetricsPayload(TypedDict):
+    """``GET /ktrain/api/jobs/NAME/metrics``: one panel per reported metric (a trace per
+    rank, x = step) and per GPU field (a trace per node/GPU, x = seconds), downsampled."""
+
+    panels: list[MetricPanel]

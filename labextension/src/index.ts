@@ -1,0 +1,105 @@
+/**
+ * jupyter-ktrain's JupyterLab extension: the "ktrain jobs" side panel (left sidebar), the job
+ * tab (`ktrain:open-job`, args {name}), and the bridge from the cell widget's
+ * "Open in side panel" button.
+ *
+ * The button bridge: the kernel cannot run JupyterLab commands, and while the %%ktrain cell
+ * runs the kernel is busy, so the click is handled here in the browser. The widget's button
+ * carries the DOM classes `ktrain-open-panel` and `ktrain-job-NAME` (job names are DNS labels,
+ * so they are valid class names); a capturing click listener on the document sees the click on
+ * such a button, reveals the panel, highlights the job and opens its tab. Nothing has to reach
+ * the kernel for it to work.
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { MainAreaWidget } from '@jupyterlab/apputils';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { api, KtrainApiError } from './api';
+import { JobView } from './jobview';
+import { JobsPanel } from './panel';
+
+export const OPEN_JOB = 'ktrain:open-job';
+export const OPEN_PANEL = 'ktrain:open-panel';
+export const BUTTON_CLASS = 'ktrain-open-panel';
+const JOB_CLASS_PREFIX = 'ktrain-job-';
+
+const ktrainIcon = new LabIcon({
+  name: 'jupyter-ktrain:jobs',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
+    '<rect x="3" y="4" width="18" height="3" rx="1"/><rect x="3" y="10.5" width="18" height="3" rx="1"/>' +
+    '<rect x="3" y="17" width="12" height="3" rx="1"/></g></svg>'
+});
+
+/** The job named by a clicked "Open in side panel" button, or null for any other click. */
+export function jobOfButton(target: EventTarget | null): string | null {
+  const button = target instanceof Element ? target.closest(`.${BUTTON_CLASS}`) : null;
+  if (!button || (button as HTMLButtonElement).disabled) {
+    return null;
+  }
+  const cls = Array.from(button.classList).find(c => c.startsWith(JOB_CLASS_PREFIX));
+  return cls ? cls.slice(JOB_CLASS_PREFIX.length) : null;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-ktrain:plugin',
+  description: 'ktrain jobs side panel: list jobs, open their logs and plots, cancel them.',
+  autoStart: true,
+  activate: (app: JupyterFrontEnd) => {
+    const tabs = new Map<string, MainAreaWidget<JobView>>();
+
+    const openJob = (name: string) => {
+      let tab = tabs.get(name);
+      if (!tab || tab.isDisposed) {
+        tab = new MainAreaWidget({ content: new JobView(name) });
+        tab.id = `ktrain-job-tab-${name}`;
+        tab.title.label = `ktrain: ${name}`;
+        tab.title.icon = ktrainIcon;
+        tabs.set(name, tab);
+        app.shell.add(tab, 'main');
+      }
+      app.shell.activateById(tab.id);
+      return tab;
+    };
+
+    const panel = new JobsPanel(name => void app.commands.execute(OPEN_JOB, { name }));
+    panel.title.icon = ktrainIcon;
+    app.shell.add(panel, 'left', { rank: 650 });
+
+    app.commands.addCommand(OPEN_JOB, {
+      label: args => (args.name ? `Open ktrain job ${args.name}` : 'Open ktrain job'),
+      execute: args => {
+        const name = String(args.name ?? '');
+        if (!name) {
+          throw new KtrainApiError('ktrain:open-job needs a job name: {name: "my-job"}', 400);
+        }
+        panel.highlight(name);
+        return openJob(name);
+      }
+    });
+    app.commands.addCommand(OPEN_PANEL, {
+      label: 'Show ktrain jobs',
+      execute: () => {
+        app.shell.activateById(panel.id);
+        return panel.refresh();
+      }
+    });
+
+    document.addEventListener(
+      'click',
+      event => {
+        const name = jobOfButton(event.target);
+        if (name) {
+          app.shell.activateById(panel.id);
+          void app.commands.execute(OPEN_JOB, { name });
+        }
+      },
+      true
+    );
+
+    // say at once (in the panel) when the server half is missing
+    api.ping().catch(error => void panel.refresh().then(() => console.warn(error)));
+  }
+};
+
+export default plugin;

@@ -1,0 +1,221 @@
+/**
+ * A job's main-area tab: header (state, replicas), Cancel, rank selector + filter, the log
+ * pane and the metric charts. Logs are read incrementally (GET .../logs?offset=, the previous
+ * response's next_offset) every LOG_POLL_MS until the job ended; changing the rank or filter
+ * starts again from offset "" (the server filters). Metrics are redrawn every METRIC_POLL_MS
+ * while the job runs, once more when it ends. Polling pauses while the tab is hidden.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { api, KtrainApiError } from './api';
+import { renderChart } from './chart';
+import { JobDetail, MetricsPayload } from './payloads';
+
+export const LOG_POLL_MS = 1000;
+export const METRIC_POLL_MS = 5000;
+const MAX_SHOWN_LINES = 20000;
+
+export class JobView extends Widget {
+  private header = document.createElement('div');
+  private replicas = document.createElement('div');
+  private cancelButton = document.createElement('button');
+  private rankSelect = document.createElement('select');
+  private grepInput = document.createElement('input');
+  private logBox = document.createElement('pre');
+  private charts = document.createElement('div');
+  private errorBox = document.createElement('div');
+  private offset = '';
+  private ranks = new Set<number>();
+  private shown = 0;
+  private terminal = false;
+  private logsDone = false;
+  private timer: number | null = null;
+  private lastMetrics = 0;
+  private busy = false;
+  private generation = 0;
+
+  constructor(readonly jobName: string) {
+    super();
+    this.addClass('ktrain-JobView');
+    this.id = `ktrain-job-${jobName}`;
+    this.title.label = `ktrain: ${jobName}`;
+    this.title.closable = true;
+    this.header.className = 'ktrain-JobHeader';
+    this.replicas.className = 'ktrain-Replicas';
+    this.errorBox.className = 'ktrain-Error';
+    this.cancelButton.className = 'jp-Button ktrain-Cancel';
+    this.cancelButton.textContent = 'Cancel';
+    this.cancelButton.onclick = () => void this.cancel();
+    this.rankSelect.className = 'ktrain-RankSelect';
+    this.rankSelect.add(new Option('all ranks', ''));
+    this.rankSelect.onchange = () => this.restartLogs();
+    this.grepInput.className = 'ktrain-Grep';
+    this.grepInput.placeholder = 'filter lines…';
+    this.grepInput.onchange = () => this.restartLogs();
+    this.logBox.className = 'ktrain-Logs';
+    this.charts.className = 'ktrain-Charts';
+    const top = document.createElement('div');
+    top.className = 'ktrain-JobBar';
+    top.append(this.header, this.cancelButton);
+    const controls = document.createElement('div');
+    controls.className = 'ktrain-LogControls';
+    controls.append('Show ', this.rankSelect, this.grepInput);
+    this.node.append(top, this.errorBox, this.replicas, controls, this.logBox, this.charts);
+  }
+
+  private restartLogs(): void {
+    this.generation += 1;
+    this.offset = '';
+    this.shown = 0;
+    this.logsDone = false;
+    this.logBox.textContent = '';
+    void this.tick();
+  }
+
+  private async cancel(): Promise<void> {
+    this.cancelButton.disabled = true;
+    this.cancelButton.textContent = 'Cancelling…';
+    try {
+      this.renderDetail(await api.cancel(this.jobName));
+    } catch (error) {
+      this.showError(error);
+      this.cancelButton.disabled = false;
+    }
+    this.cancelButton.textContent = 'Cancel';
+    void this.tick();
+  }
+
+  private showError(error: unknown): void {
+    this.errorBox.textContent = error instanceof KtrainApiError ? error.message : String(error);
+  }
+
+  private renderDetail(d: JobDetail): void {
+    this.terminal = d.terminal;
+    this.header.dataset.state = d.state;
+    const why = [d.reason, d.message].filter(Boolean).join(': ');
+    this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${why ? ` (${why})` : ''}`;
+    this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
+    this.cancelButton.disabled = d.terminal;
+    this.replicas.textContent = d.replicas
+      .map(r => `${r.name}: ${r.phase}${r.exit_code === null ? '' : ` (exit ${r.exit_code})`}`)
+      .join('   ');
+  }
+
+  /** One poll: status, new log lines (all pages), metrics when due. */
+  async tick(): Promise<void> {
+    if (this.busy) {
+      return;
+    }
+    this.busy = true;
+    try {
+      this.renderDetail(await api.job(this.jobName));
+      await this.readLogs();
+      const now = Date.now();
+      if (now - this.lastMetrics >= METRIC_POLL_MS || this.terminal) {
+        if (!(this.terminal && this.lastMetrics < 0)) {
+          this.lastMetrics = this.terminal ? -1 : now;
+          this.renderCharts(await api.metrics(this.jobName));
+        }
+      }
+      this.errorBox.textContent = '';
+    } catch (error) {
+      this.showError(error);
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async readLogs(): Promise<void> {
+    const generation = this.generation;
+    const rank = this.rankSelect.value === '' ? null : Number(this.rankSelect.value);
+    for (let page = 0; page < 20 && !this.logsDone; page++) {
+      const r = await api.logs(this.jobName, { rank, grep: this.grepInput.value, offset: this.offset });
+      if (generation !== this.generation) {
+        return; // the rank or filter changed meanwhile: that read starts over
+      }
+      this.offset = r.next_offset;
+      this.append(r.lines.map(l => `[${l.label}] ${l.text}`));
+      for (const l of r.lines) {
+        this.noteRank(l.rank);
+      }
+      this.logsDone = r.terminal;
+      if (!r.more) {
+        break;
+      }
+    }
+  }
+
+  private noteRank(rank: number | null): void {
+    if (rank === null || this.ranks.has(rank)) {
+      return;
+    }
+    this.ranks.add(rank);
+    const sorted = Array.from(this.ranks).sort((a, b) => a - b);
+    const value = this.rankSelect.value;
+    this.rankSelect.replaceChildren(new Option('all ranks', ''), ...sorted.map(r => new Option(`rank ${r}`, String(r))));
+    this.rankSelect.value = value;
+  }
+
+  private append(lines: string[]): void {
+    if (!lines.length) {
+      return;
+    }
+    const pinned = this.logBox.scrollTop + this.logBox.clientHeight >= this.logBox.scrollHeight - 4;
+    this.logBox.append(lines.join('\n') + '\n');
+    this.shown += lines.length;
+    while (this.shown > MAX_SHOWN_LINES && this.logBox.firstChild) {
+      const first = this.logBox.firstChild;
+      this.shown -= (first.textContent ?? '').split('\n').length - 1;
+      first.remove();
+    }
+    if (pinned) {
+      this.logBox.scrollTop = this.logBox.scrollHeight;
+    }
+  }
+
+  private renderCharts(payload: MetricsPayload): void {
+    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
+  }
+
+  private start(): void {
+    if (this.timer === null) {
+      void this.tick();
+      this.timer = window.setInterval(() => {
+        if (this.terminal && this.logsDone && this.lastMetrics < 0) {
+          return; // ended and fully read: nothing will change
+        }
+        void this.tick();
+      }, LOG_POLL_MS);
+    }
+  }
+
+  private stop(): void {
+    if (this.timer !== null) {
+      window.clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  protected onAfterShow(): void {
+    this.start();
+  }
+
+  protected onAfterAttach(): void {
+    if (this.isVisible) {
+      this.start();
+    }
+  }
+
+  protected onBeforeHide(): void {
+    this.stop();
+  }
+
+  protected onBeforeDetach(): void {
+    this.stop();
+  }
+
+  dispose(): void {
+    this.stop();
+    super.dispose();
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The "ktrain jobs" side panel: one row per job (name, backend, state, age) from
+ * GET /ktrain/api/jobs. It polls every POLL_MS only while it is visible (and once at once when
+ * it becomes visible or the refresh button is pressed). Clicking a row runs `ktrain:open-job`.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { api, KtrainApiError } from './api';
+import { JobSummary, JobsPayload } from './payloads';
+
+export const POLL_MS = 3000;
+
+export function age(seconds: number | null): string {
+  if (seconds === null) {
+    return '—';
+  }
+  if (seconds < 60) {
+    return `${Math.round(seconds)}s`;
+  }
+  if (seconds < 3600) {
+    return `${Math.round(seconds / 60)}m`;
+  }
+  if (seconds < 86400) {
+    return `${Math.round(seconds / 3600)}h`;
+  }
+  return `${Math.round(seconds / 86400)}d`;
+}
+
+export class JobsPanel extends Widget {
+  private timer: number | null = null;
+  private list: HTMLElement;
+  private status: HTMLElement;
+  private highlighted = '';
+  private inFlight = false;
+
+  constructor(private openJob: (name: string) => void) {
+    super();
+    this.id = 'ktrain-jobs-panel';
+    this.addClass('ktrain-JobsPanel');
+    this.title.caption = 'ktrain jobs';
+    const bar = document.createElement('div');
+    bar.className = 'ktrain-PanelBar';
+    const heading = document.createElement('span');
+    heading.className = 'ktrain-PanelTitle';
+    heading.textContent = 'ktrain jobs';
+    const refresh = document.createElement('button');
+    refresh.className = 'jp-Button ktrain-Refresh';
+    refresh.title = 'Refresh the job list';
+    refresh.textContent = '⟳ Refresh';
+    refresh.onclick = () => void this.refresh();
+    bar.append(heading, refresh);
+    this.status = document.createElement('div');
+    this.status.className = 'ktrain-PanelStatus';
+    this.list = document.createElement('table');
+    this.list.className = 'ktrain-JobTable';
+    this.node.append(bar, this.status, this.list);
+  }
+
+  /** Mark a job (e.g. the one whose "Open in side panel" button was clicked). */
+  highlight(name: string): void {
+    this.highlighted = name;
+    for (const row of Array.from(this.list.querySelectorAll<HTMLElement>('.ktrain-JobRow'))) {
+      row.classList.toggle('ktrain-mod-highlighted', row.dataset.name === name);
+    }
+  }
+
+  async refresh(): Promise<void> {
+    if (this.inFlight) {
+      return;
+    }
+    this.inFlight = true;
+    try {
+      this.render(await api.jobs());
+    } catch (error) {
+      const message = error instanceof KtrainApiError ? error.message : String(error);
+      this.status.textContent = message;
+      this.status.classList.add('ktrain-mod-error');
+    } finally {
+      this.inFlight = false;
+    }
+  }
+
+  private render(payload: JobsPayload): void {
+    this.status.classList.remove('ktrain-mod-error');
+    const problems = payload.problems.map(p => `${p.backend}: ${p.error}`);
+    this.status.textContent = payload.jobs.length
+      ? problems.join('\n')
+      : ['No jobs yet: run a %%ktrain cell.', ...problems].join('\n');
+    this.list.replaceChildren(this.headerRow(), ...payload.jobs.map(j => this.row(j)));
+  }
+
+  private headerRow(): HTMLElement {
+    const tr = document.createElement('tr');
+    for (const h of ['name', 'backend', 'state', 'age']) {
+      const th = document.createElement('th');
+      th.textContent = h;
+      tr.appendChild(th);
+    }
+    return tr;
+  }
+
+  private row(job: JobSummary): HTMLElement {
+    const tr = document.createElement('tr');
+    tr.className = 'ktrain-JobRow';
+    tr.dataset.name = job.name;
+    tr.dataset.state = job.state;
+    tr.classList.toggle('ktrain-mod-highlighted', job.name === this.highlighted);
+    tr.title = [job.reason, job.message].filter(Boolean).join(': ') || `Open ${job.name}`;
+    const cells = [job.name, job.backend, job.state, age(job.age_s)];
+    cells.forEach((text, i) => {
+      const td = document.createElement('td');
+      td.textContent = text;
+      if (i === 2) {
+        td.className = `ktrain-State ktrain-State-${job.state}`;
+      }
+      tr.appendChild(td);
+    });
+    tr.onclick = () => this.openJob(job.name);
+    return tr;
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+    this.startPolling();
+  }
+
+  protected onAfterAttach(): void {
+    if (this.isVisible) {
+      void this.refresh();
+      this.startPolling();
+    }
+  }
+
+  protected onBeforeHide(): void {
+    this.stopPolling();
+  }
+
+  protected onBeforeDetach(): void {
+    this.stopPolling();
+  }
+
+  private startPolling(): void {
+    if (this.timer === null) {
+      this.timer = window.setInterval(() => {
+        if (this.isVisible && !document.hidden) {
+          void this.refresh();
+        }
+      }, POLL_MS);
+    }
+  }
+
+  private stopPolling(): void {
+    if (this.timer !== null) {
+      window.clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  dispose(): void {
+    this.stopPolling();
+    super.dispose();
+  }
+}

@@ -1,0 +1,277 @@
+"""The "ktrain jobs" side panel in a real JupyterLab + Chromium (Playwright).
+
+A job finished before the page was opened is listed; a notebook cell runs another job and its
+widget's "Open in side panel" button reveals the panel and opens that job's tab, whose Cancel
+button stops it; the list survives a kernel restart; the earlier job's tab shows every rank's
+lines and its loss chart; the panel asks nothing while hidden.
+The lab loads this checkout's built extension (``jupyter_ktrain/labextension``, built by
+``make setup``) and enables the server extension with the config file the package installs.
+Screenshot: test-artifacts/panel.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_ktrain.backends.local import LocalBackend
+
+from ..panel_jobs import TRAIN, run_job
+from .test_widget_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HEADER,
+    KERNEL_IDLE,
+    LAB_CONFIG,
+    ROOT,
+    Lab,
+    _free_port,
+)
+
+pytestmark = pytest.mark.slow
+
+BUILT = ROOT / "jupyter_ktrain" / "labextension"
+EARLIER = "panel-earlier"
+CELL_JOB = "panel-cell"
+
+
+@pytest.fixture
+def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """JupyterLab with this checkout's labextension; the server extension is enabled by the
+    package's config file unless the test is marked ``without_server_extension``."""
+    server_ext = request.node.get_closest_marker("without_server_extension") is None
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
+    if not (BUILT / "package.json").exists():
+        pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
+    pytest.importorskip("playwright.sync_api")
+    root, config, data = tmp_path / "root", tmp_path / "config", tmp_path / "data"
+    for d in (root, config, data / "labextensions"):
+        d.mkdir(parents=True)
+    (data / "labextensions" / "jupyter-ktrain").symlink_to(BUILT)  # this checkout's build
+    (config / "jupyter_server_config.py").write_text(LAB_CONFIG)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    home = tmp_path / "ktrain-home"
+    if server_ext:
+        run_job(home, EARLIER, nodes=2, steps=5)  # before JupyterLab starts: "started earlier"
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_PATH": str(data),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "KTRAIN_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("KTRAIN_MONITOR", None)
+    if server_ext:
+        env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    else:  # an installed package enables it in the environment's config: the user's wins
+        off = '{"ServerApp": {"jpserver_extensions": {"jupyter_ktrain": false}}}'
+        (config / "jupyter_server_config.json").write_text(off)
+    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser",
+         f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
+                time.sleep(0.3)
+        yield Lab(url, token, root, home)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _notebook(path: Path) -> None:
+    cells = [
+        new_code_cell("%load_ext jupyter_ktrain"),
+        new_code_cell(TRAIN),
+        new_code_cell(
+            f"%%ktrain --nodes 2 --procs-per-node 1 --name {CELL_JOB}\nr = train(400, 0.3)"
+        ),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+ROWS = """() => [...document.querySelectorAll('#ktrain-jobs-panel .ktrain-JobRow')]
+  .map(r => r.dataset.name + ':' + r.dataset.state)"""
+NB_KERNEL = """() => [...window.jupyterapp.shell.widgets('main')]
+  .find(w => w.sessionContext).sessionContext.session.kernel"""
+PANEL_VISIBLE = """() => { const p = document.getElementById('ktrain-jobs-panel');
+  return !!p && !p.classList.contains('lm-mod-hidden') && p.offsetWidth > 0; }"""
+
+
+def _rows(page: Any) -> dict[str, str]:
+    return dict(r.split(":", 1) for r in page.evaluate(ROWS))
+
+
+def _tab_text(page: Any, name: str) -> str:
+    return str(page.locator(f"#ktrain-job-{name} .ktrain-Logs").inner_text())
+
+
+def test_panel_lists_jobs_survives_restart_and_opens_every_ranks_logs(panel_lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    lab = panel_lab
+    _notebook(lab.root / "panel.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        api_calls: list[str] = []
+        page.on("request", lambda r: api_calls.append(r.url) if "/ktrain/api/" in r.url else None)
+        try:
+            page.goto(f"{lab.url}/lab/tree/panel.ipynb?reset&token={lab.token}")
+            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            _steps(page)
+            page.screenshot(path=str(ARTIFACTS / "panel.png"))
+            _polls_only_while_visible(page, api_calls)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "panel-failed.png"))
+            raise
+        finally:
+            browser.close()
+            if (lab.home / "jobs" / CELL_JOB).exists():
+                LocalBackend(lab.home).cancel(CELL_JOB)
+
+
+def _steps(page: Any) -> None:
+    # the cell's job runs; its widget's "Open in side panel" button reveals the panel
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    button = page.locator(f".ktrain-open-panel.ktrain-job-{CELL_JOB}")
+    button.wait_for(state="visible", timeout=60_000)
+    page.wait_for_function(
+        "() => document.body.innerText.includes('rank 1 step 2 hello')", timeout=60_000
+    )
+    button.click()
+    page.wait_for_function(PANEL_VISIBLE, timeout=10_000)
+    page.wait_for_function(
+        f"() => ({ROWS})().some(r => r.startsWith('{CELL_JOB}:'))", timeout=15_000
+    )
+    rows = _rows(page)
+    assert rows[EARLIER] == "Succeeded"
+    assert page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{CELL_JOB}']")\
+        .get_attribute("class").count("ktrain-mod-highlighted") == 1  # fmt: skip
+    # ... and opened the running job's tab, whose log pane fills in incrementally
+    page.wait_for_function(
+        f"""() => {{ const t = document.querySelector('#ktrain-job-{CELL_JOB} .ktrain-Logs');
+           return !!t && t.innerText.includes('[rank0] rank 0 step 1 hello')
+                      && t.innerText.includes('[rank1] rank 1 step 1 hello'); }}""",
+        timeout=20_000,
+    )
+    assert _rows(page)[CELL_JOB] == "Running"
+    page.screenshot(path=str(ARTIFACTS / "panel-running.png"))
+    # the tab's Cancel button stops it; the widget in the cell and the panel both see it end
+    page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").click()
+    page.wait_for_function(f"() => ({ROWS})().includes('{CELL_JOB}:Failed')", timeout=30_000)
+    header = page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-JobHeader")
+    header.filter(has_text="Cancelled").wait_for(timeout=10_000)
+    assert page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").is_disabled()
+    page.wait_for_function(f"() => ({HEADER})().includes('Failed')", timeout=30_000)
+    page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=30_000)
+    # restart the kernel: the list is still there
+    page.evaluate(f"async () => {{ const k = ({NB_KERNEL})(); await k.restart(); }}")
+    page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=60_000)
+    page.locator("#ktrain-jobs-panel .ktrain-Refresh").click()
+    page.wait_for_timeout(500)
+    assert _rows(page) == {CELL_JOB: "Failed", EARLIER: "Succeeded"}
+    # the earlier job's tab: every rank's lines, its loss chart, Cancel disabled (it ended)
+    page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{EARLIER}']").click()
+    page.wait_for_function(
+        f"""() => {{ const t = document.querySelector('#ktrain-job-{EARLIER} .ktrain-Logs');
+           return !!t && t.innerText.includes('rank 1 step 5 hello'); }}""",
+        timeout=15_000,
+    )
+    text = _tab_text(page, EARLIER)
+    for rank in (0, 1):
+        for step in range(1, 6):
+            assert f"[rank{rank}] rank {rank} step {step} hello" in text, text
+    page.wait_for_selector(f"#ktrain-job-{EARLIER} .ktrain-Chart polyline", timeout=15_000)
+    labels = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart polyline").evaluate_all(
+        "ps => ps.map(p => p.dataset.label + '=' + p.dataset.points)"
+    )
+    assert sorted(labels) == ["rank 0=5", "rank 1=5"]
+    assert page.locator(f"#ktrain-job-{EARLIER} .ktrain-Cancel").is_disabled()
+    # the rank selector narrows the pane to one rank (the server filters)
+    page.locator(f"#ktrain-job-{EARLIER} .ktrain-RankSelect").select_option("1")
+    page.wait_for_function(
+        f"""() => {{ const t = document.querySelector('#ktrain-job-{EARLIER} .ktrain-Logs');
+           const lines = t.innerText.split('\\n').filter(l => l.trim());
+           return lines.length === 5 && lines.every(l => l.startsWith('[rank1]')); }}""",
+        timeout=10_000,
+    )
+
+
+def _polls_only_while_visible(page: Any, api_calls: list[str]) -> None:
+    # the running job's tab read its logs incrementally: later reads passed an offset
+    logs = [u for u in api_calls if f"/jobs/{CELL_JOB}/logs" in u]
+    assert any("offset=" in u for u in logs), logs
+
+    # the jobs list polls while the panel shows; with the file browser in its place, it stops
+    def list_calls() -> int:  # ServerConnection adds a cache-busting query
+        return sum(bool(re.search(r"/ktrain/api/jobs(\?|$)", u)) for u in api_calls)
+
+    before = list_calls()
+    page.wait_for_timeout(3500)
+    assert list_calls() > before, api_calls[-5:]
+    page.evaluate("() => window.jupyterapp.shell.activateById('filebrowser')")
+    page.wait_for_timeout(300)
+    hidden_from = len(api_calls)
+    page.wait_for_timeout(4000)  # > the 3 s poll period; ended jobs' tabs ask nothing either
+    assert api_calls[hidden_from:] == []
+
+
+@pytest.mark.without_server_extension
+def test_panel_says_the_server_extension_is_missing(panel_lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 800})
+            page.goto(f"{panel_lab.url}/lab?reset&token={panel_lab.token}")
+            page.wait_for_selector("#ktrain-jobs-panel", state="attached", timeout=90_000)
+            page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
+            status = page.locator("#ktrain-jobs-panel .ktrain-PanelStatus.ktrain-mod-error")
+            status.wait_for(timeout=15_000)
+            assert "jupyter-ktrain server extension not installed" in status.inner_text()
+        finally:
+            browser.close()

@@ -1,0 +1,153 @@
+"""The side panel's REST API in a real ``jupyter server`` with token auth, over HTTP (httpx).
+
+The extension is enabled by the very config file the package installs
+(``jupyter-config/jupyter_server_config.d/jupyter_ktrain.json``, found through
+``JUPYTER_CONFIG_PATH``), so this also checks that file."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..panel_jobs import run_job, start_job
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DONE = "api-done"
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    home: Path
+
+    def client(self, token: bool = True) -> httpx.Client:
+        headers = {"Authorization": f"token {self.token}"} if token else {}
+        return httpx.Client(base_url=f"{self.url}/ktrain/api", headers=headers, timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("api")
+    home = tmp / "ktrain-home"
+    run_job(home, DONE, nodes=2, steps=4)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "KTRAIN_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "server", "--allow-root", "--no-browser",
+         f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={tmp}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/api/status", params={"token": token}, timeout=2)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp / "server.log").read_text()) from None
+                time.sleep(0.3)
+        yield Server(url, token, home)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_root_answers_and_jobs_lists_the_finished_job(server: Server) -> None:
+    with server.client() as c:
+        assert c.get("").json()["version"]
+        r = c.get("jobs")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/json")
+    [job] = r.json()["jobs"]
+    assert (job["name"], job["backend"], job["state"]) == (DONE, "local", "Succeeded")
+
+
+def test_job_logs_offset_and_metrics_over_http(server: Server) -> None:
+    with server.client() as c:
+        detail = c.get(f"jobs/{DONE}").json()
+        assert [r["exit_code"] for r in detail["replicas"]] == [0, 0]
+        logs = c.get(f"jobs/{DONE}/logs").json()
+        texts = {line["text"] for line in logs["lines"]}
+        assert {"rank 0 step 4 hello", "rank 1 step 4 hello"} <= texts
+        rank1 = c.get(f"jobs/{DONE}/logs", params={"rank": 1, "grep": "step 2"}).json()
+        assert [line["text"] for line in rank1["lines"]] == ["rank 1 step 2 hello"]
+        rest = c.get(f"jobs/{DONE}/logs", params={"offset": logs["next_offset"]}).json()
+        assert rest["lines"] == []
+        [panel] = c.get(f"jobs/{DONE}/metrics").json()["panels"]
+        assert {t["label"] for t in panel["traces"]} == {"rank 0", "rank 1"}
+
+
+def test_errors_are_json_with_the_right_status(server: Server) -> None:
+    with server.client() as c:
+        missing = c.get("jobs/no-such-job")
+        assert missing.status_code == 404
+        assert "no-such-job" in missing.json()["error"]
+        assert c.get("jobs/no-such-job/logs").status_code == 404
+        assert c.post("jobs/no-such-job/cancel").status_code == 404
+        bad = c.get(f"jobs/{DONE}/logs", params={"rank": "x"})
+        assert bad.status_code == 400
+        assert "rank" in bad.json()["error"]
+        assert c.get("jobs/Bad_Name").status_code == 400
+
+
+def test_without_token_every_call_is_refused(server: Server) -> None:
+    with server.client(token=False) as c:
+        for path in ("jobs", f"jobs/{DONE}", f"jobs/{DONE}/logs", f"jobs/{DONE}/metrics"):
+            assert c.get(path).status_code in (401, 403), path
+        refused = c.post(f"jobs/{DONE}/cancel")
+        assert refused.status_code in (401, 403)
+    with server.client() as c:
+        assert c.get(f"jobs/{DONE}").json()["state"] == "Succeeded"
+
+
+def test_cancel_over_http_stops_a_running_job(server: Server) -> None:
+    job = start_job(server.home, "api-running", nodes=2)
+    try:
+        with server.client() as c:
+            deadline = time.monotonic() + 60
+            while c.get("jobs/api-running").json()["state"] != "Running":
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+            r = c.post("jobs/api-running/cancel")
+            assert r.status_code == 200, r.text
+            assert r.json()["terminal"] is True
+            states = {j["name"]: j["state"] for j in c.get("jobs").json()["jobs"]}
+        assert states["api-running"] != "Running"
+        assert job.status().terminal
+    finally:
+        if not job.status().terminal:
+            job.cancel()
