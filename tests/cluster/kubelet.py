@@ -195,6 +195,8 @@ class PodWorker(threading.Thread):
 
     def _terminated(self, r: _Run) -> None:
         assert r.proc is not None
+        for t in r.readers:  # like a container runtime: the log is complete before the exit
+            t.join(timeout=10)
         rc = r.proc.returncode
         code = 128 - rc if rc < 0 else rc
         reason = r.kill_reason or ("Completed" if code == 0 else "Error")
