@@ -29,7 +29,7 @@ from jupyter_ktrain.capture import capture  # noqa: E402
 from jupyter_ktrain.monitor.follow import follow  # noqa: E402
 from jupyter_ktrain.spec import JobSpec  # noqa: E402
 
-NODES, NPROC, ROUNDS = 2, 2, int(os.environ.get("BENCH_ROUNDS", "3"))
+NODES, NPROC, ROUNDS = 2, 2, int(os.environ.get("BENCH_ROUNDS", "5"))
 
 SCRIPT = """
 import os

@@ -30,7 +30,7 @@ class Sink(Protocol):
 def follow(
     job: Job,
     sink: Sink,
-    interval: float = 0.1,
+    interval: float = 0.05,
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobStatus:
     """Stream ``job`` into ``sink`` until it ends; return the final status."""

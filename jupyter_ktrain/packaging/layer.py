@@ -177,18 +177,38 @@ class LayerCache:
         return layer
 
 
+# What runs inside a pod: the agent, the in-rank runtime, ktrain.report and what they import
+# (standard library only). The notebook side (capture, backends, widgets, server) stays home.
+POD_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "launch.py",
+    "report.py",
+    "runtime.py",
+    "spec.py",
+    "spec_parts.py",
+    "agent/",
+    "monitor/__init__.py",
+    "monitor/protocol.py",
+    "packaging/__init__.py",
+    "packaging/pod_install.py",
+)
+
+
 def runner_files(lib_dir: str = LIB_DIR) -> dict[str, bytes]:
-    """This package's Python sources placed at ``{lib_dir}/jupyter_ktrain/...``.
+    """The pod side of this package (:data:`POD_MODULES`) at ``{lib_dir}/jupyter_ktrain/...``.
 
     With ``PYTHONPATH={lib_dir}`` the pod runs ``python -m jupyter_ktrain.agent`` without
-    installing us. Only ``*.py`` files travel: CRDs, tests and caches are not needed in a pod.
+    installing us; user code can ``import jupyter_ktrain as ktrain; ktrain.report(...)``.
     """
     out: dict[str, bytes] = {}
     for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
-        rel = path.relative_to(_PACKAGE_ROOT.parent)
-        if "__pycache__" in rel.parts:
+        rel = path.relative_to(_PACKAGE_ROOT).as_posix()
+        if "__pycache__" in rel or not any(
+            rel == m or (m.endswith("/") and rel.startswith(m)) for m in POD_MODULES
+        ):
             continue
-        out[f"{lib_dir}/{rel.as_posix()}"] = path.read_bytes()
+        out[f"{lib_dir}/jupyter_ktrain/{rel}"] = path.read_bytes()
     return out
 
 

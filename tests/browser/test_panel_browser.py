@@ -14,10 +14,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_ktrain.backends.local import LocalBackend
+from tests.jupyter_process import jupyter_app
 
 from ..panel_jobs import TRAIN, run_job
 from .test_widget_browser import (
@@ -38,7 +35,6 @@ from .test_widget_browser import (
     LAB_CONFIG,
     ROOT,
     Lab,
-    _free_port,
 )
 
 pytestmark = pytest.mark.slow
@@ -69,7 +65,7 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     home = tmp_path / "ktrain-home"
     if server_ext:
         run_job(home, EARLIER, nodes=2, steps=5)  # before JupyterLab starts: "started earlier"
-    port, token = _free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config),
@@ -86,32 +82,8 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     else:  # an installed package enables it in the environment's config: the user's wins
         off = '{"ServerApp": {"jpserver_extensions": {"jupyter_ktrain": false}}}'
         (config / "jupyter_server_config.json").write_text(off)
-    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--allow-root", "--no-browser",
-         f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
-                time.sleep(0.3)
+    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
         yield Lab(url, token, root, home)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 def _notebook(path: Path) -> None:

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +15,7 @@ from typing import Any
 import pytest
 
 from jupyter_ktrain.backends.local import LocalBackend
+from tests.jupyter_process import jupyter_app
 
 from ..integration.widget_notebook import write_notebook
 
@@ -51,12 +48,6 @@ class Lab:
     home: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     if not Path(CHROMIUM).exists():
@@ -69,7 +60,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the page
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = _free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     home = tmp_path / "ktrain-home"
     env = {
         **os.environ,
@@ -81,43 +72,8 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("KTRAIN_MONITOR", None)
-    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--allow-root",
-            "--no-browser",
-            f"--port={port}",
-            "--ip=127.0.0.1",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
-                time.sleep(0.3)
+    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
         yield Lab(url, token, root, home)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 KERNEL_IDLE = """() => {

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.jupyter_process import jupyter_app
 
 from ..panel_jobs import run_job, start_job
 
@@ -38,18 +37,12 @@ class Server:
         return httpx.Client(base_url=f"{self.url}/ktrain/api", headers=headers, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("api")
     home = tmp / "ktrain-home"
     run_job(home, DONE, nodes=2, steps=4)
-    port, token = _free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {
         **os.environ,
         "KTRAIN_HOME": str(home),
@@ -58,32 +51,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "server", "--allow-root", "--no-browser",
-         f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={tmp}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/api/status", params={"token": token}, timeout=2)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp / "server.log").read_text()) from None
-                time.sleep(0.3)
+    with jupyter_app("server", tmp, env, tmp / "server.log", token) as url:
         yield Server(url, token, home)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def test_root_answers_and_jobs_lists_the_finished_job(server: Server) -> None:

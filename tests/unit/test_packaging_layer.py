@@ -131,3 +131,27 @@ def test_cache_is_content_addressed_and_drops_corrupt_entries(tmp_path: Path) ->
     assert cache.get(layer.digest) is None
     assert not path.exists()
     assert cache.get(sha256_digest(b"never stored")) is None
+
+
+def test_runner_files_are_enough_for_the_pod_side(tmp_path: Path) -> None:
+    """Only the pod side travels, and it imports with nothing but the standard library."""
+    import subprocess
+    import sys
+
+    from jupyter_ktrain.packaging.layer import runner_files
+
+    files = runner_files("/lib")
+    assert not any("/widgets/" in p or "/backends/" in p or "/server/" in p for p in files)
+    for path, data in files.items():
+        target = tmp_path / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    code = (
+        f"import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+        f"sys.path.insert(0, {str(tmp_path / 'lib')!r}); "
+        "import jupyter_ktrain, jupyter_ktrain.runtime, jupyter_ktrain.agent.runner, "
+        "jupyter_ktrain.agent.sampler, jupyter_ktrain.packaging.pod_install; "
+        "jupyter_ktrain.report(step=1, loss=0.5)"
+    )
+    done = subprocess.run([sys.executable, "-s", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,52 @@
+"""Start a real ``jupyter lab`` / ``jupyter server`` for a test and stop it afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def jupyter_app(
+    app: str, root: Path, env: Mapping[str, str], log_path: Path, token: str
+) -> Iterator[str]:
+    """Run ``jupyter APP`` on a free loopback port with token auth; yield its base URL once
+    ``/api/status`` answers. The log goes to ``log_path`` and is in the error if it dies."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter", app, "--allow-root", "--no-browser",
+             f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
+             f"--ServerApp.root_dir={root}"],
+            env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(log_path.read_text()) from None
+                    time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
