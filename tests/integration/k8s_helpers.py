@@ -10,20 +10,11 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-SETUP = """
-import os, time
-import torch
-import torch.distributed as dist
+from tests.notebook_cells import ALLREDUCE_TRAIN
 
-def train(scale):
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
-    dist.destroy_process_group()
-    return t.item() * scale
-
+SETUP = (
+    ALLREDUCE_TRAIN
+    + """
 def numbered(n, pause):
     rank = int(os.environ["RANK"])
     for i in range(n):
@@ -52,6 +43,7 @@ def sleepy():
     print("sleeping", flush=True)
     time.sleep(600)
 """
+)
 
 
 def make_shell(test_cluster: Any, **config: str) -> InteractiveShell:

@@ -13,23 +13,13 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.procs import marked_pids
+from tests.notebook_cells import ALLREDUCE_TRAIN
 
 pytestmark = pytest.mark.slow
 
-SETUP = """
-import os, time
-import torch
-import torch.distributed as dist
-
-def train(scale):
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
-    dist.destroy_process_group()
-    return t.item() * scale
-
+SETUP = (
+    ALLREDUCE_TRAIN
+    + """
 def crash_on(bad_rank):
     rank = int(os.environ["RANK"])
     print(f"rank {rank} starting", flush=True)
@@ -42,6 +32,7 @@ def sleepy():
     print("sleeping", flush=True)
     time.sleep(600)
 """
+)
 
 
 @pytest.fixture

@@ -395,9 +395,12 @@ def _render_configmap(
     spec: Any, program: Any, cell: str
 ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     from ...packaging.configmap import code_volume, render_code_configmap
+    from .manifests import render
 
     name = f"{spec.name}-code"
-    _objs, extra = _render(spec, CodeSource.configmap(name), program, cell)
+    # the files shipped beside the program (ds_config.json) do not depend on the code route;
+    # the objects are validated once, below, with the real ConfigMap volume
+    extra = dict(render(spec, CodeSource.configmap(name), cell=cell).files)
     labels = job_labels(spec, cell)
     cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
     volume, _mount, _env = code_volume(cm)

@@ -1,0 +1,16 @@
+"""Notebook cells shared by the tests that run real jobs from a %%ktrain cell."""
+
+ALLREDUCE_TRAIN = """
+import os, time
+import torch
+import torch.distributed as dist
+
+def train(scale):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
+    dist.destroy_process_group()
+    return t.item() * scale
+"""
