@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean labextension
+.PHONY: run examples test check setup lint bench clean labextension system cluster
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ labextension: $(VENV)/.installed
 
 setup: $(VENV)/.installed labextension
 
+## System packages the tests use (apt-get, when missing)
+system:
+	scripts/system-packages
+
+## The test cluster's real components (kube-apiserver & co, Kubeflow controllers), built from
+## source once per machine into a cache keyed by their versions (tests/cluster/build)
+cluster:
+	tests/cluster/build/build.sh >/dev/null
+
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
 	$(PY) scripts/run_notebook.py notebooks/01-quickstart.ipynb --out $(RUNS)/quickstart
@@ -48,7 +57,7 @@ examples: setup
 	for nb in notebooks/*.ipynb; do $(PY) scripts/run_notebook.py $$nb --out $(RUNS)/$$(basename $$nb .ipynb) || exit 1; done
 
 ## Lint, type-check and run every test
-test: setup
+test: system setup cluster
 	PATH="$(abspath $(VENV))/bin:$$PATH" scripts/check
 
 lint: setup

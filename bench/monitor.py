@@ -8,7 +8,10 @@
    of every pod) vs ``kubectl logs -f`` per pod in parallel, both reading the same job at the
    same time; lines per second until each has every line, and lines lost.
 3. API requests per minute while watching a job (status() at follow's 10 Hz), counted at the
-   test server, for a 4-pod and a 64-pod job: constant in the number of pods.
+   proxy in front of the real API server, for a 4-pod and a 64-pod job: constant in the
+   number of pods.
+
+On the test cluster: the real kube-apiserver, scheduler and Training Operator, our kubelet.
 
 The last line is one JSON object with each figure and its goal.
 """
@@ -35,16 +38,10 @@ from jupyter_ktrain.config import Config
 from jupyter_ktrain.monitor.protocol import parse_line
 from jupyter_ktrain.options import parse_flags, spec_from_args
 from tests.cluster.cluster import Cluster
-from tests.cluster.defaults import namespace as ns_defaults
+from tests.cluster.controlplane import binaries
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = str(binaries() / "bin" / "kubectl")
 LINES_PER_RANK = 3000
-
-
-def _namespace(cluster: Cluster, name: str) -> None:
-    obj = {"metadata": {"name": name}}
-    ns_defaults(obj)
-    cluster.store.create(cluster.registry.by_plural("namespaces"), "", obj)
 
 
 def _backend(kubeconfig: Path, ns: str) -> KubernetesBackend:
@@ -247,43 +244,38 @@ def requests_per_minute(cluster: Cluster, kubeconfig: Path, ns: str, pods: int) 
     backend.api.request(
         "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body=_sleep_job(name, pods)
     )
-    while len(cluster.store.list(cluster.registry.by_plural("pods"), ns)[0]) < pods:
-        time.sleep(0.1)
-    counted = [0]
-    original = cluster.faults.before_request
-
-    def counting(method: str, path: str) -> None:
-        counted[0] += 1
-        original(method, path)
-
-    cluster.faults.before_request = counting  # type: ignore[method-assign]
+    path = f"/api/v1/namespaces/{ns}/pods"
+    selector = f"training.kubeflow.org/job-name={name}"
+    while len(cluster.admin.get(path, labelSelector=selector)["items"]) < pods:
+        time.sleep(0.2)
     window = 15.0
-    try:
-        fresh = _backend(kubeconfig, ns)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < window:
-            fresh.status(name)
-            time.sleep(0.1)
-    finally:
-        cluster.faults.before_request = original  # type: ignore[method-assign]
+    fresh = _backend(kubeconfig, ns)
+    before = cluster.proxy.requests  # every request the notebook's client makes
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < window:
+        fresh.status(name)
+        time.sleep(0.1)
+    counted = cluster.proxy.requests - before
     backend.cancel(name)
-    return counted[0] * 60.0 / window
+    return counted * 60.0 / window
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ktrain-bench-") as tmp, Cluster(Path(tmp)) as cluster:
-        kubeconfig = cluster.write_kubeconfig(Path(tmp) / "kubeconfig")
+        kubeconfigs = {}
         for ns in ("b1", "b2", "b3", "b4"):
-            _namespace(cluster, ns)
+            cluster.create_namespace(ns)
+            kubeconfigs[ns] = cluster.user_kubeconfig(Path(tmp) / f"{ns}.kubeconfig", ns)
+        kubeconfig = kubeconfigs["b1"]
         ours = first_line_ours(kubeconfig, "b1")
         print(f"submit-to-first-line, ours: {ours:.2f} s", flush=True)
-        sdk = first_line_sdk(kubeconfig, "b2")
+        sdk = first_line_sdk(kubeconfigs["b2"], "b2")
         print(f"submit-to-first-line, kubeflow-training SDK: {sdk:.2f} s", flush=True)
-        tp = throughput(kubeconfig, "b3")
+        tp = throughput(kubeconfigs["b3"], "b3")
         ours_lps, kubectl_lps = tp["ours_lps"], tp["kubectl_lps"]
         print(f"throughput: ours {ours_lps:.0f} lines/s, kubectl {kubectl_lps:.0f}", flush=True)
-        rpm4 = requests_per_minute(cluster, kubeconfig, "b4", 4)
-        rpm64 = requests_per_minute(cluster, kubeconfig, "b4", 64)
+        rpm4 = requests_per_minute(cluster, kubeconfigs["b4"], "b4", 4)
+        rpm64 = requests_per_minute(cluster, kubeconfigs["b4"], "b4", 64)
         print(f"requests/min watching: 4 pods {rpm4:.0f}, 64 pods {rpm64:.0f}", flush=True)
     summary = {
         "first_line_ours_s": round(ours, 2),

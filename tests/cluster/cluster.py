@@ -1,37 +1,48 @@
-"""The whole test cluster in one object: API server, scheduler, kubelet, Training Operator.
+"""The whole test cluster in one object: the real control plane and Kubeflow controllers
+(``controlplane.py``), our process kubelet, and the fault proxy every client talks to.
 
-with Cluster(workdir) as c:          # serves on 127.0.0.1:<free port>
-    c.write_kubeconfig(path)
-    c.set_nodes([Node("gpu-0", gpus=8, rdma=1)])
+with Cluster(workdir) as c:
+    path = c.user_kubeconfig(path, namespace)   # the namespace's `notebook` service account
+    c.set_nodes([Node("gpu-0", gpus=8, rdma={"rdma/rdma_shared_device_a": 1})])
+    c.set_rbac(namespace, [Rule(verbs=("get", "list"), resources=("pods",))])
     c.faults.fail_next(2, 429)
 """
 
 from __future__ import annotations
 
-import base64
-import secrets
+import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .api import Api, Rule
+from .controlplane import NOTEBOOK_SA, ControlPlane
 from .faults import Faults
 from .kubelet import Kubelet
-from .resources import BUILTINS, Registry, load_crds
-from .scheduler import Scheduler
-from .server import ApiServer
-from .store import Store, now
-from .tls import make_cert, server_context
+from .proxy import FaultProxy
+from .rest import ApiError, Rest
 
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+@dataclass(frozen=True)
+class Rule:
+    """One RBAC rule of the notebook user's Role; ``"*"`` matches anything. ``resources`` may
+    name subresources (``pods/log``)."""
+
+    verbs: tuple[str, ...] = ("*",)
+    groups: tuple[str, ...] = ("*",)
+    resources: tuple[str, ...] = ("*",)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "apiGroups": list(self.groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
 
 
 @dataclass
 class Node:
-    """A node to advertise: capacity and labels. All nodes run pods on this machine."""
+    """A node to register: capacity, labels and taints. All nodes run pods on this machine."""
 
     name: str = "node-0"
     cpu: str = "64"
@@ -40,8 +51,9 @@ class Node:
     gpu_resource: str = "nvidia.com/gpu"
     rdma: dict[str, int] = field(default_factory=dict)  # {"rdma/rdma_shared_device_a": 1}
     labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self, kube_version: str) -> dict[str, Any]:
         cap: dict[str, str] = {
             "cpu": self.cpu,
             "memory": self.memory,
@@ -57,12 +69,11 @@ class Node:
             "kubernetes.io/arch": "amd64",
             **self.labels,
         }
-        ts = now()
         return {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.name, "labels": labels},
-            "spec": {},
+            "spec": {"taints": list(self.taints)} if self.taints else {},
             "status": {
                 "capacity": cap,
                 "allocatable": dict(cap),
@@ -72,8 +83,6 @@ class Node:
                         "status": "True",
                         "reason": "KubeletReady",
                         "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": ts,
-                        "lastTransitionTime": ts,
                     }
                 ],
                 "addresses": [
@@ -83,14 +92,14 @@ class Node:
                 "nodeInfo": {
                     "architecture": "amd64",
                     "bootID": "",
+                    "machineID": "",
+                    "systemUUID": "",
                     "containerRuntimeVersion": "process://1",
                     "kernelVersion": "",
-                    "kubeProxyVersion": "v1.32.4",
-                    "kubeletVersion": "v1.32.4",
-                    "machineID": "",
+                    "kubeProxyVersion": "",
+                    "kubeletVersion": kube_version,
                     "operatingSystem": "linux",
                     "osImage": "ktrain test cluster",
-                    "systemUUID": "",
                 },
             },
         }
@@ -102,100 +111,116 @@ class Cluster:
         workdir: Path | None = None,
         registry: str | None = None,
         nodes: list[Node] | None = None,
-        port: int = 0,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ktrain-cluster-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.registry = Registry(BUILTINS + load_crds())
-        self.store = Store(self.registry)
-        self.api = Api(self.registry, self.store, "")
-        self.token = secrets.token_hex(16)
-        self.faults = Faults(self.store)
-        self.cert, key = make_cert(self.workdir / "pki")
-        tls = server_context(self.cert, key)
-        self.server = ApiServer(self.api, self.token, self.faults, port, tls)
-        self.url = self.server.url
-        self.scheduler = Scheduler(self.store)
-        self.kubelet = Kubelet(self.store, self.workdir, self.server.port, registry)
-        self.faults.kubelet = self.kubelet
-        self.api.log_source = self.kubelet.logs.serve
-        from .operator import Operator
-
-        self.operator = Operator(self.store, self.api)
-        ns = self.registry.by_plural("namespaces")
-        for name in SYSTEM_NAMESPACES:
-            obj = {"metadata": {"name": name}}
-            from .defaults import namespace
-
-            namespace(obj)
-            self.store.create(ns, "", obj)
-        self.set_nodes(nodes or [Node()])
+        self.plane = ControlPlane(self.workdir / "control-plane")
+        pki = self.plane.pki
+        self.ca_cert = pki.ca.cert
+        serving = pki.issue("proxy", "kube-apiserver", dns=("localhost",), ips=("127.0.0.1",))
+        self.proxy = FaultProxy(self.plane.port, str(pki.ca.cert), serving)
+        self.url = self.proxy.url
+        self.admin = Rest(self.url, self.plane.admin_token, pki.ca.cert)
+        kubelet_cert = pki.issue("kubelet", "kubelet", dns=("localhost",), ips=("127.0.0.1",))
+        self.kubelet = Kubelet(
+            Rest(self.plane.url, self.plane.admin_token, pki.ca.cert),
+            self.workdir / "kubelet",
+            self.plane.port,
+            kubelet_cert,
+            registry,
+        )
+        self.faults = Faults(self.proxy, self.kubelet, self.admin)
+        self._nodes = nodes or [Node()]
+        self.kube_version = ""
 
     # -- configuration ----------------------------------------------------------------------
 
     def set_nodes(self, nodes: list[Node]) -> None:
-        """Replace the advertised nodes (pods already bound keep running)."""
-        res = self.registry.by_plural("nodes")
-        for old in self.store.list(res, None)[0]:
-            self.store.delete(res, "", old["metadata"]["name"])
-        for node in nodes:
-            self.store.create(res, "", node.manifest())
+        """Replace the registered nodes (pods already bound keep running)."""
+        self.kubelet.set_nodes([n.manifest(self.kube_version) for n in nodes])
 
-    def set_rbac(self, rules: list[Rule]) -> None:
-        """The table SelfSubjectAccessReviews are answered from (default: allow everything)."""
-        self.api.rbac = list(rules)
-
-    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "ktrain-test",
-                    "cluster": {
-                        "server": self.url,
-                        "certificate-authority-data": base64.b64encode(
-                            self.cert.read_bytes()
-                        ).decode(),
-                    },
-                }
-            ],
-            "users": [{"name": "ktrain-test", "user": {"token": self.token}}],
-            "contexts": [
-                {
-                    "name": "ktrain-test",
-                    "context": {
-                        "cluster": "ktrain-test",
-                        "user": "ktrain-test",
-                        "namespace": namespace,
-                    },
-                }
-            ],
-            "current-context": "ktrain-test",
-            "preferences": {},
+    def create_namespace(self, namespace: str) -> None:
+        self.admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        self.set_rbac(namespace, [Rule()])
+        crb = {
+            "metadata": {"name": f"ktrain-notebook-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "ktrain-notebook-cluster",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": NOTEBOOK_SA, "namespace": namespace}],
         }
+        self.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", crb)
 
-    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.kubeconfig(namespace)))
-        path.chmod(0o600)
-        return path
+    def delete_namespace(self, namespace: str) -> None:
+        self.admin.delete(
+            f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/ktrain-notebook-{namespace}"
+        )
+        self.admin.delete(f"/api/v1/namespaces/{namespace}")
+
+    def set_rbac(self, namespace: str, rules: list[Rule]) -> None:
+        """The notebook user's Role in ``namespace`` (default: everything in it)."""
+        base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+        role = {"metadata": {"name": "notebook"}, "rules": [r.manifest() for r in rules]}
+        self.admin.delete(f"{base}/roles/notebook")
+        self.admin.create(f"{base}/roles", role)
+        binding = {
+            "metadata": {"name": "notebook"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "notebook",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": NOTEBOOK_SA, "namespace": namespace}],
+        }
+        with contextlib.suppress(ApiError):
+            self.admin.create(f"{base}/rolebindings", binding)
+
+    def user_kubeconfig(self, path: Path, namespace: str) -> Path:
+        """A kubeconfig for the namespace's ``notebook`` service account (its token)."""
+        token = self.plane.notebook_token(namespace)
+        return self.plane.write_kubeconfig(Path(path), self.url, token, namespace)
+
+    def admin_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        token = self.plane.admin_token
+        return self.plane.write_kubeconfig(Path(path), self.url, token, namespace)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> Cluster:
-        self.server.start()
-        self.scheduler.start()
-        self.kubelet.start()
-        self.operator.start()
+        try:
+            self.proxy.start()
+            self.plane.start()
+            self.kube_version = self.admin.get("/version")["gitVersion"]
+            self._cluster_role()
+            self.kubelet.start()
+            self.set_nodes(self._nodes)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
+    def _cluster_role(self) -> None:
+        """What a notebook user may see outside its namespace: nodes and namespaces (read)."""
+        role = {
+            "metadata": {"name": "ktrain-notebook-cluster"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "namespaces"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        }
+        with contextlib.suppress(ApiError):
+            self.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+
     def stop(self) -> None:
-        self.operator.stop()
-        self.scheduler.stop()
         self.kubelet.stop()
-        self.server.stop()
+        with contextlib.suppress(Exception):
+            self.proxy.stop()
+        self.plane.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
 

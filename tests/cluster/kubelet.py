@@ -1,4 +1,7 @@
-"""The process kubelet: runs the containers of pods bound to its nodes as local processes.
+"""The process kubelet: the only stand-in of the test cluster. It registers Node objects with
+the real API server (and renews their Leases), watches the pods the real scheduler binds to
+them, runs their containers as local processes, reports pod status, and serves the kubelet API
+over TLS (``kubelet_server.py``) so that logs reach clients through the real API server.
 
 Pod lifecycle as the kubelet reports it: Pending (ContainerCreating) -> Running -> Succeeded
 or Failed; containerStatuses with state/lastState, exit codes (128+signal when killed),
@@ -13,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import queue
 import signal
 import subprocess
 import threading
@@ -24,8 +26,10 @@ from typing import Any
 
 from . import sandbox
 from .images import Image, Puller
+from .kubelet_server import KubeletServer
 from .logs import Logs
-from .store import Store, emit_event, now
+from .pki import Pair
+from .rest import ApiError, Rest
 
 POLL = 0.05
 
@@ -84,6 +88,8 @@ class PodWorker(threading.Thread):
         self.runs = [_Run(c) for c in spec.get("containers", [])]
         self.policy = spec.get("restartPolicy", "Always")
         self.started_at = now()
+        self.published = ""
+        self.conditions: list[dict[str, Any]] = []
         self.initialized = not self.inits
         self.mounts_by_volume: dict[str, tuple[str, Path | None, str]] = {}
         self.images: dict[str, Image] = {}
@@ -116,27 +122,24 @@ class PodWorker(threading.Thread):
         try:
             self._loop()
         except Exception as exc:  # report, as a kubelet would, rather than die silently
-            emit_event(self.k.store, self.pod, "FailedSync", repr(exc), "Warning")
+            self.k.event(self.pod, "FailedSync", repr(exc), "Warning")
 
     def _setup(self) -> bool:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            sandbox.hosts_file(self.k.store, self.ns, self.hosts, self.name)
+            self.k.write_hosts(self.ns, self.hosts, self.name)
             self.mounts_by_volume = sandbox.prepare_volumes(
-                self.k.store, self.pod, self.dir, self.k.root / "pvcs"
+                self.k, self.pod, self.dir, self.k.root / "pvcs"
             )
             for r in self.inits + self.runs:
                 ref = r.spec.get("image", "")
                 if ref not in self.images:
                     self.images[ref] = self.k.puller.image(ref)
-                    emit_event(
-                        self.k.store,
-                        self.pod,
-                        "Pulled",
-                        f'Container image "{ref}" already present on machine',
+                    self.k.event(
+                        self.pod, "Pulled", f'Container image "{ref}" already present on machine'
                     )
             return True
-        except (sandbox.ConfigError, OSError) as exc:
+        except (sandbox.ConfigError, OSError, ApiError) as exc:
             for r in self.inits + self.runs:
                 r.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._publish()
@@ -232,8 +235,7 @@ class PodWorker(threading.Thread):
                     f"pod={self.name}_{self.ns}({self.uid})",
                 }
             }
-            emit_event(
-                self.k.store,
+            self.k.event(
                 self.pod,
                 "BackOff",
                 "Back-off restarting failed container "
@@ -248,8 +250,8 @@ class PodWorker(threading.Thread):
             for kv in image.env:
                 k, _, v = kv.partition("=")
                 base[k] = v
-            env = sandbox.container_env(self.k.store, self.pod, r.spec, base)
-        except sandbox.ConfigError as exc:
+            env = sandbox.container_env(self.k, self.pod, r.spec, base)
+        except (sandbox.ConfigError, ApiError) as exc:
             r.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             r.next_start = time.monotonic() + 1.0
             return
@@ -308,7 +310,7 @@ class PodWorker(threading.Thread):
         r.started = now()
         r.state = {"running": {"startedAt": r.started}}
         r.readers = self._readers(proc, log)
-        emit_event(self.k.store, self.pod, "Started", f"Started container {r.name}")
+        self.k.event(self.pod, "Started", f"Started container {r.name}")
 
     def _readers(self, proc: subprocess.Popen[bytes], log: Path) -> list[threading.Thread]:
         remaining = [2]
@@ -347,53 +349,70 @@ class PodWorker(threading.Thread):
             return "Running"
         return "Pending"
 
+    def _main_status(self, r: _Run) -> dict[str, Any]:
+        st = r.status()
+        if not self.initialized and "waiting" in st["state"]:  # as the kubelet says it
+            st["state"] = {"waiting": {"reason": "PodInitializing"}}
+        return st
+
     def _publish(self) -> None:
         if self.k.stalled(self.node) or self.stopping.is_set():
             return
         phase = self._phase()
         ready = all("running" in r.state for r in self.runs)
+        not_ready = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+        conds = {
+            "Initialized": (self.initialized, "ContainersNotInitialized"),
+            "Ready": (ready, not_ready),
+            "ContainersReady": (ready, not_ready),
+        }
+        status: dict[str, Any] = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": self.started_at,
+            "containerStatuses": [self._main_status(r) for r in self.runs],
+        }
+        if self.inits:
+            status["initContainerStatuses"] = [r.status() for r in self.inits]
+        key = repr((status, conds))
+        if key == self.published:  # only changes reach the API server
+            return
         ts = now()
-
-        def cond(kind: str, ok: bool, reason: str = "") -> dict[str, Any]:
-            c: dict[str, Any] = {
-                "type": kind,
-                "status": "True" if ok else "False",
-                "lastProbeTime": None,
-                "lastTransitionTime": ts,
-            }
+        old = {c["type"]: c for c in self.conditions}
+        merged = []
+        for kind, (ok, reason) in conds.items():
+            c: dict[str, Any] = {"type": kind, "status": "True" if ok else "False"}
             if not ok and reason:
                 c["reason"] = reason
-            return c
-
-        not_ready = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
-
-        def update(pod: dict[str, Any]) -> None:
-            st = pod.setdefault("status", {})
-            old = {c["type"]: c for c in st.get("conditions") or []}
-            conds = [
-                cond("Initialized", self.initialized, "ContainersNotInitialized"),
-                cond("Ready", ready, not_ready),
-                cond("ContainersReady", ready, not_ready),
-                old.get("PodScheduled") or cond("PodScheduled", True),
-            ]
-            for c in conds:
-                prev = old.get(c["type"])
-                if prev and prev["status"] == c["status"]:
-                    c["lastTransitionTime"] = prev.get("lastTransitionTime")
-            st.update(
-                phase=phase,
-                conditions=conds,
-                hostIP="127.0.0.1",
-                hostIPs=[{"ip": "127.0.0.1"}],
-                podIP="127.0.0.1",
-                podIPs=[{"ip": "127.0.0.1"}],
-                startTime=self.started_at,
-                containerStatuses=[r.status() for r in self.runs],
+            prev = old.get(kind)
+            same = prev is not None and prev["status"] == c["status"]
+            c["lastTransitionTime"] = prev["lastTransitionTime"] if same and prev else ts
+            merged.append(c)
+        merged.append(
+            old.get("PodScheduled")
+            or {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts}
+        )
+        status["conditions"] = merged
+        try:
+            self.k.api.patch(
+                f"/api/v1/namespaces/{self.ns}/pods/{self.name}/status",
+                {"metadata": {"uid": self.uid}, "status": status},
+                "strategic",
             )
-            if self.inits:
-                st["initContainerStatuses"] = [r.status() for r in self.inits]
+        except ApiError as exc:
+            if exc.code in (404, 409):  # deleted, or a new pod of the same name
+                self.stopping.set()
+                return
+            raise
+        self.conditions = merged
+        self.published = key
 
-        self.k.store.mutate(self.k.pods, self.ns, self.name, update, "status")
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -401,55 +420,158 @@ def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-class Kubelet(threading.Thread):
-    """Watches pods bound to its nodes and runs them; keeps each pod's /etc/hosts current."""
+class Kubelet:
+    """Registers its nodes, runs the pods bound to them, keeps each pod's /etc/hosts current
+    and serves the kubelet API (logs) over TLS on ``port``."""
 
     def __init__(
-        self, store: Store, root: Path, api_port: int, registry: str | None = None
+        self, api: Rest, root: Path, api_port: int, serving: Pair, registry: str | None = None
     ) -> None:
-        super().__init__(daemon=True, name="kubelet")
-        self.store = store
+        self.api = api
         self.root = root
         self.api_port = api_port
-        self.pods = store.registry.by_plural("pods")
-        self.logs = Logs(store, root / "logs")
+        self.server = KubeletServer(self, serving)
+        self.port = self.server.port
+        self.logs = Logs(root / "logs")
         self.puller = Puller(registry, root / "images")
         self.use_unshare = sandbox.unshare_works()
         self.workers: dict[str, PodWorker] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.names: dict[str, dict[str, set[str]]] = {}  # ns -> kind -> names (for /etc/hosts)
+        self.pod_objects: dict[str, dict[str, Any]] = {}  # uid -> latest pod object
         self._stalled: set[str] = set()
-        self._events = store.subscribe()
         self._stop = threading.Event()
-        store.registry  # noqa: B018
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._terminating: set[str] = set()
+
+    # -- what the sandbox asks --------------------------------------------------------------
+
+    def object(self, ns: str, plural: str, name: str) -> dict[str, Any] | None:
+        return self.api.try_get(f"/api/v1/namespaces/{ns}/{plural}/{name}")  # type: ignore[no-any-return]
+
+    def token(self, pod: dict[str, Any], audience: str, seconds: int) -> str:
+        meta = pod["metadata"]
+        sa = pod["spec"].get("serviceAccountName") or "default"
+        spec: dict[str, Any] = {
+            "expirationSeconds": max(seconds, 600),
+            "boundObjectRef": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+        }
+        if audience:
+            spec["audiences"] = [audience]
+        got = self.api.create(
+            f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token", {"spec": spec}
+        )
+        return str(got["status"]["token"])
+
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Normal") -> None:
+        meta = pod["metadata"]
+        ts = now()
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        with contextlib.suppress(ApiError):
+            self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+    def write_hosts(self, ns: str, path: Path, own: str) -> None:
+        with self._lock:
+            names = set().union(*self.names.get(ns, {}).values()) if ns in self.names else set()
+        sandbox.hosts_file(names, ns, path, own)
+
+    def pod_for_logs(self, ns: str, name: str) -> dict[str, Any] | None:
+        """The pod with its live container statuses (restart counts decide the log file)."""
+        for w in list(self.workers.values()):
+            if w.ns == ns and w.name == name:
+                status = {
+                    "containerStatuses": [r.status() for r in w.runs],
+                    "initContainerStatuses": [r.status() for r in w.inits],
+                }
+                return {**w.pod, "status": status}
+        return self.object(ns, "pods", name)
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def set_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        """Register these Node objects (status included) and forget any other of ours."""
+        wanted = {n["metadata"]["name"]: n for n in nodes}
+        for name in list(self.nodes):
+            if name not in wanted:
+                self.api.delete(f"/api/v1/nodes/{name}")
+                self.nodes.pop(name)
+        for name, node in wanted.items():
+            node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.port}}
+            self.api.delete(f"/api/v1/nodes/{name}")
+            status = node["status"]
+            created = self.api.create("/api/v1/nodes", {**node, "status": {}})
+            self.api.patch(f"/api/v1/nodes/{name}/status", {"status": status}, "merge")
+            self.nodes[name] = created
+            self._renew_lease(name)
+
+    def _renew_lease(self, node: str) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+        micro = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": micro}
+        try:
+            self.api.patch(path, {"spec": spec}, "merge")
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            self.api.create(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                {"metadata": {"name": node}, "spec": spec},
+            )
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(5):
+            for name in list(self.nodes):
+                if name in self._stalled:
+                    continue
+                with contextlib.suppress(ApiError, OSError):
+                    self._renew_lease(name)
+                    self._post_ready(name)
+
+    def _post_ready(self, name: str) -> None:
+        ts = now()
+        cond = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": ts,
+        }
+        self.api.patch(
+            f"/api/v1/nodes/{name}/status", {"status": {"conditions": [cond]}}, "strategic"
+        )
 
     def stalled(self, node: str) -> bool:
         return node in self._stalled
 
     def stall(self, node: str, stalled: bool) -> None:
+        """A stalled node's kubelet stops reporting (status and lease); the real node
+        lifecycle controller then marks it NotReady (Unknown) after its grace period."""
         (self._stalled.add if stalled else self._stalled.discard)(node)
-        nodes = self.store.registry.by_plural("nodes")
-
-        def flip(obj: dict[str, Any]) -> None:
-            for c in obj.get("status", {}).get("conditions", []):
-                if c["type"] == "Ready":
-                    c.update(
-                        status="Unknown" if stalled else "True",
-                        reason="NodeStatusUnknown" if stalled else "KubeletReady",
-                        message="Kubelet stopped posting node status."
-                        if stalled
-                        else "kubelet is posting ready status",
-                        lastTransitionTime=now(),
-                    )
-
-        self.store.mutate(nodes, "", node, flip, "status")
-        if not stalled:
-            for w in list(self.workers.values()):
-                if w.node == node:
-                    w._publish()
-            self._sync_all()
 
     def unstall_all(self) -> None:
-        for node in list(self._stalled):
-            self.stall(node, False)
+        self._stalled.clear()
 
     def signal(
         self,
@@ -464,46 +586,115 @@ class Kubelet(threading.Thread):
             if w.ns == ns and w.name == pod:
                 w.signal(container, sig, reason, force_restart)
 
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.server.start()
+        for target in (self._watch_pods, self._watch_services, self._heartbeat):
+            t = threading.Thread(target=target, daemon=True, name=f"kubelet{target.__name__}")
+            t.start()
+            self._threads.append(t)
+
     def stop(self) -> None:
         self._stop.set()
-        for w in list(self.workers.values()):
-            w.stop()
+        with self.logs.cond:
+            self.logs.closing = True
+            self.logs.cond.notify_all()
+        self.server.stop()
+        workers = list(self.workers.values())
+        stoppers = [threading.Thread(target=w.stop, daemon=True) for w in workers]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(15)
 
-    def run(self) -> None:
-        self._sync_all()
+    def _watch(self, path: str, on_event: Any) -> None:
+        """List, then watch from the list's version; list again after 410 or a closed stream."""
         while not self._stop.is_set():
             try:
-                _, key, typ, obj = self._events.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if key == self.pods.key:
-                self._pod_event(typ, obj)
-            if key in ("/services", "/pods") and typ in ("ADDED", "DELETED"):
-                ns = obj["metadata"].get("namespace")
-                for w in list(self.workers.values()):
-                    if w.ns == ns and w.hosts.exists():
-                        sandbox.hosts_file(self.store, ns, w.hosts, w.name)
+                listed = self.api.get(path)
+                on_event("SYNC", listed["items"])
+                rv = listed["metadata"]["resourceVersion"]
+                for ev in self.api.watch(path, rv, timeout=120):
+                    if self._stop.is_set():
+                        return
+                    if ev["type"] == "ERROR":
+                        break
+                    if ev["type"] == "BOOKMARK":
+                        continue
+                    on_event(ev["type"], ev["object"])
+            except (ApiError, OSError, ValueError):
+                if self._stop.wait(0.5):
+                    return
 
-    def _sync_all(self) -> None:
-        for pod in self.store.list(self.pods, None)[0]:
-            self._pod_event("MODIFIED", pod)
+    def _watch_services(self) -> None:
+        self._watch("/api/v1/services", lambda typ, obj: self._names_event("svc", typ, obj))
+
+    def _watch_pods(self) -> None:
+        def on(typ: str, obj: Any) -> None:
+            self._names_event("pod", typ, obj)
+            for pod in obj if typ == "SYNC" else [obj]:
+                self._pod_event("DELETED" if typ == "DELETED" else "MODIFIED", pod)
+
+        self._watch("/api/v1/pods", on)
+
+    def _names_event(self, kind: str, typ: str, obj: Any) -> None:
+        objs = obj if typ == "SYNC" else [obj]
+        changed: set[str] = set()
+        with self._lock:
+            if typ == "SYNC":  # a fresh list replaces everything known of this kind
+                for per_ns in self.names.values():
+                    for key in [k for k in per_ns if k.startswith(f"{kind}/")]:
+                        del per_ns[key]
+            for o in objs:
+                meta = o["metadata"]
+                ns = meta["namespace"]
+                names = {meta["name"]}
+                spec = o.get("spec") or {}
+                if kind == "pod" and spec.get("hostname") and spec.get("subdomain"):
+                    names.add(f"{spec['hostname']}.{spec['subdomain']}")
+                bucket = self.names.setdefault(ns, {}).setdefault(f"{kind}/{meta['name']}", set())
+                bucket.clear()
+                if typ != "DELETED":
+                    bucket.update(names)
+                changed.add(ns)
+        for w in list(self.workers.values()):
+            if w.ns in changed and w.hosts.exists():
+                self.write_hosts(w.ns, w.hosts, w.name)
 
     def _pod_event(self, typ: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
+        node = (pod.get("spec") or {}).get("nodeName")
         if typ == "DELETED":
             w = self.workers.pop(uid, None)
             if w is not None:
                 threading.Thread(target=w.stop, daemon=True).start()
             return
-        node = pod.get("spec", {}).get("nodeName")
-        phase = pod.get("status", {}).get("phase")
-        if (
-            not node
-            or uid in self.workers
-            or phase in ("Succeeded", "Failed")
-            or self.stalled(node)
-        ):
+        if not node or node not in self.nodes:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            if uid not in self._terminating:
+                self._terminating.add(uid)
+                threading.Thread(target=self._terminate, args=(pod,), daemon=True).start()
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if uid in self.workers or phase in ("Succeeded", "Failed") or self.stalled(node):
             return
         worker = PodWorker(self, pod)
         self.workers[uid] = worker
         worker.start()
+
+    def _terminate(self, pod: dict[str, Any]) -> None:
+        """A pod being deleted: stop its containers, then confirm the deletion (grace 0)."""
+        meta = pod["metadata"]
+        w = self.workers.pop(meta["uid"], None)
+        if w is not None:
+            w.stop()
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        with contextlib.suppress(ApiError, OSError):
+            self.api.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body)

@@ -1,6 +1,6 @@
-"""Container logs as the kubelet keeps them (CRI format files, one per container start) and as
-the API server serves them (``pods/log`` with follow, timestamps, sinceTime, sinceSeconds,
-tailLines, limitBytes, previous, container)."""
+"""Container logs as the kubelet keeps them (CRI format files, one per container start) and
+serves them on its ``/containerLogs`` endpoint, which the real API server calls for
+``pods/log`` (follow, timestamps, sinceTime, sinceSeconds, tailLines, limitBytes, previous)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import errors
-from .store import Store, now_nano
+
+class LogError(Exception):
+    """The kubelet's answer to a log request it cannot serve (HTTP 400, plain text)."""
+
+
+def now_nano() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
 
 
 def _parse_ts(ts: str) -> float:
@@ -25,13 +31,11 @@ def _parse_ts(ts: str) -> float:
 class Logs:
     """Writes ``<ts> <stream> F <line>`` records and serves them with the kubelet's options."""
 
-    def __init__(self, store: Store, root: Path) -> None:
-        self.store = store
+    def __init__(self, root: Path) -> None:
         self.root = root
         self.cond = threading.Condition()
         self.open: set[Path] = set()
-        self._cut: dict[tuple[str | None, str | None], int] = {}
-        self._cut_epoch = 0
+        self.closing = False
 
     def path(self, uid: str, container: str, restart: int) -> Path:
         return self.root / uid / container / f"{restart}.log"
@@ -54,35 +58,17 @@ class Logs:
                 fh.write(f"{now_nano()} {stream} F {text}\n")
             self.cond.notify_all()
 
-    def cut(self, ns: str | None, pod: str | None) -> None:
-        with self.cond:
-            self._cut_epoch += 1
-            self._cut[(ns, pod)] = self._cut_epoch
-            self.cond.notify_all()
-
-    def uncut(self) -> None:
-        with self.cond:
-            self._cut.clear()
-
-    def _cut_since(self, ns: str, pod: str) -> int:
-        return max(
-            self._cut.get((ns, pod), 0),
-            self._cut.get((ns, None), 0),
-            self._cut.get((None, None), 0),
-        )
-
     # -- serving ----------------------------------------------------------------------------
 
-    def serve(self, ns: str, name: str, query: dict[str, str]) -> Iterator[bytes]:
-        """Checks eagerly (400/404 as the server answers), then returns the line stream."""
-        pod = self.store.get(self.store.registry.by_plural("pods"), ns, name)
+    def serve(self, pod: dict[str, Any], container: str, query: dict[str, str]) -> Iterator[bytes]:
+        """Checks eagerly (400 with the kubelet's words), then returns the line stream."""
+        name = pod["metadata"]["name"]
         spec = pod.get("spec", {})
         names = [c["name"] for c in spec.get("containers", [])]
         init_names = [c["name"] for c in spec.get("initContainers") or []]
-        container = query.get("container") or ""
         if not container:
             if len(names) != 1:
-                raise errors.bad_request(
+                raise LogError(
                     f"a container name must be specified for pod {name}, choose one of: "
                     f"[{' '.join(names)}]"
                     + (
@@ -93,7 +79,7 @@ class Logs:
                 )
             container = names[0]
         if container not in names + init_names:
-            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+            raise LogError(f"container {container} is not valid for pod {name}")
         statuses = (pod.get("status") or {}).get("containerStatuses", []) + (
             (pod.get("status") or {}).get("initContainerStatuses") or []
         )
@@ -103,22 +89,18 @@ class Logs:
         if previous:
             restart -= 1
             if restart < 0:
-                raise errors.bad_request(
+                raise LogError(
                     f'previous terminated container "{container}" in pod "{name}" not found'
                 )
         path = self.path(pod["metadata"]["uid"], container, restart)
         if not path.exists():
             waiting = ((st or {}).get("state") or {}).get("waiting") or {}
             reason = waiting.get("reason") or "ContainerCreating"
-            raise errors.bad_request(
-                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
-            )
+            raise LogError(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
         follow = query.get("follow") in ("true", "1") and not previous
-        return self._lines(path, ns, name, query, follow)
+        return self._lines(path, query, follow)
 
-    def _lines(
-        self, path: Path, ns: str, pod: str, query: dict[str, str], follow: bool
-    ) -> Iterator[bytes]:
+    def _lines(self, path: Path, query: dict[str, str], follow: bool) -> Iterator[bytes]:
         stamps = query.get("timestamps") in ("true", "1")
         since = None
         if query.get("sinceSeconds"):
@@ -127,8 +109,6 @@ class Logs:
             since = _parse_ts(query["sinceTime"])
         budget = int(query["limitBytes"]) if query.get("limitBytes") else None
         tail = int(query["tailLines"]) if query.get("tailLines") not in (None, "", "-1") else None
-        with self.cond:
-            cut_at = self._cut_since(ns, pod)
         fh = path.open("rb")
         with fh:  # closed also when the client goes away mid-stream
             lines: list[bytes] = fh.readlines()
@@ -155,10 +135,10 @@ class Logs:
                 with self.cond:
                     while True:
                         chunk = fh.read()
-                        if chunk or path not in self.open or self._cut_since(ns, pod) != cut_at:
+                        if chunk or path not in self.open or self.closing:
                             break
                         self.cond.wait(0.5)
-                    if not chunk and (path not in self.open or self._cut_since(ns, pod) != cut_at):
+                    if not chunk and (path not in self.open or self.closing):
                         chunk = fh.read()
                         if not chunk:
                             fh.close()
@@ -178,7 +158,3 @@ class Logs:
         if since is not None and _parse_ts(ts.decode()) < since:
             return None
         return ts + b" " + msg if stamps else msg
-
-
-def pod_log_source(logs: Logs) -> Any:
-    return logs.serve

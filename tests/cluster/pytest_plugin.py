@@ -1,21 +1,23 @@
 """pytest plugin: the ``test_cluster`` fixture.
 
-One cluster per session (started on first use); each test gets its own namespace, a kubeconfig
-whose context defaults to it, and a clean slate afterwards (faults off, nodes and RBAC table
-back to their defaults, namespace deleted with everything in it)::
+One cluster per session (started on first use: the real control plane and Kubeflow
+controllers, built once per machine by ``make cluster``); each test gets its own namespace, a
+kubeconfig for that namespace's ``notebook`` service account (a namespaced Role, as a
+notebook user has), and a clean slate afterwards (faults off, nodes and RBAC back to their
+defaults, namespace deleted by the real namespace controller)::
 
     def test_x(test_cluster):
-        test_cluster.kubeconfig      # Path to a kubeconfig (context namespace = .namespace)
-        test_cluster.url, test_cluster.token, test_cluster.namespace
+        test_cluster.kubeconfig      # Path to the notebook user's kubeconfig (namespace default)
+        test_cluster.url, test_cluster.namespace, test_cluster.ca_cert
         test_cluster.faults.fail_next(2, 429)
         test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma={"rdma/rdma_shared_device_a": 1})])
         test_cluster.set_rbac([Rule(verbs=("get", "list"), resources=("pods",))])
-        test_cluster.kubectl("get", "pods")      # CompletedProcess, text, check=False
+        test_cluster.kubectl("get", "pods")          # as the notebook user
+        test_cluster.kubectl("get", "nodes", admin=True)
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import uuid
@@ -25,18 +27,15 @@ from pathlib import Path
 
 import pytest
 
-from .api import Rule
-from .cluster import Cluster, Node
-from .errors import ApiError
+from .cluster import Cluster, Node, Rule
 from .faults import Faults
-
-KUBECTL = "/usr/bin/kubectl"
 
 
 @dataclass
 class ClusterHandle:
     cluster: Cluster
     kubeconfig: Path
+    admin_kubeconfig: Path
     namespace: str
     home: Path
 
@@ -45,30 +44,30 @@ class ClusterHandle:
         return self.cluster.url
 
     @property
-    def token(self) -> str:
-        return self.cluster.token
-
-    @property
     def ca_cert(self) -> Path:
-        """The API server's self-signed certificate (its own CA)."""
-        return self.cluster.cert
+        return self.cluster.ca_cert
 
     @property
     def faults(self) -> Faults:
         return self.cluster.faults
 
+    @property
+    def kubectl_path(self) -> Path:
+        return self.cluster.plane.bin / "kubectl"
+
     def set_nodes(self, nodes: list[Node]) -> None:
         self.cluster.set_nodes(nodes)
 
     def set_rbac(self, rules: list[Rule]) -> None:
-        self.cluster.set_rbac(rules)
+        self.cluster.set_rbac(self.namespace, rules)
 
     def kubectl(
-        self, *args: str, timeout: float = 60, stdin: str | None = None
+        self, *args: str, timeout: float = 60, stdin: str | None = None, admin: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HOME": str(self.home), "KUBECONFIG": str(self.kubeconfig)}
+        config = self.admin_kubeconfig if admin else self.kubeconfig
+        env = {**os.environ, "HOME": str(self.home), "KUBECONFIG": str(config)}
         return subprocess.run(
-            [KUBECTL, "--kubeconfig", str(self.kubeconfig), *args],
+            [str(self.kubectl_path), "--kubeconfig", str(config), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -90,20 +89,14 @@ def ktrain_cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[ClusterHandle]:
     cluster = ktrain_cluster_session
     ns = f"t-{uuid.uuid4().hex[:8]}"
-    namespaces = cluster.registry.by_plural("namespaces")
-    from .defaults import namespace
-
-    obj = {"metadata": {"name": ns}}
-    namespace(obj)
-    cluster.store.create(namespaces, "", obj)
+    cluster.create_namespace(ns)
     home = tmp_path / "home"
     home.mkdir()
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=ns)
+    kubeconfig = cluster.user_kubeconfig(tmp_path / "kubeconfig", ns)
+    admin = cluster.admin_kubeconfig(tmp_path / "admin.kubeconfig", ns)
     try:
-        yield ClusterHandle(cluster, kubeconfig, ns, home)
+        yield ClusterHandle(cluster, kubeconfig, admin, ns, home)
     finally:
         cluster.faults.reset()
         cluster.set_nodes([Node()])
-        cluster.set_rbac([Rule()])
-        with contextlib.suppress(ApiError):
-            cluster.store.delete(namespaces, "", ns)
+        cluster.delete_namespace(ns)

@@ -22,15 +22,21 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-
-from .store import Store
+from typing import Any, Protocol
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\$")
 
 
 class ConfigError(Exception):
     """A container cannot be configured yet (CreateContainerConfigError)."""
+
+
+class Lookup(Protocol):
+    """What the sandbox reads from the API server (the kubelet answers)."""
+
+    def object(self, ns: str, plural: str, name: str) -> dict[str, Any] | None: ...
+
+    def token(self, pod: dict[str, Any], audience: str, seconds: int) -> str: ...
 
 
 def unshare_works() -> bool:
@@ -56,8 +62,8 @@ def expand(text: str, env: dict[str, str]) -> str:
     return _VAR.sub(sub, text)
 
 
-def _ref_value(store: Store, ns: str, plural: str, ref: dict[str, Any]) -> str | None:
-    obj = store.try_get(store.registry.by_plural(plural), ns, ref["name"])
+def _ref_value(store: Lookup, ns: str, plural: str, ref: dict[str, Any]) -> str | None:
+    obj = store.object(ns, plural, ref["name"])
     kind = "secret" if plural == "secrets" else "configmap"
     if obj is None:
         if ref.get("optional"):
@@ -75,7 +81,7 @@ def _ref_value(store: Store, ns: str, plural: str, ref: dict[str, Any]) -> str |
 
 
 def container_env(
-    store: Store, pod: dict[str, Any], container: dict[str, Any], base: dict[str, str]
+    store: Lookup, pod: dict[str, Any], container: dict[str, Any], base: dict[str, str]
 ) -> dict[str, str]:
     ns = pod["metadata"]["namespace"]
     env = dict(base)
@@ -84,7 +90,7 @@ def container_env(
         for plural, key in (("configmaps", "configMapRef"), ("secrets", "secretRef")):
             if key in src:
                 ref = src[key]
-                obj = store.try_get(store.registry.by_plural(plural), ns, ref["name"])
+                obj = store.object(ns, plural, ref["name"])
                 if obj is None:
                     if ref.get("optional"):
                         continue
@@ -103,24 +109,29 @@ def container_env(
         elif "configMapKeyRef" in vf:
             value = _ref_value(store, ns, "configmaps", vf["configMapKeyRef"])
         elif "fieldRef" in vf:
-            path = vf["fieldRef"]["fieldPath"]
-            value = {
-                "metadata.name": pod["metadata"]["name"],
-                "metadata.namespace": ns,
-                "metadata.uid": pod["metadata"]["uid"],
-                "spec.nodeName": pod["spec"].get("nodeName", ""),
-                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-                "status.podIP": "127.0.0.1",
-                "status.hostIP": "127.0.0.1",
-            }.get(path, "")
-            m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]", path)
-            if m:
-                value = (pod["metadata"].get(m[1]) or {}).get(m[2], "")
+            value = field_ref(pod, vf["fieldRef"]["fieldPath"])
         elif "resourceFieldRef" in vf:
             value = "0"
         if value is not None:
             env[name] = value
     return env
+
+
+def field_ref(pod: dict[str, Any], path: str) -> str:
+    """The downward API's value for ``fieldPath`` (env and downwardAPI volumes)."""
+    meta = pod["metadata"]
+    m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+    if m:
+        return str((meta.get(m[1]) or {}).get(m[2], ""))
+    return {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta["uid"],
+        "spec.nodeName": pod["spec"].get("nodeName", ""),
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+        "status.podIP": "127.0.0.1",
+        "status.hostIP": "127.0.0.1",
+    }.get(path, "")
 
 
 def _write_items(
@@ -137,8 +148,34 @@ def _write_items(
         dest.write_bytes(raw)
 
 
+def _projected(store: Lookup, pod: dict[str, Any], src: dict[str, Any], target: Path) -> None:
+    """A projected volume: service-account token (TokenRequest), ConfigMaps, Secrets and
+    downward API files in one folder, as the kubelet assembles ``kube-api-access-*``."""
+    ns = pod["metadata"]["namespace"]
+    target.mkdir(parents=True, exist_ok=True)
+    for part in src.get("sources") or []:
+        if "serviceAccountToken" in part:
+            t = part["serviceAccountToken"]
+            token = store.token(pod, t.get("audience", ""), int(t.get("expirationSeconds", 3607)))
+            (target / t["path"]).write_text(token)
+        elif "configMap" in part or "secret" in part:
+            is_secret = "secret" in part
+            ref = part["secret" if is_secret else "configMap"]
+            obj = store.object(ns, "secrets" if is_secret else "configmaps", ref["name"])
+            if obj is None and not ref.get("optional"):
+                kind = "secret" if is_secret else "configmap"
+                raise ConfigError(f'{kind} "{ref["name"]}" not found')
+            _write_items(target, (obj or {}).get("data") or {}, ref.get("items"), is_secret)
+        elif "downwardAPI" in part:
+            for item in part["downwardAPI"].get("items") or []:
+                if "fieldRef" in item:
+                    dest = target / item["path"]
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_text(field_ref(pod, item["fieldRef"]["fieldPath"]))
+
+
 def prepare_volumes(
-    store: Store, pod: dict[str, Any], sandbox: Path, pvc_root: Path
+    store: Lookup, pod: dict[str, Any], sandbox: Path, pvc_root: Path
 ) -> dict[str, tuple[str, Path | None, str]]:
     """name -> (kind, host dir or None for tmpfs, tmpfs size option)."""
     ns = pod["metadata"]["namespace"]
@@ -148,17 +185,20 @@ def prepare_volumes(
         target = sandbox / "volumes" / name
         if "configMap" in vol:
             src = vol["configMap"]
-            obj = store.try_get(store.registry.by_plural("configmaps"), ns, src["name"])
+            obj = store.object(ns, "configmaps", src["name"])
             if obj is None and not src.get("optional"):
                 raise ConfigError(f'configmap "{src["name"]}" not found')
             _write_items(target, (obj or {}).get("data") or {}, src.get("items"), False)
             out[name] = ("dir", target, "")
         elif "secret" in vol:
             src = vol["secret"]
-            obj = store.try_get(store.registry.by_plural("secrets"), ns, src["secretName"])
+            obj = store.object(ns, "secrets", src["secretName"])
             if obj is None and not src.get("optional"):
                 raise ConfigError(f'secret "{src["secretName"]}" not found')
             _write_items(target, (obj or {}).get("data") or {}, src.get("items"), True)
+            out[name] = ("dir", target, "")
+        elif "projected" in vol:
+            _projected(store, pod, vol["projected"], target)
             out[name] = ("dir", target, "")
         elif "persistentVolumeClaim" in vol:
             claim = pvc_root / ns / vol["persistentVolumeClaim"]["claimName"]
@@ -179,13 +219,13 @@ def prepare_volumes(
     return out
 
 
-def hosts_file(store: Store, ns: str, path: Path, own: str) -> None:
-    """Write the pod's /etc/hosts in place (the bind mount keeps the inode)."""
+def hosts_file(names_in_ns: set[str], ns: str, path: Path, own: str) -> None:
+    """Write the pod's /etc/hosts in place (the bind mount keeps the inode): every Service and
+    Pod name of the namespace (and ``hostname.subdomain``) resolves to this machine, as
+    cluster DNS would resolve them to the pod."""
     names = {own, "localhost", socket.gethostname()}
-    for plural in ("services", "pods"):
-        for obj in store.list(store.registry.by_plural(plural), ns)[0]:
-            n = obj["metadata"]["name"]
-            names.update({n, f"{n}.{ns}", f"{n}.{ns}.svc", f"{n}.{ns}.svc.cluster.local"})
+    for n in names_in_ns:
+        names.update({n, f"{n}.{ns}", f"{n}.{ns}.svc", f"{n}.{ns}.svc.cluster.local"})
     text = "127.0.0.1\t" + " ".join(sorted(names)) + "\n::1\tlocalhost ip6-localhost\n"
     if not path.exists() or path.read_text() != text:
         with path.open("r+" if path.exists() else "w") as fh:
@@ -194,10 +234,13 @@ def hosts_file(store: Store, ns: str, path: Path, own: str) -> None:
             fh.truncate()
 
 
+SHIMS = Path(__file__).resolve().parent / "shims"
+
+
 def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     return {
-        "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{SHIMS}:{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "HOSTNAME": pod["metadata"]["name"],

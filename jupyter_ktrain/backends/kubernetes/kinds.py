@@ -180,19 +180,33 @@ def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     return _object(spec, labels, body)
 
 
-_OVERRIDABLE = ("serviceAccountName", "nodeSelector", "tolerations", "volumes")
+_PATCHABLE = (
+    "serviceAccountName",
+    "nodeSelector",
+    "tolerations",
+    "volumes",
+    "imagePullSecrets",
+    "affinity",
+    "schedulingGates",
+    "securityContext",
+    "terminationGracePeriodSeconds",
+)
+PATCH_MANAGER = "ktrain.io/notebook"
 
 
 def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
-    """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as podSpecOverrides.
+    """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as a runtime patch.
 
     Built from the same pod spec as the other kinds: the container's command, env and
-    resources become ``trainer``; volumes, mounts, node selector, tolerations and service
-    account become an override of the runtime's ``node`` job.
+    resources become ``trainer``; the pod's labels, volumes, mounts, node selector, tolerations
+    and service account become ``runtimePatches`` of the runtime's ``node`` job (Trainer v2.2+:
+    the only way they reach the pods; v2.0's ``podSpecOverrides`` and ``labels`` are gone).
     """
     ps = pod_spec(spec, code, PodRole(container="node", command=node_command(code.mount_path)))
     container = ps.pop("containers")[0]
-    leftover = sorted(set(ps) - set(_OVERRIDABLE))
+    leftover = sorted(set(ps) - set(_PATCHABLE))
+    if "envFrom" in container:
+        leftover.append("envFrom")
     if leftover:  # spec validation rejects these first; this guards the mapping itself
         raise SpecError(f"--kind TrainJob cannot express pod fields {', '.join(leftover)}.")
     trainer: dict[str, Any] = {"image": container["image"], "command": container["command"]}
@@ -202,6 +216,20 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     trainer["numProcPerNode"] = spec.nproc
     if container.get("resources"):
         trainer["resourcesPerNode"] = container["resources"]
+    pod: dict[str, Any] = {k: ps[k] for k in _PATCHABLE if k in ps}
+    if container.get("volumeMounts"):
+        pod["containers"] = [{"name": "node", "volumeMounts": container["volumeMounts"]}]
+    meta = {"labels": dict(labels)}
+    job_patch = {
+        "name": TRAINJOB_TARGET,
+        "template": {"metadata": meta, "spec": {"template": {"metadata": meta, "spec": pod}}},
+    }
+    patch = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {"metadata": meta, "spec": {"replicatedJobs": [job_patch]}}
+        },
+    }
     body: dict[str, Any] = {
         "runtimeRef": {
             "name": spec.runtime,
@@ -209,15 +237,8 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
             "kind": "ClusterTrainingRuntime",
         },
         "trainer": trainer,
-        "labels": dict(labels),
+        "runtimePatches": [patch],
     }
-    override: dict[str, Any] = {"targetJobs": [{"name": TRAINJOB_TARGET}]}
-    extra = {k: container[k] for k in ("volumeMounts", "envFrom") if k in container}
-    if extra:
-        override["containers"] = [{"name": "node", **extra}]
-    override.update({k: ps[k] for k in _OVERRIDABLE if k in ps})
-    if len(override) > 1:
-        body["podSpecOverrides"] = [override]
     return _object(spec, labels, body)
 
 

@@ -43,7 +43,8 @@ def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def replica_pods(job: Mapping[str, Any]) -> list[str]:
-    """Pod names the operator creates for a kubeflow.org/v1 job, in node-rank order."""
+    """Pod names the operator creates for a kubeflow.org/v1 job, in node-rank order (the MPI
+    controller names its one launcher ``<job>-launcher``, with no index)."""
     name = job["metadata"]["name"]
     spec = job.get("spec") or {}
     for key in REPLICA_KEYS:
@@ -52,7 +53,10 @@ def replica_pods(job: Mapping[str, Any]) -> list[str]:
             out = []
             for rtype in sorted(replicas, key=_order):
                 count = int((replicas[rtype] or {}).get("replicas", 1))
-                out += [f"{name}-{rtype.lower()}-{i}" for i in range(count)]
+                if rtype == "Launcher":
+                    out.append(f"{name}-launcher")
+                else:
+                    out += [f"{name}-{rtype.lower()}-{i}" for i in range(count)]
             return out
     return []
 

@@ -243,8 +243,8 @@ def pod_template_validator(version: str = K8S_SCHEMA_VERSION) -> Any:
 def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(path, PodTemplateSpec) of every pod an object will create.
 
-    A TrainJob has no full pod template; its trainer container and podSpecOverrides are
-    assembled into one so the same Kubernetes schema checks them.
+    A TrainJob has no full pod template; its trainer container and the pod spec of its
+    runtime patches are assembled into one so the same Kubernetes schema checks them.
     """
     kind, spec = obj.get("kind", ""), obj.get("spec") or {}
     key = REPLICA_KEYS.get(kind)
@@ -252,7 +252,7 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
         for rtype, replica in (spec.get(key) or {}).items():
             yield f"spec.{key}.{rtype}.template", (replica or {}).get("template") or {}
     elif kind == "TrainJob":
-        yield "spec.trainer+podSpecOverrides", _trainjob_pod(spec)
+        yield "spec.trainer+runtimePatches", _trainjob_pod(spec)
 
 
 def _trainjob_pod(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,13 +268,16 @@ def _trainjob_pod(spec: Mapping[str, Any]) -> dict[str, Any]:
         if src in trainer:
             container[dst] = trainer[src]
     pod: dict[str, Any] = {"containers": [container]}
-    for override in spec.get("podSpecOverrides") or []:
-        for c in override.get("containers") or []:
-            if c.get("name") == "node":
-                container.update({k: v for k, v in c.items() if k != "name"})
-        for k, v in override.items():
-            if k not in ("targetJobs", "containers"):
-                pod[k] = v
+    for patch in spec.get("runtimePatches") or []:
+        template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        for job in (template or {}).get("replicatedJobs") or []:
+            pod_spec = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+            for k, v in (pod_spec.get("spec") or {}).items():
+                if k != "containers":
+                    pod[k] = v
+            for c in (pod_spec.get("spec") or {}).get("containers") or []:
+                if c.get("name") == "node":
+                    container.update({k: v for k, v in c.items() if k != "name"})
     return {"spec": pod}
 
 
