@@ -1,12 +1,14 @@
 """The real control plane, as local processes: etcd, kube-apiserver (RBAC on), kube-controller-
 manager, kube-scheduler, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
-and JobSet, each with its validating webhooks served over TLS (built by ``build/build.sh``).
+and JobSet, each with its webhooks served over TLS (built by ``build/build.sh``).
 
-Webhook servers get a certificate from the test CA that names both their Service and
-127.0.0.1, and the webhook configurations (the projects' own manifests) point at
-``https://127.0.0.1:<port>/<path>``: there is no Service network here. Each controller sees
-its own ``/tmp/k8s-webhook-server`` (a private mount namespace), where all three look for
-serving certificates.
+Webhooks are reached as on a cluster: the projects' own webhook configurations name a Service,
+whose endpoints (an EndpointSlice we write, as the endpoints controller would for the
+controller's pod) point at this machine's address; the API server routes to endpoints
+(``--enable-aggregator-routing``) and checks the serving certificate against the Service's
+DNS name. Each controller makes and rotates its own CA and certificate (its Secret, injected
+into its webhook configurations) and sees its own ``/tmp/k8s-webhook-server`` (a private mount
+namespace), where all three keep them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import json
 import os
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import ssl
@@ -75,10 +76,17 @@ def _wait(what: str, ok: Callable[[], bool], proc: Proc | None, timeout: float =
 class Proc:
     """One component: its argv, its log file, and a clean stop (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, private_tmp: Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        private_tmp: Path | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.name = name
         self.log = log
-        env = {**os.environ, "GOMAXPROCS": "2"}
+        env = {**os.environ, "GOMAXPROCS": "2", **(env or {})}
         if private_tmp is not None:  # a private /tmp/k8s-webhook-server for this component
             script = (
                 "mkdir -p /tmp/k8s-webhook-server && "
@@ -129,12 +137,20 @@ class ControlPlane:
         self.admin_token = secrets.token_hex(16)
         self.admin = Rest(self.url, self.admin_token, self.pki.ca.cert)
         self.kubeconfig = workdir / "admin.kubeconfig"
+        self.address = _advertise_address()
+        self._mounts: dict[str, tuple[str, str, Path]] = {}  # component -> its cert Secret
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: list[str], private_tmp: Path | None = None) -> Proc:
+    def _start(
+        self,
+        name: str,
+        argv: list[str],
+        private_tmp: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-        p = Proc(name, argv, self.dir / "logs" / f"{name}.log", private_tmp)
+        p = Proc(name, argv, self.dir / "logs" / f"{name}.log", private_tmp, env)
         self.procs.append(p)
         return p
 
@@ -149,6 +165,12 @@ class ControlPlane:
         if check and r.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
+
+    def apply_folder(self, folder: Path) -> None:
+        """Every manifest in a project's folder (its kustomization files are not objects)."""
+        files = sorted(p for p in folder.glob("*.yaml") if not p.name.startswith("kustomiz"))
+        args = [a for p in files for a in ("-f", str(p))]
+        self.kubectl("apply", "--server-side", "--force-conflicts", *args)
 
     def write_kubeconfig(self, path: Path, server: str, token: str, namespace: str) -> Path:
         cfg = {
@@ -256,7 +278,7 @@ class ControlPlane:
                 "--secure-port",
                 str(self.port),
                 "--advertise-address",
-                _advertise_address(),
+                self.address,
                 "--tls-cert-file",
                 str(serving.cert),
                 "--tls-private-key-file",
@@ -281,6 +303,7 @@ class ControlPlane:
                 str(to_kubelet.key),
                 "--kubelet-preferred-address-types",
                 "InternalIP",
+                "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--cert-dir",
@@ -346,39 +369,57 @@ class ControlPlane:
 
     # -- Kubeflow ---------------------------------------------------------------------------
 
-    def _webhook_cert(self, name: str, service: str, namespace: str) -> tuple[Path, Any]:
-        pair = self.pki.issue(
-            f"webhook-{name}",
-            f"{service}.{namespace}.svc",
-            dns=(f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"),
-            ips=("127.0.0.1",),
-        )
-        certs = self.dir / "webhooks" / name
-        (certs / "serving-certs").mkdir(parents=True, exist_ok=True)
-        shutil.copy(pair.cert, certs / "serving-certs" / "tls.crt")
-        shutil.copy(pair.key, certs / "serving-certs" / "tls.key")
-        return certs, pair
-
-    def _webhooks(self, path: Path, prefix: str, port: int) -> None:
-        """The project's own webhook configurations, pointed at 127.0.0.1:port, named
-        ``validator.<prefix>`` / ``defaulter.<prefix>`` (as the projects' kustomizations name
-        them; the Training Operator's certificate rotator looks its own up by that name)."""
-        import base64
-
-        ca = base64.b64encode(self.pki.ca.cert.read_bytes()).decode()
+    def _webhooks(
+        self, path: Path, names: dict[str, str], service: str, namespace: str, port: int
+    ) -> None:
+        """The project's own webhook configurations (``names``: kind -> the name its certificate
+        rotator looks for), pointed at ``service`` in ``namespace``; the Service (443 ->
+        ``port``) with an EndpointSlice at this machine's address; the rotator's empty Secret."""
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         for doc in docs:
-            kind = doc["kind"]
-            role = "validator" if kind.startswith("Validating") else "defaulter"
-            doc["metadata"]["name"] = f"{role}.{prefix}"
+            doc["metadata"]["name"] = names[doc["kind"]]
             for hook in doc.get("webhooks", []):
-                svc = hook["clientConfig"].pop("service")
-                hook["clientConfig"] = {
-                    "url": f"https://127.0.0.1:{port}{svc.get('path', '/')}",
-                    "caBundle": ca,
-                }
+                ref = hook["clientConfig"]["service"]
+                ref.update(name=service, namespace=namespace, port=443)
+        svc = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": service, "namespace": namespace},
+            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]},
+        }
+        slice_ = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-local",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [self.address], "conditions": {"ready": True}}],
+            "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}],
+        }
+        endpoints = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": service, "namespace": namespace},
+            "subsets": [
+                {"addresses": [{"ip": self.address}], "ports": [{"name": "webhook", "port": port}]}
+            ],
+        }
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": names["Secret"], "namespace": namespace},
+        }
+        objects = [svc, slice_, endpoints, secret, *docs]
         self.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs)
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump_all(objects),
         )
 
     def _namespace(self, name: str) -> None:
@@ -387,41 +428,39 @@ class ControlPlane:
 
     def _kubeflow(self) -> None:
         m = self.manifests
-        self.kubectl("apply", "--server-side", "-f", str(m / "training-operator/base/crds"))
-        self.kubectl("apply", "--server-side", "-f", str(m / "trainer/base/crds"))
-        self.kubectl("apply", "--server-side", "-f", str(m / "jobset/components/crd/bases"))
+        for folder in (
+            "training-operator/base/crds",
+            "trainer/base/crds",
+            "jobset/components/crd/bases",
+        ):
+            self.apply_folder(m / folder)
         for ns in (OPERATOR_NS, TRAINER_NS, JOBSET_NS):
             self._namespace(ns)
         procs = [self._training_operator(), self._jobset(), self._trainer()]
         for name, url, proc in procs:
-            _wait(name, lambda url=url: self._healthy(url, verify=False), proc, timeout=180)
+            secret, namespace, folder = self._mounts[name]
+
+            def ready(
+                url: str = url, secret: str = secret, ns: str = namespace, folder: Path = folder
+            ) -> bool:
+                self._mount_secret(ns, secret, folder)  # what the kubelet does for its pod
+                return self._healthy(url, verify=False)
+
+            _wait(name, ready, proc, timeout=180)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         runtime = m / "trainer/base/runtimes/torch_distributed.yaml"
         _retry(lambda: self.kubectl("apply", "--server-side", "-f", str(runtime)), 60)
 
     def _training_operator(self) -> tuple[str, str, Proc]:
         port, health = free_port(), free_port()
-        certs, pair = self._webhook_cert("training-operator", "training-operator", OPERATOR_NS)
-        import base64
-
-        def b64(p: Path) -> str:
-            return base64.b64encode(p.read_bytes()).decode()
-
-        # the operator's certificate rotator keeps a valid CA and cert it finds in its Secret
-        secret = {
-            "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NS},
-            "data": {
-                "ca.crt": b64(self.pki.ca.cert),
-                "ca.key": b64(self.pki.ca.key),
-                "tls.crt": b64(pair.cert),
-                "tls.key": b64(pair.key),
-            },
-        }
-        with contextlib.suppress(ApiError):
-            self.admin.create(f"/api/v1/namespaces/{OPERATOR_NS}/secrets", secret)
         self._webhooks(
             self.manifests / "training-operator/base/webhook/manifests.yaml",
-            "training-operator.kubeflow.org",
+            {
+                "ValidatingWebhookConfiguration": "validator.training-operator.kubeflow.org",
+                "Secret": "training-operator-webhook-cert",
+            },
+            "training-operator",
+            OPERATOR_NS,
             port,
         )
         proc = self._start(
@@ -436,12 +475,35 @@ class ControlPlane:
                 f"127.0.0.1:{health}",
                 "--webhook-server-port",
                 str(port),
-                "--pytorch-init-container-max-tries",
-                "100",
             ],
-            private_tmp=certs,
+            private_tmp=self._private(
+                "training-operator", "training-operator-webhook-cert", OPERATOR_NS
+            ),
+            env={"MY_POD_NAMESPACE": OPERATOR_NS},
         )
         return "training-operator", f"http://127.0.0.1:{health}/readyz", proc
+
+    def _mount_secret(self, namespace: str, name: str, folder: Path) -> None:
+        """The controller's certificate Secret as its pod would have it mounted (the rotator
+        writes the Secret and waits to see it in its certificate folder)."""
+        import base64
+
+        got = self.admin.try_get(f"/api/v1/namespaces/{namespace}/secrets/{name}") or {}
+        data = got.get("data") or {}
+        target = folder / "serving-certs"
+        target.mkdir(parents=True, exist_ok=True)
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            if key in data:
+                raw = base64.b64decode(data[key])
+                path = target / key
+                if not path.exists() or path.read_bytes() != raw:
+                    path.write_bytes(raw)
+
+    def _private(self, name: str, secret: str, namespace: str) -> Path:
+        folder = self.dir / "webhooks" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        self._mounts[name] = (secret, namespace, folder)
+        return folder
 
     def _config(self, name: str, body: dict[str, Any]) -> Path:
         path = self.dir / f"{name}-config.yaml"
@@ -450,10 +512,15 @@ class ControlPlane:
 
     def _jobset(self) -> tuple[str, str, Proc]:
         port, health = free_port(), free_port()
-        certs, _ = self._webhook_cert("jobset", "jobset-webhook-service", JOBSET_NS)
         self._webhooks(
             self.manifests / "jobset/components/webhook/manifests.yaml",
-            "jobset.x-k8s.io",
+            {
+                "ValidatingWebhookConfiguration": "jobset-validating-webhook-configuration",
+                "MutatingWebhookConfiguration": "jobset-mutating-webhook-configuration",
+                "Secret": "jobset-webhook-server-cert",
+            },
+            "jobset-webhook-service",
+            JOBSET_NS,
             port,
         )
         config = self._config(
@@ -462,8 +529,8 @@ class ControlPlane:
                 "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
                 "kind": "Configuration",
                 "leaderElection": {"leaderElect": False},
-                "internalCertManagement": {"enable": False},
-                "webhook": {"port": port, "host": "127.0.0.1"},
+                "internalCertManagement": {"enable": True},
+                "webhook": {"port": port},
                 "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
                 "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
             },
@@ -481,17 +548,22 @@ class ControlPlane:
                 "--health-probe-bind-address",
                 f"127.0.0.1:{health}",
             ],
-            private_tmp=certs,
+            private_tmp=self._private("jobset", "jobset-webhook-server-cert", JOBSET_NS),
         )
         return "jobset", f"http://127.0.0.1:{health}/readyz", proc
 
     def _trainer(self) -> tuple[str, str, Proc]:
         port, health = free_port(), free_port()
         self.trainer_status_port = free_port()
-        certs, _ = self._webhook_cert("trainer", "kubeflow-trainer-controller-manager", TRAINER_NS)
         self._webhooks(
             self.manifests / "trainer/base/webhook/manifests.yaml",
-            "trainer.kubeflow.org",
+            {
+                "ValidatingWebhookConfiguration": "validator.trainer.kubeflow.org",
+                "MutatingWebhookConfiguration": "defaulter.trainer.kubeflow.org",
+                "Secret": "kubeflow-trainer-webhook-cert",
+            },
+            "kubeflow-trainer-controller-manager",
+            TRAINER_NS,
             port,
         )
         config = self._config(
@@ -505,9 +577,13 @@ class ControlPlane:
                     "livenessEndpointName": "healthz",
                 },
                 "metrics": {"bindAddress": "0", "secureServing": False},
-                "webhook": {"port": port, "host": "127.0.0.1"},
+                "webhook": {"port": port},
                 "leaderElection": {"leaderElect": False},
-                "certManagement": {"enable": False},
+                "certManagement": {
+                    "enable": True,
+                    "webhookServiceName": "kubeflow-trainer-controller-manager",
+                    "webhookSecretName": "kubeflow-trainer-webhook-cert",
+                },
                 "statusServer": {"port": self.trainer_status_port},
             },
         )
@@ -520,7 +596,9 @@ class ControlPlane:
                 "--config",
                 str(config),
             ],
-            private_tmp=certs,
+            private_tmp=self._private(
+                "trainer-controller-manager", "kubeflow-trainer-webhook-cert", TRAINER_NS
+            ),
         )
         return "trainer-controller-manager", f"http://127.0.0.1:{health}/readyz", proc
 

@@ -590,7 +590,7 @@ class Kubelet:
 
     def start(self) -> None:
         self.server.start()
-        for target in (self._watch_pods, self._watch_services, self._heartbeat):
+        for target in (self._watch_pods, self._watch_services, self._watch_claims, self._heartbeat):
             t = threading.Thread(target=target, daemon=True, name=f"kubelet{target.__name__}")
             t.start()
             self._threads.append(t)
@@ -626,6 +626,40 @@ class Kubelet:
             except (ApiError, OSError, ValueError):
                 if self._stop.wait(0.5):
                     return
+
+    def _watch_claims(self) -> None:
+        """The node's storage provisioner: a PersistentVolume (a folder here) for each claim
+        that has none, which the real PV controller then binds."""
+
+        def on(typ: str, obj: Any) -> None:
+            for pvc in obj if typ == "SYNC" else [obj]:
+                if typ != "DELETED" and not (pvc.get("spec") or {}).get("volumeName"):
+                    self._provision(pvc)
+
+        self._watch("/api/v1/persistentvolumeclaims", on)
+
+    def _provision(self, pvc: dict[str, Any]) -> None:
+        meta, spec = pvc["metadata"], pvc.get("spec") or {}
+        folder = self.root / "pvcs" / meta["namespace"] / meta["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        pv = {
+            "metadata": {"name": f"pvc-{meta['uid']}"},
+            "spec": {
+                "capacity": {"storage": size},
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete",
+                "storageClassName": spec.get("storageClassName") or "",
+                "hostPath": {"path": str(folder)},
+                "claimRef": {
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            },
+        }
+        with contextlib.suppress(ApiError):
+            self.api.create("/api/v1/persistentvolumes", pv)
 
     def _watch_services(self) -> None:
         self._watch("/api/v1/services", lambda typ, obj: self._names_event("svc", typ, obj))

@@ -33,7 +33,8 @@ class KubeletServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 

@@ -13,6 +13,11 @@ def _openssl(*args: str, stdin: str | None = None) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, input=stdin, text=True)
 
 
+def _pkcs1(key: Path) -> None:
+    """RSA keys in PKCS#1 form: the webhook certificate rotator parses only that."""
+    _openssl("rsa", "-in", str(key), "-out", str(key), "-traditional")
+
+
 @dataclass(frozen=True)
 class Pair:
     cert: Path
@@ -46,6 +51,7 @@ class Pki:
                 "-addext",
                 "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
             )
+            _pkcs1(self.ca.key)
 
     def issue(
         self,
@@ -75,6 +81,7 @@ class Pki:
             "-subj",
             subj,
         )
+        _pkcs1(pair.key)
         sans = [f"DNS:{d}" for d in dns] + [f"IP:{i}" for i in ips]
         ext = self.dir / f"{name}.ext"
         lines = [

@@ -80,7 +80,8 @@ class FaultProxy:
 
     def stop(self) -> None:
         self.cut(lambda s: True)
-        self.httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self.httpd.shutdown()
         self.httpd.server_close()
 
     # -- faults -----------------------------------------------------------------------------
@@ -179,8 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
                 code = failure.status
                 self._send(code, status_body(code, "InternalError", "injected fault"))
             return
-        watch = query.get("watch", [""])[0] in ("1", "true")
-        follow = query.get("follow", [""])[0] in ("1", "true")
+        watch = query.get("watch", [""])[0].lower() in ("1", "true")
+        follow = query.get("follow", [""])[0].lower() in ("1", "true")
         if watch and self.proxy.expired(query.get("resourceVersion", [""])[0]):
             self._expired_watch()
             return
@@ -219,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             while True:
                 try:
-                    chunk = resp.read1(65536) if stream is not None else resp.read(65536)
+                    chunk = resp.read1(65536)  # what has come, at once (watches, follows)
                 except (OSError, http.client.HTTPException):
                     chunk = b""
                 if not chunk:

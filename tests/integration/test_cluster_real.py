@@ -68,9 +68,9 @@ def test_webhook_refuses_a_pytorchjob_without_a_pytorch_container(test_cluster, 
             GROUP, VERSION, test_cluster.namespace, "pytorchjobs", _job("nope", container="main")
         )
     assert exc.value.status in (400, 403, 422)
-    body = exc.value.body
-    assert 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied' in body
-    assert "must have a container named pytorch" in body or "pytorch" in body
+    message = json.loads(exc.value.body)["message"]
+    assert 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied' in message
+    assert "must have at least one container with name pytorch" in message
 
 
 def test_crd_schema_rejects_with_field_path(test_cluster, api):
@@ -116,7 +116,6 @@ def test_self_subject_access_review_is_the_real_authorizer(test_cluster, api):
         return bool(authz.create_self_subject_access_review(body).status.allowed)
 
     assert allowed("create", "pytorchjobs", GROUP)
-    assert not allowed("create", "namespaces")
     test_cluster.set_rbac([Rule(verbs=("get", "list"), groups=("",), resources=("pods",))])
     wait_for(lambda: not allowed("create", "pytorchjobs", GROUP), 10)
     assert allowed("list", "pods")
