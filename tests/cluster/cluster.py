@@ -128,6 +128,7 @@ class Cluster:
             self.plane.port,
             kubelet_cert,
             registry,
+            pod_ip=self.plane.address,
         )
         self.faults = Faults(self.proxy, self.kubelet, self.admin)
         self._nodes = nodes or [Node()]

@@ -269,7 +269,8 @@ class PodWorker(threading.Thread):
         mounts += [("dir", host, "", dst, False) for host, dst in image.mounts]
         workdir = r.spec.get("workingDir") or image.workdir or "/"
         if self.k.use_unshare:
-            script = sandbox.mount_script(mounts, self.hosts, workdir)
+            scratch = self.dir / "rootfs" / f"{r.name}-{r.restarts}"
+            script = sandbox.mount_script(mounts, self.hosts, workdir, scratch)
             full = [
                 "unshare",
                 "-m",
@@ -370,8 +371,10 @@ class PodWorker(threading.Thread):
             "phase": phase,
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
+            # this machine's address, not loopback: the endpoints controllers refuse loopback,
+            # and Services get endpoints as on a cluster (processes listen on every address)
+            "podIP": self.k.pod_ip,
+            "podIPs": [{"ip": self.k.pod_ip}],
             "startTime": self.started_at,
             "containerStatuses": [self._main_status(r) for r in self.runs],
         }
@@ -425,12 +428,19 @@ class Kubelet:
     and serves the kubelet API (logs) over TLS on ``port``."""
 
     def __init__(
-        self, api: Rest, root: Path, api_port: int, serving: Pair, registry: str | None = None
+        self,
+        api: Rest,
+        root: Path,
+        api_port: int,
+        serving: Pair,
+        registry: str | None = None,
+        pod_ip: str = "127.0.0.1",
     ) -> None:
         self.api = api
         self.root = root
         self.api_port = api_port
         self.server = KubeletServer(self, serving)
+        self.pod_ip = pod_ip
         self.port = self.server.port
         self.logs = Logs(root / "logs")
         self.puller = Puller(registry, root / "images")

@@ -129,7 +129,7 @@ def field_ref(pod: dict[str, Any], path: str) -> str:
         "metadata.uid": meta["uid"],
         "spec.nodeName": pod["spec"].get("nodeName", ""),
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-        "status.podIP": "127.0.0.1",
+        "status.podIP": (pod.get("status") or {}).get("podIP", "127.0.0.1"),
         "status.hostIP": "127.0.0.1",
     }.get(path, "")
 
@@ -249,12 +249,33 @@ def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
     }
 
 
+def _overlays(dests: list[str]) -> list[str]:
+    """Existing host folders to cover with a pod-private overlay, so that mount points missing
+    on the host (``/var/run/secrets/kubernetes.io/serviceaccount``, ``/opt/kube``) are made in
+    the pod's view only: a host that grew ``/var/run/secrets`` would look, to every client on
+    it, like a pod. Top-level mount points (``/ktrain``, ``/data``) are still made on the host."""
+    out: set[str] = set()
+    for dst in dests:
+        path = Path(dst)
+        while not path.exists():
+            path = path.parent
+        if str(path) != str(Path(dst)) and str(path) != "/":
+            out.add(str(path.resolve()))
+    return sorted(p for p in out if not any(p.startswith(o + "/") for o in out))
+
+
 def mount_script(
-    mounts: list[tuple[str, Path | None, str, str, bool]], hosts: Path, workdir: str
+    mounts: list[tuple[str, Path | None, str, str, bool]], hosts: Path, workdir: str, scratch: Path
 ) -> str:
     """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts."""
     q = shlex.quote
     lines = ["set -e"]
+    for i, base in enumerate(_overlays([m[3] for m in mounts])):
+        up, work = scratch / f"overlay-{i}" / "up", scratch / f"overlay-{i}" / "work"
+        up.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        opts = f"lowerdir={base},upperdir={up},workdir={work}"
+        lines.append(f"mount -t overlay overlay -o {q(opts)} {q(base)}")
     for kind, src, opt, dst, ro in mounts:
         lines.append(f"mkdir -p {q(dst)}")
         if kind == "tmpfs":

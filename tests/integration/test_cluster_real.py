@@ -69,7 +69,9 @@ def test_webhook_refuses_a_pytorchjob_without_a_pytorch_container(test_cluster, 
         )
     assert exc.value.status in (400, 403, 422)
     message = json.loads(exc.value.body)["message"]
-    assert 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied' in message
+    assert (
+        'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied' in message
+    )
     assert "must have at least one container with name pytorch" in message
 
 

@@ -74,7 +74,7 @@ def run_preflight(api: Api, spec: JobSpec, namespace: str, configmap: bool) -> l
             for access in required_access(spec, configmap)
         ]
         refs = pool.submit(_references, api, spec, namespace, ref_warnings)
-        queues = pool.submit(_queues, api, spec, namespace)
+        queues = pool.submit(_queues, api, spec, namespace, ref_warnings)
         nodes = pool.submit(_nodes, api, spec, node_warnings)
         problems = crd.result() + ns.result()
         for check in rbac:
@@ -101,6 +101,17 @@ def _crd(api: Api, spec: JobSpec) -> list[str]:
         f"the cluster does not serve {spec.kind} ({plural}.{group}/{version}): "
         f"{INSTALL_HINT.get(group, 'install its operator')}, or pick another --kind."
     ]
+
+
+def _served(api: Api, path: str) -> bool:
+    """Whether the API server serves this group (discovery is readable by every user)."""
+    try:
+        api.get(path)
+    except ApiFailure as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def _namespace(api: Api, namespace: str) -> list[str]:
@@ -195,19 +206,27 @@ def _references(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) ->
     return out
 
 
-def _queues(api: Api, spec: JobSpec, namespace: str) -> list[str]:
+def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> list[str]:
     out = []
     s = spec.scheduling
     if s.queue:
         try:
             api.get(f"/apis/scheduling.volcano.sh/v1beta1/queues/{s.queue}")
         except ApiFailure as exc:
-            if exc.status != 404:
+            if exc.status not in (403, 404):
                 raise
-            out.append(
-                f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
-                f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
-            )
+            # a user who may not read cluster-scoped queues gets 403 whether or not Volcano is
+            # there: discovery (readable by everyone) tells which
+            if exc.status == 404 or not _served(api, "/apis/scheduling.volcano.sh"):
+                out.append(
+                    f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
+                    f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
+                )
+            else:
+                warnings.append(
+                    f"could not check Volcano queue {s.queue!r} (--queue): you may not read "
+                    "queues.scheduling.volcano.sh; the job waits if it does not exist."
+                )
     if s.kueue_queue:
         path = ns_path("kueue.x-k8s.io", "v1beta1", namespace, "localqueues", s.kueue_queue)
         try:

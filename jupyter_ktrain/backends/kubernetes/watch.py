@@ -222,10 +222,17 @@ class JobWatch:
         target = involved.get("name", "")
         if target != self.name and not target.startswith(self.name + "-"):
             return
+        # the operator names each pod's Service after the pod: only the pods' own events (and
+        # the job's) say anything about a replica
+        if involved.get("kind") in _NOT_REPLICAS:
+            return
         current = self.events.get(target)
         if current is None or _event_time(obj) >= _event_time(current):
             self.events[target] = obj
             self._bump()
+
+
+_NOT_REPLICAS = frozenset({"Service", "Endpoints", "EndpointSlice", "ConfigMap"})
 
 
 def _event_time(event: Mapping[str, Any]) -> str:
