@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import linecache
 import os
 import pickle
 import runpy
@@ -168,8 +169,10 @@ def run_cell(cell: str, namespace: dict[str, Any]) -> Any:
     a warning; it never fails the job.
     """
     body, last = _split_last_expression(cell)
-    exec(compile(body, "<%%ktrain cell>", "exec"), namespace)
-    value = eval(compile(last, "<%%ktrain cell>", "eval"), namespace) if last else None
+    filename = str(namespace.get("_KTRAIN_CELL_NAME", "<%%ktrain cell>"))
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+    exec(compile(body, filename, "exec"), namespace)
+    value = eval(compile(last, filename, "eval"), namespace) if last else None
     if _rank() != 0:
         return value
     names = namespace.get("_KTRAIN_RESULT_NAMES", [])
@@ -195,6 +198,60 @@ def _emit_results(results: dict[str, Any]) -> None:
     print(format_record({"type": "result", "values": encoded}), flush=True)
 
 
+_OURS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.abspath(runpy.__file__))
+
+
+def _line_map(program: str) -> list[tuple[int, int, int, int]]:
+    """The program's ``_KTRAIN_LINES``: (first line, count, cell, first line in the cell)."""
+    try:
+        with open(program, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("_KTRAIN_LINES = "):
+                    return list(ast.literal_eval(line.split("=", 1)[1].strip()))
+    except (OSError, ValueError, SyntaxError):
+        pass
+    return []
+
+
+def _to_notebook(
+    frame: traceback.FrameSummary, program: str, spans: list[tuple[int, int, int, int]]
+) -> traceback.FrameSummary | None:
+    """The frame as the notebook sees it: a program line becomes ``cell [N]``, line M; the
+    product's own frames (this runtime, runpy, the program's glue) are left out."""
+    name = frame.filename
+    if name.startswith(_OURS[0]) or name in (_OURS[1], "<frozen runpy>"):
+        return None
+    if os.path.abspath(name) != program:
+        return frame
+    for first, count, cell, cell_line in spans:
+        if frame.lineno is not None and first <= frame.lineno < first + count:
+            return traceback.FrameSummary(
+                f"cell [{cell}]",
+                cell_line + frame.lineno - first,
+                frame.name,
+                lookup_line=False,
+                line=frame.line,
+            )
+    return None
+
+
+def notebook_traceback(exc: BaseException, program: str) -> list[str]:
+    """The traceback of ``exc`` with frames pointing at notebook cells, as lines."""
+    spans = _line_map(program)
+    top = traceback.TracebackException.from_exception(exc)
+    todo, seen = [top], set()
+    while todo:
+        te = todo.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        frames = [_to_notebook(f, program, spans) for f in te.stack]
+        te.stack = traceback.StackSummary.from_list([f for f in frames if f is not None])
+        todo += [t for t in (te.__cause__, te.__context__) if t is not None]
+        todo += list(getattr(te, "exceptions", None) or [])
+    return list(top.format())
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m jupyter_ktrain.runtime PROGRAM.py\n")
@@ -210,8 +267,8 @@ def main(argv: list[str]) -> int:
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        sys.stderr.write("".join(notebook_traceback(exc, program)))
         code = 1
     prefixer.stop()
     record = format_record({"type": "exit", "rank": rank, "code": code})

@@ -9,18 +9,20 @@ itself as a string literal. It is written to a file and never passes through a s
 
 from __future__ import annotations
 
+import base64
 import builtins
 import importlib
 import types
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import CaptureError
+from ..errors import CaptureError, SecretError
 from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
 from .requirements import Requirements
-from .values import EncodeFailure, encode_value
+from .secrets import Finding, env_name, find_in_bytes, find_in_source, find_in_value
+from .values import EncodeFailure, encode_together, encode_value
 
 __all__ = ["CapturedProgram", "capture"]
 
@@ -47,6 +49,9 @@ class CapturedProgram:
         return out
 
 
+_NOT_PICKLED = object()
+
+
 @dataclass
 class _Item:
     name: str
@@ -56,6 +61,8 @@ class _Item:
     cell: int | None = None
     needs_later: frozenset[str] = frozenset()
     fallback: str | None = None  # the defining statement, when it is a plain literal
+    verbatim: bool = False  # ``code`` is the notebook's own text (its lines map to the cell)
+    pickled: Any = _NOT_PICKLED  # the value, when it travels in the program's pickle stream
 
 
 @dataclass
@@ -67,7 +74,24 @@ class _Capture:
     skipped: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     requirements: Requirements = field(default_factory=Requirements)
-    uses_pickle: bool = False
+    values: bytes = b""  # the pickle stream of every value that is not a literal
+    allow_secrets: frozenset[str] = frozenset()
+    from_env: frozenset[str] = frozenset()  # variables the job gets by --env/--secret-env
+
+    # -- secrets ----------------------------------------------------------------------------
+    def check_secret(self, finding: Finding | None, owner: str, place: str) -> None:
+        """Refuse a secret found in what ``owner`` ships, unless --allow-secret names it."""
+        if finding is None:
+            return
+        key = finding.name if owner == _CELL else owner
+        if {key, finding.name} & self.allow_secrets:
+            self.warnings.append(
+                f"--allow-secret {key}: {_secret_at(finding, owner, place)} is written into the "
+                f"job's code as it is; anyone who can read the code's ConfigMap, pull its code "
+                f"image or open its job folder can read it."
+            )
+            return
+        raise SecretError(_secret_message(finding, owner, place, key), name=key)
 
     def is_main(self, obj: Any) -> str | None:
         if not isinstance(obj, type | types.FunctionType):
@@ -155,6 +179,7 @@ class _Capture:
             self.need({real}, f"{name!r}")
             return
         located = locate(name, obj, self.history)
+        self.check_secret(find_in_source(located.source, name), name, cell_label(located.cell))
         use = name_use(located.source)
         self.items[name] = _Item(
             name,
@@ -163,6 +188,7 @@ class _Capture:
             use.at_definition,
             located.cell,
             use.at_call,
+            verbatim=True,
         )
         for also in use.binds - {name}:
             self.skipped.add(also)
@@ -171,6 +197,13 @@ class _Capture:
     def value_item(self, name: str, obj: Any) -> _Item:
         where = locate_assignment(name, self.history)
         cell = where.cell if where else None
+        order = (cell or 0, where.line if where else 0)
+        finding = find_in_value(name, obj)
+        env = env_name(name)
+        if finding and isinstance(obj, str) and env in self.from_env:
+            # the job gets this variable by reference (--secret-env/--env): read it there
+            return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
+        self.check_secret(finding, name, cell_label(cell))
         try:
             encoded = encode_value(obj, self.is_main)
         except EncodeFailure as exc:
@@ -179,18 +212,46 @@ class _Capture:
                 f"{cell_label(cell)}) cannot be sent to the job: {exc.reason}. "
                 f"To fix: {exc.hint}."
             ) from None
+        shape = find_in_bytes(encoded.pickled)
+        if shape:
+            self.check_secret(Finding(name, name, f"{shape}, by its value"), name, cell_label(cell))
         self.requirements.add_module(type(obj).__module__)
-        self.uses_pickle |= encoded.expression.startswith("_ktrain_value(")
         item = _Item(
             name,
             f"{name} = {encoded.expression}\n",
-            (cell or 0, where.line if where else 0),
+            order,
             encoded.main_refs,
             cell,
             fallback=_literal_statement(where.source) if where else None,
+            pickled=obj if encoded.pickled else _NOT_PICKLED,
         )
         self.need(encoded.main_refs, f"{name!r}")
         return item
+
+
+_CELL = "the %%ktrain cell"
+
+
+def _secret_at(finding: Finding, owner: str, place: str) -> str:
+    what = f"{owner!r} ({place})" if owner != _CELL else owner
+    return what if finding.where == owner else f"{finding.where} in {what}"
+
+
+def _secret_message(finding: Finding, owner: str, place: str, key: str) -> str:
+    env = env_name(finding.name)
+    secret = env.lower().replace("_", "-")
+    item = env.lower().rsplit("_", 1)[-1]
+    return (
+        f"{_secret_at(finding, owner, place)} is a secret ({finding.kind}). It would be written "
+        f"into the job's code, where anyone who can read the code's ConfigMap, pull its code "
+        f"image or open its job folder can read it, so nothing was created. To fix: keep it "
+        f"out of the notebook's code and pass it by reference, then read "
+        f"os.environ[{env!r}] inside the function. On Kubernetes: --secret-env "
+        f"{env}={secret}/{item} (a Secret created once with `kubectl create secret generic "
+        f"{secret} --from-literal={item}=...`); on the local backend: --env {env} (the "
+        f"kernel's value, passed through the environment, never through a file). To ship "
+        f"it in the code anyway (rarely right): --allow-secret {key}."
+    )
 
 
 def _literal_statement(source: str) -> str | None:
@@ -252,15 +313,33 @@ def _ordered(items: list[_Item]) -> list[_Item]:
     return out
 
 
-_PRELUDE = '''\
+_PRELUDE = """\
 import base64 as _ktrain_base64
+import io as _ktrain_io
 import pickle as _ktrain_pickle
 
+# The notebook's values that are not plain literals: one pickle stream (protocol 4) written
+# by jupyter-ktrain in this program's order, read one value at a time below, so an object
+# shared by several names (a model and its optimizer) arrives as one object.
+_KTRAIN_VALUES = _ktrain_pickle.Unpickler(_ktrain_io.BytesIO(_ktrain_base64.b64decode(
+    "{data}"
+)))
+"""
 
-def _ktrain_value(data):
-    """A notebook value, pickled (protocol 4) and base64-encoded by jupyter-ktrain."""
-    return _ktrain_pickle.loads(_ktrain_base64.b64decode(data))
-'''
+
+def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
+    """Pickle the values that need it into one stream, in the order the program loads them."""
+    values = [i.pickled for i in ordered if i.pickled is not _NOT_PICKLED]
+    if not values:
+        return ordered
+    cap.values = encode_together(values, cap.is_main)
+    return [
+        replace(i, code=f"{i.name} = _KTRAIN_VALUES.load()\n")
+        if i.pickled is not _NOT_PICKLED
+        else i
+        for i in ordered
+    ]
+
 
 _EPILOGUE = """\
 if __name__ == "__main__":
@@ -268,33 +347,55 @@ if __name__ == "__main__":
         from jupyter_ktrain.runtime import run_cell
     except ImportError:  # run by hand without jupyter-ktrain: just execute the cell
         def run_cell(cell, namespace):
-            exec(compile(cell, "<%%ktrain cell>", "exec"), namespace)
+            exec(compile(cell, _KTRAIN_CELL_NAME, "exec"), namespace)
     run_cell(_KTRAIN_CELL, globals())
 """
 
 
-def _emit(ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str]) -> str:
+def _emit(
+    ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str], cell_name: str
+) -> str:
+    """The program's text. ``_KTRAIN_LINES`` maps its lines back to the notebook cells they
+    came from, (first line, line count, cell, first line in that cell) per definition, so a
+    traceback from the job can point at the cell (see :mod:`jupyter_ktrain.runtime`)."""
     cells = sorted({i.cell for i in ordered if i.cell})
     head = ", ".join(f"[{c}]" for c in cells) or "none"
-    parts = [
-        f"# Generated by jupyter-ktrain from notebook cells {head}; edit the notebook, not this.\n"
-        "# Runs as-is: `python program.py`, or `torchrun ... program.py` for several processes.\n"
+    parts: list[tuple[str, _Item | None]] = [
+        (
+            f"# Generated by jupyter-ktrain from notebook cells {head}; edit the notebook, not "
+            "this.\n# Runs as-is: `python program.py`, or `torchrun ... program.py` for several "
+            "processes.\n",
+            None,
+        )
     ]
-    if cap.uses_pickle:
-        parts.append(_PRELUDE)
+    if cap.values:
+        data = base64.b64encode(cap.values).decode("ascii")
+        parts.append((_PRELUDE.replace("{data}", data), None))
     imports = [i.code for i in ordered if i.order[0] == -1]
     if imports:
-        parts.append("\n".join(dict.fromkeys(imports)) + "\n")
+        parts.append(("\n".join(dict.fromkeys(imports)) + "\n", None))
     seen: set[str] = set()
     for item in ordered:
         if item.order[0] == -1 or item.code in seen:  # one statement may bind several names
             continue
         seen.add(item.code)
         label = f"# {cell_label(item.cell)}\n" if item.cell else ""
-        parts.append(f"{label}{item.code.rstrip()}\n")
-    parts.append(f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_RESULT_NAMES = {result_names!r}\n")
-    parts.append(_EPILOGUE)
-    return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+        parts.append((f"{label}{item.code.rstrip()}\n", item))
+    lines: list[tuple[int, int, int, int]] = []
+    at = 1
+    for text, src in parts:
+        count = text.rstrip("\n").count("\n") + 1
+        if src is not None and src.cell and src.verbatim:
+            skip = 1 if text.startswith("# ") else 0
+            lines.append((at + skip, count - skip, src.cell, src.order[1]))
+        at += count + 1  # parts are separated by one blank line
+    tail = [
+        f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_CELL_NAME = {cell_name!r}\n"
+        f"_KTRAIN_RESULT_NAMES = {result_names!r}\n_KTRAIN_LINES = {tuple(lines)!r}\n",
+        _EPILOGUE,
+    ]
+    texts = [text for text, _ in parts] + tail
+    return "\n\n".join(p.rstrip("\n") + "\n" for p in texts)
 
 
 def _entry(cell: str) -> str:
@@ -311,12 +412,19 @@ def capture(
     namespace: Mapping[str, Any],
     history: Sequence[str] = (),
     hidden: Collection[str] = (),
+    *,
+    allow_secrets: Collection[str] = (),
+    from_env: Collection[str] = (),
+    cell_number: int | None = None,
 ) -> CapturedProgram:
     """Capture what ``cell`` needs from ``namespace`` (the kernel's globals).
 
     ``history`` is the kernel's input history indexed by execution count (IPython's ``In``);
     ``hidden`` are names IPython itself put in the namespace. Raises :class:`CaptureError`
-    naming the object, its cell and the fix when something cannot travel.
+    naming the object, its cell and the fix when something cannot travel, and
+    :class:`SecretError` when a secret would be written into the code (unless its name is in
+    ``allow_secrets``). A secret string global whose variable is in ``from_env`` (the job gets
+    it by ``--env``/``--secret-env``) is read from the job's environment instead.
     """
     try:
         use = name_use(cell, "<%%ktrain cell>")
@@ -325,7 +433,14 @@ def capture(
             f"The %%ktrain cell is not valid Python (line {exc.lineno}: {exc.msg}). "
             f"Fix the cell body; flags go on the %%ktrain line."
         ) from None
-    cap = _Capture(namespace, history, set(hidden))
+    cap = _Capture(
+        namespace,
+        history,
+        set(hidden),
+        allow_secrets=frozenset(allow_secrets),
+        from_env=frozenset(from_env),
+    )
+    cap.check_secret(find_in_source(cell, _CELL), _CELL, "this cell")
     missing = [
         n for n in sorted(use.at_definition) if n not in namespace and not hasattr(builtins, n)
     ]
@@ -335,9 +450,18 @@ def capture(
             f"defined. Run the cell that defines it first."
         )
     cap.need(use.all, "the %%ktrain cell")
-    ordered = _ordered(list(cap.items.values()))
+    ordered = _stream_values(_ordered(list(cap.items.values())), cap)
+    local_files = cap.requirements.local_files()
+    for rel, data in sorted(local_files.items()):
+        text = data.decode("utf-8", "replace")
+        found = find_in_source(text, rel) if rel.endswith(".py") else None
+        shape = find_in_bytes(data)
+        if found is None and shape:
+            found = Finding(rel, rel, f"{shape}, by its value")
+        cap.check_secret(found, rel, "a local module next to the notebook")
     result_names = bound_names(cell)
-    source = _emit(ordered, cap, cell, result_names)
+    cell_name = f"cell [{cell_number}]" if cell_number else "<%%ktrain cell>"
+    source = _emit(ordered, cap, cell, result_names, cell_name)
     compile(source, "program.py", "exec")  # a bug here is ours: fail before shipping
     return CapturedProgram(
         source=source,
@@ -347,5 +471,5 @@ def capture(
         cells=tuple(sorted({i.cell for i in ordered if i.cell})),
         entry=_entry(cell),
         warnings=tuple(cap.warnings),
-        local_files=tuple(sorted(cap.requirements.local_files().items())),
+        local_files=tuple(sorted(local_files.items())),
     )

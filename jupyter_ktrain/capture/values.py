@@ -14,11 +14,12 @@ import base64
 import io
 import math
 import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_VALUE_BYTES", "EncodeFailure", "Encoded", "encode_value"]
+__all__ = ["MAX_VALUE_BYTES", "EncodeFailure", "Encoded", "encode_together", "encode_value"]
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024
 _LITERAL_LIMIT = 20_000
@@ -33,6 +34,7 @@ class Encoded:
     expression: str
     main_refs: frozenset[str]
     size: int
+    pickled: bytes = b""  # the pickle, when the value is one
 
 
 class EncodeFailure(Exception):
@@ -114,6 +116,18 @@ def _describe(exc: Exception) -> EncodeFailure:
     )
 
 
+def _dump(pickler: _Pickler, value: Any) -> None:
+    try:
+        with warnings.catch_warnings():
+            # torch pickles a tensor through its (deprecated) TypedStorage: not the user's doing
+            warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
+            pickler.dump(value)
+    except EncodeFailure:
+        raise
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        raise _describe(exc) from None
+
+
 def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
     """Encode ``value``; ``is_main(obj)`` names notebook-defined classes/functions it meets."""
     literal = _literal(value)
@@ -124,12 +138,7 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
         raise refused
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, is_main)
-    try:
-        pickler.dump(value)
-    except EncodeFailure:
-        raise
-    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
-        raise _describe(exc) from None
+    _dump(pickler, value)
     data = buffer.getvalue()
     if len(data) > MAX_VALUE_BYTES:
         raise EncodeFailure(
@@ -138,4 +147,16 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
             "load or build the data inside the function (from a dataset volume or a URL)",
         )
     text = base64.b64encode(data).decode("ascii")
-    return Encoded(f'_ktrain_value("{text}")', frozenset(pickler.main_refs), len(data))
+    return Encoded(f'_ktrain_value("{text}")', frozenset(pickler.main_refs), len(data), data)
+
+
+def encode_together(values: list[Any], is_main: Callable[[Any], str | None]) -> bytes:
+    """One pickle stream of ``values``, dumped in order by one pickler: an object reached from
+    several values (a model's parameters held by its optimizer, two names for one list) is
+    written once and comes back as one object when the values are loaded in the same order
+    by one unpickler. Each value was checked alone by :func:`encode_value` first."""
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer, is_main)
+    for value in values:
+        _dump(pickler, value)
+    return buffer.getvalue()
