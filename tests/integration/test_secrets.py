@@ -139,3 +139,32 @@ def test_with_env_the_local_job_reads_the_token_and_writes_it_nowhere(
     shown = json.dumps([c.get("outputs", []) for c in nb.cells]).encode()
     for place, data in {"files": _written(ktrain_home), "cells": shown, "panel": api}.items():
         assert CANARY.encode() not in data, place
+
+
+def test_with_secret_env_the_cluster_job_reads_a_real_secret(
+    test_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept small on purpose: the test cluster fixture is being replaced."""
+    pytest.importorskip("kubernetes")
+    from .k8s_helpers import configured_shell
+
+    shells = configured_shell(test_cluster, tmp_path, monkeypatch)
+    shell = next(shells)
+    for cell in PLANTED[1:3]:
+        assert shell.run_cell(cell, store_history=True).success
+    made = test_cluster.kubectl(
+        "create", "secret", "generic", "hf-token", f"--from-literal=token={CANARY}"
+    )
+    assert made.returncode == 0, made.stderr
+    job = shell.run_cell_magic(
+        "ktrain",
+        "--image local/python --name with-secret --secret-env HF_TOKEN=hf-token/token",
+        "result = train_global()\n",
+    )
+    assert job.state == "Succeeded"
+    assert shell.user_ns["result"] == len(CANARY)
+    for kind, name in (("configmap", "with-secret-code"), ("pytorchjob", "with-secret")):
+        got = test_cluster.kubectl("get", kind, name, "-o", "yaml")
+        assert got.returncode == 0, got.stderr
+        assert CANARY not in got.stdout, kind
+    next(shells, None)  # the fixture body resets the shell
