@@ -154,7 +154,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         hidden,
         allow_secrets=ns.allow_secret,
         from_env=env_names(ns),
-        cell_number=getattr(shell, "execution_count", None),
+        cell_number=len(history) - 1 if len(history) > 1 else None,  # In[-1] is this cell
     )
     spec = spec_from_args(ns, program.entry)
     for warning in program.warnings:

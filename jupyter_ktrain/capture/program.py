@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import importlib
+import inspect
 import types
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,7 @@ class _Item:
     fallback: str | None = None  # the defining statement, when it is a plain literal
     verbatim: bool = False  # ``code`` is the notebook's own text (its lines map to the cell)
     pickled: Any = _NOT_PICKLED  # the value, when it travels in the program's pickle stream
+    literal: bool = False  # written as a literal unless other values are pickled
 
 
 @dataclass
@@ -77,6 +79,7 @@ class _Capture:
     values: bytes = b""  # the pickle stream of every value that is not a literal
     allow_secrets: frozenset[str] = frozenset()
     from_env: frozenset[str] = frozenset()  # variables the job gets by --env/--secret-env
+    by_id: dict[int, str] = field(default_factory=dict)  # value object -> its first name
 
     # -- secrets ----------------------------------------------------------------------------
     def check_secret(self, finding: Finding | None, owner: str, place: str) -> None:
@@ -94,13 +97,13 @@ class _Capture:
         raise SecretError(_secret_message(finding, owner, place, key), name=key)
 
     def is_main(self, obj: Any) -> str | None:
-        if not isinstance(obj, type | types.FunctionType):
+        if not isinstance(obj, type | types.FunctionType) and not _wraps_code(obj):
             return None
         if getattr(obj, "__module__", None) != "__main__":
             self.requirements.add_module(getattr(obj, "__module__", None))
             return None
-        name = obj.__name__
-        return name if self.namespace.get(name) is obj else None
+        name = getattr(obj, "__name__", None)
+        return name if isinstance(name, str) and self.namespace.get(name) is obj else None
 
     # -- resolution -----------------------------------------------------------------------
     def need(self, names: Collection[str], who: str) -> None:
@@ -113,7 +116,7 @@ class _Capture:
         ns = self.namespace
         if name not in ns or name in self.hidden:
             self.skipped.add(name)
-            if name in self.hidden and name not in dir(builtins):
+            if name in self.hidden and name not in dir(builtins) and name not in _SITE_BUILTINS:
                 self.warnings.append(
                     f"{who} uses {name!r}, which belongs to IPython and does not exist in the job."
                 )
@@ -133,7 +136,12 @@ class _Capture:
 
     @staticmethod
     def is_notebook_code(obj: Any) -> bool:
-        return isinstance(obj, type | types.FunctionType) and obj.__module__ == "__main__"
+        """A class or function the notebook defined, also behind a wrapper that keeps it in
+        ``__wrapped__`` (``functools.lru_cache``/``cache``/``wraps``): it travels by source,
+        decorators included, so the job re-applies them."""
+        if isinstance(obj, type | types.FunctionType):
+            return obj.__module__ == "__main__"
+        return _wraps_code(obj) and getattr(obj, "__module__", None) == "__main__"
 
     def module_item(self, name: str, module: types.ModuleType) -> _Item:
         if module.__name__ == "__main__" or getattr(module, "__spec__", None) is None:
@@ -167,6 +175,8 @@ class _Capture:
     def source_item(self, name: str, obj: Any) -> None:
         real = getattr(obj, "__name__", name)
         if "<locals>" in getattr(obj, "__qualname__", ""):
+            if self.statement_item(name):
+                return
             where = locate_assignment(name, self.history)
             raise CaptureError(
                 f"{name!r} (from {cell_label(where.cell if where else None)}) is a function "
@@ -194,10 +204,37 @@ class _Capture:
             self.skipped.add(also)
         self.need(use.all, f"{name!r} ({cell_label(located.cell)})")
 
+    def statement_item(self, name: str) -> bool:
+        """Send ``name`` as the assignment that made it (``scale = make(7)``, a dict holding a
+        lambda, ``LambdaLR(optimizer, lr_lambda=...)``), re-run in the job from the names it
+        reads, when a value cannot be pickled. False when there is no such statement."""
+        where = locate_assignment(name, self.history)
+        if where is None or not _is_assignment(where.source):
+            return False
+        use = name_use(where.source)
+        if name in use.at_definition:  # ``x = f(x)`` needs the old x: not rebuildable
+            return False
+        self.check_secret(find_in_source(where.source, name), name, cell_label(where.cell))
+        self.items[name] = _Item(
+            name,
+            where.source,
+            (where.cell or 0, where.line),
+            use.at_definition,
+            where.cell,
+            use.at_call,
+            verbatim=True,
+        )
+        self.skipped.update(use.binds - {name})
+        self.need(use.all, f"{name!r} ({cell_label(where.cell)})")
+        return True
+
     def value_item(self, name: str, obj: Any) -> _Item:
         where = locate_assignment(name, self.history)
         cell = where.cell if where else None
         order = (cell or 0, where.line if where else 0)
+        first = self.by_id.setdefault(id(obj), name)
+        if first != name and not isinstance(obj, _IMMUTABLE):  # two names for one object
+            return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
         finding = find_in_value(name, obj)
         env = env_name(name)
         if finding and isinstance(obj, str) and env in self.from_env:
@@ -207,6 +244,8 @@ class _Capture:
         try:
             encoded = encode_value(obj, self.is_main)
         except EncodeFailure as exc:
+            if exc.rebuildable and self.statement_item(name):
+                return self.items.pop(name)
             raise CaptureError(
                 f"{name!r} ({type(obj).__module__}.{type(obj).__qualname__}, defined in "
                 f"{cell_label(cell)}) cannot be sent to the job: {exc.reason}. "
@@ -223,13 +262,36 @@ class _Capture:
             encoded.main_refs,
             cell,
             fallback=_literal_statement(where.source) if where else None,
-            pickled=obj if encoded.pickled else _NOT_PICKLED,
+            pickled=obj if encoded.pickled or not isinstance(obj, _IMMUTABLE) else _NOT_PICKLED,
+            literal=not encoded.pickled,
         )
         self.need(encoded.main_refs, f"{name!r}")
         return item
 
 
 _CELL = "the %%ktrain cell"
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+# names Python's ``site`` module puts in builtins: IPython hides them, the job has them
+_SITE_BUILTINS = frozenset({"exit", "quit", "copyright", "credits", "license", "help"})
+
+
+def _wraps_code(obj: Any) -> bool:
+    """``obj`` wraps a notebook function (``lru_cache``, ``cache``, ``wraps``)."""
+    try:
+        inner = inspect.unwrap(obj) if hasattr(obj, "__wrapped__") else None
+    except ValueError:  # a cycle of __wrapped__
+        return False
+    return isinstance(inner, types.FunctionType) and inner.__module__ == "__main__"
+
+
+def _is_assignment(source: str) -> bool:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Assign | ast.AnnAssign)
 
 
 def _secret_at(finding: Finding, owner: str, place: str) -> str:
@@ -329,14 +391,14 @@ _KTRAIN_VALUES = _ktrain_pickle.Unpickler(_ktrain_io.BytesIO(_ktrain_base64.b64d
 
 def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
     """Pickle the values that need it into one stream, in the order the program loads them."""
-    values = [i.pickled for i in ordered if i.pickled is not _NOT_PICKLED]
-    if not values:
-        return ordered
-    cap.values = encode_together(values, cap.is_main)
+    if all(i.pickled is _NOT_PICKLED or i.literal for i in ordered):
+        return ordered  # nothing needs pickling: every value stays a readable literal
+    # a mutable literal (a list) may also be inside a pickled value: it goes in the stream too
+    streamed = [i for i in ordered if i.pickled is not _NOT_PICKLED]
+    cap.values = encode_together([i.pickled for i in streamed], cap.is_main)
+    names = {i.name for i in streamed}
     return [
-        replace(i, code=f"{i.name} = _KTRAIN_VALUES.load()\n")
-        if i.pickled is not _NOT_PICKLED
-        else i
+        replace(i, code=f"{i.name} = _KTRAIN_VALUES.load()\n") if i.name in names else i
         for i in ordered
     ]
 
@@ -388,7 +450,7 @@ def _emit(
         if src is not None and src.cell and src.verbatim:
             skip = 1 if text.startswith("# ") else 0
             lines.append((at + skip, count - skip, src.cell, src.order[1]))
-        at += count + 1  # parts are separated by one blank line
+        at += count + 2  # parts are separated by two blank lines
     tail = [
         f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_CELL_NAME = {cell_name!r}\n"
         f"_KTRAIN_RESULT_NAMES = {result_names!r}\n_KTRAIN_LINES = {tuple(lines)!r}\n",

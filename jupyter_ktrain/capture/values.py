@@ -40,10 +40,12 @@ class Encoded:
 class EncodeFailure(Exception):
     """The value cannot travel; ``reason`` says why and ``hint`` what to do instead."""
 
-    def __init__(self, reason: str, hint: str):
+    def __init__(self, reason: str, hint: str, *, rebuildable: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
+        self.rebuildable = rebuildable  # only a function by value is in the way: the
+        # statement that built the value can rebuild it in the job
 
 
 def _is_literal(value: Any, depth: int = 0) -> bool:
@@ -108,6 +110,7 @@ def _describe(exc: Exception) -> EncodeFailure:
         return EncodeFailure(
             f"it holds a function that cannot be imported by name ({text})",
             "define that function with `def` at the top level of a cell",
+            rebuildable=True,
         )
     return EncodeFailure(
         f"it cannot be serialised ({type(exc).__name__}: {text})",

@@ -107,6 +107,21 @@ CASES: dict[str, tuple[list[str], str]] = {
         ],
         "result = train()",
     ),
+    "closures_and_lambdas_in_containers_by_statement": (
+        [
+            "def make(k):\n    def scale(x):\n        return k * x\n    return scale",
+            "scale = make(7)\nCONFIG = {'decay': lambda e: 0.5 ** e, 'k': 2}",
+            "def train():\n    return scale(3), CONFIG['decay'](CONFIG['k'])",
+        ],
+        "result = train()",
+    ),
+    "shared_objects_stay_shared": (
+        [
+            "import collections\nA = [1]\nB = A\nD = collections.OrderedDict(a=A)",
+            "def train():\n    B.append(2)\n    return A, D['a'] is A, A is B",
+        ],
+        "result = train()",
+    ),
     "tuple_assignment_and_shared_statement": (
         [
             "VOCAB, DIM, HEADS = 100, 32, 4\nA = B = 'same'",
@@ -235,10 +250,18 @@ BAD: dict[str, tuple[list[str], str, list[str]]] = {
         ["'LOCK'", "cell [1]"],
     ),
     "generator": (["gen = (i for i in range(3))"], "list(gen)", ["'gen'", "generator"]),
-    "closure": (
-        ["def make():\n    def inner():\n        return 1\n    return inner", "step = make()"],
+    "closure_made_in_a_loop": (  # no single statement rebuilds it
+        [
+            "def make(k):\n    def inner():\n        return k\n    return inner",
+            "for k in (7,):\n    step = make(k)",
+        ],
         "step()",
         ["'step'", "closure", "cell [2]"],
+    ),
+    "secret_default": (
+        ["def login(db_password='pw-9x8y7z'):\n    return db_password"],
+        "login()",
+        ["default of db_password (line 1) in 'login' (cell [1])", "--secret-env DB_PASSWORD="],
     ),
     "undefined": ([], "train(1)", ["'train'", "not defined"]),
     "syntax": ([], "train(", ["not valid Python", "line 1"]),
