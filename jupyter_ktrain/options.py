@@ -49,13 +49,6 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
         metavar="KEY=VALUE|KEY",
         help="set a variable in every process; KEY alone passes the kernel's value (local)",
     )
-    p.add_argument(
-        "--allow-secret",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="write the secret NAME into the job's code anyway (readable by whoever can read it)",
-    )
     p.add_argument("--dry-run", action="store_true", help="print the exact launch; run nothing")
     p.add_argument("--detach", action="store_true", help="submit and return at once; do not follow")
     from .cluster_options import add_arguments
@@ -97,7 +90,6 @@ def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: An
         "backend": ns.backend or defaults.get("backend") or _default_backend(),
         "env": tuple((k, v) for k, v in ns.env if v is not None),
         "pass_env": tuple(k for k, v in ns.env if v is None),
-        "allow_secrets": tuple(ns.allow_secret),
         **spec_kwargs(ns),
     }
     return JobSpec.create(**kwargs)

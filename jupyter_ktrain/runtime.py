@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from typing import Any
 
 from .monitor.protocol import format_rank_line, format_record
@@ -223,16 +224,41 @@ def _to_notebook(
         return None
     if os.path.abspath(name) != program:
         return frame
+    where = _cell_line(frame.lineno, spans)
+    if where is None:
+        return None
+    return traceback.FrameSummary(
+        where[0], where[1], frame.name, lookup_line=False, line=frame.line
+    )
+
+
+def _cell_line(line: int | None, spans: list[tuple[int, int, int, int]]) -> tuple[str, int] | None:
+    """("cell [N]", line in that cell) of a program line that came from a notebook cell."""
     for first, count, cell, cell_line in spans:
-        if frame.lineno is not None and first <= frame.lineno < first + count:
-            return traceback.FrameSummary(
-                f"cell [{cell}]",
-                cell_line + frame.lineno - first,
-                frame.name,
-                lookup_line=False,
-                line=frame.line,
-            )
+        if line is not None and first <= line < first + count:
+            return f"cell [{cell}]", cell_line + line - first
     return None
+
+
+def _warnings_name_cells(program: str) -> None:
+    """A warning raised by notebook code names its cell and line, as a traceback does."""
+    spans = _line_map(program)
+    plain = warnings.formatwarning
+
+    def formatwarning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        line: str | None = None,
+    ) -> str:
+        where = _cell_line(lineno, spans) if os.path.abspath(filename) == program else None
+        if where is None:
+            return plain(message, category, filename, lineno, line)
+        text = linecache.getline(filename, lineno) if line is None else line
+        return plain(message, category, where[0], where[1], text)
+
+    warnings.formatwarning = formatwarning
 
 
 def notebook_traceback(exc: BaseException, program: str) -> list[str]:
@@ -264,6 +290,7 @@ def main(argv: list[str]) -> int:
     try:
         sys.path.insert(0, os.path.dirname(program))
         sys.argv = [program]
+        _warnings_name_cells(program)
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CELLS = [
     "%load_ext jupyter_ktrain",
     # [2] a namespace package (no __init__.py) next to the notebook, like minGPT-ddp's mingpt/
-    "import functools, json\nimport torch\nfrom ktrain_nspkg import model as nsmodel",
+    "import functools, json, warnings\nimport torch\nfrom ktrain_nspkg import model as nsmodel",
     # [3] one model, its optimizer and scheduler; two names for one list
     "model = torch.nn.Linear(2, 1)\n"
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -60,7 +60,8 @@ CELLS = [
     "print('RESULT ' + json.dumps(result))",
     # [9] a failure deep in notebook code
     "def load(batch):\n    rows = batch['rows']\n    return rows\n\n"
-    "def crash():\n    value = 1\n    return load({'size': value})",
+    "def crash():\n    warnings.warn('batch is small')\n    value = 1\n"
+    "    return load({'size': value})",
     # [10]
     "%%ktrain --name crash-points\ncrash()",
 ]
@@ -149,10 +150,12 @@ def test_traceback_points_at_the_notebook_cell_without_product_frames(
     log = (home / "jobs" / "crash-points" / "rank-0.log").read_text()
     tb = log[log.index("Traceback (most recent call last):") :]
     assert 'File "cell [10]", line 1, in <module>\n    crash()' in tb
-    assert "File \"cell [9]\", line 7, in crash\n    return load({'size': value})" in tb
+    assert "File \"cell [9]\", line 8, in crash\n    return load({'size': value})" in tb
     assert "File \"cell [9]\", line 2, in load\n    rows = batch['rows']" in tb
     assert tb.rstrip().endswith("KeyError: 'rows'")
     for product in ("jupyter_ktrain", "runpy", "program.py"):
         assert product not in tb, tb
+    # a warning from notebook code names its cell and line too
+    assert "cell [9]:6: UserWarning: batch is small" in log
     # the cell shows the failing rank's last lines: the same notebook frames
     assert 'File "cell [9]", line 2, in load' in _text(nb.cells[9])
