@@ -3,8 +3,9 @@
 The program is Python source, not a pickle of functions: the job's Python may differ from the
 kernel's. It holds, in an order that runs: the imports the code needs, the source of every
 function, class and lambda the notebook defined that the cell reaches (transitively, the live
-definition of each), notebook values as literals or base64 pickles of plain data, and the cell
-itself as a string literal. It is written to a file and never passes through a shell.
+definition of each), notebook values as literals or one pickle stream (shared objects stay
+shared), and the cell itself as a string literal. It is written to a file and never passes
+through a shell. Secrets are never written into it (:mod:`.secrets`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
 from .requirements import Requirements
 from .secrets import Finding, env_name, find_in_bytes, find_in_source, find_in_value
-from .values import EncodeFailure, encode_together, encode_value
+from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value
 
 __all__ = ["CapturedProgram", "capture"]
 
@@ -237,7 +238,7 @@ class _Capture:
             return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
         finding = find_in_value(name, obj)
         env = env_name(name)
-        if finding and isinstance(obj, str) and env in self.from_env:
+        if isinstance(obj, str) and env in self.from_env and (finding or name == env):
             # the job gets this variable by reference (--secret-env/--env): read it there
             return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
         self.check_secret(finding, name, cell_label(cell))
@@ -397,10 +398,7 @@ def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
     streamed = [i for i in ordered if i.pickled is not _NOT_PICKLED]
     cap.values = encode_together([i.pickled for i in streamed], cap.is_main)
     names = {i.name for i in streamed}
-    return [
-        replace(i, code=f"{i.name} = _KTRAIN_VALUES.load()\n") if i.name in names else i
-        for i in ordered
-    ]
+    return [replace(i, code=f"{i.name} = {LOAD_NEXT}\n") if i.name in names else i for i in ordered]
 
 
 _EPILOGUE = """\

@@ -2,7 +2,8 @@
 
 Plain literals (numbers, strings, bytes, containers of them) become Python literals in the
 program, which is readable and exact. Everything else is pickled (protocol 4, readable by any
-Python >= 3.8) and embedded as base64, which no shell, YAML or heredoc can alter. Objects that
+Python >= 3.8) into one stream for the whole program (:func:`encode_together`), embedded as
+base64, which no shell, YAML or heredoc can alter. Objects that
 only make sense in this process (open files, sockets, locks, generators, CUDA tensors) are
 refused with the path to the offending part.
 """
@@ -10,7 +11,6 @@ refused with the path to the offending part.
 from __future__ import annotations
 
 import ast
-import base64
 import io
 import math
 import pickle
@@ -19,9 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_VALUE_BYTES", "EncodeFailure", "Encoded", "encode_together", "encode_value"]
+__all__ = [
+    "LOAD_NEXT",
+    "MAX_VALUE_BYTES",
+    "EncodeFailure",
+    "Encoded",
+    "encode_together",
+    "encode_value",
+]
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024
+LOAD_NEXT = "_KTRAIN_VALUES.load()"  # a pickled value: the next one in the program's stream
 _LITERAL_LIMIT = 20_000
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
@@ -149,8 +157,7 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
             f"for values shipped inside the program",
             "load or build the data inside the function (from a dataset volume or a URL)",
         )
-    text = base64.b64encode(data).decode("ascii")
-    return Encoded(f'_ktrain_value("{text}")', frozenset(pickler.main_refs), len(data), data)
+    return Encoded(LOAD_NEXT, frozenset(pickler.main_refs), len(data), data)
 
 
 def encode_together(values: list[Any], is_main: Callable[[Any], str | None]) -> bytes:
