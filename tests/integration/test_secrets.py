@@ -8,13 +8,19 @@ cell outputs, the side panel's API) finds no canary. With ``--env`` (local) or
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_ktrain import SecretError
 
 pytestmark = pytest.mark.slow
 
@@ -168,3 +174,54 @@ def test_with_secret_env_the_cluster_job_reads_a_real_secret(
         assert got.returncode == 0, got.stderr
         assert CANARY not in got.stdout, kind
     next(shells, None)  # the fixture body resets the shell
+
+
+@pytest.mark.skipif(
+    not (shutil.which("skopeo") and shutil.which("umoci")), reason="skopeo/umoci not installed"
+)
+def test_registry_route_code_layer_holds_no_token_and_reads_it_from_the_environment(
+    registry: Any, base_image: str, tmp_path: Path
+) -> None:
+    """The code image the registry route pushes for a cell using HF_TOKEN with --secret-env,
+    read back with skopeo and unpacked with umoci: no canary in the layout, the unpacked files
+    or the registry's storage; the program run from the rootfs reads the token from its
+    environment."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_ktrain.capture import capture
+    from jupyter_ktrain.packaging.push import push_code_image
+
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    for cell in PLANTED[1:3]:
+        assert sh.run_cell(cell, store_history=True).success
+    args = (sh.user_ns, sh.user_ns["In"], sh.user_ns_hidden)
+    with pytest.raises(SecretError):  # without the flag nothing is built
+        capture("result = train_global()", *args)
+    program = capture("print('LEN', train_global())", *args, from_env=["HF_TOKEN"])
+    sh.reset(new_session=True)
+    pushed = push_code_image(
+        base_image, f"{registry.host}/team/secret", program.files, insecure=[registry.host]
+    )
+    ref = pushed.reference
+    run = ["skopeo", "--insecure-policy"]
+    layout = tmp_path / "layout"
+    subprocess.run(
+        [*run, "copy", "--src-tls-verify=false", f"docker://{ref}", f"oci:{layout}:img"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["umoci", "unpack", "--rootless", "--image", f"{layout}:img", str(tmp_path / "bundle")],
+        check=True,
+        capture_output=True,
+    )
+    code = tmp_path / "bundle" / "rootfs" / "ktrain"
+    assert (code / "program.py").exists()
+    for place in (layout, tmp_path / "bundle", registry.root):
+        assert CANARY.encode() not in _written(place), place
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(code / "lib"), "HF_TOKEN": CANARY}
+    out = subprocess.run(
+        [sys.executable, "program.py"], cwd=code, env=env, capture_output=True, text=True
+    )
+    assert f"LEN {len(CANARY)}" in out.stdout, out.stderr
