@@ -42,7 +42,21 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a JSON Web Token", re.compile(r"\beyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}")),
     ("a PEM private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
 )
-_BYTE_SHAPES = tuple((kind, re.compile(p.pattern.encode())) for kind, p in _SHAPES)
+# each shape's fixed prefixes: a fast substring test first, the regex only where one occurs
+# (a pickled model is megabytes of tensor data)
+_PREFIXES = (
+    (b"hf_",),
+    (b"sk-",),
+    (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_"),
+    (b"AKIA", b"ASIA"),
+    (b"xox",),
+    (b"eyJ",),
+    (b"PRIVATE KEY-----",),
+)
+_BYTE_SHAPES = tuple(
+    (kind, prefixes, re.compile(p.pattern.encode()))
+    for (kind, p), prefixes in zip(_SHAPES, _PREFIXES, strict=True)
+)
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_NODES = 100_000
 
@@ -101,8 +115,8 @@ def _secret(text: str, name: str | None) -> str | None:
 
 def find_in_bytes(data: bytes) -> str | None:
     """The kind of well-known token inside ``data`` (e.g. a pickle), if any."""
-    for kind, pattern in _BYTE_SHAPES:
-        if pattern.search(data):
+    for kind, prefixes, pattern in _BYTE_SHAPES:
+        if any(prefix in data for prefix in prefixes) and pattern.search(data):
             return kind
     return None
 
@@ -132,7 +146,9 @@ def find_in_value(name: str, value: Any) -> Finding | None:
     dataclasses and objects' attributes; a list's items count under the list's name."""
     todo: list[tuple[Any, str, str | None]] = [(value, name, name)]
     seen: set[int] = set()
-    while todo and len(seen) < _MAX_NODES:
+    budget = _MAX_NODES  # a bound on the walk; token shapes in big values are still found
+    # in their pickle (find_in_bytes)
+    while todo:
         obj, where, bound = todo.pop()
         if isinstance(obj, bytes):
             obj = obj.decode("utf-8", "replace")
@@ -146,6 +162,9 @@ def find_in_value(name: str, value: Any) -> Finding | None:
         seen.add(id(obj))
         inherit = bound if isinstance(obj, list | tuple | set | frozenset) else None
         for child, path, child_name in _children(obj, where):
+            if budget <= 0:
+                return None
+            budget -= 1
             todo.append((child, path, child_name or inherit))
     return None
 
