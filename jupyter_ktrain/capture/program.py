@@ -87,7 +87,9 @@ class _Capture:
         """Refuse a secret found in what ``owner`` ships, unless --allow-secret names it."""
         if finding is None:
             return
-        key = finding.name if owner == _CELL else owner
+        key = owner  # what --allow-secret names: the global, or the name in the cell
+        if owner == _CELL:
+            key = finding.name if finding.name != _CELL else finding.env
         if {key, finding.name} & self.allow_secrets:
             self.warnings.append(
                 f"--allow-secret {key}: {_secret_at(finding, owner, place)} is written into the "
@@ -237,7 +239,7 @@ class _Capture:
         if first != name and not isinstance(obj, _IMMUTABLE):  # two names for one object
             return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
         finding = find_in_value(name, obj)
-        env = env_name(name)
+        env = finding.env if finding else env_name(name)
         if isinstance(obj, str) and env in self.from_env and (finding or name == env):
             # the job gets this variable by reference (--secret-env/--env): read it there
             return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
@@ -301,7 +303,7 @@ def _secret_at(finding: Finding, owner: str, place: str) -> str:
 
 
 def _secret_message(finding: Finding, owner: str, place: str, key: str) -> str:
-    env = env_name(finding.name)
+    env = finding.env
     secret = env.lower().replace("_", "-")
     item = env.lower().rsplit("_", 1)[-1]
     return (

@@ -57,6 +57,15 @@ _BYTE_SHAPES = tuple(
     (kind, prefixes, re.compile(p.pattern.encode()))
     for (kind, p), prefixes in zip(_SHAPES, _PREFIXES, strict=True)
 )
+_USUAL_ENV = {
+    "a Hugging Face token": "HF_TOKEN",
+    "an OpenAI-style API key": "OPENAI_API_KEY",
+    "a GitHub token": "GITHUB_TOKEN",
+    "an AWS access key id": "AWS_ACCESS_KEY_ID",
+    "a Slack token": "SLACK_TOKEN",
+    "a JSON Web Token": "API_TOKEN",
+    "a PEM private key": "PRIVATE_KEY",
+}
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_NODES = 100_000
 
@@ -70,6 +79,15 @@ class Finding:
     where: str
     name: str
     kind: str
+
+    @property
+    def env(self) -> str:
+        """The environment variable it belongs in: its own name when that says secret
+        (``hfToken`` -> ``HF_TOKEN``), else the usual one for its shape."""
+        if is_secret_name(self.name):
+            return env_name(self.name)
+        usual = (v for k, v in _USUAL_ENV.items() if self.kind.startswith(k))
+        return next(usual, "SECRET_TOKEN")
 
 
 def _words(name: str) -> list[str]:

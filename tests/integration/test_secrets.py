@@ -43,7 +43,11 @@ SPOTS = {
     "result = train_default()": ["default of token (line 1) in 'train_default' (cell [4])"],
     "result = train_dict()": ["CONFIG['hub']['auth'] in 'CONFIG' (cell [5])"],
     "result = train_dataclass()": ["SETTINGS.hub_token in 'SETTINGS' (cell [6])"],
-    f"result = len({CANARY!r})": ["line 1 in the %%ktrain cell"],
+    f"result = len({CANARY!r})": [
+        "line 1 in the %%ktrain cell",
+        "--secret-env HF_TOKEN=hf-token/token",
+        "--allow-secret HF_TOKEN.",
+    ],
 }
 ROUTES = {
     "local job folder": "--name leak-local",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain import CaptureError
+from jupyter_ktrain import CaptureError, SecretError
 from jupyter_ktrain.capture import CapturedProgram, capture
 from jupyter_ktrain.monitor.results import results_from_lines
 
@@ -224,6 +224,23 @@ def test_local_module_travels_with_the_program(
     out = tmp_path / "job"
     out.mkdir()
     assert run_program(program, out)["result"] == 21
+
+
+def test_a_secret_in_a_local_module_is_refused(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    token = "sk-" + "Ab1" * 10  # built here: no token-shaped literal in this file
+    (src / "mylocalsettings.py").write_text(f"API = {token!r}\n")
+    monkeypatch.syspath_prepend(str(src))
+    run_cells(shell, ["import mylocalsettings", "def f():\n    return mylocalsettings.API"])
+    with pytest.raises(SecretError) as info:
+        capture_from(shell, "result = f()")
+    message = str(info.value)
+    assert "'mylocalsettings.py' (a local module next to the notebook)" in message
+    assert "--secret-env OPENAI_API_KEY=openai-api-key/key" in message
+    assert token not in message
 
 
 def test_only_what_is_needed_travels(shell: InteractiveShell) -> None:
