@@ -305,3 +305,40 @@ def test_what_cannot_travel_gets_one_clear_error(case: str, shell: InteractiveSh
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_a_chained_failure_names_notebook_cells_in_every_part(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    run_cells(
+        shell,
+        [
+            "import json",
+            "def parse(text):\n    return json.loads(text)\n\n"
+            "def load(text):\n    try:\n        return parse(text)\n"
+            "    except ValueError as exc:\n        raise RuntimeError('bad config') from exc",
+        ],
+    )
+    program = capture(
+        "load('{')", shell.user_ns, shell.user_ns["In"], shell.user_ns_hidden, cell_number=3
+    )
+    (tmp_path / "program.py").write_text(program.source)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_ktrain.runtime", str(tmp_path / "program.py")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RANK": "0"},
+        timeout=120,
+        check=False,
+    )
+    err = "\n".join(line.removeprefix("[rank0]: ") for line in proc.stderr.splitlines())
+    assert proc.returncode == 1
+    cause, _, effect = err.partition("The above exception was the direct cause")
+    assert 'File "cell [2]", line 6, in load\n    return parse(text)' in cause
+    assert 'File "cell [2]", line 2, in parse\n    return json.loads(text)' in cause
+    assert "json/decoder.py" in cause  # library frames stay: they are not ours
+    assert "File \"cell [3]\", line 1, in <module>\n    load('{')" in effect
+    assert "line 8, in load\n    raise RuntimeError('bad config') from exc" in effect
+    assert effect.rstrip().endswith("RuntimeError: bad config")
+    for ours in ("jupyter_ktrain", "runpy", "program.py"):
+        assert ours not in err, err
