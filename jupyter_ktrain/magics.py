@@ -161,13 +161,13 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
     plan = backend.dryrun(spec, program)
-    if spec.pass_env:
-        plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     for note in plan.notes:
         _say(f"note: {note}")
     if ns.dry_run:
         _say(plan.describe())
         return Job(spec.name, backend, plan, dry_run=True)
+    if spec.pass_env:
+        plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
     _say(
         f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
