@@ -32,6 +32,12 @@ __all__ = [
 
 _WORDS = {"token", "secret", "password", "passwd", "credential", "credentials"}
 _PAIRS = {("api", "key"), ("access", "key"), ("private", "key")}
+# a last word that makes the name describe a secret rather than hold one
+_ABOUT = {
+    "type", "name", "file", "path", "dir", "env", "var", "url", "uri", "endpoint", "ref",
+    "hint", "length", "len", "count", "prefix", "suffix", "format", "pattern", "header",
+    "kind", "mode", "field", "column",
+}  # fmt: skip
 
 _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
@@ -98,8 +104,10 @@ def _words(name: str) -> list[str]:
 
 def is_secret_name(name: str) -> bool:
     """``HF_TOKEN``, ``hfToken``, ``db_password``, ``AWS_SECRET_ACCESS_KEY``: yes;
-    ``tokenizer``, ``MAX_TOKENS``, ``key_dim``: no."""
+    ``tokenizer``, ``MAX_TOKENS``, ``key_dim``, ``TOKEN_TYPE``, ``SECRET_NAME``: no."""
     words = _words(name)
+    if words and words[-1] in _ABOUT:  # TOKEN_TYPE, SECRET_NAME: about a secret, not one
+        return False
     return bool(_WORDS & set(words)) or any(p in _PAIRS for p in itertools.pairwise(words))
 
 

@@ -40,7 +40,8 @@ def test_secret_names(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["tokenizer", "MAX_TOKENS", "key_dim", "vocab", "num_tokens", "keys", "api_url",
-     "access_log", "monkey", "passage", "secretary_count"],
+     "access_log", "monkey", "passage", "secretary_count", "TOKEN_TYPE", "SECRET_NAME",
+     "token_file", "passwordHint", "API_KEY_ENV"],
 )  # fmt: skip
 def test_ordinary_names(name: str) -> None:
     assert not is_secret_name(name)
@@ -77,6 +78,7 @@ def test_found_by_name_in_a_dict_a_dataclass_and_a_list() -> None:
         {"pad_token": "<pad>", "cls_token": "[CLS]", "token_env": "HF_TOKEN"},
         {"token_file": "/var/run/secrets/token", "hf_token": "", "eos_token": "</s>"},
         {"PASSWORD_HINT": "ask the admin", "token_ids": [1, 2, 3]},
+        {"token_type": "bearer", "secret_name": "hf-token", "SECRET_KEY_NAME": "token"},
     ],
 )
 def test_no_false_alarm_on_ordinary_values(value: dict[str, object]) -> None:
