@@ -23,7 +23,16 @@ from ..errors import CaptureError, SecretError
 from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
 from .requirements import Requirements
-from .secrets import Finding, env_name, find_in_bytes, find_in_source, find_in_value
+from .secrets import (
+    CELL,
+    Finding,
+    env_name,
+    find_in_bytes,
+    find_in_source,
+    find_in_value,
+    refusal,
+    secret_at,
+)
 from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value
 
 __all__ = ["CapturedProgram", "capture"]
@@ -88,16 +97,16 @@ class _Capture:
         if finding is None:
             return
         key = owner  # what --allow-secret names: the global, or the name in the cell
-        if owner == _CELL:
-            key = finding.name if finding.name != _CELL else finding.env
+        if owner == CELL:
+            key = finding.name if finding.name != CELL else finding.env
         if {key, finding.name} & self.allow_secrets:
             self.warnings.append(
-                f"--allow-secret {key}: {_secret_at(finding, owner, place)} is written into the "
+                f"--allow-secret {key}: {secret_at(finding, owner, place)} is written into the "
                 f"job's code as it is; anyone who can read the code's ConfigMap, pull its code "
                 f"image or open its job folder can read it."
             )
             return
-        raise SecretError(_secret_message(finding, owner, place, key), name=key)
+        raise SecretError(refusal(finding, owner, place, key), name=key)
 
     def is_main(self, obj: Any) -> str | None:
         if not isinstance(obj, type | types.FunctionType) and not _wraps_code(obj):
@@ -272,7 +281,6 @@ class _Capture:
         return item
 
 
-_CELL = "the %%ktrain cell"
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
 # names Python's ``site`` module puts in builtins: IPython hides them, the job has them
 _SITE_BUILTINS = frozenset({"exit", "quit", "copyright", "credits", "license", "help"})
@@ -295,28 +303,6 @@ def _is_assignment(source: str) -> bool:
     except SyntaxError:
         return False
     return len(body) == 1 and isinstance(body[0], ast.Assign | ast.AnnAssign)
-
-
-def _secret_at(finding: Finding, owner: str, place: str) -> str:
-    what = f"{owner!r} ({place})" if owner != _CELL else owner
-    return what if finding.where == owner else f"{finding.where} in {what}"
-
-
-def _secret_message(finding: Finding, owner: str, place: str, key: str) -> str:
-    env = finding.env
-    secret = env.lower().replace("_", "-")
-    item = env.lower().rsplit("_", 1)[-1]
-    return (
-        f"{_secret_at(finding, owner, place)} is a secret ({finding.kind}). It would be written "
-        f"into the job's code, where anyone who can read the code's ConfigMap, pull its code "
-        f"image or open its job folder can read it, so nothing was created. To fix: keep it "
-        f"out of the notebook's code and pass it by reference, then read "
-        f"os.environ[{env!r}] inside the function. On Kubernetes: --secret-env "
-        f"{env}={secret}/{item} (a Secret created once with `kubectl create secret generic "
-        f"{secret} --from-literal={item}=...`); on the local backend: --env {env} (the "
-        f"kernel's value, passed through the environment, never through a file). To ship "
-        f"it in the code anyway (rarely right): --allow-secret {key}."
-    )
 
 
 def _literal_statement(source: str) -> str | None:
@@ -502,7 +488,7 @@ def capture(
         allow_secrets=frozenset(allow_secrets),
         from_env=frozenset(from_env),
     )
-    cap.check_secret(find_in_source(cell, _CELL), _CELL, "this cell")
+    cap.check_secret(find_in_source(cell, CELL), CELL, "this cell")
     missing = [
         n for n in sorted(use.at_definition) if n not in namespace and not hasattr(builtins, n)
     ]

@@ -21,14 +21,19 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CELL",
     "Finding",
     "env_name",
     "find_in_bytes",
     "find_in_source",
     "find_in_value",
     "is_secret_name",
+    "refusal",
+    "secret_at",
     "secret_shape",
 ]
+
+CELL = "the %%ktrain cell"  # the owner of what the cell itself holds
 
 _WORDS = {"token", "secret", "password", "passwd", "credential", "credentials"}
 _PAIRS = {("api", "key"), ("access", "key"), ("private", "key")}
@@ -256,3 +261,28 @@ def find_in_source(source: str, owner: str) -> Finding | None:
             if shape:
                 return Finding(f"line {sub.lineno}", owner, f"{shape}, by its value")
     return None
+
+
+def secret_at(finding: Finding, owner: str, place: str) -> str:
+    """Where the secret is, for a message: ``'CONFIG' (cell [3])``, ``X in 'f' (cell [2])``."""
+    what = f"{owner!r} ({place})" if owner != CELL else owner
+    return what if finding.where == owner else f"{finding.where} in {what}"
+
+
+def refusal(finding: Finding, owner: str, place: str, key: str) -> str:
+    """The whole refusal: where, why it matters, the flags that pass it by reference, and
+    ``--allow-secret KEY``. Never the value."""
+    env = finding.env
+    secret = env.lower().replace("_", "-")
+    item = env.lower().rsplit("_", 1)[-1]
+    return (
+        f"{secret_at(finding, owner, place)} is a secret ({finding.kind}). It would be written "
+        f"into the job's code, where anyone who can read the code's ConfigMap, pull its code "
+        f"image or open its job folder can read it, so nothing was created. To fix: keep it "
+        f"out of the notebook's code and pass it by reference, then read "
+        f"os.environ[{env!r}] inside the function. On Kubernetes: --secret-env "
+        f"{env}={secret}/{item} (a Secret created once with `kubectl create secret generic "
+        f"{secret} --from-literal={item}=...`); on the local backend: --env {env} (the "
+        f"kernel's value, passed through the environment, never through a file). To ship "
+        f"it in the code anyway (rarely right): --allow-secret {key}."
+    )
