@@ -23,6 +23,7 @@ from .errors import (
     PackagingError,
     PreflightError,
     RegistryError,
+    SecretError,
     SpecError,
 )
 from .report import report
@@ -41,6 +42,7 @@ __all__ = [
     "PreflightError",
     "RegistryError",
     "Resources",
+    "SecretError",
     "SpecError",
     "__version__",
     "load_ipython_extension",

@@ -88,6 +88,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--shm", metavar="SIZE|auto|none", help="/dev/shm size (default 8Gi/GPU)")
     s.add_argument("--secret-env", action="append", metavar="NAME=SECRET/KEY")
     s.add_argument("--env-from-secret", action="append", metavar="SECRET")
+    s.add_argument(
+        "--allow-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="write the secret NAME into the job's code or spec anyway (readable by whoever "
+        "can read them)",
+    )
 
     c = parser.add_argument_group("scheduling")
     c.add_argument("--elastic", metavar="MIN:MAX")
@@ -242,6 +250,8 @@ def spec_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
         out["secret_env"] = list(ns.secret_env)
     if ns.env_from_secret:
         out["env_from_secrets"] = tuple(ns.env_from_secret)
+    if ns.allow_secret:
+        out["allow_secrets"] = tuple(ns.allow_secret)
     for part in (_rdma, _deepspeed, _storage, _scheduling, _run_policy, _elastic):
         out.update(part(ns))
     return out

@@ -3,6 +3,7 @@
     KtrainError                  base: message says what was wrong and what to do
     ├── SpecError                bad input (flags, YAML, names); raised before anything starts
     ├── CaptureError             something the cell needs cannot travel to the job
+    │   └── SecretError          a secret would be written into the job's code
     ├── BackendError             a backend could not do what was asked
     │   └── JobNotFound          no job of that name
     ├── PackagingError           building or pushing the code image/ConfigMap failed
@@ -25,6 +26,7 @@ __all__ = [
     "PackagingError",
     "PreflightError",
     "RegistryError",
+    "SecretError",
     "SpecError",
 ]
 
@@ -39,6 +41,15 @@ class SpecError(KtrainError, ValueError):
 
 class CaptureError(KtrainError):
     """A name the cell needs cannot be shipped to the job."""
+
+
+class SecretError(CaptureError):
+    """A token, password or key would be written into the job's code (program, ConfigMap,
+    code image, job folder). ``name`` is what ``--allow-secret`` takes to ship it anyway."""
+
+    def __init__(self, message: str, *, name: str = ""):
+        super().__init__(message)
+        self.name = name
 
 
 class BackendError(KtrainError):

@@ -5,6 +5,7 @@ Argument parsing and wiring only: capture, backends and views do the work.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
 from .monitor.text import failure_summary
-from .options import build_parser, parse_flags, spec_from_args
+from .options import build_parser, env_names, parse_flags, spec_from_args
 
 if TYPE_CHECKING:
     from .widgets.monitor import View
@@ -121,6 +122,21 @@ def join_continued(line: str, cell: str) -> tuple[str, str]:
     return line, "\n".join(body)
 
 
+def _kernel_values(names: tuple[str, ...], namespace: Any) -> dict[str, str]:
+    """``--env NAME``: the kernel's environment variable, else the notebook's string global."""
+    out = {}
+    for name in names:
+        value = os.environ.get(name, namespace.get(name))
+        if not isinstance(value, str):
+            raise SpecError(
+                f"--env {name} passes the kernel's value, but the kernel has no environment "
+                f"variable {name} and the notebook no string named {name}. Set it first, "
+                f"e.g. `%set_env {name}=...` or `import os; os.environ[{name!r}] = ...`."
+            )
+        out[name] = value
+    return out
+
+
 def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     """The whole ``%%ktrain`` cell: parse, capture, plan, then dry-run or run and follow."""
     line, cell = join_continued(line, cell)
@@ -131,7 +147,15 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     history = shell.user_ns.get("In", []) if shell is not None else []
     hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
     namespace = shell.user_ns if shell is not None else {}
-    program = capture(cell, namespace, history, hidden)
+    program = capture(
+        cell,
+        namespace,
+        history,
+        hidden,
+        allow_secrets=ns.allow_secret,
+        from_env=env_names(ns),
+        cell_number=len(history) - 1 if len(history) > 1 else None,  # In[-1] is this cell
+    )
     spec = spec_from_args(ns, program.entry)
     for warning in program.warnings:
         _say(f"warning: {warning}")
@@ -142,6 +166,8 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if ns.dry_run:
         _say(plan.describe())
         return Job(spec.name, backend, plan, dry_run=True)
+    if spec.pass_env:
+        plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
     _say(
         f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from .errors import SpecError
 from .spec import BACKENDS, JobSpec, default_name
 
-__all__ = ["build_parser", "parse_flags", "spec_from_args"]
+__all__ = ["build_parser", "env_names", "parse_flags", "spec_from_args"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,11 +24,12 @@ class _Parser(argparse.ArgumentParser):
         raise SpecError(message or f"{self.prog}: stopped")
 
 
-def _key_value(text: str) -> tuple[str, str]:
+def _env_item(text: str) -> tuple[str, str | None]:
+    """``KEY=VALUE``, or ``KEY`` alone: the kernel's value, passed through the environment."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
+    if not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE or KEY, got {text!r}")
+    return key, value if sep else None
 
 
 def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
@@ -40,7 +41,14 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
         "--procs-per-node", type=int, default=None, help="processes per node (default: one per GPU)"
     )
     p.add_argument("--backend", choices=BACKENDS, default=None, help="where to run (default local)")
-    p.add_argument("--env", action="append", type=_key_value, default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--env",
+        action="append",
+        type=_env_item,
+        default=[],
+        metavar="KEY=VALUE|KEY",
+        help="set a variable in every process; KEY alone passes the kernel's value (local)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the exact launch; run nothing")
     p.add_argument("--detach", action="store_true", help="submit and return at once; do not follow")
     from .cluster_options import add_arguments
@@ -55,6 +63,14 @@ def parse_flags(line: str, prog: str = "%%ktrain") -> argparse.Namespace:
     except ValueError as exc:
         raise SpecError(f"{prog}: cannot split the flags ({exc}); check the quotes.") from None
     return build_parser(prog).parse_args(argv)
+
+
+def env_names(ns: argparse.Namespace) -> set[str]:
+    """Variables the job gets by reference: ``--env KEY`` and ``--secret-env KEY=...``."""
+    names = {k for k, v in ns.env if v is None}
+    for item in getattr(ns, "secret_env", None) or []:
+        names.add(str(item).split("=", 1)[0])
+    return names
 
 
 def _default_backend() -> str:
@@ -72,7 +88,8 @@ def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: An
         "nodes": ns.nodes,
         "procs_per_node": ns.procs_per_node,
         "backend": ns.backend or defaults.get("backend") or _default_backend(),
-        "env": tuple(ns.env),
+        "env": tuple((k, v) for k, v in ns.env if v is not None),
+        "pass_env": tuple(k for k, v in ns.env if v is None),
         **spec_kwargs(ns),
     }
     return JobSpec.create(**kwargs)

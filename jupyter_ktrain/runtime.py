@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import linecache
 import os
 import pickle
 import runpy
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from typing import Any
 
 from .monitor.protocol import format_rank_line, format_record
@@ -168,8 +170,10 @@ def run_cell(cell: str, namespace: dict[str, Any]) -> Any:
     a warning; it never fails the job.
     """
     body, last = _split_last_expression(cell)
-    exec(compile(body, "<%%ktrain cell>", "exec"), namespace)
-    value = eval(compile(last, "<%%ktrain cell>", "eval"), namespace) if last else None
+    filename = str(namespace.get("_KTRAIN_CELL_NAME", "<%%ktrain cell>"))
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+    exec(compile(body, filename, "exec"), namespace)
+    value = eval(compile(last, filename, "eval"), namespace) if last else None
     if _rank() != 0:
         return value
     names = namespace.get("_KTRAIN_RESULT_NAMES", [])
@@ -195,6 +199,85 @@ def _emit_results(results: dict[str, Any]) -> None:
     print(format_record({"type": "result", "values": encoded}), flush=True)
 
 
+_OURS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.abspath(runpy.__file__))
+
+
+def _line_map(program: str) -> list[tuple[int, int, int, int]]:
+    """The program's ``_KTRAIN_LINES``: (first line, count, cell, first line in the cell)."""
+    try:
+        with open(program, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("_KTRAIN_LINES = "):
+                    return list(ast.literal_eval(line.split("=", 1)[1].strip()))
+    except (OSError, ValueError, SyntaxError):
+        pass
+    return []
+
+
+def _to_notebook(
+    frame: traceback.FrameSummary, program: str, spans: list[tuple[int, int, int, int]]
+) -> traceback.FrameSummary | None:
+    """The frame as the notebook sees it: a program line becomes ``cell [N]``, line M; the
+    product's own frames (this runtime, runpy, the program's glue) are left out."""
+    name = frame.filename
+    if name.startswith(_OURS[0]) or name in (_OURS[1], "<frozen runpy>"):
+        return None
+    if os.path.abspath(name) != program:
+        return frame
+    where = _cell_line(frame.lineno, spans)
+    if where is None:
+        return None
+    return traceback.FrameSummary(
+        where[0], where[1], frame.name, lookup_line=False, line=frame.line
+    )
+
+
+def _cell_line(line: int | None, spans: list[tuple[int, int, int, int]]) -> tuple[str, int] | None:
+    """("cell [N]", line in that cell) of a program line that came from a notebook cell."""
+    for first, count, cell, cell_line in spans:
+        if line is not None and first <= line < first + count:
+            return f"cell [{cell}]", cell_line + line - first
+    return None
+
+
+def _warnings_name_cells(program: str) -> None:
+    """A warning raised by notebook code names its cell and line, as a traceback does."""
+    spans = _line_map(program)
+    plain = warnings.formatwarning
+
+    def formatwarning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        line: str | None = None,
+    ) -> str:
+        where = _cell_line(lineno, spans) if os.path.abspath(filename) == program else None
+        if where is None:
+            return plain(message, category, filename, lineno, line)
+        text = linecache.getline(filename, lineno) if line is None else line
+        return plain(message, category, where[0], where[1], text)
+
+    warnings.formatwarning = formatwarning
+
+
+def notebook_traceback(exc: BaseException, program: str) -> list[str]:
+    """The traceback of ``exc`` with frames pointing at notebook cells, as lines."""
+    spans = _line_map(program)
+    top = traceback.TracebackException.from_exception(exc)
+    todo, seen = [top], set()
+    while todo:
+        te = todo.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        frames = [_to_notebook(f, program, spans) for f in te.stack]
+        te.stack = traceback.StackSummary.from_list([f for f in frames if f is not None])
+        todo += [t for t in (te.__cause__, te.__context__) if t is not None]
+        todo += list(getattr(te, "exceptions", None) or [])
+    return list(top.format())
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m jupyter_ktrain.runtime PROGRAM.py\n")
@@ -207,11 +290,12 @@ def main(argv: list[str]) -> int:
     try:
         sys.path.insert(0, os.path.dirname(program))
         sys.argv = [program]
+        _warnings_name_cells(program)
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        sys.stderr.write("".join(notebook_traceback(exc, program)))
         code = 1
     prefixer.stop()
     record = format_record({"type": "exit", "rank": rank, "code": code})

@@ -160,6 +160,8 @@ class JobSpec:
     elastic: Elastic | None = None
     secret_env: tuple[SecretEnv, ...] = ()
     env_from_secrets: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()  # --env NAME: the kernel's value, never written down
+    allow_secrets: tuple[str, ...] = ()  # --allow-secret NAME: ship that secret anyway
     ps_replicas: int = 0
     runtime: str = "torch-distributed"
 
@@ -252,10 +254,17 @@ def _check_cross_fields(spec: JobSpec) -> None:
             f"--ps {spec.ps_replicas}: parameter servers exist only in a TFJob and the count "
             f"must be 0 or more; use --kind TFJob or drop --ps."
         )
-    names = {k for k, _ in spec.env}
+    _check_env_secrets(spec)
+    names = {k for k, _ in spec.env} | set(spec.pass_env)
     for s in spec.secret_env:
         if s.name in names:
             raise SpecError(f"{s.name} is set both by --env and by --secret-env: keep one of them.")
+    if spec.pass_env and spec.backend != "local":
+        name = spec.pass_env[0]
+        raise SpecError(
+            f"--env {name} (no value) passes the kernel's value on the local backend only; a "
+            f"cluster gets it from a Secret: --secret-env {name}=SECRET/KEY."
+        )
     if len({s.name for s in spec.secret_env}) != len(spec.secret_env):
         raise SpecError("--secret-env sets the same variable twice: keep one of them.")
     for secret in spec.env_from_secrets:
@@ -376,6 +385,31 @@ def _deepspeed(value: Any) -> DeepSpeed:
     return value
 
 
+def _check_env_secrets(spec: JobSpec) -> None:
+    """An --env value that is a secret would be written into the pod spec, the job's plan
+    and the dry run: refuse it and say how to pass it by reference instead."""
+    from .capture.secrets import find_in_value
+
+    for key, value in spec.env:
+        found = find_in_value(key, value)
+        if found is None or key in spec.allow_secrets:
+            continue
+        secret = key.lower().replace("_", "-")
+        raise SpecError(
+            f"--env {key}=... is a secret ({found.kind}); it would be written into the job's "
+            f"plan and pod spec, readable by anyone who can read them. Pass it by reference: "
+            f"--secret-env {key}={secret}/{key.lower().rsplit('_', 1)[-1]} on Kubernetes, "
+            f"--env {key} (no value: the kernel's value, through the environment) on the "
+            f"local backend. To write it anyway: --allow-secret {key}."
+        )
+    for name in spec.pass_env:
+        if not _ENV_NAME.match(name):
+            raise SpecError(
+                f"--env {name!r} is not a valid environment variable name: use letters, "
+                f"digits and '_' (e.g. --env HF_TOKEN)."
+            )
+
+
 _COERCE: dict[str, Any] = {
     "resources": _obj(Resources),
     "env": _pairs,
@@ -388,4 +422,6 @@ _COERCE: dict[str, Any] = {
     "elastic": _obj(Elastic, Elastic.parse),
     "secret_env": _many(_obj(SecretEnv, SecretEnv.parse)),
     "env_from_secrets": _many(str),
+    "pass_env": _many(str),
+    "allow_secrets": _many(str),
 }

@@ -79,6 +79,9 @@ class LaunchPlan:
     text: str
     files: Mapping[str, bytes] = field(default_factory=dict)  # everything shipped with the code
     notes: tuple[str, ...] = ()  # what the user should know before it starts
+    # values of ``--env NAME`` (no value) for the launching process's environment only:
+    # never written to a file, never shown
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def describe(self) -> str:
         return self.text

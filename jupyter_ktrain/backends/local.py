@@ -194,7 +194,11 @@ class LocalBackend(Backend):
                         "--daemon",
                         str(job_dir),
                     ],
-                    env={**os.environ, "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"]},
+                    env={
+                        **os.environ,
+                        **plan.environ,  # --env NAME: through the environment, never a file
+                        "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"],
+                    },
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -352,6 +356,9 @@ def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
     ignored = cluster_only_settings(spec)
     if ignored:
         lines.insert(1, f"# cluster-only, not used here: {', '.join(ignored)}")
+    if spec.pass_env:
+        names = ", ".join(spec.pass_env)
+        lines.append(f"# from the kernel's environment (never written down): {names}")
     for i, node in enumerate(nodes):
         lines.append(f"\n# node {i}")
         lines.append(f"cd {shlex.quote(node['cwd'])}")

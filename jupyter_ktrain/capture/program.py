@@ -3,24 +3,37 @@
 The program is Python source, not a pickle of functions: the job's Python may differ from the
 kernel's. It holds, in an order that runs: the imports the code needs, the source of every
 function, class and lambda the notebook defined that the cell reaches (transitively, the live
-definition of each), notebook values as literals or base64 pickles of plain data, and the cell
-itself as a string literal. It is written to a file and never passes through a shell.
+definition of each), notebook values as literals or one pickle stream (shared objects stay
+shared), and the cell itself as a string literal. It is written to a file and never passes
+through a shell. Secrets are never written into it (:mod:`.secrets`).
 """
 
 from __future__ import annotations
 
+import base64
 import builtins
 import importlib
+import inspect
 import types
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import CaptureError
+from ..errors import CaptureError, SecretError
 from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
 from .requirements import Requirements
-from .values import EncodeFailure, encode_value
+from .secrets import (
+    CELL,
+    Finding,
+    env_name,
+    find_in_bytes,
+    find_in_source,
+    find_in_value,
+    refusal,
+    secret_at,
+)
+from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value
 
 __all__ = ["CapturedProgram", "capture"]
 
@@ -47,6 +60,9 @@ class CapturedProgram:
         return out
 
 
+_NOT_PICKLED = object()
+
+
 @dataclass
 class _Item:
     name: str
@@ -56,6 +72,9 @@ class _Item:
     cell: int | None = None
     needs_later: frozenset[str] = frozenset()
     fallback: str | None = None  # the defining statement, when it is a plain literal
+    verbatim: bool = False  # ``code`` is the notebook's own text (its lines map to the cell)
+    pickled: Any = _NOT_PICKLED  # the value, when it travels in the program's pickle stream
+    literal: bool = False  # written as a literal unless other values are pickled
 
 
 @dataclass
@@ -67,16 +86,36 @@ class _Capture:
     skipped: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     requirements: Requirements = field(default_factory=Requirements)
-    uses_pickle: bool = False
+    values: bytes = b""  # the pickle stream of every value that is not a literal
+    allow_secrets: frozenset[str] = frozenset()
+    from_env: frozenset[str] = frozenset()  # variables the job gets by --env/--secret-env
+    by_id: dict[int, str] = field(default_factory=dict)  # value object -> its first name
+
+    # -- secrets ----------------------------------------------------------------------------
+    def check_secret(self, finding: Finding | None, owner: str, place: str) -> None:
+        """Refuse a secret found in what ``owner`` ships, unless --allow-secret names it."""
+        if finding is None:
+            return
+        key = owner  # what --allow-secret names: the global, or the name in the cell
+        if owner == CELL:
+            key = finding.name if finding.name != CELL else finding.env
+        if {key, finding.name} & self.allow_secrets:
+            self.warnings.append(
+                f"--allow-secret {key}: {secret_at(finding, owner, place)} is written into the "
+                f"job's code as it is; anyone who can read the code's ConfigMap, pull its code "
+                f"image or open its job folder can read it."
+            )
+            return
+        raise SecretError(refusal(finding, owner, place, key), name=key)
 
     def is_main(self, obj: Any) -> str | None:
-        if not isinstance(obj, type | types.FunctionType):
+        if not isinstance(obj, type | types.FunctionType) and not _wraps_code(obj):
             return None
         if getattr(obj, "__module__", None) != "__main__":
             self.requirements.add_module(getattr(obj, "__module__", None))
             return None
-        name = obj.__name__
-        return name if self.namespace.get(name) is obj else None
+        name = getattr(obj, "__name__", None)
+        return name if isinstance(name, str) and self.namespace.get(name) is obj else None
 
     # -- resolution -----------------------------------------------------------------------
     def need(self, names: Collection[str], who: str) -> None:
@@ -89,7 +128,7 @@ class _Capture:
         ns = self.namespace
         if name not in ns or name in self.hidden:
             self.skipped.add(name)
-            if name in self.hidden and name not in dir(builtins):
+            if name in self.hidden and name not in dir(builtins) and name not in _SITE_BUILTINS:
                 self.warnings.append(
                     f"{who} uses {name!r}, which belongs to IPython and does not exist in the job."
                 )
@@ -109,7 +148,12 @@ class _Capture:
 
     @staticmethod
     def is_notebook_code(obj: Any) -> bool:
-        return isinstance(obj, type | types.FunctionType) and obj.__module__ == "__main__"
+        """A class or function the notebook defined, also behind a wrapper that keeps it in
+        ``__wrapped__`` (``functools.lru_cache``/``cache``/``wraps``): it travels by source,
+        decorators included, so the job re-applies them."""
+        if isinstance(obj, type | types.FunctionType):
+            return obj.__module__ == "__main__"
+        return _wraps_code(obj) and getattr(obj, "__module__", None) == "__main__"
 
     def module_item(self, name: str, module: types.ModuleType) -> _Item:
         if module.__name__ == "__main__" or getattr(module, "__spec__", None) is None:
@@ -143,6 +187,8 @@ class _Capture:
     def source_item(self, name: str, obj: Any) -> None:
         real = getattr(obj, "__name__", name)
         if "<locals>" in getattr(obj, "__qualname__", ""):
+            if self.statement_item(name):
+                return
             where = locate_assignment(name, self.history)
             raise CaptureError(
                 f"{name!r} (from {cell_label(where.cell if where else None)}) is a function "
@@ -155,6 +201,7 @@ class _Capture:
             self.need({real}, f"{name!r}")
             return
         located = locate(name, obj, self.history)
+        self.check_secret(find_in_source(located.source, name), name, cell_label(located.cell))
         use = name_use(located.source)
         self.items[name] = _Item(
             name,
@@ -163,34 +210,99 @@ class _Capture:
             use.at_definition,
             located.cell,
             use.at_call,
+            verbatim=True,
         )
         for also in use.binds - {name}:
             self.skipped.add(also)
         self.need(use.all, f"{name!r} ({cell_label(located.cell)})")
 
+    def statement_item(self, name: str) -> bool:
+        """Send ``name`` as the assignment that made it (``scale = make(7)``, a dict holding a
+        lambda, ``LambdaLR(optimizer, lr_lambda=...)``), re-run in the job from the names it
+        reads, when a value cannot be pickled. False when there is no such statement."""
+        where = locate_assignment(name, self.history)
+        if where is None or not _is_assignment(where.source):
+            return False
+        use = name_use(where.source)
+        if name in use.at_definition:  # ``x = f(x)`` needs the old x: not rebuildable
+            return False
+        self.check_secret(find_in_source(where.source, name), name, cell_label(where.cell))
+        self.items[name] = _Item(
+            name,
+            where.source,
+            (where.cell or 0, where.line),
+            use.at_definition,
+            where.cell,
+            use.at_call,
+            verbatim=True,
+        )
+        self.skipped.update(use.binds - {name})
+        self.need(use.all, f"{name!r} ({cell_label(where.cell)})")
+        return True
+
     def value_item(self, name: str, obj: Any) -> _Item:
         where = locate_assignment(name, self.history)
         cell = where.cell if where else None
+        order = (cell or 0, where.line if where else 0)
+        first = self.by_id.setdefault(id(obj), name)
+        if first != name and not isinstance(obj, _IMMUTABLE):  # two names for one object
+            return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
+        finding = find_in_value(name, obj)
+        env = finding.env if finding else env_name(name)
+        if isinstance(obj, str) and env in self.from_env and (finding or name == env):
+            # the job gets this variable by reference (--secret-env/--env): read it there
+            return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
+        self.check_secret(finding, name, cell_label(cell))
         try:
             encoded = encode_value(obj, self.is_main)
         except EncodeFailure as exc:
+            if exc.rebuildable and self.statement_item(name):
+                return self.items.pop(name)
             raise CaptureError(
                 f"{name!r} ({type(obj).__module__}.{type(obj).__qualname__}, defined in "
                 f"{cell_label(cell)}) cannot be sent to the job: {exc.reason}. "
                 f"To fix: {exc.hint}."
             ) from None
+        shape = find_in_bytes(encoded.pickled)
+        if shape:
+            self.check_secret(Finding(name, name, f"{shape}, by its value"), name, cell_label(cell))
         self.requirements.add_module(type(obj).__module__)
-        self.uses_pickle |= encoded.expression.startswith("_ktrain_value(")
         item = _Item(
             name,
             f"{name} = {encoded.expression}\n",
-            (cell or 0, where.line if where else 0),
+            order,
             encoded.main_refs,
             cell,
             fallback=_literal_statement(where.source) if where else None,
+            pickled=obj if encoded.pickled or not isinstance(obj, _IMMUTABLE) else _NOT_PICKLED,
+            literal=not encoded.pickled,
         )
         self.need(encoded.main_refs, f"{name!r}")
         return item
+
+
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+# names Python's ``site`` module puts in builtins: IPython hides them, the job has them
+_SITE_BUILTINS = frozenset({"exit", "quit", "copyright", "credits", "license", "help"})
+
+
+def _wraps_code(obj: Any) -> bool:
+    """``obj`` wraps a notebook function (``lru_cache``, ``cache``, ``wraps``)."""
+    try:
+        inner = inspect.unwrap(obj) if hasattr(obj, "__wrapped__") else None
+    except ValueError:  # a cycle of __wrapped__
+        return False
+    return isinstance(inner, types.FunctionType) and inner.__module__ == "__main__"
+
+
+def _is_assignment(source: str) -> bool:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return len(body) == 1 and isinstance(body[0], ast.Assign | ast.AnnAssign)
 
 
 def _literal_statement(source: str) -> str | None:
@@ -252,15 +364,30 @@ def _ordered(items: list[_Item]) -> list[_Item]:
     return out
 
 
-_PRELUDE = '''\
+_PRELUDE = """\
 import base64 as _ktrain_base64
+import io as _ktrain_io
 import pickle as _ktrain_pickle
 
+# The notebook's values that are not plain literals: one pickle stream (protocol 4) written
+# by jupyter-ktrain in this program's order, read one value at a time below, so an object
+# shared by several names (a model and its optimizer) arrives as one object.
+_KTRAIN_VALUES = _ktrain_pickle.Unpickler(_ktrain_io.BytesIO(_ktrain_base64.b64decode(
+    "{data}"
+)))
+"""
 
-def _ktrain_value(data):
-    """A notebook value, pickled (protocol 4) and base64-encoded by jupyter-ktrain."""
-    return _ktrain_pickle.loads(_ktrain_base64.b64decode(data))
-'''
+
+def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
+    """Pickle the values that need it into one stream, in the order the program loads them."""
+    if all(i.pickled is _NOT_PICKLED or i.literal for i in ordered):
+        return ordered  # nothing needs pickling: every value stays a readable literal
+    # a mutable literal (a list) may also be inside a pickled value: it goes in the stream too
+    streamed = [i for i in ordered if i.pickled is not _NOT_PICKLED]
+    cap.values = encode_together([i.pickled for i in streamed], cap.is_main)
+    names = {i.name for i in streamed}
+    return [replace(i, code=f"{i.name} = {LOAD_NEXT}\n") if i.name in names else i for i in ordered]
+
 
 _EPILOGUE = """\
 if __name__ == "__main__":
@@ -268,33 +395,55 @@ if __name__ == "__main__":
         from jupyter_ktrain.runtime import run_cell
     except ImportError:  # run by hand without jupyter-ktrain: just execute the cell
         def run_cell(cell, namespace):
-            exec(compile(cell, "<%%ktrain cell>", "exec"), namespace)
+            exec(compile(cell, _KTRAIN_CELL_NAME, "exec"), namespace)
     run_cell(_KTRAIN_CELL, globals())
 """
 
 
-def _emit(ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str]) -> str:
+def _emit(
+    ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str], cell_name: str
+) -> str:
+    """The program's text. ``_KTRAIN_LINES`` maps its lines back to the notebook cells they
+    came from, (first line, line count, cell, first line in that cell) per definition, so a
+    traceback from the job can point at the cell (see :mod:`jupyter_ktrain.runtime`)."""
     cells = sorted({i.cell for i in ordered if i.cell})
     head = ", ".join(f"[{c}]" for c in cells) or "none"
-    parts = [
-        f"# Generated by jupyter-ktrain from notebook cells {head}; edit the notebook, not this.\n"
-        "# Runs as-is: `python program.py`, or `torchrun ... program.py` for several processes.\n"
+    parts: list[tuple[str, _Item | None]] = [
+        (
+            f"# Generated by jupyter-ktrain from notebook cells {head}; edit the notebook, not "
+            "this.\n# Runs as-is: `python program.py`, or `torchrun ... program.py` for several "
+            "processes.\n",
+            None,
+        )
     ]
-    if cap.uses_pickle:
-        parts.append(_PRELUDE)
+    if cap.values:
+        data = base64.b64encode(cap.values).decode("ascii")
+        parts.append((_PRELUDE.replace("{data}", data), None))
     imports = [i.code for i in ordered if i.order[0] == -1]
     if imports:
-        parts.append("\n".join(dict.fromkeys(imports)) + "\n")
+        parts.append(("\n".join(dict.fromkeys(imports)) + "\n", None))
     seen: set[str] = set()
     for item in ordered:
         if item.order[0] == -1 or item.code in seen:  # one statement may bind several names
             continue
         seen.add(item.code)
         label = f"# {cell_label(item.cell)}\n" if item.cell else ""
-        parts.append(f"{label}{item.code.rstrip()}\n")
-    parts.append(f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_RESULT_NAMES = {result_names!r}\n")
-    parts.append(_EPILOGUE)
-    return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+        parts.append((f"{label}{item.code.rstrip()}\n", item))
+    lines: list[tuple[int, int, int, int]] = []
+    at = 1
+    for text, src in parts:
+        count = text.rstrip("\n").count("\n") + 1
+        if src is not None and src.cell and src.verbatim:
+            skip = 1 if text.startswith("# ") else 0
+            lines.append((at + skip, count - skip, src.cell, src.order[1]))
+        at += count + 2  # parts are separated by two blank lines
+    tail = [
+        f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_CELL_NAME = {cell_name!r}\n"
+        f"_KTRAIN_RESULT_NAMES = {result_names!r}\n_KTRAIN_LINES = {tuple(lines)!r}\n",
+        _EPILOGUE,
+    ]
+    texts = [text for text, _ in parts] + tail
+    return "\n\n".join(p.rstrip("\n") + "\n" for p in texts)
 
 
 def _entry(cell: str) -> str:
@@ -311,12 +460,19 @@ def capture(
     namespace: Mapping[str, Any],
     history: Sequence[str] = (),
     hidden: Collection[str] = (),
+    *,
+    allow_secrets: Collection[str] = (),
+    from_env: Collection[str] = (),
+    cell_number: int | None = None,
 ) -> CapturedProgram:
     """Capture what ``cell`` needs from ``namespace`` (the kernel's globals).
 
     ``history`` is the kernel's input history indexed by execution count (IPython's ``In``);
     ``hidden`` are names IPython itself put in the namespace. Raises :class:`CaptureError`
-    naming the object, its cell and the fix when something cannot travel.
+    naming the object, its cell and the fix when something cannot travel, and
+    :class:`SecretError` when a secret would be written into the code (unless its name is in
+    ``allow_secrets``). A secret string global whose variable is in ``from_env`` (the job gets
+    it by ``--env``/``--secret-env``) is read from the job's environment instead.
     """
     try:
         use = name_use(cell, "<%%ktrain cell>")
@@ -325,7 +481,14 @@ def capture(
             f"The %%ktrain cell is not valid Python (line {exc.lineno}: {exc.msg}). "
             f"Fix the cell body; flags go on the %%ktrain line."
         ) from None
-    cap = _Capture(namespace, history, set(hidden))
+    cap = _Capture(
+        namespace,
+        history,
+        set(hidden),
+        allow_secrets=frozenset(allow_secrets),
+        from_env=frozenset(from_env),
+    )
+    cap.check_secret(find_in_source(cell, CELL), CELL, "this cell")
     missing = [
         n for n in sorted(use.at_definition) if n not in namespace and not hasattr(builtins, n)
     ]
@@ -335,9 +498,18 @@ def capture(
             f"defined. Run the cell that defines it first."
         )
     cap.need(use.all, "the %%ktrain cell")
-    ordered = _ordered(list(cap.items.values()))
+    ordered = _stream_values(_ordered(list(cap.items.values())), cap)
+    local_files = cap.requirements.local_files()
+    for rel, data in sorted(local_files.items()):
+        text = data.decode("utf-8", "replace")
+        found = find_in_source(text, rel) if rel.endswith(".py") else None
+        shape = find_in_bytes(data)
+        if found is None and shape:
+            found = Finding(rel, rel, f"{shape}, by its value")
+        cap.check_secret(found, rel, "a local module next to the notebook")
     result_names = bound_names(cell)
-    source = _emit(ordered, cap, cell, result_names)
+    cell_name = f"cell [{cell_number}]" if cell_number else "<%%ktrain cell>"
+    source = _emit(ordered, cap, cell, result_names, cell_name)
     compile(source, "program.py", "exec")  # a bug here is ours: fail before shipping
     return CapturedProgram(
         source=source,
@@ -347,5 +519,5 @@ def capture(
         cells=tuple(sorted({i.cell for i in ordered if i.cell})),
         entry=_entry(cell),
         warnings=tuple(cap.warnings),
-        local_files=tuple(sorted(cap.requirements.local_files().items())),
+        local_files=tuple(sorted(local_files.items())),
     )

@@ -61,9 +61,13 @@ class Requirements:
     def _local_path(top: str) -> Path | None:
         module = sys.modules.get(top)
         file = getattr(module, "__file__", None)
-        if not file:
+        portions = {Path(p).resolve() for p in getattr(module, "__path__", None) or []}
+        if file:
+            path = Path(file).resolve()
+        elif len(portions) == 1:  # a namespace package (a folder without __init__.py)
+            path = portions.pop() / "__init__.py"
+        else:
             return None
-        path = Path(file).resolve()
         if any(site in path.parents for site in _site_dirs()):
             return None
         return path.parent if path.name == "__init__.py" else path

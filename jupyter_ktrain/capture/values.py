@@ -2,7 +2,8 @@
 
 Plain literals (numbers, strings, bytes, containers of them) become Python literals in the
 program, which is readable and exact. Everything else is pickled (protocol 4, readable by any
-Python >= 3.8) and embedded as base64, which no shell, YAML or heredoc can alter. Objects that
+Python >= 3.8) into one stream for the whole program (:func:`encode_together`), embedded as
+base64, which no shell, YAML or heredoc can alter. Objects that
 only make sense in this process (open files, sockets, locks, generators, CUDA tensors) are
 refused with the path to the offending part.
 """
@@ -10,17 +11,25 @@ refused with the path to the offending part.
 from __future__ import annotations
 
 import ast
-import base64
 import io
 import math
 import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_VALUE_BYTES", "EncodeFailure", "Encoded", "encode_value"]
+__all__ = [
+    "LOAD_NEXT",
+    "MAX_VALUE_BYTES",
+    "EncodeFailure",
+    "Encoded",
+    "encode_together",
+    "encode_value",
+]
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024
+LOAD_NEXT = "_KTRAIN_VALUES.load()"  # a pickled value: the next one in the program's stream
 _LITERAL_LIMIT = 20_000
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
@@ -33,15 +42,18 @@ class Encoded:
     expression: str
     main_refs: frozenset[str]
     size: int
+    pickled: bytes = b""  # the pickle, when the value is one
 
 
 class EncodeFailure(Exception):
     """The value cannot travel; ``reason`` says why and ``hint`` what to do instead."""
 
-    def __init__(self, reason: str, hint: str):
+    def __init__(self, reason: str, hint: str, *, rebuildable: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
+        self.rebuildable = rebuildable  # only a function by value is in the way: the
+        # statement that built the value can rebuild it in the job
 
 
 def _is_literal(value: Any, depth: int = 0) -> bool:
@@ -106,12 +118,25 @@ def _describe(exc: Exception) -> EncodeFailure:
         return EncodeFailure(
             f"it holds a function that cannot be imported by name ({text})",
             "define that function with `def` at the top level of a cell",
+            rebuildable=True,
         )
     return EncodeFailure(
         f"it cannot be serialised ({type(exc).__name__}: {text})",
         "create it inside the function that runs on the job (open files, sockets, locks, "
         "clients and generators only live in this kernel), or pass plain data instead",
     )
+
+
+def _dump(pickler: _Pickler, value: Any) -> None:
+    try:
+        with warnings.catch_warnings():
+            # torch pickles a tensor through its (deprecated) TypedStorage: not the user's doing
+            warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated")
+            pickler.dump(value)
+    except EncodeFailure:
+        raise
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        raise _describe(exc) from None
 
 
 def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
@@ -124,12 +149,7 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
         raise refused
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, is_main)
-    try:
-        pickler.dump(value)
-    except EncodeFailure:
-        raise
-    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
-        raise _describe(exc) from None
+    _dump(pickler, value)
     data = buffer.getvalue()
     if len(data) > MAX_VALUE_BYTES:
         raise EncodeFailure(
@@ -137,5 +157,16 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
             f"for values shipped inside the program",
             "load or build the data inside the function (from a dataset volume or a URL)",
         )
-    text = base64.b64encode(data).decode("ascii")
-    return Encoded(f'_ktrain_value("{text}")', frozenset(pickler.main_refs), len(data))
+    return Encoded(LOAD_NEXT, frozenset(pickler.main_refs), len(data), data)
+
+
+def encode_together(values: list[Any], is_main: Callable[[Any], str | None]) -> bytes:
+    """One pickle stream of ``values``, dumped in order by one pickler: an object reached from
+    several values (a model's parameters held by its optimizer, two names for one list) is
+    written once and comes back as one object when the values are loaded in the same order
+    by one unpickler. Each value was checked alone by :func:`encode_value` first."""
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer, is_main)
+    for value in values:
+        _dump(pickler, value)
+    return buffer.getvalue()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain import CaptureError
+from jupyter_ktrain import CaptureError, SecretError
 from jupyter_ktrain.capture import CapturedProgram, capture
 from jupyter_ktrain.monitor.results import results_from_lines
 
@@ -104,6 +104,21 @@ CASES: dict[str, tuple[list[str], str]] = {
             "        CALLS.append(fn.__name__)\n        return fn(*a)\n    return wrapper",
             "@traced\ndef step(x):\n    return x + 1",
             "def train():\n    v = step(step(1))\n    return v, CALLS, step.__name__",
+        ],
+        "result = train()",
+    ),
+    "closures_and_lambdas_in_containers_by_statement": (
+        [
+            "def make(k):\n    def scale(x):\n        return k * x\n    return scale",
+            "scale = make(7)\nCONFIG = {'decay': lambda e: 0.5 ** e, 'k': 2}",
+            "def train():\n    return scale(3), CONFIG['decay'](CONFIG['k'])",
+        ],
+        "result = train()",
+    ),
+    "shared_objects_stay_shared": (
+        [
+            "import collections\nA = [1]\nB = A\nD = collections.OrderedDict(a=A)",
+            "def train():\n    B.append(2)\n    return A, D['a'] is A, A is B",
         ],
         "result = train()",
     ),
@@ -211,6 +226,23 @@ def test_local_module_travels_with_the_program(
     assert run_program(program, out)["result"] == 21
 
 
+def test_a_secret_in_a_local_module_is_refused(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    token = "sk-" + "Ab1" * 10  # built here: no token-shaped literal in this file
+    (src / "mylocalsettings.py").write_text(f"API = {token!r}\n")
+    monkeypatch.syspath_prepend(str(src))
+    run_cells(shell, ["import mylocalsettings", "def f():\n    return mylocalsettings.API"])
+    with pytest.raises(SecretError) as info:
+        capture_from(shell, "result = f()")
+    message = str(info.value)
+    assert "'mylocalsettings.py' (a local module next to the notebook)" in message
+    assert "--secret-env OPENAI_API_KEY=openai-api-key/key" in message
+    assert token not in message
+
+
 def test_only_what_is_needed_travels(shell: InteractiveShell) -> None:
     run_cells(shell, ["BIG = list(range(10))\nUNUSED = 'x'", "def f():\n    return BIG[0]"])
     source = capture_from(shell, "f()").source
@@ -235,10 +267,18 @@ BAD: dict[str, tuple[list[str], str, list[str]]] = {
         ["'LOCK'", "cell [1]"],
     ),
     "generator": (["gen = (i for i in range(3))"], "list(gen)", ["'gen'", "generator"]),
-    "closure": (
-        ["def make():\n    def inner():\n        return 1\n    return inner", "step = make()"],
+    "closure_made_in_a_loop": (  # no single statement rebuilds it
+        [
+            "def make(k):\n    def inner():\n        return k\n    return inner",
+            "for k in (7,):\n    step = make(k)",
+        ],
         "step()",
         ["'step'", "closure", "cell [2]"],
+    ),
+    "secret_default": (
+        ["def login(db_password='pw-9x8y7z'):\n    return db_password"],
+        "login()",
+        ["default of db_password (line 1) in 'login' (cell [1])", "--secret-env DB_PASSWORD="],
     ),
     "undefined": ([], "train(1)", ["'train'", "not defined"]),
     "syntax": ([], "train(", ["not valid Python", "line 1"]),
@@ -265,3 +305,40 @@ def test_what_cannot_travel_gets_one_clear_error(case: str, shell: InteractiveSh
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_a_chained_failure_names_notebook_cells_in_every_part(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    run_cells(
+        shell,
+        [
+            "import json",
+            "def parse(text):\n    return json.loads(text)\n\n"
+            "def load(text):\n    try:\n        return parse(text)\n"
+            "    except ValueError as exc:\n        raise RuntimeError('bad config') from exc",
+        ],
+    )
+    program = capture(
+        "load('{')", shell.user_ns, shell.user_ns["In"], shell.user_ns_hidden, cell_number=3
+    )
+    (tmp_path / "program.py").write_text(program.source)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_ktrain.runtime", str(tmp_path / "program.py")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RANK": "0"},
+        timeout=120,
+        check=False,
+    )
+    err = "\n".join(line.removeprefix("[rank0]: ") for line in proc.stderr.splitlines())
+    assert proc.returncode == 1
+    cause, _, effect = err.partition("The above exception was the direct cause")
+    assert 'File "cell [2]", line 6, in load\n    return parse(text)' in cause
+    assert 'File "cell [2]", line 2, in parse\n    return json.loads(text)' in cause
+    assert "json/decoder.py" in cause  # library frames stay: they are not ours
+    assert "File \"cell [3]\", line 1, in <module>\n    load('{')" in effect
+    assert "line 8, in load\n    raise RuntimeError('bad config') from exc" in effect
+    assert effect.rstrip().endswith("RuntimeError: bad config")
+    for ours in ("jupyter_ktrain", "runpy", "program.py"):
+        assert ours not in err, err

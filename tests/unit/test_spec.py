@@ -55,7 +55,7 @@ def test_default_name_is_a_valid_label_from_the_function() -> None:
     [
         ("--nodse 2", "unrecognized arguments: --nodse"),
         ("--nodes two", "invalid int value"),
-        ("--env NOEQUALS", "KEY=VALUE"),
+        ("--env =no-name", "KEY=VALUE"),
         ("--backend mars", "invalid choice"),
         ("--name 'unclosed", "quotes"),
     ],
