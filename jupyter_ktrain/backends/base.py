@@ -13,16 +13,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
+from ..errors import BackendError, JobNotFound
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
     from ..spec import JobSpec
 
 __all__ = [
+    "CANCELLED",
     "TERMINAL",
     "Backend",
     "Job",
+    "JobShape",
     "JobStatus",
     "LaunchPlan",
     "LogSource",
@@ -30,7 +32,8 @@ __all__ = [
 ]
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-TERMINAL = frozenset({SUCCEEDED, FAILED})
+CANCELLED = "Cancelled"  # stopped on a user's request: its own final state, not a failure
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,22 @@ class Backend(ABC):
 
     def attach(self, name: str) -> Job:
         self.status(name)  # raises JobNotFound
-        return Job(name, self)
+        return Job(name, self, shape=self.shape(name))
+
+    def shape(self, name: str) -> JobShape | None:
+        """The shape the job was started with (kind, nodes, processes, GPUs), when the backend
+        stored it: what a monitor attached later shows. None when unknown."""
+        return None
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How a job was started: what its monitor's header shows, also after ``attach``."""
+
+    kind: str = "PyTorchJob"
+    nodes: int = 1
+    procs_per_node: int = 1
+    gpus_per_node: int = 0
 
 
 class Job:
@@ -151,12 +169,19 @@ class Job:
     ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
 
     def __init__(
-        self, name: str, backend: Backend, plan: LaunchPlan | None = None, dry_run: bool = False
+        self,
+        name: str,
+        backend: Backend,
+        plan: LaunchPlan | None = None,
+        dry_run: bool = False,
+        shape: JobShape | None = None,
     ):
         self.name = name
         self.backend = backend
         self.plan = plan
         self.dry_run = dry_run
+        self.shape = shape
+        self.cancelled = False  # this handle cancelled it (a deleted job then reads Cancelled)
         self._outputs: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -172,7 +197,13 @@ class Job:
                 f"{self.name!r} was a dry run: nothing was started. Run the cell without "
                 f"--dry-run to start it; `.plan` holds what would be created."
             )
-        return self.backend.status(self.name)
+        try:
+            return self.backend.status(self.name)
+        except JobNotFound:
+            if not self.cancelled:
+                raise
+            # a backend whose cancel removes the job (Kubernetes deletes it): still Cancelled
+            return JobStatus(self.name, CANCELLED, "CancelledByUser", finished=time.time())
 
     @property
     def state(self) -> str:
@@ -197,6 +228,7 @@ class Job:
             time.sleep(poll)
 
     def cancel(self) -> None:
+        self.cancelled = True
         self.backend.cancel(self.name)
 
     def logs(self, rank: int | None = None, grep: str | None = None) -> str:

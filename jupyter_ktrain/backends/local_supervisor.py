@@ -21,12 +21,13 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..monitor.protocol import parse_line
+from ..monitor.protocol import format_agent_line, parse_line
 from .procs import kill_marked
 
 __all__ = ["main", "write_state"]
 
 GRACE_AFTER_FAILURE_S = 5.0
+CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
 TERM_TIMEOUT_S = 10.0
 
 
@@ -70,10 +71,18 @@ class Supervisor:
         return self.rank_files[rank]
 
     def _pump(self, node: int, stream: IO[bytes]) -> None:
+        folded = False
         with open(self.dir / f"node-{node}.log", "ab", buffering=0) as node_log:
             for raw in iter(stream.readline, b""):
-                node_log.write(raw)
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                if self.cancelled and line.source == "node":
+                    # torchrun's teardown (its SignalException traceback) after a cancel says
+                    # nothing the user does not know: one line instead
+                    if not folded:
+                        folded = True
+                        node_log.write(CANCEL_LINE)
+                    continue
+                node_log.write(raw)
                 if line.rank is None:
                     continue
                 if line.record is None:
@@ -143,11 +152,24 @@ class Supervisor:
     def _nodes(self) -> list[dict[str, Any]]:
         return [{"pid": p.pid, "exit_code": _code(p.returncode)} for p in self.procs]
 
+    def _complete_exit_codes(self, codes: list[int | None]) -> None:
+        """One code per rank: a rank that never reported its exit (stopped with its node, or
+        never started) gets its node's code, so ``exit_codes`` names every rank."""
+        per_node = [int(n["env"].get("PET_NPROC_PER_NODE", "1")) for n in self.plan["nodes"]]
+        rank = 0
+        with self.lock:
+            for node, nproc in enumerate(per_node):
+                for r in range(rank, rank + nproc):
+                    code = codes[node]
+                    self.exit_codes.setdefault(r, code if code is not None else 1)
+                rank += nproc
+
     def finish(self) -> None:
         nodes = self._nodes()
         codes = [n["exit_code"] for n in nodes]
+        self._complete_exit_codes(codes)
         if self.cancelled:
-            state, reason = "Failed", "Cancelled"
+            state, reason = "Cancelled", "CancelledByUser"
         elif all(c == 0 for c in codes):
             state, reason = "Succeeded", "AllRanksSucceeded"
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = ["Api", "ApiFailure", "RetryPolicy", "ns_path", "with_retries"]
 T = TypeVar("T")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+CONNECT_TIMEOUT_S = 2.0
 
 
 class ApiFailure(ClusterError):
@@ -38,12 +40,20 @@ class RetryPolicy:
     """Bounded retries: at most ``attempts`` tries and ``budget_s`` seconds of waiting."""
 
     def __init__(
-        self, attempts: int = 6, base_s: float = 0.1, cap_s: float = 5.0, budget_s: float = 20.0
+        self,
+        attempts: int = 6,
+        base_s: float = 0.1,
+        cap_s: float = 5.0,
+        budget_s: float = 20.0,
+        connect_budget_s: float = 0.3,
     ):
         self.attempts = attempts
         self.base_s = base_s
         self.cap_s = cap_s
         self.budget_s = budget_s
+        # a server that refuses or drops connections is answered within seconds, not after
+        # the whole budget: a user waiting on `%ktrain list` needs the one line quickly
+        self.connect_budget_s = connect_budget_s
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -59,10 +69,15 @@ def with_retries(
     what: str,
     policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Callable[[float], None] = time.sleep,
+    unreachable: Callable[[BaseException], str] | None = None,
 ) -> T:
-    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded."""
+    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded.
+
+    A connection error that outlasts ``policy.connect_budget_s`` becomes one ClusterError
+    line: ``unreachable(error)`` when given (the server, kubeconfig and context)."""
     waited = 0.0
     for attempt in range(policy.attempts):
+        budget = policy.budget_s
         try:
             return call()
         except ApiFailure as exc:
@@ -72,8 +87,9 @@ def with_retries(
             error: Exception = exc
         except (OSError, _urllib3_errors()) as exc:
             retry_after, error = None, exc
+            budget = policy.connect_budget_s
         delay = policy.delay(attempt, retry_after)
-        if attempt == policy.attempts - 1 or waited + delay > policy.budget_s:
+        if attempt == policy.attempts - 1 or waited + delay > budget:
             break
         sleep(delay)
         waited += delay
@@ -83,7 +99,27 @@ def with_retries(
             status=error.status,
             reason=error.reason,
         ) from None
-    raise ClusterError(f"{what}: cannot reach the API server ({error}).") from None
+    if unreachable is not None:
+        raise ClusterError(unreachable(error)) from None
+    why = connection_problem(error)
+    raise ClusterError(f"{what}: cannot reach the API server ({why}).") from None
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def connection_problem(exc: BaseException) -> str:
+    """Why a connection failed, in a few words (``connection refused``, ``timed out``),
+    not urllib3's ``HTTPSConnectionPool(...): Max retries exceeded ...`` text."""
+    text = str(exc)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(1).strip().rstrip(".").lower()
+    lowered = text.lower()
+    for needle in ("timed out", "certificate verify failed", "name or service not known"):
+        if needle in lowered:
+            return needle
+    return text.split(": ")[-1][:200] if text else type(exc).__name__
 
 
 def _retry_after(exc: ApiFailure) -> float | None:
@@ -123,8 +159,17 @@ class Api:
     def __init__(self, client: Any, namespace: str, where: str):
         self.client = client  # kubernetes.client.ApiClient
         self.namespace = namespace
-        self.where = where
+        self.where = where  # "kubeconfig PATH, context NAME" or "in-cluster service account"
         self.requests = 0
+
+    def unreachable(self, exc: BaseException) -> str:
+        """The one line for a server that cannot be reached: which server, why, and which
+        kubeconfig and context pointed there."""
+        server = self.client.configuration.host
+        return (
+            f"cannot reach {server}: {connection_problem(exc)} ({self.where}). Start the "
+            "cluster or point `%ktrain config kubeconfig=PATH context=NAME` at one that runs."
+        )
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Api:
@@ -157,14 +202,19 @@ class Api:
                     f"Context {context!r} is not in {path} (it has: {names}). Fix it with "
                     "`%ktrain config context=NAME`."
                 )
-            api_client = config.new_client_from_config(config_file=path, context=context)
+            cfg = client.Configuration()
+            cfg.retries = 0  # with_retries is the one retry policy (urllib3 would add 3 more)
+            api_client = config.new_client_from_config(
+                config_file=path, context=context, client_configuration=cfg
+            )
         except ConfigException as exc:
             raise ClusterError(
                 f"Cannot use kubeconfig {path}: {exc}. Point `%ktrain config kubeconfig=` at a "
                 "working file."
             ) from None
         ns = ((chosen or {}).get("context") or {}).get("namespace") or "default"
-        return cls(api_client, ns, f"context {(chosen or {}).get('name', '?')}")
+        where = f"kubeconfig {path}, context {(chosen or {}).get('name', '?')}"
+        return cls(api_client, ns, where)
 
     # -- requests ---------------------------------------------------------------------------
     def _raw(
@@ -174,7 +224,7 @@ class Api:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: Any = 30,
+        timeout: Any = (CONNECT_TIMEOUT_S, 30),
         stream: bool = False,
     ) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -219,7 +269,8 @@ class Api:
                 resp.release_conn()
             return json.loads(data) if data else {}
 
-        return with_retries(once, f"{method} {path}") if retry else once()
+        what = f"{method} {path}"
+        return with_retries(once, what, unreachable=self.unreachable) if retry else once()
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.request("GET", path, query)
@@ -246,8 +297,11 @@ class Api:
         server ends it; a
         dropped connection ends it too (callers resume from what they saw)."""
         resp = with_retries(
-            lambda: self._raw("GET", path, query, timeout=(10, read_timeout), stream=True),
+            lambda: self._raw(
+                "GET", path, query, timeout=(CONNECT_TIMEOUT_S, read_timeout), stream=True
+            ),
             f"GET {path}",
+            unreachable=self.unreachable,
         )
         buf = b""
         try:
