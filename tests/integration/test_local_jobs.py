@@ -57,6 +57,11 @@ def test_two_by_two_job_all_ranks_agree_and_result_returns(
     assert shell.user_ns["result"] == 100.0
     assert job.result == 100.0
     assert job.logs(rank=2).strip() == "rank 2 of 4 sum 10.0"
+    # no pip noise: the kernel's own packages (torch 2.13.0+cu130 pinned as 2.13.0) are not
+    # installed again, and nothing is said about it
+    assert "torch==" in job.plan.program.files["requirements.txt"].decode()
+    assert "Requirement already satisfied" not in job.logs()
+    assert "requirement" not in out
     # per-rank logs are kept on disk
     job_dir = LocalBackend().job_dir(job.name)
     assert (job_dir / "rank-3.log").read_text() == "rank 3 of 4 sum 10.0\n"
