@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
@@ -44,6 +44,12 @@ MAX_LINES = 5_000
 PLOT_POINTS = 500
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
+
+
+def get_backend_by_name(name: str) -> Backend:
+    from ..backends import get_backend
+
+    return get_backend(name)
 
 
 def http_status(exc: BaseException) -> int:
@@ -104,13 +110,24 @@ class PanelCore:
 
     def __init__(
         self,
-        backends: dict[str, Callable[[], Backend]],
+        backends: Mapping[str, Callable[[], Backend]] | Callable[[], Mapping[str, Hashable]],
         clock: Callable[[], float] = time.time,
         max_lines: int = MAX_LINES,
         plot_points: int = PLOT_POINTS,
+        make: Callable[[str, Hashable], Backend] | None = None,
     ) -> None:
-        self._factories = dict(backends)
-        self._made: dict[str, Backend] = {}
+        """``backends``: name -> factory (fixed), or a function asked on every request that
+        returns name -> setting key, with ``make(name, key)`` building a backend; a backend
+        is made once per (name, key), so a changed setting (the user's config) takes effect at
+        the next request and an unchanged one keeps its connections and watches."""
+        if callable(backends):
+            self._resolve = backends
+            self._make = make or (lambda name, _key: get_backend_by_name(name))
+        else:
+            fixed = dict(backends)
+            self._resolve = lambda: {name: name for name in fixed}
+            self._make = lambda name, _key: fixed[name]()
+        self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
         self.clock = clock
         self.max_lines = max_lines
@@ -119,34 +136,59 @@ class PanelCore:
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
         """Backends by name through :func:`jupyter_ktrain.backends.get_backend`."""
-        from ..backends import get_backend
+        fixed = tuple(names)
+        return cls(lambda: {n: n for n in fixed})
 
-        return cls({n: (lambda n=n: get_backend(n)) for n in names})  # type: ignore[misc]
+    @classmethod
+    def from_config(cls, names: Callable[[], Iterable[str]]) -> PanelCore:
+        """The backends ``names()`` lists, each set up from the user's config
+        (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
+        backend=kubernetes context=...` shows in the open panel at its next refresh."""
+        from ..backends.kubernetes.backend import KubernetesBackend
+        from ..config import Config, load_config
 
-    def _backend(self, name: str) -> Backend:
+        def resolve() -> dict[str, Hashable]:
+            config = load_config()
+            return {n: (config if n == "kubernetes" else n) for n in names()}
+
+        def make(name: str, key: Hashable) -> Backend:
+            if name == "kubernetes" and isinstance(key, Config):
+                return KubernetesBackend(config=key)
+            return get_backend_by_name(name)
+
+        return cls(resolve, make=make)
+
+    @property
+    def _factories(self) -> Mapping[str, Hashable]:
+        """The backends served now: name -> setting key (see ``__init__``)."""
+        return self._resolve()
+
+    def _backend(self, name: str, keys: Mapping[str, Hashable] | None = None) -> Backend:
+        key = (keys if keys is not None else self._factories)[name]
         with self._lock:
-            backend = self._made.get(name)
+            backend = self._made.get((name, key))
             if backend is None:
-                backend = self._made[name] = self._factories[name]()
+                backend = self._made[(name, key)] = self._make(name, key)
             return backend
 
     def _find(self, name: str, backend: str | None) -> tuple[str, JobStatus]:
         """(backend name, status) of job ``name``; JobNotFound when no backend knows it."""
         _check_name(name)
-        if backend is not None and backend not in self._factories:
-            known = ", ".join(self._factories)
+        served = self._factories
+        if backend is not None and backend not in served:
+            known = ", ".join(served)
             raise SpecError(f"backend {backend!r} is not served by this panel (it has: {known}).")
-        for b in [backend] if backend else list(self._factories):
+        for b in [backend] if backend else list(served):
             try:
-                return b, self._backend(b).status(name)
+                return b, self._backend(b, served).status(name)
             except JobNotFound:
                 continue
             except KtrainError:
-                if backend is not None or len(self._factories) == 1:
+                if backend is not None or len(served) == 1:
                     raise
                 continue  # an unreachable cluster must not hide a local job of that name
         raise JobNotFound(
-            f"No job named {name!r} on {' or '.join(self._factories)}. "
+            f"No job named {name!r} on {' or '.join(served)}. "
             f"The panel's refresh button (or `%ktrain list`) shows the jobs that exist."
         )
 
@@ -155,9 +197,10 @@ class PanelCore:
         now = self.clock()
         jobs: list[JobSummary] = []
         problems: list[BackendProblem] = []
-        for b in self._factories:
+        served = self._factories
+        for b in served:
             try:
-                statuses = self._backend(b).list_jobs()
+                statuses = self._backend(b, served).list_jobs()
             except KtrainError as exc:
                 problems.append({"backend": b, "error": str(exc)})
                 continue

@@ -105,6 +105,14 @@ def with_retries(
     raise ClusterError(f"{what}: cannot reach the API server ({why}).") from None
 
 
+def unreachable_line(server: str, exc: BaseException, where: str) -> str:
+    """``cannot reach https://...: connection refused (kubeconfig ..., context ...)`` + fix."""
+    return (
+        f"cannot reach {server}: {connection_problem(exc)} ({where}). Start the cluster or "
+        "point `%ktrain config kubeconfig=PATH context=NAME` at one that runs."
+    )
+
+
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
 
@@ -165,23 +173,18 @@ class Api:
     def unreachable(self, exc: BaseException) -> str:
         """The one line for a server that cannot be reached: which server, why, and which
         kubeconfig and context pointed there."""
-        server = self.client.configuration.host
-        return (
-            f"cannot reach {server}: {connection_problem(exc)} ({self.where}). Start the "
-            "cluster or point `%ktrain config kubeconfig=PATH context=NAME` at one that runs."
-        )
+        return unreachable_line(self.client.configuration.host, exc, self.where)
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Api:
         """kubeconfig (file, ``$KUBECONFIG``, ``~/.kube/config``) or the in-cluster account."""
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
-
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
         default = Path.home() / ".kube" / "config"
         if path is None and default.exists():
             path = str(default)
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            from kubernetes import client, config
+
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
             ns = (SA_DIR / "namespace").read_text().strip() if SA_DIR.exists() else "default"
@@ -191,6 +194,10 @@ class Api:
                 "No Kubernetes credentials: no kubeconfig and not running in a pod. Set one "
                 "with `%ktrain config kubeconfig=PATH` (and context=NAME), or $KUBECONFIG."
             )
+        _probe(path, context)  # before the slow client import: an unreachable server is quick
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
         try:
             contexts, active = config.list_kube_config_contexts(config_file=path)
             chosen = (
@@ -329,3 +336,33 @@ def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     out = f"{base}/namespaces/{quote(namespace)}/{plural}"
     return f"{out}/{quote(name)}" if name else out
+
+
+def _probe(kubeconfig: str, context: str | None) -> None:
+    """Raise the one-line ClusterError when the context's server refuses or drops a TCP
+    connection (within ``CONNECT_TIMEOUT_S``). Anything this cannot read from the kubeconfig
+    is left to the client, which says it better."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(kubeconfig).read_text()) or {}
+        name = context or data.get("current-context")
+        ctx = next(c["context"] for c in data.get("contexts") or [] if c.get("name") == name)
+        cluster = next(
+            c["cluster"] for c in data.get("clusters") or [] if c.get("name") == ctx["cluster"]
+        )
+        server = str(cluster["server"])
+        url = urlsplit(server)
+        host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, ValueError):
+        return
+    if not host or cluster.get("proxy-url") or os.environ.get("HTTPS_PROXY"):
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        where = f"kubeconfig {kubeconfig}, context {name}"
+        raise ClusterError(unreachable_line(server, exc, where)) from None
