@@ -141,6 +141,13 @@ class Backend(ABC):
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
         """Every stored line so far as (replica, line), per replica in order."""
 
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Every stored line so far as (time it was written or None, replica, line), per
+        replica in order; backends that keep times override this (merging replicas by time
+        needs it)."""
+        for replica, line in self.read_logs(name):
+            yield None, replica, line
+
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
         return self.schedule(self.dryrun(spec, program))
 

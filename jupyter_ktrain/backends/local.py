@@ -322,6 +322,17 @@ class LocalBackend(Backend):
             for line in source.finish():
                 yield source.replica, line
 
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Lines with the time the supervisor wrote each (``node-K.times``, one per line)."""
+        self._state(name)
+        for i, source in enumerate(self.log_sources(name)):
+            try:
+                stamps = (self.job_dir(name) / f"node-{i}.times").read_text().split()
+            except OSError:
+                stamps = []
+            for k, line in enumerate(source.finish()):
+                yield (float(stamps[k]) if k < len(stamps) else None), source.replica, line
+
 
 def _deepspeed_files(spec: Any) -> dict[str, bytes]:
     """The generated or given DeepSpeed config, checked against the world size already."""

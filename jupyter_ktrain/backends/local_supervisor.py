@@ -72,7 +72,16 @@ class Supervisor:
 
     def _pump(self, node: int, stream: IO[bytes]) -> None:
         folded = False
-        with open(self.dir / f"node-{node}.log", "ab", buffering=0) as node_log:
+        node_log = open(self.dir / f"node-{node}.log", "ab", buffering=0)  # noqa: SIM115
+        times = open(self.dir / f"node-{node}.times", "ab", buffering=0)  # noqa: SIM115
+
+        def write(data: bytes) -> None:
+            # the arrival time of each line, like a pod log's timestamps: merging the nodes'
+            # logs by time (the side panel's "all ranks") needs it
+            times.write(b"%.6f\n" % time.time())
+            node_log.write(data if data.endswith(b"\n") else data + b"\n")
+
+        with node_log, times:
             for raw in iter(stream.readline, b""):
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
                 if self.cancelled and line.source == "node":
@@ -80,9 +89,9 @@ class Supervisor:
                     # nothing the user does not know: one line instead
                     if not folded:
                         folded = True
-                        node_log.write(CANCEL_LINE)
+                        write(CANCEL_LINE)
                     continue
-                node_log.write(raw)
+                write(raw)
                 if line.rank is None:
                     continue
                 if line.record is None:

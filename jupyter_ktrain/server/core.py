@@ -12,6 +12,7 @@ reads its on-disk registry); nothing is cached between calls.
 
 from __future__ import annotations
 
+import heapq
 import re
 import threading
 import time
@@ -228,7 +229,17 @@ class PanelCore:
             "exit_codes": {str(k): v for k, v in sorted(status.exit_codes.items())},
             "failed_rank": status.failed_rank,
             "terminal": status.terminal,
+            "failure": self._failure(b, status),
         }
+
+    def _failure(self, backend: str, status: JobStatus) -> str | None:
+        """The cell's failure summary (first failing rank, kind, last lines), or None."""
+        if status.state not in ("Failed", "Cancelled"):
+            return None
+        from ..backends.base import Job
+        from ..monitor.text import failure_summary
+
+        return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
 
     def logs(
         self,
@@ -246,27 +257,32 @@ class PanelCore:
         still being written); it comes with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
         seen = decode_offset(offset)
-        per_replica = _by_replica(self._backend(b).read_logs(name))
-        out: list[LogLinePayload] = []
-        counts: dict[str, int] = {}
-        more = False
+        per_replica = _by_replica(self._backend(b).read_logs_timed(name))
+        streams = []
         for node, (replica, lines) in enumerate(per_replica.items()):
             start = seen.get(replica, 0)
             stop = len(lines) if status.terminal else max(start, len(lines) - 1)
-            index = start
-            while index < stop and not more:
-                line = parse_line(lines[index])
-                index += 1
-                if line.record is not None or (rank is not None and line.rank != rank):
-                    continue
-                if grep and grep not in line.text:
-                    continue
-                label = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
-                out.append(
-                    {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
-                )
-                more = len(out) >= self.max_lines
-            counts[replica] = index
+            streams.append([(t, node, index, replica, lines[index][1]) for index, t in
+                            ((i, lines[i][0]) for i in range(start, stop))])  # fmt: skip
+        counts = {replica: seen.get(replica, 0) for replica in per_replica}
+        out: list[LogLinePayload] = []
+        more = False
+        # every replica's new lines, merged by the time they were written ("all ranks" reads
+        # like one log); a backend without times keeps each replica's lines together
+        for _t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
+            if more:
+                break
+            counts[replica] = index + 1
+            line = parse_line(raw)
+            if line.record is not None or (rank is not None and line.rank != rank):
+                continue
+            if grep and grep not in line.text:
+                continue
+            label = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
+            out.append(
+                {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
+            )
+            more = len(out) >= self.max_lines
         return {
             "lines": out,
             "next_offset": encode_offset(counts),
@@ -311,12 +327,19 @@ class PanelCore:
         return self.job(name, b)
 
 
-def _by_replica(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """``read_logs`` pairs grouped by replica, replicas in first-seen order."""
-    groups: dict[str, list[str]] = {}
-    for replica, line in pairs:
-        groups.setdefault(replica, []).append(line)
+def _by_replica(
+    lines: Iterable[tuple[float | None, str, str]],
+) -> dict[str, list[tuple[float | None, str]]]:
+    """``read_logs_timed`` lines grouped by replica, replicas in first-seen order."""
+    groups: dict[str, list[tuple[float | None, str]]] = {}
+    for t, replica, line in lines:
+        groups.setdefault(replica, []).append((t, line))
     return groups
+
+
+def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
+    """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
+    return item[0] if item[0] is not None else float("-inf")
 
 
 def _trace(label: str, series: StreamingDownsampler, points: int) -> MetricTrace:

@@ -82,6 +82,12 @@ def _colour(entry: LogEntry) -> str:
     return _COLOURS[entry.rank % len(_COLOURS)] if entry.rank is not None else "#888888"
 
 
+def _series_colour(who: Any) -> str:
+    """A rank's colour (the same as its log label's); a GPU's by its index on the node."""
+    index = who if isinstance(who, int) else who[1]
+    return _COLOURS[index % len(_COLOURS)]
+
+
 def _matches(entry: LogEntry, needle: str) -> bool:
     return not needle or needle in entry.text.lower()
 
@@ -122,8 +128,17 @@ class MonitorView:
         self._lock = threading.Lock()
 
         self.header = w.HTML()
-        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger")
-        self.panel_button = w.Button(description="Open in side panel", icon="external-link")
+        self.cancel_button = w.Button(
+            description="Cancel",
+            icon="stop",
+            button_style="danger",
+            layout=w.Layout(width="auto", min_width="max-content"),
+        )
+        self.panel_button = w.Button(
+            description="Open in side panel",
+            icon="external-link",
+            layout=w.Layout(width="auto", min_width="max-content"),  # the whole label shows
+        )
         self.cancel_button.disabled = on_cancel is None
         self._cancel_requested = False
         self.panel_button.disabled = on_open_panel is None
@@ -373,7 +388,7 @@ class MonitorView:
             for key, series in dirty:
                 panel, who = key
                 label = f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
-                trace = plot.trace(panel, who, label)
+                trace = plot.trace(panel, who, label, _series_colour(who))
                 xs, ys = series.points(per_trace)
                 trace.x, trace.y = _arrays(xs, ys)
                 self._pushed[key] = series.count
