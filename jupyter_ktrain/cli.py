@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import KtrainError
+from .errors import KtrainError, SpecError
 
 __all__ = ["for_shell", "main"]
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KtrainError as exc:
         print(for_shell(f"ktrain: {exc}"), file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, SpecError) else 1  # bad usage, or the command failed
 
 
 def for_shell(text: str) -> str:
