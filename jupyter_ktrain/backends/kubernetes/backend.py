@@ -23,13 +23,13 @@ from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
 from ...monitor.protocol import parse_line
-from ..base import FAILED, Backend, Job, JobStatus, LaunchPlan, LogSource
+from ..base import FAILED, Backend, Job, JobShape, JobStatus, LaunchPlan, LogSource
 from .api import Api, ApiFailure, ns_path
 from .kinds import CONTAINER_NAMES
 from .logs import PodLogSource
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
 from .preflight import KIND_API, run_preflight
-from .status import build_status, job_state, replica_pods
+from .status import build_status, job_shape, job_state, replica_pods
 from .watch import JobWatch
 
 __all__ = ["KubernetesBackend"]
@@ -265,6 +265,10 @@ class KubernetesBackend(Backend):
                 dict(watch.recreated),
                 rt.last_progress,
             )
+
+    def shape(self, name: str) -> JobShape | None:
+        job = self._watch(name).job
+        return job_shape(job) if job is not None else None
 
     def list_jobs(self) -> list[JobStatus]:
         out: list[JobStatus] = []
