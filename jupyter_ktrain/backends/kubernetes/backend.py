@@ -26,7 +26,7 @@ from ...monitor.protocol import parse_line
 from ..base import FAILED, Backend, Job, JobShape, JobStatus, LaunchPlan, LogSource
 from .api import Api, ApiFailure, ns_path
 from .kinds import CONTAINER_NAMES
-from .logs import PodLogSource
+from .logs import PodLogSource, split_stamped
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
 from .preflight import KIND_API, run_preflight
 from .status import build_status, job_shape, job_state, replica_pods
@@ -294,7 +294,21 @@ class KubernetesBackend(Backend):
             raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
         yield from self._stored_logs(watch.job, watch.pods)
 
-    def _stored_logs(self, job: dict[str, Any], pods: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Stored lines with the kubelet's timestamps (``timestamps=true``)."""
+        watch = self._watch(name)
+        if watch.job is None:
+            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        for pod, raw in self._stored_logs(watch.job, watch.pods, stamped=True):
+            parsed = split_stamped(raw.encode())
+            if parsed is None:
+                yield None, pod, raw
+            else:
+                yield parsed[0] / 1e9, pod, parsed[1]
+
+    def _stored_logs(
+        self, job: dict[str, Any], pods: dict[str, Any], stamped: bool = False
+    ) -> Iterator[tuple[str, str]]:
         container = CONTAINER_NAMES.get(job.get("kind", ""), "")
         for pod in replica_pods(job) or sorted(pods):
             obj = pods.get(pod)
@@ -302,6 +316,8 @@ class KubernetesBackend(Backend):
                 continue
             path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
             query: dict[str, Any] = {"container": container} if container else {}
+            if stamped:
+                query["timestamps"] = True
             restarts = sum(
                 int(cs.get("restartCount") or 0)
                 for cs in (obj.get("status") or {}).get("containerStatuses") or []
