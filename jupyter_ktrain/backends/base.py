@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound
@@ -29,6 +29,7 @@ __all__ = [
     "LaunchPlan",
     "LogSource",
     "ReplicaStatus",
+    "complete_exit_codes",
 ]
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -69,6 +70,20 @@ class JobStatus:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
+    """``status`` with one exit code per rank once it ended: a rank that never reported its
+    own (stopped with its replica, or never started) gets its replica's code (1 if unknown).
+    Replicas are in node-rank order; rank r runs on replica r // procs_per_node."""
+    if not status.terminal or not status.replicas or procs_per_node < 1:
+        return status
+    codes = dict(status.exit_codes)
+    for node, replica in enumerate(status.replicas):
+        for rank in range(node * procs_per_node, (node + 1) * procs_per_node):
+            code = replica.exit_code
+            codes.setdefault(rank, code if code is not None else 1)
+    return replace(status, exit_codes=codes)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from .base import (
     LaunchPlan,
     LogSource,
     ReplicaStatus,
+    complete_exit_codes,
 )
 from .procs import MARKER_ENV, kill_marked, marked_pids
 
@@ -237,7 +238,8 @@ class LocalBackend(Backend):
             )
             for i, n in enumerate(nodes)
         )
-        return JobStatus(
+        shape = self.shape(name)
+        status = JobStatus(
             name=name,
             state=state,
             reason=raw.get("reason", ""),
@@ -248,6 +250,7 @@ class LocalBackend(Backend):
             finished=raw.get("finished"),
             failed_rank=raw.get("failed_rank"),
         )
+        return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
     def _alive(self, raw: dict[str, Any]) -> bool:
         pid = raw.get("supervisor_pid")

@@ -161,22 +161,9 @@ class Supervisor:
     def _nodes(self) -> list[dict[str, Any]]:
         return [{"pid": p.pid, "exit_code": _code(p.returncode)} for p in self.procs]
 
-    def _complete_exit_codes(self, codes: list[int | None]) -> None:
-        """One code per rank: a rank that never reported its exit (stopped with its node, or
-        never started) gets its node's code, so ``exit_codes`` names every rank."""
-        per_node = [int(n["env"].get("PET_NPROC_PER_NODE", "1")) for n in self.plan["nodes"]]
-        rank = 0
-        with self.lock:
-            for node, nproc in enumerate(per_node):
-                for r in range(rank, rank + nproc):
-                    code = codes[node]
-                    self.exit_codes.setdefault(r, code if code is not None else 1)
-                rank += nproc
-
     def finish(self) -> None:
         nodes = self._nodes()
         codes = [n["exit_code"] for n in nodes]
-        self._complete_exit_codes(codes)
         if self.cancelled:
             state, reason = "Cancelled", "CancelledByUser"
         elif all(c == 0 for c in codes):

@@ -23,7 +23,16 @@ from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
 from ...monitor.protocol import parse_line
-from ..base import FAILED, Backend, Job, JobShape, JobStatus, LaunchPlan, LogSource
+from ..base import (
+    FAILED,
+    Backend,
+    Job,
+    JobShape,
+    JobStatus,
+    LaunchPlan,
+    LogSource,
+    complete_exit_codes,
+)
 from .api import Api, ApiFailure, ns_path
 from .kinds import CONTAINER_NAMES
 from .logs import PodLogSource, split_stamped
@@ -256,7 +265,7 @@ class KubernetesBackend(Backend):
                 for pod, line in self._stored_logs(job, watch.pods):
                     rt.on_line(pod, 0, line)
         with rt.lock:
-            return build_status(
+            status = build_status(
                 job,
                 watch.pods,
                 watch.events,
@@ -265,6 +274,9 @@ class KubernetesBackend(Backend):
                 dict(watch.recreated),
                 rt.last_progress,
             )
+        if job.get("kind") != "PyTorchJob":  # ranks map onto replicas only there
+            return status
+        return complete_exit_codes(status, job_shape(job).procs_per_node)
 
     def shape(self, name: str) -> JobShape | None:
         job = self._watch(name).job
