@@ -3,6 +3,8 @@ read (state, replica table, node numbers, metrics), and the one text view prints
 
 from __future__ import annotations
 
+import pytest
+
 import io
 
 from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
@@ -93,3 +95,35 @@ def test_every_rank_gets_an_exit_code_once_the_job_ended() -> None:
     assert complete_exit_codes(ended, 2).exit_codes == {0: 0, 1: 0, 2: 143, 3: 1}
     running = JobStatus("j", "Running", exit_codes={3: 1}, replicas=replicas)
     assert complete_exit_codes(running, 2).exit_codes == {3: 1}  # only once it ended
+
+
+def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
+    """On Kubernetes, cancel deletes the job: the handle that cancelled it (the cell's
+    follow loop, the widget's Cancel) reads Cancelled, its own final state, not "not found";
+    another handle still learns that the job is gone."""
+    from jupyter_ktrain.backends.base import TERMINAL, Backend, Job, JobStatus
+    from jupyter_ktrain.errors import JobNotFound
+
+    class Deleting(Backend):
+        name = "kubernetes"
+        gone = False
+
+        def status(self, name: str) -> JobStatus:
+            if self.gone:
+                raise JobNotFound(f"Job {name!r} is gone from namespace 'team'.")
+            return JobStatus(name, "Running")
+
+        def cancel(self, name: str) -> None:
+            self.gone = True
+
+        dryrun = schedule = log_sources = list_jobs = delete = read_logs = None  # type: ignore[assignment]
+
+    backend = Deleting()
+    job, other = Job("j", backend), Job("j", backend)
+    assert job.state == "Running"
+    job.cancel()
+    status = job.status()
+    assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
+    assert "Cancelled" in TERMINAL
+    with pytest.raises(JobNotFound):  # a handle that did not cancel invents no state
+        other.status()
