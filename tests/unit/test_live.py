@@ -3,9 +3,9 @@ read (state, replica table, node numbers, metrics), and the one text view prints
 
 from __future__ import annotations
 
-import pytest
-
 import io
+
+import pytest
 
 from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
