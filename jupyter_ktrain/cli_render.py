@@ -67,8 +67,15 @@ def spec_from_args(ns: argparse.Namespace) -> JobSpec:
     if ns.file:
         base = spec_from_yaml(ns.file)
         return _rebuild(base, kwargs)
-    if "name" not in kwargs:
-        raise SpecError("ktrain render needs a job name: pass --name (or name: in -f SPEC.yaml).")
+    missing = [
+        f for f, key in (("--name NAME", "name"), ("--image IMAGE", "image")) if not kwargs.get(key)
+    ]
+    if missing:
+        raise SpecError(
+            f"ktrain render needs {' and '.join(missing)} (or name:/image: in -f SPEC.yaml), "
+            "e.g. ktrain render --name llama-ft --image nvcr.io/nvidia/pytorch:24.03-py3 "
+            "--nodes 4 --gpus-per-node 8."
+        )
     return JobSpec.create(**kwargs)
 
 

@@ -90,6 +90,10 @@ def _convert(key: str, value: Any) -> Any:
         return text in ("true", "1", "yes")
     if key == "backend" and value not in (None, "", "local", "kubernetes"):
         raise SpecError(f"backend={value!r}: use local or kubernetes.")
+    if key in ("registry", "base_image") and value not in (None, ""):
+        from .packaging.reference import Reference
+
+        Reference.parse(str(value), what=key)  # OCI syntax, one line naming the key
     return str(value) if value not in (None, "") else None
 
 

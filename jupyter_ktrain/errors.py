@@ -5,7 +5,8 @@
     ├── CaptureError             something the cell needs cannot travel to the job
     │   └── SecretError          a secret would be written into the job's code
     ├── BackendError             a backend could not do what was asked
-    │   └── JobNotFound          no job of that name
+    │   ├── JobNotFound          no job of that name
+    │   └── JobFailed            a followed job failed or was cancelled (the cell fails)
     ├── PackagingError           building or pushing the code image/ConfigMap failed
     │   └── RegistryError        the registry said no (keeps its own error code)
     └── ClusterError             the Kubernetes API said no (keeps the server's message)
@@ -21,6 +22,7 @@ __all__ = [
     "BackendError",
     "CaptureError",
     "ClusterError",
+    "JobFailed",
     "JobNotFound",
     "KtrainError",
     "PackagingError",
@@ -58,6 +60,16 @@ class BackendError(KtrainError):
 
 class JobNotFound(BackendError, LookupError):
     """No job with the given name is known to the backend."""
+
+
+class JobFailed(BackendError):
+    """A job the cell followed ended Failed or Cancelled. The message is the failure summary
+    (first failing rank, what kind of failure, its last lines); ``state`` is the final state.
+    Raised so that Run All and headless runs (nbclient, papermill) stop at this cell."""
+
+    def __init__(self, message: str, *, state: str = "Failed"):
+        super().__init__(message)
+        self.state = state
 
 
 class PackagingError(KtrainError):

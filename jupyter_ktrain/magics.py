@@ -8,25 +8,27 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from .backends import get_backend
-from .backends.base import Job
+from .backends import get_backend, listed_backends
+from .backends.base import CANCELLED, FAILED, Job
 from .capture import capture
-from .errors import KtrainError, SpecError
+from .errors import JobFailed, JobNotFound, KtrainError, SpecError
 from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
-from .monitor.text import failure_summary
+from .monitor.text import failure_summary, status_text
 from .options import build_parser, env_names, parse_flags, spec_from_args
+from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
     from .widgets.monitor import View
 
-__all__ = ["KtrainMagics", "last_monitor", "run_job_cell"]
+__all__ = ["KtrainMagics", "last_monitor", "run_job_cell", "run_line_command", "set_wording"]
 
 _last_monitor: tuple[MonitorModel, View] | None = None
 
@@ -44,15 +46,26 @@ Every command but config takes --backend local|kubernetes (default: the configur
 """
 
 
+_wording: Callable[[str], str] = str  # the console script rewrites `%ktrain X` for a shell
+
+
+def set_wording(rewrite: Callable[[str], str]) -> None:
+    """How messages name commands: as typed in a notebook (default) or in a shell."""
+    global _wording
+    _wording = rewrite
+
+
 def _say(text: str) -> None:
+    text = _wording(text)
     print(text, end="" if text.endswith("\n") else "\n", flush=True)
 
 
 def _watch(job: Job, shell: Any) -> Job:
     """Follow ``job`` into the cell through one monitor model and its view; Ctrl-C detaches
     without stopping it. The cell blocks until the job ends (the widget's controls stay live:
-    see :mod:`jupyter_ktrain.widgets.controls`), then shows why it failed or sets the names
-    rank 0 bound in ``shell``'s namespace."""
+    see :mod:`jupyter_ktrain.widgets.controls`), then sets the names rank 0 bound in
+    ``shell``'s namespace, or raises :class:`JobFailed` (failed or cancelled) so that Run All
+    and headless runs stop at this cell."""
     global _last_monitor
     model = model_for(job)
     view = _make_view(job, model)
@@ -60,7 +73,8 @@ def _watch(job: Job, shell: Any) -> Job:
     view.show()
     sink = ModelSink(model, view)
     try:
-        status = follow(job, sink)
+        with kernel_busy():
+            status = follow(job, sink)
     except KeyboardInterrupt:
         view.close()
         _say(
@@ -69,9 +83,9 @@ def _watch(job: Job, shell: Any) -> Job:
         )
         return job
     view.close()
-    if status.state == "Failed":
-        _say(failure_summary(job, status))
-    elif status.state == "Succeeded" and shell is not None:
+    if status.state in (FAILED, CANCELLED):
+        raise JobFailed(failure_summary(job, status).rstrip("\n"), state=status.state)
+    if status.state == "Succeeded" and shell is not None:
         outputs = {k: v for k, v in job.outputs.items() if k != "_"}
         shell.user_ns.update(outputs)
         if outputs:
@@ -90,11 +104,12 @@ def _make_view(job: Job, model: MonitorModel) -> View:
     def cancel() -> None:
         shown = views[0] if views else None
         if isinstance(shown, MonitorView):
-            shown.cancel_button.description = "Cancelling…"
-            shown.cancel_button.disabled = True
+            shown.cancelling()
         try:
             job.cancel()
         except KtrainError as exc:
+            if isinstance(shown, MonitorView):
+                shown.cancel_failed()
             _say(f"ktrain: could not cancel {job.name!r}: {exc}")
 
     prefer = os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"
@@ -160,6 +175,8 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     for warning in program.warnings:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
+    if ns.replace and not ns.dry_run:
+        _replace(backend, spec.name)
     plan = backend.dryrun(spec, program)
     for note in plan.notes:
         _say(f"note: {note}")
@@ -173,6 +190,15 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
     )
     return job if ns.detach else _watch(job, shell)
+
+
+def _replace(backend: Any, name: str) -> None:
+    """``--replace``: remove an earlier job of this name (stopping it if it runs)."""
+    try:
+        backend.delete(name)
+    except JobNotFound:
+        return
+    _say(f"Replaced the earlier job {name!r} (deleted it and its logs).")
 
 
 @magics_class
@@ -210,11 +236,10 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _say(cfg.describe())
         return None
     backend_name, args = _pop_backend(args)
-    backend = get_backend(backend_name)
     if command == "list":
-        rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
-        _say("\n".join(rows) if rows else "No jobs yet.")
+        _list(backend_name)
         return None
+    backend = get_backend(backend_name)
     if command not in ("attach", "status", "logs", "cancel", "delete"):
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
@@ -223,10 +248,15 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
     if command == "attach":
         return _watch(backend.attach(name), shell)
     if command == "status":
-        return backend.status(name)
+        _say(status_text(backend.status(name), backend.name))
+        return None
     if command == "logs":
         return _logs(backend.attach(name), args[1:])
     if command == "cancel":
+        status = backend.status(name)
+        if status.terminal:
+            _say(f"{name!r} already ended ({status.state}); nothing to cancel.")
+            return None
         backend.cancel(name)
         _say(f"Cancelled {name!r}.")
         return None
@@ -234,6 +264,27 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
     backend.delete(name)
     _say(f"Deleted {name!r}.")
     return None
+
+
+def _list(backend_name: str | None) -> None:
+    """Jobs of every listed backend (local always, the configured one too); a backend that
+    cannot answer is one line, and the others' jobs are still listed."""
+    names = [backend_name] if backend_name else listed_backends()
+    rows: list[str] = []
+    problems: list[str] = []
+    for name in names:
+        try:
+            statuses = get_backend(name).list_jobs()
+        except KtrainError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        rows += [f"{s.name:32} {name:10} {s.state:10} {s.reason}".rstrip() for s in statuses]
+    if rows:
+        _say(f"{'NAME':32} {'BACKEND':10} {'STATE':10} REASON\n" + "\n".join(rows))
+    elif not problems:
+        _say(f"No jobs yet on {' or '.join(names)}.")
+    for problem in problems:
+        _say(f"ktrain: {problem}")
 
 
 def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:
@@ -255,6 +306,7 @@ def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _logs(job: Job, argv: list[str]) -> None:
+    """Print the stored lines, or one line saying why there are none."""
     import argparse
 
     p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
@@ -264,4 +316,20 @@ def _logs(job: Job, argv: list[str]) -> None:
         ns = p.parse_args(argv)
     except (argparse.ArgumentError, SystemExit):
         raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT]") from None
-    _say(job.logs(rank=ns.rank, grep=ns.grep))
+    text = job.logs(rank=ns.rank, grep=ns.grep)
+    if text:
+        _say(text)
+        return None
+    shape = job.shape
+    world = shape.nodes * shape.procs_per_node if shape is not None else None
+    if ns.rank is not None and world is not None and not 0 <= ns.rank < world:
+        raise SpecError(
+            f"{job.name!r} has ranks 0-{world - 1}; there is no rank {ns.rank}. "
+            f"Pass --rank 0 to {world - 1}, or leave --rank out for every rank."
+        )
+    who = f"rank {ns.rank}" if ns.rank is not None else job.name
+    if ns.grep is not None:
+        _say(f"No line of {who} contains {ns.grep!r} (so far).")
+    else:
+        _say(f"No output from {who} yet ({job.state}).")
+    return None

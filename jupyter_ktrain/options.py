@@ -51,6 +51,11 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the exact launch; run nothing")
     p.add_argument("--detach", action="store_true", help="submit and return at once; do not follow")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="delete an earlier job of the same --name first (re-running a named cell)",
+    )
     from .cluster_options import add_arguments
 
     add_arguments(p)

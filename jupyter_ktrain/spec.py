@@ -230,6 +230,10 @@ class JobSpec:
 def _check_cross_fields(spec: JobSpec) -> None:
     """Checks that involve more than one part of the spec: one SpecError each."""
     kind = spec.kind
+    if spec.image is not None:
+        from .packaging.reference import Reference
+
+        Reference.parse(spec.image, what="--image")
     if spec.elastic is not None:
         e = spec.elastic
         if kind != "PyTorchJob":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.cluster.pytest_plugin"]
+pytest_plugins = ["tests.cluster.pytest_plugin", "tests.procwatch"]
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -5,7 +5,15 @@ from __future__ import annotations
 from ..errors import SpecError
 from .base import Backend, Job, JobStatus, LaunchPlan
 
-__all__ = ["Backend", "Job", "JobStatus", "LaunchPlan", "default_backend_name", "get_backend"]
+__all__ = [
+    "Backend",
+    "Job",
+    "JobStatus",
+    "LaunchPlan",
+    "default_backend_name",
+    "get_backend",
+    "listed_backends",
+]
 
 
 def default_backend_name() -> str:
@@ -27,3 +35,10 @@ def get_backend(name: str | None = None) -> Backend:
 
         return KubernetesBackend()
     raise SpecError(f"--backend {name!r} is not known; use --backend local or kubernetes.")
+
+
+def listed_backends() -> list[str]:
+    """What ``list`` and the side panel show: ``local`` always (local jobs never hide behind
+    an unreachable cluster), then the configured backend when it is another one."""
+    configured = default_backend_name()
+    return ["local"] if configured == "local" else ["local", configured]

@@ -10,27 +10,31 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
+from ..errors import BackendError, JobNotFound
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
     from ..spec import JobSpec
 
 __all__ = [
+    "CANCELLED",
     "TERMINAL",
     "Backend",
     "Job",
+    "JobShape",
     "JobStatus",
     "LaunchPlan",
     "LogSource",
     "ReplicaStatus",
+    "complete_exit_codes",
 ]
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-TERMINAL = frozenset({SUCCEEDED, FAILED})
+CANCELLED = "Cancelled"  # stopped on a user's request: its own final state, not a failure
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,20 @@ class JobStatus:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
+    """``status`` with one exit code per rank once it ended: a rank that never reported its
+    own (stopped with its replica, or never started) gets its replica's code (1 if unknown).
+    Replicas are in node-rank order; rank r runs on replica r // procs_per_node."""
+    if not status.terminal or not status.replicas or procs_per_node < 1:
+        return status
+    codes = dict(status.exit_codes)
+    for node, replica in enumerate(status.replicas):
+        for rank in range(node * procs_per_node, (node + 1) * procs_per_node):
+            code = replica.exit_code
+            codes.setdefault(rank, code if code is not None else 1)
+    return replace(status, exit_codes=codes)
 
 
 @dataclass(frozen=True)
@@ -141,12 +159,34 @@ class Backend(ABC):
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
         """Every stored line so far as (replica, line), per replica in order."""
 
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Every stored line so far as (time it was written or None, replica, line), per
+        replica in order; backends that keep times override this (merging replicas by time
+        needs it)."""
+        for replica, line in self.read_logs(name):
+            yield None, replica, line
+
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
         return self.schedule(self.dryrun(spec, program))
 
     def attach(self, name: str) -> Job:
         self.status(name)  # raises JobNotFound
-        return Job(name, self)
+        return Job(name, self, shape=self.shape(name))
+
+    def shape(self, name: str) -> JobShape | None:
+        """The shape the job was started with (kind, nodes, processes, GPUs), when the backend
+        stored it: what a monitor attached later shows. None when unknown."""
+        return None
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How a job was started: what its monitor's header shows, also after ``attach``."""
+
+    kind: str = "PyTorchJob"
+    nodes: int = 1
+    procs_per_node: int = 1
+    gpus_per_node: int = 0
 
 
 class Job:
@@ -154,12 +194,19 @@ class Job:
     ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
 
     def __init__(
-        self, name: str, backend: Backend, plan: LaunchPlan | None = None, dry_run: bool = False
+        self,
+        name: str,
+        backend: Backend,
+        plan: LaunchPlan | None = None,
+        dry_run: bool = False,
+        shape: JobShape | None = None,
     ):
         self.name = name
         self.backend = backend
         self.plan = plan
         self.dry_run = dry_run
+        self.shape = shape
+        self.cancelled = False  # this handle cancelled it (a deleted job then reads Cancelled)
         self._outputs: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -175,7 +222,13 @@ class Job:
                 f"{self.name!r} was a dry run: nothing was started. Run the cell without "
                 f"--dry-run to start it; `.plan` holds what would be created."
             )
-        return self.backend.status(self.name)
+        try:
+            return self.backend.status(self.name)
+        except JobNotFound:
+            if not self.cancelled:
+                raise
+            # a backend whose cancel removes the job (Kubernetes deletes it): still Cancelled
+            return JobStatus(self.name, CANCELLED, "CancelledByUser", finished=time.time())
 
     @property
     def state(self) -> str:
@@ -200,6 +253,7 @@ class Job:
             time.sleep(poll)
 
     def cancel(self) -> None:
+        self.cancelled = True
         self.backend.cancel(self.name)
 
     def logs(self, rank: int | None = None, grep: str | None = None) -> str:

@@ -30,12 +30,15 @@ from ..launch import node_command, operator_env
 from .base import (
     FAILED,
     PENDING,
+    TERMINAL,
     Backend,
     Job,
+    JobShape,
     JobStatus,
     LaunchPlan,
     LogSource,
     ReplicaStatus,
+    complete_exit_codes,
 )
 from .procs import MARKER_ENV, kill_marked, marked_pids
 
@@ -180,8 +183,8 @@ class LocalBackend(Backend):
         job_dir = self.job_dir(name)
         if job_dir.exists():
             raise SpecError(
-                f"A local job named {name!r} already exists. Pick another --name, or remove it "
-                f"with `%ktrain delete {name}`."
+                f"A local job named {name!r} already exists. Add --replace to delete it and run "
+                f"again, pick another --name, or remove it with `ktrain delete {name}`."
             )
         try:
             self._write(job_dir, plan)
@@ -226,7 +229,7 @@ class LocalBackend(Backend):
     def status(self, name: str) -> JobStatus:
         raw = self._state(name)
         state = raw.get("state", PENDING)
-        if state not in ("Succeeded", "Failed") and not self._alive(raw):
+        if state not in TERMINAL and not self._alive(raw):
             state, raw["reason"] = FAILED, "Lost"
             raw["message"] = "its supervisor is gone (the machine restarted or it was killed)"
         nodes = raw.get("nodes", [])
@@ -239,7 +242,8 @@ class LocalBackend(Backend):
             )
             for i, n in enumerate(nodes)
         )
-        return JobStatus(
+        shape = self.shape(name)
+        status = JobStatus(
             name=name,
             state=state,
             reason=raw.get("reason", ""),
@@ -250,6 +254,7 @@ class LocalBackend(Backend):
             finished=raw.get("finished"),
             failed_rank=raw.get("failed_rank"),
         )
+        return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
     def _alive(self, raw: dict[str, Any]) -> bool:
         pid = raw.get("supervisor_pid")
@@ -265,7 +270,7 @@ class LocalBackend(Backend):
 
     def cancel(self, name: str) -> None:
         raw = self._state(name)
-        if raw.get("state") in ("Succeeded", "Failed"):
+        if raw.get("state") in TERMINAL:
             return
         pid = raw.get("supervisor_pid")
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
@@ -300,6 +305,17 @@ class LocalBackend(Backend):
                     continue
         return out
 
+    def shape(self, name: str) -> JobShape | None:
+        try:
+            meta = json.loads((self.job_dir(name) / "job.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return JobShape(
+            kind=str(meta.get("kind", "PyTorchJob")),
+            nodes=int(meta.get("nodes", 1)),
+            procs_per_node=int(meta.get("nproc", 1)),
+        )
+
     def log_sources(self, name: str) -> list[LogSource]:
         nodes = json.loads((self.job_dir(name) / "job.json").read_text())["nodes"]
         return [
@@ -312,6 +328,17 @@ class LocalBackend(Backend):
         for source in self.log_sources(name):
             for line in source.finish():
                 yield source.replica, line
+
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Lines with the time the supervisor wrote each (``node-K.times``, one per line)."""
+        self._state(name)
+        for i, source in enumerate(self.log_sources(name)):
+            try:
+                stamps = (self.job_dir(name) / f"node-{i}.times").read_text().split()
+            except OSError:
+                stamps = []
+            for k, line in enumerate(source.finish()):
+                yield (float(stamps[k]) if k < len(stamps) else None), source.replica, line
 
 
 def _deepspeed_files(spec: Any) -> dict[str, bytes]:
@@ -326,7 +353,9 @@ def _deepspeed_files(spec: Any) -> dict[str, bytes]:
 def _phase(exit_code: int | None, job_state: str) -> str:
     if exit_code is None:
         return "Running" if job_state == "Running" else job_state
-    return "Succeeded" if exit_code == 0 else "Failed"
+    if exit_code == 0:
+        return "Succeeded"
+    return job_state if job_state == "Cancelled" else "Failed"
 
 
 def cluster_only_settings(spec: Any) -> list[str]:

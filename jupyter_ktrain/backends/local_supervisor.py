@@ -21,12 +21,13 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..monitor.protocol import parse_line
+from ..monitor.protocol import format_agent_line, parse_line
 from .procs import kill_marked
 
 __all__ = ["main", "write_state"]
 
 GRACE_AFTER_FAILURE_S = 5.0
+CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
 TERM_TIMEOUT_S = 10.0
 
 
@@ -70,10 +71,27 @@ class Supervisor:
         return self.rank_files[rank]
 
     def _pump(self, node: int, stream: IO[bytes]) -> None:
-        with open(self.dir / f"node-{node}.log", "ab", buffering=0) as node_log:
+        folded = False
+        node_log = open(self.dir / f"node-{node}.log", "ab", buffering=0)  # noqa: SIM115
+        times = open(self.dir / f"node-{node}.times", "ab", buffering=0)  # noqa: SIM115
+
+        def write(data: bytes) -> None:
+            # the arrival time of each line, like a pod log's timestamps: merging the nodes'
+            # logs by time (the side panel's "all ranks") needs it
+            times.write(b"%.6f\n" % time.time())
+            node_log.write(data if data.endswith(b"\n") else data + b"\n")
+
+        with node_log, times:
             for raw in iter(stream.readline, b""):
-                node_log.write(raw)
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                if self.cancelled and line.source == "node":
+                    # torchrun's teardown (its SignalException traceback) after a cancel says
+                    # nothing the user does not know: one line instead
+                    if not folded:
+                        folded = True
+                        write(CANCEL_LINE)
+                    continue
+                write(raw)
                 if line.rank is None:
                     continue
                 if line.record is None:
@@ -147,7 +165,7 @@ class Supervisor:
         nodes = self._nodes()
         codes = [n["exit_code"] for n in nodes]
         if self.cancelled:
-            state, reason = "Failed", "Cancelled"
+            state, reason = "Cancelled", "CancelledByUser"
         elif all(c == 0 for c in codes):
             state, reason = "Succeeded", "AllRanksSucceeded"
         else:

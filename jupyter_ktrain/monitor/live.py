@@ -43,6 +43,11 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
         digest = plan.details.get("image_digest") if hasattr(plan.details, "get") else None
         header.image_digest = str(digest) if digest else None
         rdma = rdma_requested(spec)
+    elif job.shape is not None:  # attached later: the shape the backend stored
+        header.kind = job.shape.kind
+        header.nodes = job.shape.nodes
+        header.procs_per_node = job.shape.procs_per_node
+        header.gpus_per_node = job.shape.gpus_per_node
     return MonitorModel(header, rdma_requested=rdma, **options)
 
 

@@ -18,7 +18,14 @@ from .model import LogEntry, MonitorModel
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
 
-__all__ = ["TextView", "failure_summary", "fmt_elapsed", "header_text", "text_line"]
+__all__ = [
+    "TextView",
+    "failure_summary",
+    "fmt_elapsed",
+    "header_text",
+    "status_text",
+    "text_line",
+]
 
 
 def fmt_elapsed(seconds: float) -> str:
@@ -173,10 +180,10 @@ class TextView:
 
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     """The first failing rank, its exit code and its last lines, first."""
+    if status.state == "Cancelled":
+        return f"Job {job.name!r} was cancelled by the user; the cell set no names.\n"
     if status.state != "Failed":
         return ""
-    if status.reason == "Cancelled":
-        return f"Job {job.name!r} was cancelled.\n"
     rank = status.failed_rank
     if rank is None:
         codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
@@ -196,3 +203,50 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
         f"Last lines of rank {rank}:\n{body}\n"
         f"All logs: %ktrain logs {job.name} [--rank R]\n"
     )
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _codes(codes: dict[int, int]) -> str:
+    """``0-2: 0, 3: 1``: consecutive ranks with one code share a range."""
+    out: list[str] = []
+    ranks = sorted(codes)
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            if codes[ranks[j + 1]] != codes[ranks[i]]:
+                break
+            j += 1
+        span = str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}"
+        out.append(f"{span}: {codes[ranks[i]]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def status_text(status: JobStatus, backend: str, now: float | None = None) -> str:
+    """``%ktrain status NAME`` for a human: state and why, times, exit codes, replicas."""
+    now = time.time() if now is None else now
+    why = f" ({status.reason}{': ' + status.message if status.message else ''})"
+    lines = [f"{status.name} on {backend}: {status.state}{why if status.reason else ''}"]
+    if status.started is not None:
+        end = status.finished if status.finished is not None else now
+        ran = fmt_elapsed(max(0.0, end - status.started))
+        verb = "ran" if status.finished is not None else "running for"
+        lines.append(f"  started   {_when(status.started)} ({verb} {ran})")
+    if status.finished is not None:
+        lines.append(f"  finished  {_when(status.finished)}")
+    if status.exit_codes:
+        lines.append(f"  exit codes by rank  {_codes(dict(status.exit_codes))}")
+    if status.failed_rank is not None:
+        lines.append(f"  first failing rank  {status.failed_rank}")
+    for r in status.replicas:
+        code = "" if r.exit_code is None else f" exit {r.exit_code}"
+        extra = f" restarts {r.restarts}" if r.restarts else ""
+        event = f" · {r.last_event}" if r.last_event else ""
+        lines.append(f"  {r.name}: {r.phase}{code}{extra} on {r.node or '-'}{event}")
+    return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 Runs in the job's container before torchrun (standard library only: the image may have
 nothing else). Reads ``CODE_DIR/requirements.txt`` (pins ``NAME==VERSION``), skips every pin the
-image already satisfies (``importlib.metadata``), and installs the rest with pip: from
-``CODE_DIR/wheels`` with ``--no-index`` when that directory exists (offline route), else from
+image already satisfies (``importlib.metadata``; silently), and installs the rest with a quiet
+pip: from ``CODE_DIR/wheels`` with ``--no-index`` when that directory exists (offline
+route), else from
 the package index. Exit status is pip's (0 when nothing was needed). Messages go out as
 ``[agent]: `` lines.
 """
@@ -30,8 +31,16 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def missing_pins(lines: Sequence[str]) -> list[str]:
-    """The pins among ``lines`` that the running Python lacks or has at another version."""
+def _installed(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def missing_pins(lines: Sequence[str], have: Callable[[str], str] = _installed) -> list[str]:
+    """The pins among ``lines`` that the running Python lacks or has at another version
+    (``have(name)``: the installed version, ``""`` when absent)."""
     out = []
     for line in lines:
         text = line.split("#", 1)[0].strip()
@@ -39,18 +48,17 @@ def missing_pins(lines: Sequence[str]) -> list[str]:
             continue
         name, _, version = text.partition("==")
         name = re.sub(r"\[.*\]", "", name).strip()
-        try:
-            have = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            have = ""
-        if have != version.strip():
+        installed = have(name)
+        # a local version label (torch 2.13.0+cu130) satisfies the pin 2.13.0, as for pip
+        if installed.split("+")[0] != version.strip().split("+")[0]:
             out.append(text)
     return out
 
 
 def install_command(code_dir: str, pins: Sequence[str], python: str = sys.executable) -> list[str]:
     """pip argv installing ``pins``; offline (``--no-index``) when ``code_dir/wheels`` exists."""
-    argv = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir"]
+    argv = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    argv.append("--no-cache-dir")
     wheels = Path(code_dir) / "wheels"
     if wheels.is_dir():
         argv += ["--no-index", "--find-links", str(wheels)]
@@ -71,14 +79,14 @@ def ensure_requirements(
         return 0
     pins = missing_pins(req.read_text().splitlines())
     if not pins:
-        _say("requirements already satisfied by the image")
-        return 0
+        return 0  # the image has everything: nothing to say
     offline = (Path(code_dir) / "wheels").is_dir()
     route = "shipped wheels (offline)" if offline else "the package index"
-    _say(f"installing {len(pins)} requirement(s) from {route}: {' '.join(pins)}")
     code = run(install_command(code_dir, pins, python))
     if code != 0:
-        _say(f"pip failed with exit code {code}")
+        _say(f"pip failed with exit code {code} installing {' '.join(pins)} from {route}")
+        return code
+    _say(f"installed {len(pins)} requirement(s) from {route}: {' '.join(pins)}")
     return code
 
 

@@ -15,6 +15,11 @@ _REPO = re.compile(
 )
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# host[:port]: DNS labels, an IPv4 address or a bracketed IPv6 address (distribution's grammar)
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,8 @@ class Reference:
     def parse(cls, text: str, *, what: str = "image") -> Reference:
         """Parse ``text``; bare names go to Docker Hub (``library/`` for one-part names).
 
-        ``what`` names the option in the error message (e.g. ``registry`` or ``base_image``).
+        ``what`` names the option in the error message: a flag (``--image``) or a config key
+        (``registry``, ``base_image``).
         """
         rest, digest = text.strip(), ""
         if "@" in rest:
@@ -53,16 +59,25 @@ class Reference:
 
     def _validate(self, text: str, what: str) -> None:
         problem = ""
-        if not _REPO.match(self.repository):
+        if not text.strip() or any(c.isspace() for c in text.strip()):
+            problem = "it is empty or holds white space"
+        elif not _HOST.match(self.registry):
+            problem = f"registry host {self.registry!r} is not host[:port]"
+        elif not _REPO.match(self.repository):
             problem = f"repository {self.repository!r} must be lower case letters, digits, '._-/'"
         elif self.tag and not _TAG.match(self.tag):
             problem = f"tag {self.tag!r} is not valid"
         elif self.digest and not _DIGEST.match(self.digest):
             problem = f"digest {self.digest!r} must be sha256:<64 hex digits>"
         if problem:
+            fix = f"{what} IMAGE" if what.startswith("-") else f"`%ktrain config {what}=...`"
+            example = (
+                "registry.example.com/team/ktrain"
+                if what == "registry"
+                else "nvcr.io/nvidia/pytorch:24.03-py3"
+            )
             raise SpecError(
-                f"{text!r} is not an image reference: {problem}. Fix `%ktrain config {what}=...` "
-                "(e.g. registry.example.com/team/ktrain or nvcr.io/nvidia/pytorch:24.03-py3)."
+                f"{what} {text!r} is not an image reference: {problem}. Fix {fix} (e.g. {example})."
             )
 
     @property

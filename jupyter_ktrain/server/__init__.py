@@ -44,7 +44,7 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     from .core import PanelCore
     from .handlers import setup_handlers
 
-    core = PanelCore.from_names(served_backends())
+    core = PanelCore.from_config(served_backends)  # the user's config, read per request
     setup_handlers(server_app.web_app, core)
-    server_app.log.info("jupyter-ktrain panel API at /ktrain/api (backends: %s)",
+    server_app.log.info("jupyter-ktrain panel API at /ktrain/api (backends now: %s)",
                         ", ".join(served_backends()))  # fmt: skip

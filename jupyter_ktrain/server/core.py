@@ -12,10 +12,11 @@ reads its on-disk registry); nothing is cached between calls.
 
 from __future__ import annotations
 
+import heapq
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
@@ -44,6 +45,12 @@ MAX_LINES = 5_000
 PLOT_POINTS = 500
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
+
+
+def get_backend_by_name(name: str) -> Backend:
+    from ..backends import get_backend
+
+    return get_backend(name)
 
 
 def http_status(exc: BaseException) -> int:
@@ -104,13 +111,24 @@ class PanelCore:
 
     def __init__(
         self,
-        backends: dict[str, Callable[[], Backend]],
+        backends: Mapping[str, Callable[[], Backend]] | Callable[[], Mapping[str, Hashable]],
         clock: Callable[[], float] = time.time,
         max_lines: int = MAX_LINES,
         plot_points: int = PLOT_POINTS,
+        make: Callable[[str, Hashable], Backend] | None = None,
     ) -> None:
-        self._factories = dict(backends)
-        self._made: dict[str, Backend] = {}
+        """``backends``: name -> factory (fixed), or a function asked on every request that
+        returns name -> setting key, with ``make(name, key)`` building a backend; a backend
+        is made once per (name, key), so a changed setting (the user's config) takes effect at
+        the next request and an unchanged one keeps its connections and watches."""
+        if callable(backends):
+            self._resolve = backends
+            self._make = make or (lambda name, _key: get_backend_by_name(name))
+        else:
+            fixed = dict(backends)
+            self._resolve = lambda: {name: name for name in fixed}
+            self._make = lambda name, _key: fixed[name]()
+        self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
         self.clock = clock
         self.max_lines = max_lines
@@ -119,34 +137,59 @@ class PanelCore:
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
         """Backends by name through :func:`jupyter_ktrain.backends.get_backend`."""
-        from ..backends import get_backend
+        fixed = tuple(names)
+        return cls(lambda: {n: n for n in fixed})
 
-        return cls({n: (lambda n=n: get_backend(n)) for n in names})  # type: ignore[misc]
+    @classmethod
+    def from_config(cls, names: Callable[[], Iterable[str]]) -> PanelCore:
+        """The backends ``names()`` lists, each set up from the user's config
+        (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
+        backend=kubernetes context=...` shows in the open panel at its next refresh."""
+        from ..backends.kubernetes.backend import KubernetesBackend
+        from ..config import Config, load_config
 
-    def _backend(self, name: str) -> Backend:
+        def resolve() -> dict[str, Hashable]:
+            config = load_config()
+            return {n: (config if n == "kubernetes" else n) for n in names()}
+
+        def make(name: str, key: Hashable) -> Backend:
+            if name == "kubernetes" and isinstance(key, Config):
+                return KubernetesBackend(config=key)
+            return get_backend_by_name(name)
+
+        return cls(resolve, make=make)
+
+    @property
+    def _factories(self) -> Mapping[str, Hashable]:
+        """The backends served now: name -> setting key (see ``__init__``)."""
+        return self._resolve()
+
+    def _backend(self, name: str, keys: Mapping[str, Hashable] | None = None) -> Backend:
+        key = (keys if keys is not None else self._factories)[name]
         with self._lock:
-            backend = self._made.get(name)
+            backend = self._made.get((name, key))
             if backend is None:
-                backend = self._made[name] = self._factories[name]()
+                backend = self._made[(name, key)] = self._make(name, key)
             return backend
 
     def _find(self, name: str, backend: str | None) -> tuple[str, JobStatus]:
         """(backend name, status) of job ``name``; JobNotFound when no backend knows it."""
         _check_name(name)
-        if backend is not None and backend not in self._factories:
-            known = ", ".join(self._factories)
+        served = self._factories
+        if backend is not None and backend not in served:
+            known = ", ".join(served)
             raise SpecError(f"backend {backend!r} is not served by this panel (it has: {known}).")
-        for b in [backend] if backend else list(self._factories):
+        for b in [backend] if backend else list(served):
             try:
-                return b, self._backend(b).status(name)
+                return b, self._backend(b, served).status(name)
             except JobNotFound:
                 continue
             except KtrainError:
-                if backend is not None or len(self._factories) == 1:
+                if backend is not None or len(served) == 1:
                     raise
                 continue  # an unreachable cluster must not hide a local job of that name
         raise JobNotFound(
-            f"No job named {name!r} on {' or '.join(self._factories)}. "
+            f"No job named {name!r} on {' or '.join(served)}. "
             f"The panel's refresh button (or `%ktrain list`) shows the jobs that exist."
         )
 
@@ -155,9 +198,10 @@ class PanelCore:
         now = self.clock()
         jobs: list[JobSummary] = []
         problems: list[BackendProblem] = []
-        for b in self._factories:
+        served = self._factories
+        for b in served:
             try:
-                statuses = self._backend(b).list_jobs()
+                statuses = self._backend(b, served).list_jobs()
             except KtrainError as exc:
                 problems.append({"backend": b, "error": str(exc)})
                 continue
@@ -185,7 +229,17 @@ class PanelCore:
             "exit_codes": {str(k): v for k, v in sorted(status.exit_codes.items())},
             "failed_rank": status.failed_rank,
             "terminal": status.terminal,
+            "failure": self._failure(b, status),
         }
+
+    def _failure(self, backend: str, status: JobStatus) -> str | None:
+        """The cell's failure summary (first failing rank, kind, last lines), or None."""
+        if status.state not in ("Failed", "Cancelled"):
+            return None
+        from ..backends.base import Job
+        from ..monitor.text import failure_summary
+
+        return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
 
     def logs(
         self,
@@ -203,27 +257,32 @@ class PanelCore:
         still being written); it comes with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
         seen = decode_offset(offset)
-        per_replica = _by_replica(self._backend(b).read_logs(name))
-        out: list[LogLinePayload] = []
-        counts: dict[str, int] = {}
-        more = False
+        per_replica = _by_replica(self._backend(b).read_logs_timed(name))
+        streams = []
         for node, (replica, lines) in enumerate(per_replica.items()):
             start = seen.get(replica, 0)
             stop = len(lines) if status.terminal else max(start, len(lines) - 1)
-            index = start
-            while index < stop and not more:
-                line = parse_line(lines[index])
-                index += 1
-                if line.record is not None or (rank is not None and line.rank != rank):
-                    continue
-                if grep and grep not in line.text:
-                    continue
-                label = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
-                out.append(
-                    {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
-                )
-                more = len(out) >= self.max_lines
-            counts[replica] = index
+            streams.append([(t, node, index, replica, lines[index][1]) for index, t in
+                            ((i, lines[i][0]) for i in range(start, stop))])  # fmt: skip
+        counts = {replica: seen.get(replica, 0) for replica in per_replica}
+        out: list[LogLinePayload] = []
+        more = False
+        # every replica's new lines, merged by the time they were written ("all ranks" reads
+        # like one log); a backend without times keeps each replica's lines together
+        for _t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
+            if more:
+                break
+            counts[replica] = index + 1
+            line = parse_line(raw)
+            if line.record is not None or (rank is not None and line.rank != rank):
+                continue
+            if grep and grep not in line.text:
+                continue
+            label = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
+            out.append(
+                {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
+            )
+            more = len(out) >= self.max_lines
         return {
             "lines": out,
             "next_offset": encode_offset(counts),
@@ -268,12 +327,19 @@ class PanelCore:
         return self.job(name, b)
 
 
-def _by_replica(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """``read_logs`` pairs grouped by replica, replicas in first-seen order."""
-    groups: dict[str, list[str]] = {}
-    for replica, line in pairs:
-        groups.setdefault(replica, []).append(line)
+def _by_replica(
+    lines: Iterable[tuple[float | None, str, str]],
+) -> dict[str, list[tuple[float | None, str]]]:
+    """``read_logs_timed`` lines grouped by replica, replicas in first-seen order."""
+    groups: dict[str, list[tuple[float | None, str]]] = {}
+    for t, replica, line in lines:
+        groups.setdefault(replica, []).append((t, line))
     return groups
+
+
+def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
+    """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
+    return item[0] if item[0] is not None else float("-inf")
 
 
 def _trace(label: str, series: StreamingDownsampler, points: int) -> MetricTrace:

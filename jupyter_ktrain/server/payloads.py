@@ -71,6 +71,7 @@ class JobDetail(JobSummary):
     exit_codes: dict[str, int]
     failed_rank: int | None
     terminal: bool
+    failure: str | None  # a failed or cancelled job: what the cell says (first failing rank...)
 
 
 class LogLinePayload(TypedDict):

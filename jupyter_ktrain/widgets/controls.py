@@ -17,11 +17,12 @@ best effort and never raises.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["control_subshell", "route_to_subshell"]
+__all__ = ["control_subshell", "kernel_busy", "route_to_subshell"]
 
 _subshells: dict[int, str] = {}  # id(kernel) -> subshell id
 _lock = threading.Lock()
@@ -84,3 +85,37 @@ def route_to_subshell(widgets: Iterable[Any], subshell_id: str) -> int:
         comm._reply_subshell_for = route
         routed += 1
     return routed
+
+
+@contextlib.contextmanager
+def kernel_busy() -> Iterator[None]:
+    """Keep the kernel reported busy while the cell follows its job.
+
+    A control message handled in the subshell ends with an iopub ``status: idle`` (parent: that
+    comm message); JupyterLab's status bar and the server's kernel API take any status as the
+    kernel's, so the kernel would read idle while the cell still runs. Here each idle that a
+    thread other than the cell's publishes is followed at once by ``busy`` with the cell's
+    execute request as parent. Nothing happens outside a kernel or without subshells."""
+    kernel = _kernel()
+    original = getattr(kernel, "_publish_status", None)
+    if kernel is None or original is None or not getattr(kernel, "_supports_kernel_subshells", 0):
+        yield
+        return
+    try:
+        cell_parent = kernel.get_parent("shell")
+    except Exception:
+        yield
+        return
+    main = threading.current_thread()
+
+    def publish(status: str, channel: str, parent: Any = None) -> None:
+        original(status, channel, parent)
+        if status == "idle" and threading.current_thread() is not main:
+            original("busy", "shell", cell_parent)
+
+    kernel._publish_status = publish
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError):
+            del kernel._publish_status

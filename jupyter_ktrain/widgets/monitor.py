@@ -82,6 +82,12 @@ def _colour(entry: LogEntry) -> str:
     return _COLOURS[entry.rank % len(_COLOURS)] if entry.rank is not None else "#888888"
 
 
+def _series_colour(who: Any) -> str:
+    """A rank's colour (the same as its log label's); a GPU's by its index on the node."""
+    index = who if isinstance(who, int) else who[1]
+    return _COLOURS[index % len(_COLOURS)]
+
+
 def _matches(entry: LogEntry, needle: str) -> bool:
     return not needle or needle in entry.text.lower()
 
@@ -122,9 +128,19 @@ class MonitorView:
         self._lock = threading.Lock()
 
         self.header = w.HTML()
-        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger")
-        self.panel_button = w.Button(description="Open in side panel", icon="external-link")
+        self.cancel_button = w.Button(
+            description="Cancel",
+            icon="stop",
+            button_style="danger",
+            layout=w.Layout(width="auto", min_width="max-content"),
+        )
+        self.panel_button = w.Button(
+            description="Open in side panel",
+            icon="external-link",
+            layout=w.Layout(width="auto", min_width="max-content"),  # the whole label shows
+        )
         self.cancel_button.disabled = on_cancel is None
+        self._cancel_requested = False
         self.panel_button.disabled = on_open_panel is None
         if on_cancel is not None:
             self.cancel_button.on_click(lambda _b: on_cancel())
@@ -221,13 +237,34 @@ class MonitorView:
         self._closed = True
         self.cancel_button.disabled = True
 
+    # -- the Cancel button: always says what is true -------------------------------------
+    def cancelling(self) -> None:
+        """The user clicked Cancel: "Cancelling…" (disabled) until the job has ended."""
+        self._cancel_requested = True
+        self.cancel_button.description = "Cancelling…"
+        self.cancel_button.disabled = True
+
+    def cancel_failed(self) -> None:
+        """Cancel did not go through: the button is a live "Cancel" again."""
+        self._cancel_requested = False
+        self.cancel_button.description = "Cancel"
+        self.cancel_button.disabled = self.model.header.finished
+
+    def _update_cancel_button(self) -> None:
+        h = self.model.header
+        if not h.finished:
+            return
+        self.cancel_button.disabled = True
+        self.cancel_button.description = "Cancelled" if h.state == "Cancelled" else "Cancel"
+        self.cancel_button.icon = "ban" if h.state == "Cancelled" else "stop"
+
     # -- header, replicas, alerts -------------------------------------------------------
     def _update_header(self, now: float) -> None:
         m = self.model
         colour = _STATE_COLOURS.get(m.header.state, "#ff7f0e")
         text = html.escape(header_text(m, now))
         self.header.value = f'<b style="color:{colour}">●</b> {text}'
-        self.cancel_button.disabled = self.cancel_button.disabled or m.header.finished
+        self._update_cancel_button()
         alerts = m.alerts()
         self.alerts.value = "".join(
             f'<div style="color:#b35900">⚠ {html.escape(a.message)}</div>' for a in alerts
@@ -351,7 +388,7 @@ class MonitorView:
             for key, series in dirty:
                 panel, who = key
                 label = f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
-                trace = plot.trace(panel, who, label)
+                trace = plot.trace(panel, who, label, _series_colour(who))
                 xs, ys = series.points(per_trace)
                 trace.x, trace.y = _arrays(xs, ys)
                 self._pushed[key] = series.count

@@ -20,6 +20,10 @@ def _axis(k: int, letter: str) -> tuple[str, str]:
     return f"{letter}axis{suffix}", f"{letter}{suffix}"
 
 
+def _legend(k: int) -> str:
+    return "legend" if k == 0 else f"legend{k + 1}"
+
+
 class PanelFigure:
     def __init__(self, *, panel_height: int = 200, gap: int = 60, width: int | None = None) -> None:
         import plotly.graph_objects as go
@@ -31,7 +35,6 @@ class PanelFigure:
             "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
             "uirevision": "keep",  # keep the user's zoom and hidden traces across updates
             "showlegend": True,
-            "legend": {"groupclick": "toggleitem"},
         }
         if width is not None:
             layout["width"] = width
@@ -62,15 +65,18 @@ class PanelFigure:
             ykey, yref = _axis(k, "y")
             update[xkey] = {"domain": [0, 1], "anchor": yref, "title": {"text": x_title}}
             update[ykey] = {"domain": [bottom, top], "anchor": xref, "title": {"text": title}}
+            # one legend per panel, beside it (plotly's legend, legend2, ...)
+            update[_legend(k)] = {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
+                                  "title": {"text": title}}  # fmt: skip
         with self.fig.batch_update():
             self.fig.update_layout(update)
 
-    def trace(self, panel: str, key: Hashable, label: str) -> Any:
-        """The trace for ``key`` in ``panel`` (created empty on first use)."""
+    def trace(self, panel: str, key: Hashable, label: str, colour: str | None = None) -> Any:
+        """The trace for ``key`` in ``panel`` (created empty on first use), drawn in
+        ``colour`` (the caller's: one colour per rank in every panel)."""
         trace = self._traces.get((panel, key))
         if trace is None:
             k = self.panels.index(panel)
-            title = self._titles[panel][0]
             self.fig.add_scatter(
                 x=[],
                 y=[],
@@ -78,8 +84,8 @@ class PanelFigure:
                 name=label,
                 xaxis=_axis(k, "x")[1],
                 yaxis=_axis(k, "y")[1],
-                legendgroup=panel,
-                legendgrouptitle={"text": title},
+                legend=_legend(k),
+                line={"color": colour} if colour else {},
             )
             trace = self.fig.data[-1]
             self._traces[(panel, key)] = trace

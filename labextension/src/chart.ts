@@ -2,13 +2,10 @@
  * A small SVG line chart (one per metric panel): no plotting library in the bundle. The server
  * already downsampled every trace, so drawing is a polyline per trace.
  */
+import { traceColour } from './colours';
 import { MetricPanel } from './payloads';
 
 const SVG = 'http://www.w3.org/2000/svg';
-const COLOURS = [
-  '#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e',
-  '#17becf', '#8c564b', '#e377c2', '#bcbd22', '#7f7f7f'
-];
 
 function el(tag: string, attrs: { [k: string]: string | number }, text?: string): SVGElement {
   const node = document.createElementNS(SVG, tag);
@@ -22,7 +19,25 @@ function el(tag: string, attrs: { [k: string]: string | number }, text?: string)
 }
 
 function fmt(v: number): string {
-  return Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(2) : v.toPrecision(3);
+  if (v === 0) {
+    return '0';
+  }
+  return Math.abs(v) >= 10000 || Math.abs(v) < 0.001 ? v.toExponential(1) : String(Number(v.toPrecision(4)));
+}
+
+/** About ``count`` round tick values (1, 2 or 5 x 10^k apart) covering [lo, hi]. */
+export function niceTicks(lo: number, hi: number, count = 5): number[] {
+  if (!(hi > lo)) {
+    return [lo];
+  }
+  const raw = (hi - lo) / count;
+  const power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(f => f * power).find(s => s >= raw) ?? 10 * power;
+  const ticks: number[] = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+    ticks.push(Number(v.toPrecision(12)));
+  }
+  return ticks;
 }
 
 export function renderChart(panel: MetricPanel, width = 420, height = 220): HTMLElement {
@@ -39,24 +54,29 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   const sy = (y: number) => height - m.b - ((y - y0) / (y1 - y0 || 1)) * (height - m.t - m.b);
   svg.appendChild(el('text', { x: width / 2, y: 14, 'text-anchor': 'middle', class: 'ktrain-ChartTitle' }, panel.name));
   svg.appendChild(el('rect', { x: m.l, y: m.t, width: width - m.l - m.r, height: height - m.t - m.b, class: 'ktrain-ChartFrame' }));
-  svg.appendChild(el('text', { x: m.l - 4, y: m.t + 10, 'text-anchor': 'end' }, fmt(y1)));
-  svg.appendChild(el('text', { x: m.l - 4, y: height - m.b, 'text-anchor': 'end' }, fmt(y0)));
-  svg.appendChild(el('text', { x: m.l, y: height - m.b + 14, 'text-anchor': 'start' }, fmt(x0)));
-  svg.appendChild(el('text', { x: width - m.r, y: height - m.b + 14, 'text-anchor': 'end' }, fmt(x1)));
+  // readable ticks: round values with grid lines, not just the two ends
+  for (const y of niceTicks(y0, y1)) {
+    svg.appendChild(el('line', { x1: m.l, x2: width - m.r, y1: sy(y), y2: sy(y), class: 'ktrain-ChartGrid' }));
+    svg.appendChild(el('text', { x: m.l - 4, y: sy(y) + 3, 'text-anchor': 'end', class: 'ktrain-Tick ktrain-YTick' }, fmt(y)));
+  }
+  for (const x of niceTicks(x0, x1)) {
+    svg.appendChild(el('line', { x1: sx(x), x2: sx(x), y1: m.t, y2: height - m.b, class: 'ktrain-ChartGrid' }));
+    svg.appendChild(el('text', { x: sx(x), y: height - m.b + 14, 'text-anchor': 'middle', class: 'ktrain-Tick ktrain-XTick' }, fmt(x)));
+  }
   svg.appendChild(el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title));
   panel.traces.forEach((trace, i) => {
     const points = trace.x.map((x, k) => `${sx(x).toFixed(1)},${sy(trace.y[k]).toFixed(1)}`).join(' ');
-    const line = el('polyline', { points, fill: 'none', stroke: COLOURS[i % COLOURS.length], 'stroke-width': 1.5 });
+    const line = el('polyline', { points, fill: 'none', stroke: traceColour(trace.label, i), 'stroke-width': 1.5 });
     line.dataset.label = trace.label;
     line.dataset.points = String(trace.x.length);
     svg.appendChild(line);
   });
   box.appendChild(svg);
   const legend = document.createElement('div');
-  legend.className = 'ktrain-ChartLegend';
+  legend.className = 'ktrain-ChartLegend'; // one legend per chart, under it
   panel.traces.forEach((trace, i) => {
     const item = document.createElement('span');
-    item.style.color = COLOURS[i % COLOURS.length];
+    item.style.color = traceColour(trace.label, i);
     item.textContent = `— ${trace.label}`;
     legend.appendChild(item);
   });

@@ -9,6 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
 import { renderChart } from './chart';
+import { rankColour } from './colours';
 import { JobDetail, MetricsPayload } from './payloads';
 
 export const LOG_POLL_MS = 1000;
@@ -24,6 +25,7 @@ export class JobView extends Widget {
   private logBox = document.createElement('pre');
   private charts = document.createElement('div');
   private errorBox = document.createElement('div');
+  private failureBox = document.createElement('pre');
   private offset = '';
   private ranks = new Set<number>();
   private shown = 0;
@@ -43,6 +45,8 @@ export class JobView extends Widget {
     this.header.className = 'ktrain-JobHeader';
     this.replicas.className = 'ktrain-Replicas';
     this.errorBox.className = 'ktrain-Error';
+    this.failureBox.className = 'ktrain-Failure';
+    this.failureBox.hidden = true;
     this.cancelButton.className = 'jp-Button ktrain-Cancel';
     this.cancelButton.textContent = 'Cancel';
     this.cancelButton.onclick = () => void this.cancel();
@@ -60,7 +64,8 @@ export class JobView extends Widget {
     const controls = document.createElement('div');
     controls.className = 'ktrain-LogControls';
     controls.append('Show ', this.rankSelect, this.grepInput);
-    this.node.append(top, this.errorBox, this.replicas, controls, this.logBox, this.charts);
+    // a failed job's tab opens with why it failed, before anything else
+    this.node.append(top, this.failureBox, this.errorBox, this.replicas, controls, this.logBox, this.charts);
   }
 
   private restartLogs(): void {
@@ -80,8 +85,8 @@ export class JobView extends Widget {
     } catch (error) {
       this.showError(error);
       this.cancelButton.disabled = false;
+      this.cancelButton.textContent = 'Cancel';
     }
-    this.cancelButton.textContent = 'Cancel';
     void this.tick();
   }
 
@@ -95,7 +100,16 @@ export class JobView extends Widget {
     const why = [d.reason, d.message].filter(Boolean).join(': ');
     this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${why ? ` (${why})` : ''}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
-    this.cancelButton.disabled = d.terminal;
+    // the button says what is true: Cancel while it runs, Cancelled (disabled) at the end
+    // of a cancelled job, a disabled Cancel at any other end
+    if (d.terminal) {
+      this.cancelButton.disabled = true;
+      this.cancelButton.textContent = d.state === 'Cancelled' ? 'Cancelled' : 'Cancel';
+    } else if (this.cancelButton.textContent !== 'Cancelling…') {
+      this.cancelButton.disabled = false;
+    }
+    this.failureBox.hidden = !d.failure;
+    this.failureBox.textContent = d.failure ?? '';
     this.replicas.textContent = d.replicas
       .map(r => `${r.name}: ${r.phase}${r.exit_code === null ? '' : ` (exit ${r.exit_code})`}`)
       .join('   ');
@@ -134,7 +148,15 @@ export class JobView extends Widget {
         return; // the rank or filter changed meanwhile: that read starts over
       }
       this.offset = r.next_offset;
-      this.append(r.lines.map(l => `[${l.label}] ${l.text}`));
+      this.append(r.lines.map(l => {
+        const row = document.createElement('span');
+        const label = document.createElement('span');
+        label.className = 'ktrain-LogLabel';
+        label.style.color = rankColour(l.rank);
+        label.textContent = `[${l.label}]`;
+        row.append(label, ` ${l.text}\n`);
+        return row;
+      }));
       for (const l of r.lines) {
         this.noteRank(l.rank);
       }
@@ -156,17 +178,16 @@ export class JobView extends Widget {
     this.rankSelect.value = value;
   }
 
-  private append(lines: string[]): void {
+  private append(lines: HTMLElement[]): void {
     if (!lines.length) {
       return;
     }
     const pinned = this.logBox.scrollTop + this.logBox.clientHeight >= this.logBox.scrollHeight - 4;
-    this.logBox.append(lines.join('\n') + '\n');
+    this.logBox.append(...lines);
     this.shown += lines.length;
     while (this.shown > MAX_SHOWN_LINES && this.logBox.firstChild) {
-      const first = this.logBox.firstChild;
-      this.shown -= (first.textContent ?? '').split('\n').length - 1;
-      first.remove();
+      this.logBox.firstChild.remove();
+      this.shown -= 1;
     }
     if (pinned) {
       this.logBox.scrollTop = this.logBox.scrollHeight;

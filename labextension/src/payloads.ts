@@ -43,6 +43,8 @@ export interface JobDetail extends JobSummary {
   exit_codes: { [rank: string]: number };
   failed_rank: number | null;
   terminal: boolean;
+  /** A failed or cancelled job: the first failing rank, its kind of failure, its last lines. */
+  failure: string | null;
 }
 
 export interface LogLinePayload {

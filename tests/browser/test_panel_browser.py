@@ -25,6 +25,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from jupyter_ktrain.backends.local import LocalBackend
 from tests.jupyter_process import jupyter_app
 
+from ..panel_failed import FAILED, LAST_LINE, write_failed_job
 from ..panel_jobs import TRAIN, run_job
 from .test_widget_browser import (
     ARTIFACTS,
@@ -64,7 +65,9 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     home = tmp_path / "ktrain-home"
     if server_ext:
-        run_job(home, EARLIER, nodes=2, steps=5)  # before JupyterLab starts: "started earlier"
+        # before JupyterLab starts: "started earlier"; its ranks print in turn
+        run_job(home, EARLIER, nodes=2, steps=5, pause=0.3)
+        write_failed_job(home)
     token = secrets.token_hex(16)
     env = {
         **os.environ,
@@ -170,21 +173,46 @@ def _steps(page: Any) -> None:
         timeout=20_000,
     )
     assert _rows(page)[CELL_JOB] == "Running"
+    # the click went to the kernel's control subshell, yet the kernel reads busy while the
+    # cell follows its job (status bar and kernel API alike)
+    states = [page.evaluate(f"() => ({NB_KERNEL})().status") for _ in range(5)]
+    page.wait_for_timeout(200)
+    states.append(page.evaluate(f"() => ({NB_KERNEL})().status"))
+    assert set(states) == {"busy"}, states
+    # the widget's button label is whole, not cut off
+    width = button.evaluate("b => [b.scrollWidth, b.clientWidth]")
+    assert width[0] <= width[1] + 1, width
     page.screenshot(path=str(ARTIFACTS / "panel-running.png"))
-    # the tab's Cancel button stops it; the widget in the cell and the panel both see it end
+    # the tab's Cancel button stops it; the widget in the cell and the panel both see it end,
+    # as Cancelled: its own final state, not a failure
     page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").click()
-    page.wait_for_function(f"() => ({ROWS})().includes('{CELL_JOB}:Failed')", timeout=30_000)
+    page.wait_for_function(f"() => ({ROWS})().includes('{CELL_JOB}:Cancelled')", timeout=30_000)
     header = page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-JobHeader")
     header.filter(has_text="Cancelled").wait_for(timeout=10_000)
-    assert page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").is_disabled()
-    page.wait_for_function(f"() => ({HEADER})().includes('Failed')", timeout=30_000)
+    assert "Failed" not in header.inner_text()
+    tab_cancel = page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel")
+    assert tab_cancel.is_disabled()
+    assert tab_cancel.inner_text() == "Cancelled"
+    failure = page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Failure")
+    failure.filter(has_text="was cancelled by the user").wait_for(timeout=10_000)
+    page.wait_for_function(f"() => ({HEADER})().includes('Cancelled')", timeout=30_000)
+    assert "Failed" not in page.evaluate(HEADER)
+    widget_cancel = page.locator(".widget-button", has_text="Cancelled")
+    widget_cancel.wait_for(state="attached", timeout=10_000)  # (the notebook tab is behind)
+    assert widget_cancel.is_disabled()
     page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=30_000)
     # restart the kernel: the list is still there
     page.evaluate(f"async () => {{ const k = ({NB_KERNEL})(); await k.restart(); }}")
     page.wait_for_function(f"() => ({NB_KERNEL})().status === 'idle'", timeout=60_000)
     page.locator("#ktrain-jobs-panel .ktrain-Refresh").click()
     page.wait_for_timeout(500)
-    assert _rows(page) == {CELL_JOB: "Failed", EARLIER: "Succeeded"}
+    assert _rows(page) == {CELL_JOB: "Cancelled", EARLIER: "Succeeded", FAILED: "Failed"}
+    # a failed job's tab opens with why: the first failing rank, its code and last lines
+    page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{FAILED}']").click()
+    first = page.locator(f"#ktrain-job-{FAILED} > :nth-child(2)")
+    first.filter(has_text=LAST_LINE).wait_for(timeout=15_000)
+    assert "ktrain-Failure" in (first.get_attribute("class") or "")
+    assert f"Job {FAILED!r} failed: rank 1 exited first with code 1" in first.inner_text()
     # the earlier job's tab: every rank's lines, its loss chart, Cancel disabled (it ended)
     page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{EARLIER}']").click()
     page.wait_for_function(
@@ -196,11 +224,26 @@ def _steps(page: Any) -> None:
     for rank in (0, 1):
         for step in range(1, 6):
             assert f"[rank{rank}] rank {rank} step {step} hello" in text, text
+    # "all ranks" reads like one log: the two nodes' lines merged by time, not file by file
+    assert text.index("[rank1] rank 1 step 1 hello") < text.index("[rank0] rank 0 step 4 hello")
+    assert text.index("[rank0] rank 0 step 1 hello") < text.index("[rank1] rank 1 step 4 hello")
     page.wait_for_selector(f"#ktrain-job-{EARLIER} .ktrain-Chart polyline", timeout=15_000)
-    labels = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart polyline").evaluate_all(
+    chart = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart")
+    labels = chart.locator("polyline").evaluate_all(
         "ps => ps.map(p => p.dataset.label + '=' + p.dataset.points)"
     )
     assert sorted(labels) == ["rank 0=5", "rank 1=5"]
+    # readable ticks (round values, more than the two ends) and one legend per chart
+    assert chart.locator(".ktrain-XTick").count() >= 3
+    assert chart.locator(".ktrain-YTick").count() >= 3
+    assert chart.locator(".ktrain-ChartLegend").count() == chart.count()
+    # one colour per rank: its log label's colour is its line's colour
+    for rank in (0, 1):
+        stroke = chart.locator(f"polyline[data-label='rank {rank}']").get_attribute("stroke")
+        label = page.locator(f"#ktrain-job-{EARLIER} .ktrain-LogLabel",
+                             has_text=f"[rank{rank}]").first  # fmt: skip
+        colour = label.evaluate("e => e.style.color")
+        assert colour == _rgb(stroke), (rank, stroke, colour)
     assert page.locator(f"#ktrain-job-{EARLIER} .ktrain-Cancel").is_disabled()
     # the rank selector narrows the pane to one rank (the server filters)
     page.locator(f"#ktrain-job-{EARLIER} .ktrain-RankSelect").select_option("1")
@@ -210,6 +253,13 @@ def _steps(page: Any) -> None:
            return lines.length === 5 && lines.every(l => l.startsWith('[rank1]')); }}""",
         timeout=10_000,
     )
+
+
+def _rgb(hex_colour: str | None) -> str:
+    """``#d62728`` as the browser reports a style colour: ``rgb(214, 39, 40)``."""
+    assert hex_colour is not None
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
 
 
 def _polls_only_while_visible(page: Any, api_calls: list[str]) -> None:

@@ -57,27 +57,38 @@ def test_two_by_two_job_all_ranks_agree_and_result_returns(
     assert shell.user_ns["result"] == 100.0
     assert job.result == 100.0
     assert job.logs(rank=2).strip() == "rank 2 of 4 sum 10.0"
+    # no pip noise: the kernel's own packages (torch 2.13.0+cu130 pinned as 2.13.0) are not
+    # installed again, and nothing is said about it
+    assert "torch==" in job.plan.program.files["requirements.txt"].decode()
+    assert "Requirement already satisfied" not in job.logs()
+    assert "requirement" not in out
     # per-rank logs are kept on disk
     job_dir = LocalBackend().job_dir(job.name)
     assert (job_dir / "rank-3.log").read_text() == "rank 3 of 4 sum 10.0\n"
 
 
-def test_failing_rank_fails_the_job_and_is_shown_first(
+def test_failing_rank_fails_the_cell_with_one_message_naming_it(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started = time.monotonic()
-    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2", "crash_on(3)\n")
-    out = capsys.readouterr().out
-    status = job.status()
-    assert status.state == "Failed"
-    assert status.failed_rank == 3
-    assert status.exit_codes[3] == 3
-    summary = out[out.index("failed: rank 3") :]
+    result = shell.run_cell("%%ktrain --nodes 2 --procs-per-node 2 --name crash\ncrash_on(3)\n")
+    err = capsys.readouterr().err
+    # the cell failed (Run All stops here) with one message, no traceback of ours
+    assert isinstance(result.error_in_exec, UsageError)
+    assert err.count("ktrain: Job 'crash' failed") == 1, err
+    assert "Traceback" not in err
+    summary = err[err.index("failed: rank 3") :]
     assert "exited first with code 3" in summary
     assert "about to fail: the loader found no data" in summary
+    status = LocalBackend().status("crash")
+    assert status.state == "Failed"
+    assert status.failed_rank == 3
+    # every rank has its code: rank 3's own, the others' from their stopped nodes
+    assert sorted(status.exit_codes) == [0, 1, 2, 3]
+    assert status.exit_codes[3] == 3
     # the others were stopped, not left sleeping for 60 s
     assert time.monotonic() - started < 45
-    assert not marked_pids(_marker(job.name))
+    assert not marked_pids(_marker("crash"))
 
 
 def _marker(name: str) -> str:
@@ -86,7 +97,9 @@ def _marker(name: str) -> str:
     return str(json.loads((LocalBackend().job_dir(name) / "plan.json").read_text())["marker"])
 
 
-def test_cancel_leaves_no_process_behind(shell: InteractiveShell) -> None:
+def test_cancel_leaves_no_process_behind_and_reads_cancelled(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --detach", "sleepy()\n")
     deadline = time.monotonic() + 60
     while "sleeping" not in job.logs() or job.logs().count("sleeping") < 4:
@@ -96,8 +109,28 @@ def test_cancel_leaves_no_process_behind(shell: InteractiveShell) -> None:
     assert len(pids) >= 2 + 2 + 4  # agents, torchruns, ranks
     shell.run_line_magic("ktrain", f"cancel {job.name}")
     status = job.status()
-    assert (status.state, status.reason) == ("Failed", "Cancelled")
+    assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
+    # every rank has a code: its own report, or its stopped node's (143, SIGTERM)
+    assert sorted(status.exit_codes) == [0, 1, 2, 3]
+    assert all(code != 0 for code in status.exit_codes.values()), status.exit_codes
     assert not marked_pids(_marker(job.name))
+    # torchrun's teardown traceback is one line per node
+    logs = job.logs()
+    assert "Traceback" not in logs, logs
+    assert "SignalException" not in logs, logs
+    assert logs.count("[agent]: cancelled by the user") == 2, logs
+    capsys.readouterr()
+    # what a user reads afterwards: status in words, and cancel again says it already ended
+    shell.run_line_magic("ktrain", f"status {job.name}")
+    shell.run_line_magic("ktrain", f"cancel {job.name}")
+    out = capsys.readouterr().out
+    assert f"{job.name} on local: Cancelled (CancelledByUser)" in out
+    assert "exit codes by rank  0" in out
+    assert "3: " in out.split("exit codes by rank")[1]
+    assert f"{job.name}-node-1: Cancelled exit " in out
+    assert "JobStatus(" not in out
+    assert "17" not in out.split("started", 1)[0]
+    assert f"{job.name!r} already ended (Cancelled); nothing to cancel." in out
 
 
 def test_detached_job_is_listed_and_reattached_from_a_new_backend(
@@ -114,6 +147,31 @@ def test_detached_job_is_listed_and_reattached_from_a_new_backend(
     assert again.state == "Succeeded"
     assert "[rank1]: rank 1 of 2 sum 3.0" in out
     assert shell.user_ns["result"] == 6.0
+    # the monitor shows the shape the job was started with, not 1 x 1
+    assert f"[ktrain] {job.name} · PyTorchJob on local · " in out
+    assert "1 node(s) × 2 proc(s)" in out, out
+    # logs: a rank the job does not have is an error that says which ranks exist; an empty
+    # filter says so instead of printing nothing
+    result = shell.run_cell(f"%ktrain logs {job.name} --rank 9")
+    err = capsys.readouterr().err
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "has ranks 0-1; there is no rank 9" in err
+    shell.run_line_magic("ktrain", f"logs {job.name} --rank 1 --grep nothing-like-this")
+    assert "No line of rank 1 contains 'nothing-like-this'" in capsys.readouterr().out
+
+
+def test_named_job_reruns_with_replace(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = "--nodes 1 --procs-per-node 2 --name again"
+    assert shell.run_cell(f"%%ktrain {line}\nresult = train(1)\n").error_in_exec is None
+    rerun = shell.run_cell(f"%%ktrain {line}\nresult = train(2)\n")
+    err = capsys.readouterr().err
+    assert isinstance(rerun.error_in_exec, UsageError)
+    assert "already exists. Add --replace" in err
+    assert shell.run_cell(f"%%ktrain {line} --replace\nresult = train(5)\n").error_in_exec is None
+    assert "Replaced the earlier job 'again'" in capsys.readouterr().out
+    assert shell.user_ns["result"] == 15.0
 
 
 @pytest.mark.parametrize(

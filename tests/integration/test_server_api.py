@@ -120,3 +120,34 @@ def test_cancel_over_http_stops_a_running_job(server: Server) -> None:
     finally:
         if not job.status().terminal:
             job.cancel()
+
+
+def test_panel_reads_the_users_config_at_each_request_and_survives_a_dead_cluster(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_ktrain.config import set_config
+    from tests.unreachable import CONTEXT, closed_kubeconfig
+
+    monkeypatch.setenv("KTRAIN_HOME", str(server.home))  # the server's user config
+    kubeconfig, url = closed_kubeconfig(tmp_path)
+    with server.client() as c:
+        assert c.get("jobs").json()["problems"] == []
+        # the user points the notebook at a cluster: the running server follows at once
+        set_config(["backend=kubernetes", f"kubeconfig={kubeconfig}", f"context={CONTEXT}"])
+        try:
+            started = time.monotonic()
+            payload = c.get("jobs").json()
+            took = time.monotonic() - started
+        finally:
+            set_config(["backend=", "kubeconfig=", "context="])
+        assert DONE in [j["name"] for j in payload["jobs"]]  # local jobs still listed
+        [problem] = payload["problems"]
+        assert problem["backend"] == "kubernetes"
+        error = problem["error"]
+        assert error.startswith(f"cannot reach {url}: connection refused ")
+        assert f"(kubeconfig {kubeconfig}, context {CONTEXT})" in error
+        assert "\n" not in error
+        assert "Max retries" not in error
+        assert "HTTPSConnectionPool" not in error
+        assert took < 5, took
+        assert c.get("jobs").json()["problems"] == []  # and back, without a restart

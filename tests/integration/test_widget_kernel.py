@@ -115,6 +115,9 @@ def kernel(kernel_env: Path) -> Iterator[Any]:
 
 
 def test_cancel_button_stops_the_job_while_the_cell_blocks(kernel: Any, kernel_env: Path) -> None:
+    """The click is handled while the cell runs; the kernel reads busy all along (a status
+    message of any parent is what JupyterLab's status bar and the server's kernel API show);
+    the button ends as a disabled "Cancelled"; the cell fails with "cancelled by the user"."""
     kc = kernel
     name = f"widget-cancel-{int(time.time())}"
     for code in ("%load_ext jupyter_ktrain", TRAIN):
@@ -122,24 +125,42 @@ def test_cancel_button_stops_the_job_while_the_cell_blocks(kernel: Any, kernel_e
     msg_id = kc.execute(
         f"%%ktrain --nodes 2 --procs-per-node 2 --name {name}\nr = train(400, 0.25)"
     )
-    cancel_comm = None
+    cancel_comm = filter_comm = None
+    typed = False
     clicked_at = None
     stream = ""
+    statuses: list[tuple[str, str]] = []  # (execution_state, parent msg_type), any parent
+    button: dict[str, Any] = {}
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             msg = kc.get_iopub_msg(timeout=30)
+            kind = msg["msg_type"]
+            if kind == "status":
+                parent_type = msg["parent_header"].get("msg_type", "")
+                statuses.append((msg["content"]["execution_state"], parent_type))
+            if kind == "comm_msg" and msg["content"]["comm_id"] == cancel_comm:
+                button.update(_comm_state(msg))
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind = msg["msg_type"]
             if kind == "comm_open" and _comm_state(msg).get("description") == "Cancel":
                 cancel_comm = msg["content"]["comm_id"]
+            elif kind == "comm_open" and _comm_state(msg).get("placeholder") == "filter lines…":
+                filter_comm = msg["content"]["comm_id"]
             elif kind == "stream":
                 stream += msg["content"]["text"]
             elif kind == "status" and msg["content"]["execution_state"] == "idle":
                 break
             running = kind == "comm_msg" and "[rank3]" in str(_comm_state(msg).get("value", ""))
-            if running and clicked_at is None and cancel_comm is not None:
+            if running and not typed and filter_comm is not None:
+                # the user types in the filter box: handled by the subshell while the cell runs
+                update = {"method": "update", "state": {"value": "rank"}, "buffer_paths": []}
+                kc.shell_channel.send(
+                    kc.session.msg("comm_msg", {"comm_id": filter_comm, "data": update})
+                )
+                typed = True
+            handled = ("idle", "comm_msg") in statuses
+            if running and handled and clicked_at is None and cancel_comm is not None:
                 event = {"method": "custom", "content": {"event": "click"}}
                 click = {"comm_id": cancel_comm, "data": event}
                 kc.shell_channel.send(kc.session.msg("comm_msg", click))
@@ -147,8 +168,23 @@ def test_cancel_button_stops_the_job_while_the_cell_blocks(kernel: Any, kernel_e
         assert clicked_at is not None, "the job never showed rank 3's lines"
         took = time.monotonic() - clicked_at
         status = LocalBackend(kernel_env).status(name)
-        assert (status.state, status.reason) == ("Failed", "Cancelled")
-        assert f"Job {name!r} was cancelled." in stream
+        assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
         assert took < 30, took  # not the job's 100 s: the click was handled while it ran
+        # the click's own status messages came from the control subshell, and each of its
+        # idles was followed at once by busy: the kernel never read idle before the cell ended
+        typed_at = statuses.index(("idle", "comm_msg"))  # the filter box, mid-run
+        assert statuses[typed_at + 1] == ("busy", "execute_request"), statuses
+        for i, (state, _parent) in enumerate(statuses[:-1]):
+            if state == "idle":  # busy at once again, or the cell's own end right after
+                assert statuses[i + 1][1] == "execute_request", statuses[i : i + 2]
+        assert statuses[-1] == ("idle", "execute_request")
+        # the button tells the truth at the end
+        assert button.get("description") == "Cancelled", button
+        assert button.get("disabled") is True, button
+        reply = kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=30)
+        assert reply["content"]["status"] == "error"  # Run All stops at this cell
+        assert f"Job {name!r} was cancelled by the user" in reply["content"]["evalue"] + stream
     finally:
         LocalBackend(kernel_env).cancel(name)

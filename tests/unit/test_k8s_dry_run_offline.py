@@ -39,3 +39,16 @@ def test_dry_run_needs_no_cluster(
         assert text in out, text
     assert "hf-token" in out  # the Secret's name, never a value
     sh.reset(new_session=True)
+
+
+def test_attach_reads_the_shape_the_job_was_created_with() -> None:
+    """What `%ktrain attach` shows for a cluster job: read back from its object, not 1 x 1."""
+    from jupyter_ktrain.backends.base import JobShape
+    from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
+    from jupyter_ktrain.backends.kubernetes.status import job_shape
+    from jupyter_ktrain.spec import JobSpec
+
+    spec = JobSpec.create(name="shape", backend="kubernetes", nodes=3, resources={"gpus": 4},
+                          image="nvcr.io/nvidia/pytorch:24.03-py3")  # fmt: skip
+    [job] = [o for o in render(spec, CodeSource()).objects if o["kind"] == "PyTorchJob"]
+    assert job_shape(job) == JobShape("PyTorchJob", nodes=3, procs_per_node=4, gpus_per_node=4)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
@@ -80,3 +82,48 @@ def test_model_from_stored_logs_plots_every_rank() -> None:
     assert sorted(t.name for t in fig.data) == [f"loss: rank {r}" for r in range(4)]
     assert list(fig.data[0].x) == [float(s) for s in range(1, 11)]
     assert metrics_figure(model_from_logs("empty", [])) is None
+
+
+def test_every_rank_gets_an_exit_code_once_the_job_ended() -> None:
+    """A 2 x 2 job where rank 3 failed and rank 2 was stopped with its node before it could
+    report: rank 2 gets its node's code, so ``exit_codes`` names all four ranks."""
+    from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus, complete_exit_codes
+
+    replicas = (ReplicaStatus("j-node-0", "Succeeded", exit_code=0),
+                ReplicaStatus("j-node-1", "Failed", exit_code=143))  # fmt: skip
+    ended = JobStatus("j", "Failed", exit_codes={0: 0, 1: 0, 3: 1}, replicas=replicas)
+    assert complete_exit_codes(ended, 2).exit_codes == {0: 0, 1: 0, 2: 143, 3: 1}
+    running = JobStatus("j", "Running", exit_codes={3: 1}, replicas=replicas)
+    assert complete_exit_codes(running, 2).exit_codes == {3: 1}  # only once it ended
+
+
+def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
+    """On Kubernetes, cancel deletes the job: the handle that cancelled it (the cell's
+    follow loop, the widget's Cancel) reads Cancelled, its own final state, not "not found";
+    another handle still learns that the job is gone."""
+    from jupyter_ktrain.backends.base import TERMINAL, Backend, Job, JobStatus
+    from jupyter_ktrain.errors import JobNotFound
+
+    class Deleting(Backend):
+        name = "kubernetes"
+        gone = False
+
+        def status(self, name: str) -> JobStatus:
+            if self.gone:
+                raise JobNotFound(f"Job {name!r} is gone from namespace 'team'.")
+            return JobStatus(name, "Running")
+
+        def cancel(self, name: str) -> None:
+            self.gone = True
+
+        dryrun = schedule = log_sources = list_jobs = delete = read_logs = None  # type: ignore[assignment]
+
+    backend = Deleting()
+    job, other = Job("j", backend), Job("j", backend)
+    assert job.state == "Running"
+    job.cancel()
+    status = job.status()
+    assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
+    assert "Cancelled" in TERMINAL
+    with pytest.raises(JobNotFound):  # a handle that did not cancel invents no state
+        other.status()

@@ -62,9 +62,12 @@ def test_pod_install_skips_what_the_image_has_and_goes_offline_with_wheels(
         "pytest==0.0.1",
         "nosuchpkg==1.0",
     ]
+    # a local version label satisfies the pin (the kernel's torch 2.13.0+cu130 -> torch==2.13.0)
+    assert missing_pins(["torch==2.13.0"], have=lambda _n: "2.13.0+cu130") == []
+    assert missing_pins(["torch==2.13.0"], have=lambda _n: "2.12.0+cu130") == ["torch==2.13.0"]
     (tmp_path / "requirements.txt").write_text(f"pytest=={pytest_version}\n")
     assert ensure_requirements(str(tmp_path), run=lambda argv: 99) == 0
-    assert "already satisfied" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""  # nothing needed: nothing said, pip not run
     (tmp_path / "requirements.txt").write_text("nosuchpkg==1.0\n")
     (tmp_path / "wheels").mkdir()
     seen: list[list[str]] = []
@@ -74,7 +77,11 @@ def test_pod_install_skips_what_the_image_has_and_goes_offline_with_wheels(
     assert argv[argv.index("--find-links") + 1] == str(tmp_path / "wheels")
     assert "--no-index" in argv
     assert argv[-1] == "nosuchpkg==1.0"
-    assert "[agent]: installing 1 requirement(s) from shipped wheels" in capsys.readouterr().out
+    assert "--quiet" in argv
+    out = capsys.readouterr().out
+    assert (
+        out == "[agent]: installed 1 requirement(s) from shipped wheels (offline): nosuchpkg==1.0\n"
+    )
 
 
 def test_text_progress_draws_a_bar_and_throttles() -> None:

@@ -191,3 +191,41 @@ def test_served_backends_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     assert served_backends() == ["local", "kubernetes"]
     monkeypatch.delenv(BACKENDS_ENV)
     assert served_backends()[0] == "local"
+
+
+def test_all_ranks_read_like_one_log_in_time_order(tmp_path: Path) -> None:
+    """Two nodes whose ranks print in turn: the all-ranks view interleaves them by time, not
+    node 0's file then node 1's (a real job; its supervisor keeps each line's time)."""
+    home = tmp_path / "home"
+    run_job(home, "turns", nodes=2, steps=4, pause=0.4)
+    core = PanelCore({"local": lambda: LocalBackend(home)})
+    lines = [line["text"] for line in core.logs("turns")["lines"] if line["rank"] is not None]
+    assert lines.index("rank 1 step 1 hello") < lines.index("rank 0 step 3 hello"), lines
+    assert lines.index("rank 0 step 1 hello") < lines.index("rank 1 step 3 hello"), lines
+    # paging with the cursor gives the same lines in the same order
+    small = PanelCore({"local": lambda: LocalBackend(home)}, max_lines=3)
+    paged: list[str] = []
+    offset = ""
+    while True:
+        page = small.logs("turns", offset=offset)
+        paged += [line["text"] for line in page["lines"] if line["rank"] is not None]
+        offset = page["next_offset"]
+        if not page["more"]:
+            break
+    assert sorted(paged) == sorted(lines)
+
+
+def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
+    from tests.panel_failed import FAILED, LAST_LINE, write_failed_job
+
+    home = tmp_path / "home"
+    write_failed_job(home)
+    core = PanelCore({"local": lambda: LocalBackend(home)})
+    detail = core.job(FAILED)
+    failure = detail["failure"]
+    assert failure is not None
+    assert failure.startswith(f"Job {FAILED!r} failed: rank 1 exited first with code 1")
+    assert LAST_LINE in failure
+    texts = [line["text"] for line in core.logs(FAILED)["lines"]]
+    assert texts[:3] == ["epoch 1 loss 0.9", "epoch 1 loss 0.8", "epoch 2 loss 0.7"]
+    assert detail["exit_codes"] == {"0": 143, "1": 1}

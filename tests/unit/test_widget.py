@@ -175,3 +175,44 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
 def test_make_view_falls_back_to_text_outside_a_kernel() -> None:
     view = make_view(_job(), prefer_widgets=True, out=io.StringIO())
     assert isinstance(view, TextView)
+
+
+def test_each_plot_has_its_own_legend_and_a_rank_keeps_its_colour(traffic: CommBytes) -> None:
+    """Two metrics: two legends (each beside its panel), rank N drawn in the colour of its
+    ``[rankN]`` log label in every panel."""
+    m = _job()
+    view = MonitorView(m, clock=lambda: T0 + 5)
+    for step in range(3):
+        for r in (0, 1):
+            rec = {"type": "metric", "step": step, "loss": 1.0 / (step + 1), "lr": 0.1 * r}
+            m.feed_text(format_rank_line(r, format_record(rec)), T0 + step, node=0)
+    m.feed_text(format_rank_line(1, "hello"), T0 + 4, node=0)
+    view.update(T0 + 5)
+    loss, lr = view.traces("loss"), view.traces("lr")
+    assert {t.legend for t in loss} != {t.legend for t in lr}  # one legend per plot
+    assert len({t.legend for t in loss}) == 1
+    layout = view._plot.fig.layout
+    titles = {layout[t.legend].title.text for t in (loss[0], lr[0])}
+    assert titles == {"loss", "lr"}
+    for rank in (0, 1):
+        colours = {t.line.color for t in (*loss, *lr) if t.name == f"rank {rank}"}
+        assert len(colours) == 1, colours
+    rank1 = next(t.line.color for t in loss if t.name == "rank 1")
+    assert f'<span style="color:{rank1}">[rank1]</span> hello' in view._chunks[0].value
+
+
+def test_cancel_button_tells_the_truth_to_the_end() -> None:
+    m = _job()
+    view = MonitorView(m, on_cancel=lambda: None, clock=lambda: T0)
+    view.cancelling()
+    assert (view.cancel_button.description, view.cancel_button.disabled) == ("Cancelling…", True)
+    m.set_state("Cancelled", T0 + 1)
+    view.update(T0 + 1)
+    assert (view.cancel_button.description, view.cancel_button.disabled) == ("Cancelled", True)
+    other = MonitorView(_job(), on_cancel=lambda: None, clock=lambda: T0)
+    other.cancelling()
+    other.cancel_failed()  # the cancel did not go through: a live Cancel again
+    assert (other.cancel_button.description, other.cancel_button.disabled) == ("Cancel", False)
+    other.model.set_state("Succeeded", T0 + 1)
+    other.close(T0 + 1)
+    assert (other.cancel_button.description, other.cancel_button.disabled) == ("Cancel", True)

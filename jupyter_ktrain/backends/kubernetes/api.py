@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = ["Api", "ApiFailure", "RetryPolicy", "ns_path", "with_retries"]
 T = TypeVar("T")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+CONNECT_TIMEOUT_S = 2.0
 
 
 class ApiFailure(ClusterError):
@@ -38,12 +40,20 @@ class RetryPolicy:
     """Bounded retries: at most ``attempts`` tries and ``budget_s`` seconds of waiting."""
 
     def __init__(
-        self, attempts: int = 6, base_s: float = 0.1, cap_s: float = 5.0, budget_s: float = 20.0
+        self,
+        attempts: int = 6,
+        base_s: float = 0.1,
+        cap_s: float = 5.0,
+        budget_s: float = 20.0,
+        connect_budget_s: float = 0.3,
     ):
         self.attempts = attempts
         self.base_s = base_s
         self.cap_s = cap_s
         self.budget_s = budget_s
+        # a server that refuses or drops connections is answered within seconds, not after
+        # the whole budget: a user waiting on `%ktrain list` needs the one line quickly
+        self.connect_budget_s = connect_budget_s
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -59,10 +69,15 @@ def with_retries(
     what: str,
     policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Callable[[float], None] = time.sleep,
+    unreachable: Callable[[BaseException], str] | None = None,
 ) -> T:
-    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded."""
+    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded.
+
+    A connection error that outlasts ``policy.connect_budget_s`` becomes one ClusterError
+    line: ``unreachable(error)`` when given (the server, kubeconfig and context)."""
     waited = 0.0
     for attempt in range(policy.attempts):
+        budget = policy.budget_s
         try:
             return call()
         except ApiFailure as exc:
@@ -72,8 +87,9 @@ def with_retries(
             error: Exception = exc
         except (OSError, _urllib3_errors()) as exc:
             retry_after, error = None, exc
+            budget = policy.connect_budget_s
         delay = policy.delay(attempt, retry_after)
-        if attempt == policy.attempts - 1 or waited + delay > policy.budget_s:
+        if attempt == policy.attempts - 1 or waited + delay > budget:
             break
         sleep(delay)
         waited += delay
@@ -83,7 +99,35 @@ def with_retries(
             status=error.status,
             reason=error.reason,
         ) from None
-    raise ClusterError(f"{what}: cannot reach the API server ({error}).") from None
+    if unreachable is not None:
+        raise ClusterError(unreachable(error)) from None
+    why = connection_problem(error)
+    raise ClusterError(f"{what}: cannot reach the API server ({why}).") from None
+
+
+def unreachable_line(server: str, exc: BaseException, where: str) -> str:
+    """``cannot reach https://...: connection refused (kubeconfig ..., context ...)`` + fix."""
+    return (
+        f"cannot reach {server}: {connection_problem(exc)} ({where}). Start the cluster or "
+        "point `%ktrain config kubeconfig=PATH context=NAME` at one that runs."
+    )
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def connection_problem(exc: BaseException) -> str:
+    """Why a connection failed, in a few words (``connection refused``, ``timed out``),
+    not urllib3's ``HTTPSConnectionPool(...): Max retries exceeded ...`` text."""
+    text = str(exc)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(1).strip().rstrip(".").lower()
+    lowered = text.lower()
+    for needle in ("timed out", "certificate verify failed", "name or service not known"):
+        if needle in lowered:
+            return needle
+    return text.split(": ")[-1][:200] if text else type(exc).__name__
 
 
 def _retry_after(exc: ApiFailure) -> float | None:
@@ -123,20 +167,24 @@ class Api:
     def __init__(self, client: Any, namespace: str, where: str):
         self.client = client  # kubernetes.client.ApiClient
         self.namespace = namespace
-        self.where = where
+        self.where = where  # "kubeconfig PATH, context NAME" or "in-cluster service account"
         self.requests = 0
+
+    def unreachable(self, exc: BaseException) -> str:
+        """The one line for a server that cannot be reached: which server, why, and which
+        kubeconfig and context pointed there."""
+        return unreachable_line(self.client.configuration.host, exc, self.where)
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Api:
         """kubeconfig (file, ``$KUBECONFIG``, ``~/.kube/config``) or the in-cluster account."""
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
-
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
         default = Path.home() / ".kube" / "config"
         if path is None and default.exists():
             path = str(default)
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            from kubernetes import client, config
+
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
             ns = (SA_DIR / "namespace").read_text().strip() if SA_DIR.exists() else "default"
@@ -146,6 +194,10 @@ class Api:
                 "No Kubernetes credentials: no kubeconfig and not running in a pod. Set one "
                 "with `%ktrain config kubeconfig=PATH` (and context=NAME), or $KUBECONFIG."
             )
+        _probe(path, context)  # before the slow client import: an unreachable server is quick
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
         try:
             contexts, active = config.list_kube_config_contexts(config_file=path)
             chosen = (
@@ -157,14 +209,19 @@ class Api:
                     f"Context {context!r} is not in {path} (it has: {names}). Fix it with "
                     "`%ktrain config context=NAME`."
                 )
-            api_client = config.new_client_from_config(config_file=path, context=context)
+            cfg = client.Configuration()
+            cfg.retries = 0  # with_retries is the one retry policy (urllib3 would add 3 more)
+            api_client = config.new_client_from_config(
+                config_file=path, context=context, client_configuration=cfg
+            )
         except ConfigException as exc:
             raise ClusterError(
                 f"Cannot use kubeconfig {path}: {exc}. Point `%ktrain config kubeconfig=` at a "
                 "working file."
             ) from None
         ns = ((chosen or {}).get("context") or {}).get("namespace") or "default"
-        return cls(api_client, ns, f"context {(chosen or {}).get('name', '?')}")
+        where = f"kubeconfig {path}, context {(chosen or {}).get('name', '?')}"
+        return cls(api_client, ns, where)
 
     # -- requests ---------------------------------------------------------------------------
     def _raw(
@@ -174,7 +231,7 @@ class Api:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: Any = 30,
+        timeout: Any = (CONNECT_TIMEOUT_S, 30),
         stream: bool = False,
     ) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -219,7 +276,8 @@ class Api:
                 resp.release_conn()
             return json.loads(data) if data else {}
 
-        return with_retries(once, f"{method} {path}") if retry else once()
+        what = f"{method} {path}"
+        return with_retries(once, what, unreachable=self.unreachable) if retry else once()
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.request("GET", path, query)
@@ -246,8 +304,11 @@ class Api:
         server ends it; a
         dropped connection ends it too (callers resume from what they saw)."""
         resp = with_retries(
-            lambda: self._raw("GET", path, query, timeout=(10, read_timeout), stream=True),
+            lambda: self._raw(
+                "GET", path, query, timeout=(CONNECT_TIMEOUT_S, read_timeout), stream=True
+            ),
             f"GET {path}",
+            unreachable=self.unreachable,
         )
         buf = b""
         try:
@@ -275,3 +336,33 @@ def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "
     base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
     out = f"{base}/namespaces/{quote(namespace)}/{plural}"
     return f"{out}/{quote(name)}" if name else out
+
+
+def _probe(kubeconfig: str, context: str | None) -> None:
+    """Raise the one-line ClusterError when the context's server refuses or drops a TCP
+    connection (within ``CONNECT_TIMEOUT_S``). Anything this cannot read from the kubeconfig
+    is left to the client, which says it better."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(kubeconfig).read_text()) or {}
+        name = context or data.get("current-context")
+        ctx = next(c["context"] for c in data.get("contexts") or [] if c.get("name") == name)
+        cluster = next(
+            c["cluster"] for c in data.get("clusters") or [] if c.get("name") == ctx["cluster"]
+        )
+        server = str(cluster["server"])
+        url = urlsplit(server)
+        host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, ValueError):
+        return
+    if not host or cluster.get("proxy-url") or os.environ.get("HTTPS_PROXY"):
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        where = f"kubeconfig {kubeconfig}, context {name}"
+        raise ClusterError(unreachable_line(server, exc, where)) from None

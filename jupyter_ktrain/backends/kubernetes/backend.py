@@ -23,13 +23,22 @@ from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
 from ...monitor.protocol import parse_line
-from ..base import FAILED, Backend, Job, JobStatus, LaunchPlan, LogSource
+from ..base import (
+    FAILED,
+    Backend,
+    Job,
+    JobShape,
+    JobStatus,
+    LaunchPlan,
+    LogSource,
+    complete_exit_codes,
+)
 from .api import Api, ApiFailure, ns_path
 from .kinds import CONTAINER_NAMES
-from .logs import PodLogSource
+from .logs import PodLogSource, split_stamped
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
 from .preflight import KIND_API, run_preflight
-from .status import build_status, job_state, replica_pods
+from .status import build_status, job_shape, job_state, replica_pods
 from .watch import JobWatch
 
 __all__ = ["KubernetesBackend"]
@@ -256,7 +265,7 @@ class KubernetesBackend(Backend):
                 for pod, line in self._stored_logs(job, watch.pods):
                     rt.on_line(pod, 0, line)
         with rt.lock:
-            return build_status(
+            status = build_status(
                 job,
                 watch.pods,
                 watch.events,
@@ -265,6 +274,13 @@ class KubernetesBackend(Backend):
                 dict(watch.recreated),
                 rt.last_progress,
             )
+        if job.get("kind") != "PyTorchJob":  # ranks map onto replicas only there
+            return status
+        return complete_exit_codes(status, job_shape(job).procs_per_node)
+
+    def shape(self, name: str) -> JobShape | None:
+        job = self._watch(name).job
+        return job_shape(job) if job is not None else None
 
     def list_jobs(self) -> list[JobStatus]:
         out: list[JobStatus] = []
@@ -290,7 +306,21 @@ class KubernetesBackend(Backend):
             raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
         yield from self._stored_logs(watch.job, watch.pods)
 
-    def _stored_logs(self, job: dict[str, Any], pods: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
+        """Stored lines with the kubelet's timestamps (``timestamps=true``)."""
+        watch = self._watch(name)
+        if watch.job is None:
+            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        for pod, raw in self._stored_logs(watch.job, watch.pods, stamped=True):
+            parsed = split_stamped(raw.encode())
+            if parsed is None:
+                yield None, pod, raw
+            else:
+                yield parsed[0] / 1e9, pod, parsed[1]
+
+    def _stored_logs(
+        self, job: dict[str, Any], pods: dict[str, Any], stamped: bool = False
+    ) -> Iterator[tuple[str, str]]:
         container = CONTAINER_NAMES.get(job.get("kind", ""), "")
         for pod in replica_pods(job) or sorted(pods):
             obj = pods.get(pod)
@@ -298,6 +328,8 @@ class KubernetesBackend(Backend):
                 continue
             path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
             query: dict[str, Any] = {"container": container} if container else {}
+            if stamped:
+                query["timestamps"] = True
             restarts = sum(
                 int(cs.get("restartCount") or 0)
                 for cs in (obj.get("status") or {}).get("containerStatuses") or []

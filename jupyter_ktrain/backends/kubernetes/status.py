@@ -14,9 +14,16 @@ from datetime import datetime
 from typing import Any
 
 from ...monitor.failures import classify, pod_problem
-from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
+from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
 
-__all__ = ["RANK_ORDER", "build_status", "job_state", "node_rank", "replica_pods"]
+__all__ = [
+    "RANK_ORDER",
+    "build_status",
+    "job_shape",
+    "job_state",
+    "node_rank",
+    "replica_pods",
+]
 
 RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
 REPLICA_KEYS = ("pytorchReplicaSpecs", "tfReplicaSpecs", "mpiReplicaSpecs")
@@ -215,3 +222,27 @@ def _stalled(
         f"anything since: it has not rejoined the others (a known Training Operator hang). "
         f"Cancel and resubmit the job.",
     )
+
+
+def job_shape(job: Mapping[str, Any]) -> JobShape:
+    """The shape a kubeflow.org/v1 job was created with (what ``%ktrain attach`` shows):
+    replicas over all replica types, processes per node, GPUs per replica."""
+    spec = job.get("spec") or {}
+    nodes = len(replica_pods(job)) or 1
+    gpus = 0
+    for key in REPLICA_KEYS:
+        for replica in (spec.get(key) or {}).values():
+            pod = ((replica or {}).get("template") or {}).get("spec") or {}
+            for c in pod.get("containers") or []:
+                limits = (c.get("resources") or {}).get("limits") or {}
+                gpus = max(gpus, _int(limits.get("nvidia.com/gpu"), 0))
+    nproc = _int(spec.get("nprocPerNode"), gpus or 1)
+    return JobShape(kind=str(job.get("kind") or "PyTorchJob"), nodes=nodes,
+                    procs_per_node=nproc, gpus_per_node=gpus)  # fmt: skip
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

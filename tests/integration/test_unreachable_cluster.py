@@ -1,0 +1,55 @@
+"""A configured cluster that cannot be reached (a kubeconfig pointing at a closed local port):
+`%ktrain list` in a notebook and `ktrain list` in a shell answer within seconds with one line
+naming the server, the kubeconfig and the context, and still list the local jobs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_ktrain.config import set_config
+from tests.panel_jobs import run_job
+from tests.unreachable import CONTEXT, closed_kubeconfig
+
+pytestmark = pytest.mark.slow
+
+KTRAIN = str(Path(sys.executable).parent / "ktrain")
+
+
+def test_list_with_a_dead_cluster_is_one_line_and_keeps_local_jobs(
+    ktrain_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_job(ktrain_home, "here", nodes=1, steps=2)
+    kubeconfig, url = closed_kubeconfig(tmp_path)
+    set_config(["backend=kubernetes", f"kubeconfig={kubeconfig}", f"context={CONTEXT}"])
+    line = f"ktrain: kubernetes: cannot reach {url}: connection refused "
+    where = f"(kubeconfig {kubeconfig}, context {CONTEXT})"
+
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("jupyter_ktrain")
+    capsys.readouterr()
+    started = time.monotonic()
+    shell.run_line_magic("ktrain", "list")
+    took = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert took < 5, took
+    rows = out.splitlines()
+    assert rows[0].split() == ["NAME", "BACKEND", "STATE", "REASON"]
+    assert rows[1].split()[:3] == ["here", "local", "Succeeded"]
+    [problem] = [r for r in rows if r.startswith("ktrain:")]
+    assert problem.startswith(line), problem
+    assert where in problem
+    assert "Max retries" not in out
+    assert "HTTPSConnectionPool" not in out
+
+    # the same from a shell, worded for a shell
+    run = subprocess.run([KTRAIN, "list"], capture_output=True, text=True, timeout=60)
+    assert "here" in run.stdout
+    assert line in run.stdout
+    assert "`ktrain config kubeconfig=PATH context=NAME`" in run.stdout
+    assert "%ktrain" not in run.stdout + run.stderr
