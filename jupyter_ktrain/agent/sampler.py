@@ -195,7 +195,8 @@ class Sampler:
     """Samples the selected GPUs every ``interval`` seconds on a daemon thread.
 
     ``start()`` returns False (after one info line) when NVML is unavailable or no GPU is
-    assigned. ``emit`` receives each finished line (default: stdout, one write per line).
+    assigned. ``emit`` receives each finished line (default: stdout, one write per line);
+    ``on_sample`` each tick's records.
     """
 
     def __init__(
@@ -208,6 +209,7 @@ class Sampler:
         emit: Callable[[str], None] = _say,
         clock: Callable[[], float] = time.time,
         max_failures: int = 30,
+        on_sample: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.nvml: Nvml = nvml if nvml is not None else PynvmlNvml()
         self.interval = interval
@@ -216,6 +218,7 @@ class Sampler:
         self.emit = emit
         self.clock = clock
         self.max_failures = max_failures
+        self.on_sample = on_sample  # e.g. the Prometheus endpoint's store
         self.gpus: list[tuple[int, Any, str]] = []  # (our index, handle, uuid)
         self.samples = 0
         self.failures = 0
@@ -280,8 +283,11 @@ class Sampler:
     def tick(self) -> bool:
         """Sample and emit once; False when sampling should stop."""
         try:
-            for rec in self.sample():
+            records = self.sample()
+            for rec in records:
                 self.emit(format_record(rec))
+            if self.on_sample is not None:
+                self.on_sample(records)
             self.samples += 1
             self.failures = 0
         except Exception as exc:

@@ -216,6 +216,7 @@ class LocalBackend(Backend):
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "KTRAIN_JOB_NAME": spec.name,
                 **gpu_env[node],
+                **_metrics_env(spec, node),
                 MARKER_ENV: marker,
                 **spec.env_dict,
             }
@@ -364,6 +365,17 @@ class LocalBackend(Backend):
         for source in self.log_sources(name):
             for line in source.finish():
                 yield source.replica, line
+
+
+def _metrics_env(spec: Any, node: int) -> dict[str, str]:
+    """The agent's Prometheus endpoint: node i on 127.0.0.1, port ``--metrics-port`` + i."""
+    if spec.metrics_port is None:
+        return {}
+    return {
+        "KTRAIN_METRICS_PORT": str(spec.metrics_port + node),
+        "KTRAIN_METRICS_HOST": "127.0.0.1",
+        "KTRAIN_REPLICA": f"{spec.name}-node-{node}",
+    }
 
 
 def _deepspeed_files(spec: Any) -> dict[str, bytes]:
