@@ -44,6 +44,11 @@ BUDGET_S = 600.0
 STARTED = time.monotonic()
 
 
+def remaining(reserve: float = 0.0) -> float:
+    """Seconds left of the 10-minute budget, less ``reserve`` for what must still run."""
+    return BUDGET_S - (time.monotonic() - STARTED) - reserve
+
+
 def log(text: str) -> None:
     print(f"[gpu-check {time.monotonic() - STARTED:5.0f}s] {text}", file=sys.stderr, flush=True)
 
@@ -125,7 +130,7 @@ def check_sampling(gpu: dict[str, Any], seconds: float = 10.0) -> dict[str, Any]
         cmd = [sys.executable, "-m", "jupyter_ktrain.agent", "--gpu-sampling", "on",
                "--interval", "1", "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
                "--", sys.executable, "-c", LOAD, str(seconds), str(port), str(scrape)]  # fmt: skip
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         text = scrape.read_text() if scrape.exists() else ""
     out = judge_sampling(done.stdout.splitlines(), gpu, text)
     out["agent_exit"] = done.returncode
@@ -137,8 +142,6 @@ def check_sampling(gpu: dict[str, Any], seconds: float = 10.0) -> dict[str, Any]
 def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[str, Any]:
     """Pure: the agent's output lines and one scrape of its endpoint against GPU 0's facts
     (``uuid``, ``power_limit_w``, ``mem_total_mib``) -> figures, ``failed`` checks, ``ok``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from jupyter_ktrain.monitor.protocol import parse_line
 
     recs = [r for r in (parse_line(x).record for x in lines) if r and r.get("type") == "gpu"]
@@ -148,8 +151,7 @@ def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[
     ts = [r["t"] for r in recs]
     gaps = sorted(b - a for a, b in itertools.pairwise(ts))
     col = {k: [r[k] for r in recs if k in r] for k in ("util", "power", "temp", "mem_used")}
-    families = {f.name: f.samples for f in text_string_to_metric_families(scraped)}
-    served = families.get("ktrain_gpu_utilization_percent", [])
+    served = served_uuids(scraped, "ktrain_gpu_utilization_percent")
     out.update(
         uuids_seen=sorted({r["uuid"] for r in recs}),
         interval_s_median=round(gaps[len(gaps) // 2], 3),
@@ -158,7 +160,7 @@ def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[
         power_limit_w=gpu["power_limit_w"],
         temp_c=[min(col["temp"], default=None), max(col["temp"], default=None)],
         mem_used_mib=[col["mem_used"][0], max(col["mem_used"])] if col["mem_used"] else None,
-        prometheus_uuid=served[0].labels.get("uuid") if served else None,
+        prometheus_uuid=served[0] if served else None,
     )
     mem = col["mem_used"]
     checks = {
@@ -178,13 +180,25 @@ def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[
     return out
 
 
+def served_uuids(text: str, family: str) -> list[str]:
+    """The ``uuid`` labels of ``family`` in a scrape: with Prometheus' own parser where it is
+    installed (the dev extra), else by pattern (a GPU machine may have only the runtime)."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return re.findall(family + r'\{[^}]*uuid="([^"]+)"', text)
+    samples = {f.name: f.samples for f in text_string_to_metric_families(text)}.get(family, [])
+    return [s.labels["uuid"] for s in samples if "uuid" in s.labels]
+
+
 # -- 2. overhead ----------------------------------------------------------------------------
 
 
 def check_overhead() -> dict[str, Any]:
     cmd = [sys.executable, str(ROOT / "bench" / "agent.py"), "--real", "--pairs", "4",
            "--steps", "500"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=330, cwd=ROOT)
+    limit = min(300.0, remaining(reserve=200))  # the jobs below need ~3 minutes
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT)
     if done.returncode != 0:
         return {"ok": False, "error": (done.stdout + done.stderr)[-800:]}
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -265,6 +279,9 @@ class Kernel:
         """``%%ktrain --name NAME FLAGS`` following the job; cancelled after ``timeout``."""
         from jupyter_ktrain.backends.local import LocalBackend
 
+        timeout = min(timeout, remaining(reserve=15))
+        if timeout < 20:
+            raise TimeoutError(f"no time left of the {BUDGET_S:.0f} s budget for {name}")
         watchdog = threading.Timer(timeout, lambda: LocalBackend().cancel(name))
         watchdog.start()
         try:  # the job's output goes to stderr: stdout is the JSON line
