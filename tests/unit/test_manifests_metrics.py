@@ -150,3 +150,16 @@ def test_offline_dry_run_shows_the_service_and_says_why_no_monitor(
     ]
     assert "no ServiceMonitor rendered: it is added when the cluster serves it" in out
     assert "name: metrics" in out
+
+
+def test_ktrain_render_writes_the_monitor_for_git(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from jupyter_ktrain.cli_render import render_main
+
+    argv = ["--name", "ft", "--image", "img", "--metrics-port", "9400", "--service-monitor"]
+    assert render_main(argv) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["Service", "ServiceMonitor", "PyTorchJob"]
+    assert render_main(["--name", "ft", "--image", "img", "--service-monitor"]) == 2
+    assert "add it" in capsys.readouterr().err
