@@ -163,3 +163,39 @@ def test_ktrain_render_writes_the_monitor_for_git(capsys: pytest.CaptureFixture[
     assert [d["kind"] for d in docs] == ["Service", "ServiceMonitor", "PyTorchJob"]
     assert render_main(["--name", "ft", "--image", "img", "--service-monitor"]) == 2
     assert "add it" in capsys.readouterr().err
+
+
+class _RecordingApi:
+    """What the backend asks of the API server when it creates a job's objects: each POST is
+    answered with the object and a uid, like the server does."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, query: Any = None, body: Any = None,
+                content_type: str = "application/json", retry: bool = True) -> Any:  # fmt: skip
+        self.calls.append((method, path, body))
+        if method == "POST":
+            return {**body, "metadata": {**body["metadata"], "uid": f"uid-{len(self.calls)}"}}
+        return {}
+
+
+def test_the_job_creates_and_owns_its_metrics_objects_at_their_api_paths() -> None:
+    from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
+    from jupyter_ktrain.config import Config
+
+    api = _RecordingApi()
+    backend = KubernetesBackend(Config(namespace="ml"), api=api)  # type: ignore[arg-type]
+    objects = render(_spec("--name ft --metrics-port 9400"), service_monitor=True).objects
+    made = [backend._create(o, "ml") for o in objects]
+    created = [(o["kind"], o["metadata"]["name"]) for o in objects[:-1]]
+    backend._own(made[-1], created, "ml")
+    assert [(m, p) for m, p, _ in api.calls] == [
+        ("POST", "/api/v1/namespaces/ml/services"),
+        ("POST", "/apis/monitoring.coreos.com/v1/namespaces/ml/servicemonitors"),
+        ("POST", "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs"),
+        ("PATCH", "/api/v1/namespaces/ml/services/ft-metrics"),
+        ("PATCH", "/apis/monitoring.coreos.com/v1/namespaces/ml/servicemonitors/ft-metrics"),
+    ]
+    [owner] = api.calls[-1][2]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("PyTorchJob", "ft", "uid-3")
