@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean labextension system cluster
+.PHONY: run examples test check setup lint bench clean labextension system cluster gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ lint: setup
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+## Every GPU acceptance check on this machine's NVIDIA GPU (no set-up: a GPU machine may be
+## offline); one JSON line; exit 2 when there is no GPU here
+gpu-check:
+	scripts/gpu-check
 
 clean:
 	rm -rf $(RUNS) .pytest_cache .mypy_cache .ruff_cache test-artifacts

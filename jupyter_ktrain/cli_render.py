@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--configmap", metavar="NAME", help="code from this ConfigMap")
     parser.add_argument("--files-dir", metavar="DIR", help="write generated files here")
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
+    parser.add_argument(
+        "--service-monitor",
+        action="store_true",
+        help="with --metrics-port: also a Prometheus operator ServiceMonitor",
+    )
     add_arguments(parser)
     return parser
 
@@ -102,7 +107,9 @@ def render_main(argv: list[str]) -> int:
     try:
         spec = spec_from_args(ns)
         code = CodeSource.configmap(ns.configmap) if ns.configmap else CodeSource()
-        rendered = render(spec, code, cell=ns.cell)
+        if ns.service_monitor and spec.metrics_port is None:
+            raise SpecError("--service-monitor scrapes the agents' --metrics-port: add it.")
+        rendered = render(spec, code, cell=ns.cell, service_monitor=ns.service_monitor)
         if not ns.no_validate:
             validate_objects(rendered.objects)
     except KtrainError as exc:

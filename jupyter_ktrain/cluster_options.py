@@ -113,6 +113,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--image-pull-secret", action="append", metavar="SECRET")
     c.add_argument("--init-container", action="append", metavar="'NAME=IMAGE CMD...'")
 
+    m = parser.add_argument_group("monitoring")
+    m.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve GPU and ktrain.report metrics for Prometheus on PORT in every node "
+        "(local node i: PORT+i); on Kubernetes with a Service, and a ServiceMonitor where "
+        "the Prometheus operator is installed",
+    )
+
     p = parser.add_argument_group("run policy")
     p.add_argument("--restart-policy", choices=RESTART_POLICIES)
     p.add_argument("--backoff-limit", type=int, metavar="N")
@@ -236,7 +246,7 @@ def spec_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     Only given flags appear. Raises :class:`SpecError` for flags that conflict or need
     another flag. Reads ``--rdma FILE``, ``--rdma-profiles`` and ``--deepspeed FILE``.
     """
-    out: dict[str, Any] = _given(ns, "kind", "namespace", "image", "runtime")
+    out: dict[str, Any] = _given(ns, "kind", "namespace", "image", "runtime", "metrics_port")
     if ns.ps is not None:
         out["ps_replicas"] = ns.ps
     if ns.label:

@@ -10,6 +10,9 @@ these records from what the user prints. Outside a job (in the notebook kernel) 
 a no-op. Contract: a call costs a few microseconds, is safe from any thread (one record is one
 ``write``), and never raises into training: a value that is not a finite number, a reserved
 name or a bad step is dropped with one warning on stderr per name.
+
+When the node's agent serves Prometheus metrics it sets ``KTRAIN_METRICS_UDP`` (``HOST:PORT``
+on 127.0.0.1); each record then also goes there as one non-blocking datagram.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import sys
 import threading
 import time
 
-from .monitor.protocol import format_record
+from .monitor.protocol import RECORD_MARK, format_record
 
 __all__ = ["RESERVED", "report"]
 
@@ -29,6 +33,8 @@ RESERVED = frozenset({"type", "rank", "step", "t", "node"})
 _lock = threading.Lock()
 _warned: set[str] = set()
 _rank_cache: tuple[int, int | None] | None = None  # (pid, rank) so a fork re-reads RANK
+_sink_cache: tuple[int, tuple[socket.socket, tuple[str, int]] | None] | None = None
+METRICS_UDP_ENV = "KTRAIN_METRICS_UDP"
 
 
 def _rank() -> int | None:
@@ -44,6 +50,24 @@ def _rank() -> int | None:
         rank = None
     _rank_cache = (pid, rank)
     return rank
+
+
+def _sink() -> tuple[socket.socket, tuple[str, int]] | None:
+    """The agent's metrics socket for this process (None when it serves no metrics)."""
+    global _sink_cache
+    pid = os.getpid()
+    cached = _sink_cache
+    if cached is not None and cached[0] == pid:
+        return cached[1]
+    sink = None
+    host, _, port = os.environ.get(METRICS_UDP_ENV, "").rpartition(":")
+    if host and port.isdigit():
+        with contextlib.suppress(OSError):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sink = (sock, (host, int(port)))
+    _sink_cache = (pid, sink)
+    return sink
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -104,5 +128,9 @@ def report(step: int | None = None, **metrics: float) -> None:
             out = sys.stdout
             out.write(line)
             out.flush()
+        sink = _sink()
+        if sink is not None:
+            with contextlib.suppress(OSError):  # the agent is gone or its buffer is full
+                sink[0].sendto(line[len(RECORD_MARK) :].encode(), sink[1])
     except Exception as exc:
         _warn_once("__error__", f"could not write a metric record ({exc!r})")

@@ -164,6 +164,7 @@ class JobSpec:
     allow_secrets: tuple[str, ...] = ()  # --allow-secret NAME: ship that secret anyway
     ps_replicas: int = 0
     runtime: str = "torch-distributed"
+    metrics_port: int | None = None  # the agent's Prometheus endpoint; None: off
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -185,6 +186,11 @@ class JobSpec:
                     f"digits and '_' (e.g. --env LR=0.1)."
                 )
         validate_name(self.name, self.kind, self.nodes)
+        if self.metrics_port is not None and not 1024 <= self.metrics_port <= 65535:
+            raise SpecError(
+                f"--metrics-port must be a TCP port from 1024 to 65535, got {self.metrics_port} "
+                "(e.g. --metrics-port 9400)."
+            )
         for key, value in self.labels:
             check_label("--label", key, value)
         if self.namespace is not None:

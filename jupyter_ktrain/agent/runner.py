@@ -2,7 +2,8 @@
 signals, returns the command's exit code. Everything it prints itself goes out as
 ``[agent]: `` lines.
 
-Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval S] -- CMD...``
+Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval S]
+[--metrics-port N [--metrics-host H]] -- CMD...``
 
 - ``--gpu-sampling auto`` (default) samples NVML when it is there and says so in one line
   otherwise; ``on`` does the same but words a missing NVML as a warning; ``off`` never loads
@@ -10,6 +11,11 @@ Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval
 - When RDMA is requested (``KTRAIN_RDMA`` set to a profile other than ``tcp``/``off``), the
   child gets ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET`` unless the user set
   ``NCCL_DEBUG``, so the monitor can read which transport NCCL picked.
+- ``--metrics-port N`` (default ``$KTRAIN_METRICS_PORT``; 0 or unset: off) serves the GPU
+  samples and the ranks' ``ktrain.report`` metrics for Prometheus at ``http://H:N/metrics``
+  (:mod:`.metrics`; ``--metrics-host``, default ``$KTRAIN_METRICS_HOST`` or all interfaces).
+  Labels: ``job`` (``$KTRAIN_JOB_NAME``), ``replica`` (``$KTRAIN_REPLICA``, else the pod's
+  host name), ``node``. A port that cannot be opened is one warning; the job runs anyway.
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from ..monitor.protocol import format_agent_line
+from .metrics import METRICS_UDP_ENV, MetricsEndpoint, MetricsStore, ReportListener
 from .sampler import Nvml, Sampler
 
-__all__ = ["child_env", "main", "parse_args"]
+__all__ = ["METRICS_HOST_ENV", "METRICS_PORT_ENV", "child_env", "main", "parse_args"]
+
+METRICS_PORT_ENV = "KTRAIN_METRICS_PORT"
+METRICS_HOST_ENV = "KTRAIN_METRICS_HOST"
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _NO_RDMA = ("", "tcp", "off", "none", "false", "0")
@@ -55,12 +67,23 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--gpu-sampling", choices=("on", "off", "auto"), default="auto")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--code-dir", default=None, help="install its requirements.txt first")
+    parser.add_argument("--metrics-port", type=int, default=None)
+    parser.add_argument("--metrics-host", default=None)
     try:
         opts = parser.parse_args(argv[:cut])
     except _UsageError as exc:
         raise ValueError(str(exc)) from None
     if not opts.interval > 0:
         raise ValueError(f"--interval must be a positive number of seconds, got {opts.interval}")
+    if opts.metrics_port is None:
+        raw = os.environ.get(METRICS_PORT_ENV, "").strip()
+        if raw and not raw.isdigit():
+            raise ValueError(f"{METRICS_PORT_ENV}={raw!r} is not a port number")
+        opts.metrics_port = int(raw or 0)
+    if not 0 <= opts.metrics_port <= 65535:
+        raise ValueError(f"--metrics-port must be 0 (off) to 65535, got {opts.metrics_port}")
+    if opts.metrics_host is None:
+        opts.metrics_host = os.environ.get(METRICS_HOST_ENV) or "0.0.0.0"
     return opts, argv[cut + 1 :]
 
 
@@ -81,8 +104,40 @@ def _node_index(env: Mapping[str, str]) -> int:
     return 0
 
 
+@dataclass
+class _Metrics:
+    store: MetricsStore
+    endpoint: MetricsEndpoint
+    listener: ReportListener
+
+    def stop(self) -> None:
+        self.listener.stop()
+        self.endpoint.stop()
+
+
+def _start_metrics(port: int, host: str, env: Mapping[str, str]) -> _Metrics | None:
+    """The Prometheus endpoint and the report listener, or None (off, or the port is taken)."""
+    if not port:
+        return None
+    replica = env.get("KTRAIN_REPLICA") or env.get("HOSTNAME") or socket.gethostname()
+    labels = {"job": env.get("KTRAIN_JOB_NAME", ""), "replica": replica}
+    store = MetricsStore({**labels, "node": str(_node_index(env))})
+    try:
+        endpoint = MetricsEndpoint(store, host, port).start()
+    except OSError as exc:
+        _say(f"warning: metrics endpoint off: cannot listen on {host}:{port} ({exc})")
+        return None
+    listener = ReportListener(store).start()
+    _say(f"metrics for Prometheus at http://{host}:{endpoint.port}/metrics")
+    return _Metrics(store, endpoint, listener)
+
+
 def _start_sampler(
-    mode: str, interval: float, env: Mapping[str, str], nvml: Nvml | None
+    mode: str,
+    interval: float,
+    env: Mapping[str, str],
+    nvml: Nvml | None,
+    store: MetricsStore | None = None,
 ) -> Sampler | None:
     if mode == "off":
         return None
@@ -91,7 +146,14 @@ def _start_sampler(
     def emit(text: str) -> None:
         _say(prefix + text if text.startswith("GPU sampling off") else text)
 
-    sampler = Sampler(nvml, interval=interval, node=_node_index(env), env=env, emit=emit)
+    sampler = Sampler(
+        nvml,
+        interval=interval,
+        node=_node_index(env),
+        env=env,
+        emit=emit,
+        on_sample=store.gpu if store is not None else None,
+    )
     try:
         return sampler if sampler.start() else None
     except Exception as exc:  # never let sampling keep the job from starting
@@ -111,7 +173,8 @@ def main(
     except ValueError as exc:
         sys.stderr.write(
             f"jupyter_ktrain.agent: {exc}\nusage: python -m jupyter_ktrain.agent "
-            "[--gpu-sampling on|off|auto] [--interval SECONDS] -- CMD [ARGS...]\n"
+            "[--gpu-sampling on|off|auto] [--interval SECONDS] [--metrics-port N] "
+            "[--metrics-host HOST] -- CMD [ARGS...]\n"
         )
         return 2
     if opts.code_dir:
@@ -124,6 +187,9 @@ def main(
     env = child_env(os.environ)
     if env.get("NCCL_DEBUG") == "INFO" and "NCCL_DEBUG" not in os.environ:
         _say("RDMA requested: NCCL_DEBUG=INFO set so the transport can be reported")
+    metrics = _start_metrics(opts.metrics_port, opts.metrics_host, os.environ)
+    if metrics is not None:
+        env[METRICS_UDP_ENV] = metrics.listener.address
     sys.stdout.flush()
     child = popen(cmd, env=env)
 
@@ -133,12 +199,15 @@ def main(
 
     for sig in _FORWARDED:
         signal.signal(sig, forward)
-    sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml)
+    store = metrics.store if metrics is not None else None
+    sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
     try:
         code = child.wait()
     finally:
         if sampler is not None:
             sampler.stop()
+        if metrics is not None:
+            metrics.stop()
     if code < 0:
         code = 128 - code
     _say(f"node command exited with code {code}")

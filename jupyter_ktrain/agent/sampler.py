@@ -10,7 +10,8 @@ this GPU is left out.) ``gpu`` is the index among this replica's GPUs, in NVML o
 
 Which GPUs: NVML enumerates every GPU the process can open and ignores CUDA_VISIBLE_DEVICES.
 In a container the NVIDIA runtime exposes only the assigned GPUs; on a shared host
-(the local backend) NVML sees them all. :func:`select_gpus` narrows NVML's list with
+(the local backend) NVML sees them all, so the local backend names each node's GPUs by UUID in
+``KTRAIN_GPU_UUIDS``. Otherwise :func:`select_gpus` narrows NVML's list with
 ``NVIDIA_VISIBLE_DEVICES`` then ``CUDA_VISIBLE_DEVICES``, matching UUIDs (full or prefix,
 with or without ``GPU-``) or indices. Indices in ``CUDA_VISIBLE_DEVICES`` follow NVML's PCI
 order, which is CUDA's only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; UUIDs are exact.
@@ -33,9 +34,10 @@ from typing import Any, Protocol
 
 from ..monitor.protocol import format_agent_line, format_record
 
-__all__ = ["GpuInfo", "Nvml", "PynvmlNvml", "Sampler", "select_gpus"]
+__all__ = ["GPU_UUIDS_ENV", "GpuInfo", "Nvml", "PynvmlNvml", "Sampler", "list_gpus", "select_gpus"]
 
 _MIB = 1024 * 1024
+GPU_UUIDS_ENV = "KTRAIN_GPU_UUIDS"
 
 
 class Nvml(Protocol):
@@ -56,16 +58,26 @@ class Nvml(Protocol):
 
 
 class PynvmlNvml:
-    """:class:`Nvml` over ``nvidia-ml-py`` (module ``pynvml``), imported on first use."""
+    """:class:`Nvml` over ``nvidia-ml-py`` (module ``pynvml``), imported on first use.
 
-    def __init__(self) -> None:
+    ``module`` stands in for ``pynvml`` in tests. Memory is read with
+    ``nvmlDeviceGetMemoryInfo_v2`` where the driver has it: the older call counts the memory
+    the driver reserves for itself as used (~480 MiB on an idle H100 that nvidia-smi shows at
+    0 MiB); drivers or bindings without v2 get the old call.
+    """
+
+    def __init__(self, module: Any = None) -> None:
+        self._module = module
         self._nv: Any = None
+        self._memory_v2: bool | None = None  # None: not tried yet
 
     def init(self) -> None:
-        import pynvml
+        if self._module is None:
+            import pynvml
 
-        pynvml.nvmlInit()
-        self._nv = pynvml
+            self._module = pynvml
+        self._module.nvmlInit()
+        self._nv = self._module
 
     def shutdown(self) -> None:
         if self._nv is not None:
@@ -85,6 +97,16 @@ class PynvmlNvml:
         return float(self._nv.nvmlDeviceGetUtilizationRates(handle).gpu)
 
     def memory(self, handle: Any) -> tuple[int, int]:
+        if self._memory_v2 is not False:
+            try:
+                info = self._nv.nvmlDeviceGetMemoryInfo(handle, version=self._nv.nvmlMemory_v2)
+            except Exception:
+                if self._memory_v2:  # v2 worked before: this is a real failure
+                    raise
+                self._memory_v2 = False  # old driver (function not found) or old bindings
+            else:
+                self._memory_v2 = True
+                return int(info.used), int(info.total)
         info = self._nv.nvmlDeviceGetMemoryInfo(handle)
         return int(info.used), int(info.total)
 
@@ -127,7 +149,14 @@ def _pick(gpus: list[GpuInfo], entries: list[str], by_position: bool) -> list[Gp
 
 
 def select_gpus(gpus: Sequence[GpuInfo], env: Mapping[str, str]) -> list[GpuInfo]:
-    """The GPUs of ``gpus`` (NVML's list) that this replica was given (see module docstring)."""
+    """The GPUs of ``gpus`` (NVML's list) that this replica was given (see module docstring).
+
+    :data:`GPU_UUIDS_ENV` (set by the local backend, which splits one machine's GPUs between
+    its nodes) names them exactly and wins over the ``*_VISIBLE_DEVICES`` variables.
+    """
+    exact = env.get(GPU_UUIDS_ENV)
+    if exact is not None:
+        return _pick(list(gpus), [e for e in _entries(exact) if not e.isdigit()], False)
     chosen = list(gpus)
     nvd = env.get("NVIDIA_VISIBLE_DEVICES")
     if nvd is not None and nvd.strip().lower() not in ("all",):
@@ -145,6 +174,18 @@ def select_gpus(gpus: Sequence[GpuInfo], env: Mapping[str, str]) -> list[GpuInfo
     return chosen
 
 
+def list_gpus(nvml: Nvml | None = None) -> list[GpuInfo]:
+    """Every GPU NVML sees on this machine, in NVML (PCI bus) order; raises when NVML cannot
+    be loaded or initialised."""
+    nv: Nvml = nvml if nvml is not None else PynvmlNvml()
+    nv.init()
+    try:
+        return [GpuInfo(i, nv.uuid(nv.handle(i))) for i in range(nv.device_count())]
+    finally:
+        with contextlib.suppress(Exception):
+            nv.shutdown()
+
+
 def _say(text: str) -> None:
     """One agent line, written with one ``os.write`` so it never interleaves mid-line."""
     os.write(1, (format_agent_line(text) + "\n").encode())
@@ -154,7 +195,8 @@ class Sampler:
     """Samples the selected GPUs every ``interval`` seconds on a daemon thread.
 
     ``start()`` returns False (after one info line) when NVML is unavailable or no GPU is
-    assigned. ``emit`` receives each finished line (default: stdout, one write per line).
+    assigned. ``emit`` receives each finished line (default: stdout, one write per line);
+    ``on_sample`` each tick's records.
     """
 
     def __init__(
@@ -167,6 +209,7 @@ class Sampler:
         emit: Callable[[str], None] = _say,
         clock: Callable[[], float] = time.time,
         max_failures: int = 30,
+        on_sample: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.nvml: Nvml = nvml if nvml is not None else PynvmlNvml()
         self.interval = interval
@@ -175,6 +218,7 @@ class Sampler:
         self.emit = emit
         self.clock = clock
         self.max_failures = max_failures
+        self.on_sample = on_sample  # e.g. the Prometheus endpoint's store
         self.gpus: list[tuple[int, Any, str]] = []  # (our index, handle, uuid)
         self.samples = 0
         self.failures = 0
@@ -239,8 +283,11 @@ class Sampler:
     def tick(self) -> bool:
         """Sample and emit once; False when sampling should stop."""
         try:
-            for rec in self.sample():
+            records = self.sample()
+            for rec in records:
                 self.emit(format_record(rec))
+            if self.on_sample is not None:
+                self.on_sample(records)
             self.samples += 1
             self.failures = 0
         except Exception as exc:

@@ -130,6 +130,8 @@ class Backend(ABC):
     """Runs jobs somewhere. Implementations provide the abstract hooks."""
 
     name: str = "?"
+    #: whether ``--rdma`` takes effect here (the monitor then checks NCCL's transport)
+    rdma_capable: bool = True
 
     @abstractmethod
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan:

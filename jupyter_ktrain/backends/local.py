@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +103,67 @@ class FileLogSource(LogSource):
         return self._eof
 
 
-class LocalBackend(Backend):
-    name = "local"
+def machine_gpus() -> list[Any]:
+    """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
+    ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
+    from ..agent.sampler import list_gpus, select_gpus
 
-    def __init__(self, home: Path | None = None, python: str | None = None):
+    try:
+        found = list_gpus()
+    except Exception as exc:
+        raise SpecError(
+            f"--gpus-per-node needs NVML to find this machine's GPUs, and it cannot "
+            f"({type(exc).__name__}: {exc}): install the NVIDIA driver and nvidia-ml-py "
+            "(pip install 'jupyter-ktrain[gpu]'), or drop --gpus-per-node to run on CPU."
+        ) from None
+    return select_gpus(found, os.environ)
+
+
+def split_gpus(spec: Any, gpus: list[Any]) -> list[dict[str, str]]:
+    """Each node's share of ``gpus`` (NVML order) as environment: CUDA_VISIBLE_DEVICES by
+    index in PCI bus order (CUDA's default order differs from NVML's) and the UUIDs for the
+    agent's sampler. Raises :class:`SpecError` when the machine has too few."""
+    per_node = spec.resources.gpus
+    if not per_node:
+        return [{} for _ in range(spec.nodes)]
+    need = per_node * spec.nodes
+    if need > len(gpus):
+        raise SpecError(
+            f"--nodes {spec.nodes} x --gpus-per-node {per_node} needs {need} GPUs, but this "
+            f"machine has {len(gpus)} for the kernel: lower --nodes or --gpus-per-node "
+            f"(local nodes share one machine), or run on --backend kubernetes."
+        )
+    from ..agent.sampler import GPU_UUIDS_ENV
+
+    out = []
+    for node in range(spec.nodes):
+        mine = gpus[node * per_node : (node + 1) * per_node]
+        out.append(
+            {
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "CUDA_VISIBLE_DEVICES": ",".join(str(g.nvml_index) for g in mine),
+                GPU_UUIDS_ENV: ",".join(g.uuid for g in mine),
+            }
+        )
+    return out
+
+
+class LocalBackend(Backend):
+    """``gpus`` lists this machine's GPUs (a seam for tests; default :func:`machine_gpus`,
+    asked only when a job wants GPUs)."""
+
+    name = "local"
+    rdma_capable = False  # --rdma is a pod network setting; local nodes talk over loopback
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        python: str | None = None,
+        gpus: Callable[[], list[Any]] | None = None,
+    ):
         self.home = home or ktrain_home()
         self.python = python or sys.executable
+        self._gpus = gpus or machine_gpus
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
@@ -146,6 +201,7 @@ class LocalBackend(Backend):
         python_path = os.pathsep.join(
             p for p in (str(code_dir), _package_root(), os.environ.get("PYTHONPATH", "")) if p
         )
+        gpu_env = split_gpus(spec, self._gpus() if spec.resources.gpus else [])
         nodes = []
         for node in range(spec.nodes):
             env = {
@@ -162,7 +218,8 @@ class LocalBackend(Backend):
                 # banner about it; a value from --env or the kernel's environment wins
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "KTRAIN_JOB_NAME": spec.name,
-                **({"KTRAIN_RDMA": spec.rdma.name} if spec.rdma is not None else {}),
+                **gpu_env[node],
+                **_metrics_env(spec, node),
                 MARKER_ENV: marker,
                 **spec.env_dict,
             }
@@ -339,6 +396,17 @@ class LocalBackend(Backend):
                 stamps = []
             for k, line in enumerate(source.finish()):
                 yield (float(stamps[k]) if k < len(stamps) else None), source.replica, line
+
+
+def _metrics_env(spec: Any, node: int) -> dict[str, str]:
+    """The agent's Prometheus endpoint: node i on 127.0.0.1, port ``--metrics-port`` + i."""
+    if spec.metrics_port is None:
+        return {}
+    return {
+        "KTRAIN_METRICS_PORT": str(spec.metrics_port + node),
+        "KTRAIN_METRICS_HOST": "127.0.0.1",
+        "KTRAIN_REPLICA": f"{spec.name}-node-{node}",
+    }
 
 
 def _deepspeed_files(spec: Any) -> dict[str, bytes]:

@@ -2,7 +2,9 @@
 
 ``classify(lines, exit_code, reason)`` looks at a rank's last lines, its container's exit code
 and the kubelet's reason (``OOMKilled``, ``Evicted``...), and returns a :class:`Failure`:
-``OOM``, ``NCCL timeout``, ``import error``, ``CUDA error``, ``preemption`` or ``error``.
+``OOM``, ``NCCL timeout``, ``NCCL error``, ``import error``, ``CUDA error``, ``preemption`` or
+``error``. The explanation never repeats the kind (``str(failure)`` is ``"{kind}: {explanation}"``)
+and ends with what to do.
 """
 
 from __future__ import annotations
@@ -29,8 +31,28 @@ _NCCL = re.compile(
     r"|collective operation timeout)"
 )
 _OOM = re.compile(r"(CUDA out of memory|OutOfMemoryError|MemoryError\b|Cannot allocate memory)")
+_DUPLICATE_GPU = re.compile(
+    r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)"
+)
+_NCCL_ERROR = re.compile(
+    r"(nccl(?:InvalidUsage|UnhandledCudaError|SystemError|InternalError|InvalidArgument"
+    r"|RemoteError)\b|DistBackendError: NCCL error)"
+)
+_NCCL_LAST_ERROR = re.compile(r"^Last error:\s*\n(.+)$", re.MULTILINE)
+_NCCL_HINTS = {
+    "ncclInvalidUsage": "NCCL was called in a way it does not allow",
+    "ncclUnhandledCudaError": "a CUDA call inside NCCL failed",
+    "ncclSystemError": "a system call inside NCCL failed (network, /dev/shm, ulimits)",
+    "ncclInternalError": "NCCL hit an internal error",
+    "ncclInvalidArgument": "NCCL was given an invalid argument",
+    "ncclRemoteError": "a peer rank failed or its connection broke",
+}
 _IMPORT = re.compile(r"(ModuleNotFoundError|ImportError): (.*)")
-_CUDA = re.compile(r"(CUDA error: .*|cudaError\w*|CUBLAS_STATUS_\w+|device-side assert triggered)")
+_CUDA = re.compile(
+    r"CUDA error: (.*)"
+    r"|(cudaError\w*|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|device-side assert triggered)"
+)
+_DEVICE_ASSERT = re.compile(r"Assertion `(.+)` failed")
 _PREEMPT_REASONS = {"Evicted", "Preempting", "Preempted", "Shutdown", "NodeShutdown", "Terminated"}
 
 
@@ -56,12 +78,24 @@ def classify(lines: Sequence[str], exit_code: int | None = None, reason: str = "
             f"out of memory ({m.group(1)}): lower the batch size or model size per GPU, or "
             "use DeepSpeed/ZeRO (--deepspeed zero2).",
         )
+    m = _DUPLICATE_GPU.search(text)
+    if m:
+        return Failure(
+            "NCCL error",
+            f"ranks {m.group(2)} and {m.group(1)} both use one GPU (bus id {m.group(3)}): each "
+            "process needs its own GPU. Call torch.cuda.set_device(int(os.environ["
+            "'LOCAL_RANK'])) before init_process_group, and run at most as many processes per "
+            "node as it has GPUs (--procs-per-node <= --gpus-per-node).",
+        )
     if _NCCL.search(text):
         return Failure(
             "NCCL timeout",
             "a collective operation timed out: a peer rank stalled or died, or the network "
             "between nodes is blocked. Look at the other ranks' last lines; check --rdma.",
         )
+    m = _NCCL_ERROR.search(text)
+    if m:
+        return _nccl_error(m.group(1), text)
     m = _IMPORT.search(text)
     if m:
         return Failure(
@@ -71,10 +105,37 @@ def classify(lines: Sequence[str], exit_code: int | None = None, reason: str = "
         )
     m = _CUDA.search(text)
     if m:
-        return Failure("CUDA error", f"{m.group(1).strip()}: rerun with CUDA_LAUNCH_BLOCKING=1.")
+        return _cuda_error((m.group(1) or m.group(2)).strip(), text)
     if exit_code == 137:
         return Failure("OOM", "killed with SIGKILL (exit 137), most often the memory limit.")
     return Failure("error", f"exited with code {exit_code}." if exit_code is not None else "")
+
+
+def _nccl_error(match: str, text: str) -> Failure:
+    code = next((c for c in _NCCL_HINTS if c in text), "")
+    what = _NCCL_HINTS.get(code, "a NCCL call failed")
+    last = _NCCL_LAST_ERROR.search(text)
+    detail = f" ({code}: {last.group(1).strip()})" if last else f" ({code or match})"
+    return Failure(
+        "NCCL error",
+        f"{what}{detail}. Rerun with --env NCCL_DEBUG=WARN to see NCCL's own message; "
+        "check that each rank has its own GPU (torch.cuda.set_device(LOCAL_RANK)).",
+    )
+
+
+def _cuda_error(message: str, text: str) -> Failure:
+    if "device-side assert" in message:
+        cause = _DEVICE_ASSERT.search(text)
+        where = f" (`{cause.group(1)}`)" if cause else ""
+        return Failure(
+            "CUDA error",
+            f"device-side assert triggered{where}: a GPU kernel's check failed, most often an "
+            "index out of range (a class label >= the number of classes, a token id >= the "
+            "vocabulary size). Rerun with --env CUDA_LAUNCH_BLOCKING=1 to see the failing op.",
+        )
+    return Failure(
+        "CUDA error", f"{message}: rerun with --env CUDA_LAUNCH_BLOCKING=1 to see the failing op."
+    )
 
 
 def pod_problem(pod: dict[str, object]) -> str:

@@ -42,7 +42,7 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
         header.gpus_per_node = spec.resources.gpus
         digest = plan.details.get("image_digest") if hasattr(plan.details, "get") else None
         header.image_digest = str(digest) if digest else None
-        rdma = rdma_requested(spec)
+        rdma = rdma_requested(spec) and job.backend.rdma_capable
     elif job.shape is not None:  # attached later: the shape the backend stored
         header.kind = job.shape.kind
         header.nodes = job.shape.nodes
@@ -107,14 +107,35 @@ class ModelSink:
         self.view.update(now)
 
 
-def model_from_logs(name: str, lines: Iterable[tuple[str, str]], **options: Any) -> MonitorModel:
+def model_from_logs(
+    name: str,
+    lines: Iterable[tuple[str, str]],
+    *,
+    start_time: float | None = None,
+    **options: Any,
+) -> MonitorModel:
     """A model rebuilt from a job's stored ``(replica, raw line)`` pairs (``read_logs``), for
-    reports after the fact. Metric x values are steps, or the records' own times."""
-    model = MonitorModel(JobHeader(name=name), **options)
+    reports after the fact. Metric x values are steps, or seconds since ``start_time`` (the
+    job's start; default: its earliest record), like GPU series.
+
+    Stored lines carry no arrival time: a record's is its ``t``, and a plain line gets the
+    time of the record before it (before any, ``start_time``), never 0, which would make
+    every series start in 1970.
+    """
+    parsed = [(replica, parse_line(raw)) for replica, raw in lines]
+    if start_time is None:
+        times = [t for _, line in parsed if (t := _record_time(line)) is not None]
+        start_time = min(times) if times else None
+    model = MonitorModel(JobHeader(name=name, start_time=start_time), **options)
     nodes: dict[str, int] = {}
-    for replica, raw in lines:
-        line = parse_line(raw)
-        t = line.record.get("t") if line.record is not None else None
-        now = float(t) if isinstance(t, (int, float)) else 0.0
+    now = start_time if start_time is not None else 0.0
+    for replica, line in parsed:
+        t = _record_time(line)
+        now = t if t is not None else now
         model.feed(line, now, nodes.setdefault(replica, len(nodes)))
     return model
+
+
+def _record_time(line: LogLine) -> float | None:
+    t = line.record.get("t") if line.record is not None else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None

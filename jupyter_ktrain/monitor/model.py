@@ -216,8 +216,19 @@ class MonitorModel:
         return sorted(self._alerts.values(), key=lambda a: (a.since, a.code, a.key))
 
     @property
+    def inter_node(self) -> bool:
+        """Whether data crosses a network: NCCL loads a network plugin (and logs "Using
+        network Socket") in every job, but one node's ranks talk over NVLink, PCIe or shared
+        memory only."""
+        return self.header.nodes > 1
+
+    @property
     def transport(self) -> Transport | None:
-        """The inter-node transport: a socket fallback anywhere wins, else the first seen."""
+        """The inter-node transport: a socket fallback anywhere wins, else the first seen;
+        None for a single-node job (see :attr:`inter_node`; ``transports`` keeps each rank's
+        parsed verdict all the same)."""
+        if not self.inter_node:
+            return None
         found = list(self.transports.values())
         for t in found:
             if not t.rdma:
@@ -348,7 +359,7 @@ class MonitorModel:
             return
         self.transports[stream] = verdict
         key = ("rdma-fallback", stream)
-        if self.rdma_requested and verdict.kind == "socket":
+        if self.rdma_requested and self.inter_node and verdict.kind == "socket":
             self._alerts[key] = Alert(
                 "rdma-fallback",
                 stream,

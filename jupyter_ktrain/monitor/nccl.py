@@ -10,7 +10,13 @@ NCCL says what it uses in a few places, from strongest to weakest evidence:
   its link layer (``/IB`` InfiniBand, ``/RoCE`` RDMA over Converged Ethernet, ``/IB/SHARP``),
   and ``NET/IB : No device found.``; ``NET/Socket : Using [0]eth0:...`` (older NCCL prints
   this line even when it then uses IB, so it is evidence only when IB found no device);
-- plugin lines: ``P2P plugin IBext``, ``NET/OFI Selected Provider is efa``.
+- plugin lines: ``P2P plugin IBext``, ``NET/OFI Selected Provider is efa``; NCCL >= 2.27
+  also says ``Initialized NET plugin Socket`` and ``Assigned NET plugin Socket to comm``.
+
+NCCL 2.27/2.28 print ``NET/IB : Using [RO]; OOB eth0:10.0.0.2<0>`` even when IB found no
+device (an empty device list, then ``Failed to initialize NET plugin IB`` and ``Using network
+Socket``): an IB line without a device is evidence *against* IB, and the verdict follows the
+last line of the strongest kind, not the first.
 
 RoCE is told from InfiniBand by the ``/RoCE`` link layer in the device list, or failing that
 by IPv4-mapped GIDs (``::ffff:10.1.2.3``) or ``NCCL_IB_GID_INDEX`` in the log. Pure; no I/O.
@@ -30,6 +36,9 @@ _IB_USING = re.compile(r"\bNET/IB ?: Using (.*?)(?:;\s*OOB.*)?$")
 _IB_DEVICE = re.compile(r"(\w[\w.-]*):(\d+)/(IB|RoCE)(/SHARP)?")
 _IB_NONE = re.compile(r"\bNET/IB ?: No device found")
 _IB_ACTIVE = re.compile(r"\bNET/IB ?: Got completion")
+_PLUGIN_FAILED = re.compile(r"\bFailed to initialize NET plugin (\S+)")
+_PLUGIN_INITIALIZED = re.compile(r"\bInitialized NET plugin (\S+)")
+_PLUGIN_ASSIGNED = re.compile(r"\bAssigned NET plugin (\S+) to comm")
 _SOCKET_USING = re.compile(r"\bNET/Socket ?: Using (\[\d+\]\S+)")
 _P2P_PLUGIN = re.compile(r"\bP2P plugin (\S+)")
 _OFI_PROVIDER = re.compile(r"\bNET/OFI Selected Provider is (\w+)")
@@ -101,13 +110,22 @@ class NcclTransportParser:
         if m := _VIA_NET.search(line):
             self._gdr = self._gdr or m.group(3) is not None
             self._decide(m.group(1), 3, line)
-        elif m := _USING_NETWORK.search(line):
+        elif m := _USING_NETWORK.search(line) or _PLUGIN_ASSIGNED.search(line):
             self._decide(m.group(1), 2, line)
         elif m := _IB_USING.search(line):
             devices = _IB_DEVICE.findall(m.group(1))
-            self._ib_devices = tuple(f"{d}:{p}" for d, p, _, _ in devices)
-            self._ib_link = "roce" if any(link == "RoCE" for _, _, link, _ in devices) else "ib"
-            self._decide("IB", 1, line)
+            if not devices:  # NCCL >= 2.27 lists "[RO]; OOB ..." with no device at all
+                self._ib_failed()
+            else:
+                self._ib_devices = tuple(f"{d}:{p}" for d, p, _, _ in devices)
+                roce = any(link == "RoCE" for _, _, link, _ in devices)
+                self._ib_link = "roce" if roce else "ib"
+                self._decide("IB", 1, line)
+        elif m := _PLUGIN_FAILED.search(line):
+            if m.group(1).startswith("IB"):
+                self._ib_failed()
+        elif m := _PLUGIN_INITIALIZED.search(line):
+            self._decide(m.group(1), 1, line)
         elif _IB_ACTIVE.search(line):
             self._decide("IB", 1, line)
         elif _IB_NONE.search(line):
@@ -124,6 +142,13 @@ class NcclTransportParser:
             self._plugin = f"OFI/{m.group(1)}"
         if self._network is not None:
             self.transport = self._build(self._network, self._evidence)
+
+    def _ib_failed(self) -> None:
+        """IB has no usable device: forget a weak IB verdict (a stronger one stands)."""
+        self._ib_missing = True
+        if self._network == "IB" and self._strength <= 1:
+            self._network, self._strength, self._evidence = None, 0, ""
+            self.transport = None
 
     def _decide(self, network: str, strength: int, line: str) -> None:
         if strength >= self._strength:

@@ -294,8 +294,8 @@ class PanelCore:
         """Metrics rebuilt from the stored logs (``ktrain.report`` and agent GPU records)."""
         from ..monitor.live import model_from_logs
 
-        b, _status = self._find(name, backend)
-        model = model_from_logs(name, self._backend(b).read_logs(name))
+        b, status = self._find(name, backend)
+        model = model_from_logs(name, self._backend(b).read_logs(name), start_time=status.started)
         panels: list[MetricPanel] = []
         for metric in model.metric_names():
             series = sorted((r, s) for (r, n), s in model.metrics.items() if n == metric)

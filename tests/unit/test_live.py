@@ -127,3 +127,19 @@ def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
     assert "Cancelled" in TERMINAL
     with pytest.raises(JobNotFound):  # a handle that did not cancel invents no state
         other.status()
+
+
+def test_series_rebuilt_from_a_real_node_log_start_at_zero_seconds() -> None:
+    # The log opens with plain lines (agent, torchrun, NCCL); they must not pin the start to 0.
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parents[1] / "data" / "logs" / "h100_1x1_node0.log"
+    stored = [("j-node-0", line) for line in log.read_text().splitlines()]
+    model = model_from_logs("j", stored)
+    xs, temps = model.gpus[(0, 0, "temp")].points()
+    assert list(xs) == [float(i) for i in range(8)]  # seconds since the first record
+    assert (temps[0], temps[-1]) == (37.0, 68.0)
+    assert model.metrics[(0, "loss")].points()[0][0] == 100.0  # metrics keep their steps
+    # with the job's own start time (what the side panel knows), x counts from it
+    started = model_from_logs("j", stored, start_time=1795407390.113)
+    assert list(started.gpus[(0, 0, "util")].points()[0])[:2] == [2.0, 3.0]

@@ -133,3 +133,20 @@ def test_state_replicas_and_version() -> None:
     assert m.header.elapsed(T0 + 100) == 4
     m.set_header(image_digest="sha256:abc")
     assert m.header.image_digest == "sha256:abc"
+
+
+def test_single_node_jobs_show_no_network_transport() -> None:
+    # NCCL 2.28 on one H100 node: it loads the socket plugin but moves no byte over it
+    lines = (NCCL / "nccl228_no_ib_h100.log").read_text().splitlines()
+    one = MonitorModel(JobHeader(name="one", nodes=1), rdma_requested=True)
+    two = MonitorModel(JobHeader(name="two", nodes=2), rdma_requested=True)
+    for m in (one, two):
+        for line in lines:
+            m.feed_text(format_rank_line(0, line), T0 + 1)
+            assert m.transport is None or not m.transport.rdma  # never "InfiniBand" meanwhile
+    assert one.transport is None
+    assert one.alerts() == []
+    assert one.transports["rank0"].kind == "socket"  # what NCCL loaded is still recorded
+    assert two.transport is not None
+    assert two.transport.describe() == "NET/Socket (TCP sockets)"
+    assert [a.code for a in two.alerts()] == ["rdma-fallback"]

@@ -35,6 +35,9 @@ def _log(name: str) -> str:
         ("socket_ib_disabled.log", "socket", "Socket", False, ("lo:127.0.0.1",)),
         ("efa_libfabric.log", "plugin", "AWS Libfabric", True, ()),
         ("roce_gid_warn.log", "roce", "IB", True, ()),
+        ("nccl228_no_ib_h100.log", "socket", "Socket", False, ()),
+        ("nccl226_no_ib_pod.log", "socket", "Socket", False, ("podnet1:10.0.123.96",)),
+        ("nccl228_plugin_lines_no_ib.log", "socket", "Socket", False, ("net1:10.10.100.241",)),
     ],
 )
 def test_real_logs_give_the_transport_nccl_used(
@@ -76,3 +79,34 @@ def test_feed_reports_a_change_once_and_ignores_other_lines() -> None:
     verdicts = [c for c in changes if c is not None]
     assert [v.kind for v in verdicts] == ["roce"]
     assert parse_nccl_log("no nccl here\n") is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["nccl228_no_ib_h100.log", "nccl226_no_ib_pod.log", "nccl228_plugin_lines_no_ib.log"],
+)
+def test_an_ib_line_without_a_device_is_never_an_rdma_verdict(name: str) -> None:
+    # NCCL >= 2.26 prints "NET/IB : Using [RO]; OOB eth0:..." with no IB device before it
+    # falls back to sockets: no rank may show InfiniBand, not even for a moment.
+    parser = NcclTransportParser()
+    seen = [parser.feed(line) for line in _log(name).splitlines()]
+    verdicts = [v for v in seen if v is not None]
+    assert [v.kind for v in verdicts] == ["socket"]
+    assert parser.transport is not None
+    assert not parser.transport.rdma
+
+
+def test_a_failed_ib_plugin_withdraws_a_device_list_but_not_connections() -> None:
+    listed = "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0>"
+    failed = "h:1:2 [0] NCCL INFO Failed to initialize NET plugin IB"
+    weak = NcclTransportParser()
+    weak.feed(listed)
+    assert weak.transport is not None
+    assert weak.transport.kind == "ib"
+    weak.feed(failed)
+    assert weak.transport is None
+    strong = NcclTransportParser()
+    strong.feed("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0")
+    strong.feed(failed)
+    assert strong.transport is not None
+    assert strong.transport.kind == "ib"

@@ -282,3 +282,78 @@ def test_agent_forwards_sigterm_and_reports_128_plus_signal() -> None:
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 143
     assert "node command exited with code 143" in out
+
+
+# -- NVML over nvidia-ml-py: memory v2 -------------------------------------------------------
+
+H100_TOTAL = 81559 * 1024 * 1024  # NVIDIA H100 80GB HBM3 as NVML reports it
+H100_RESERVED = 480 * 1024 * 1024  # what the driver keeps for itself (issue 11)
+
+
+class FakePynvml:
+    """The ``pynvml`` calls :class:`PynvmlNvml` makes, answering with an idle H100's values
+    from the issue-11 run: the v1 memory call counts the driver's reserve as used (~480 MiB),
+    v2 reports it apart (nvidia-smi showed 0 MiB). ``has_v2=False`` is a driver without
+    ``nvmlDeviceGetMemoryInfo_v2`` (pynvml raises NVMLError FunctionNotFound)."""
+
+    nvmlMemory_v2 = 0x02000028
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, has_v2: bool = True) -> None:
+        self.has_v2 = has_v2
+        self.calls: list[object] = []
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> object:
+        return ("h", index)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> Any:
+        from types import SimpleNamespace
+
+        self.calls.append(version)
+        if version is None:
+            return SimpleNamespace(total=H100_TOTAL, free=H100_TOTAL - H100_RESERVED,
+                                   used=H100_RESERVED)  # fmt: skip
+        if not self.has_v2:
+            raise self.NVMLError("Function Not Found")
+        return SimpleNamespace(version=version, total=H100_TOTAL, reserved=H100_RESERVED,
+                               free=H100_TOTAL - H100_RESERVED, used=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(("has_v2", "used_mib"), [(True, 0.0), (False, 480.0)])
+def test_memory_used_is_read_with_nvml_v2_where_the_driver_has_it(
+    has_v2: bool, used_mib: float
+) -> None:
+    from jupyter_ktrain.agent.sampler import PynvmlNvml
+
+    module = FakePynvml(has_v2=has_v2)
+    nvml = PynvmlNvml(module)
+    nvml.init()
+    handle = nvml.handle(0)
+    for _ in range(2):
+        used, total = nvml.memory(handle)
+        assert (round(used / 2**20, 1), round(total / 2**20)) == (used_mib, 81559)
+    # v2 is tried once: a driver without it is not asked again every second
+    assert module.calls == ([0x02000028] * 2 if has_v2 else [0x02000028, None, None])
+
+
+def test_local_node_gpus_are_picked_by_uuid_not_by_visible_devices() -> None:
+    # a kernel in a container whose runtime listed the GPUs in another order than NVML's: the
+    # indices the local backend gives CUDA would pick the wrong GPUs through that list
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(reversed(UUIDS)),
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "KTRAIN_GPU_UUIDS": f"{UUIDS[2]},{UUIDS[3]}",
+    }
+    assert [g.nvml_index for g in select_gpus(GPUS, {**env, "KTRAIN_GPU_UUIDS": ""})] == []
+    assert [g.nvml_index for g in select_gpus(GPUS, env)] == [2, 3]
+    lines: list[str] = []
+    s = _sampler(FakeNvml(), env, lines)
+    assert s.open()
+    assert [u for _, _, u in s.gpus] == [UUIDS[2], UUIDS[3]]

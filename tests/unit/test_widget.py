@@ -150,7 +150,7 @@ def test_backlog_is_skipped_with_a_marker() -> None:
 
 
 def test_text_view_prints_ranks_warnings_and_final_state() -> None:
-    m = MonitorModel(JobHeader(name="mnist"), rdma_requested=True)
+    m = MonitorModel(JobHeader(name="mnist", nodes=2), rdma_requested=True)
     out = io.StringIO()
     view = TextView(m, out, metric_every=0)
     view.show()

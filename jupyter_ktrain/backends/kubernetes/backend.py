@@ -36,8 +36,9 @@ from ..base import (
 from .api import Api, ApiFailure, ns_path
 from .kinds import CONTAINER_NAMES
 from .logs import PodLogSource, split_stamped
+from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
-from .preflight import KIND_API, run_preflight
+from .preflight import KIND_API, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods
 from .watch import JobWatch
 
@@ -115,22 +116,42 @@ class KubernetesBackend(Backend):
             spec = spec.evolve(image=self.config.base_image)
         route = "registry" if self.config.registry else "configmap"
         cell = _cell_id(program)
+        monitor, notes = self._service_monitor(spec, notes)
         if route == "registry":
             placeholder = f"{self.config.registry}@sha256:{'0' * 64}"
-            objects, files = _render(spec, CodeSource(image=placeholder), program, cell)
+            objects, files = _render(spec, CodeSource(image=placeholder), program, cell, monitor)
         else:
-            objects, files = _render_configmap(spec, program, cell)
+            objects, files = _render_configmap(spec, program, cell, monitor)
         details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
         details["files"] = files
+        details["service_monitor"] = monitor
         text = _describe(objects, route)
         return LaunchPlan(spec, program, self.name, details, text, notes=notes)
+
+    def _service_monitor(self, spec: Any, notes: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+        """Whether to render a ServiceMonitor: metrics asked and the Prometheus operator's
+        API served (discovery); without a cluster, not, with a note saying so."""
+        if spec.metrics_port is None:
+            return False, notes
+        if notes:  # rendered without a cluster
+            note = "no ServiceMonitor rendered: it is added when the cluster serves it"
+            return False, (*notes, note)
+        return serves_service_monitors(self.api), notes
 
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan) -> Job:
         spec, details = plan.spec, plan.details
         ns = details["namespace"]
         route = details["route"]
-        warnings = run_preflight(self.api, spec, ns, configmap=route == "configmap")
+        kinds = {o["kind"] for o in details["objects"]}
+        warnings = run_preflight(
+            self.api,
+            spec,
+            ns,
+            configmap=route == "configmap",
+            service="Service" in kinds,
+            service_monitor="ServiceMonitor" in kinds,
+        )
         for w in warnings:
             self.say(f"warning: {w}")
         group, version, plural = KIND_API[spec.kind]
@@ -181,7 +202,11 @@ class KubernetesBackend(Backend):
         self.say(result.message())
         plan.details["image_digest"] = result.digest  # type: ignore[index]
         objects, _files = _render(
-            spec, CodeSource(image=result.reference), program, plan.details["cell"]
+            spec,
+            CodeSource(image=result.reference),
+            program,
+            plan.details["cell"],
+            bool(plan.details.get("service_monitor")),
         )
         return objects
 
@@ -199,7 +224,7 @@ class KubernetesBackend(Backend):
             "blockOwnerDeletion": False,
         }
         for kind, name in created:
-            path = ns_path("", "v1", ns, _PLURALS[kind], name)
+            path = ns_path(*_OWNED[kind][:2], ns, _OWNED[kind][2], name)
             body = {"metadata": {"ownerReferences": [ref]}}
             try:
                 self.api.request(
@@ -357,6 +382,9 @@ class KubernetesBackend(Backend):
         ns = self.namespace
         self._delete_job(kind, name, ns)
         self._delete_one("ConfigMap", f"{name}-code", ns)
+        self._delete_one("Service", metrics_service_name(name), ns)
+        with contextlib.suppress(ApiFailure):  # 404 too where the CRD is not installed
+            self._delete_one("ServiceMonitor", metrics_service_name(name), ns)
         pods = ns_path("", "v1", ns, "pods")
         selector = {"labelSelector": f"{JOB_LABEL}={name}"}
         deadline = time.monotonic() + DELETE_WAIT_S
@@ -389,19 +417,27 @@ class KubernetesBackend(Backend):
 
     def _delete_one(self, kind: str, name: str, ns: str) -> None:
         try:
-            self.api.request("DELETE", ns_path("", "v1", ns, _PLURALS[kind], name))
+            self.api.request("DELETE", ns_path(*_OWNED[kind][:2], ns, _OWNED[kind][2], name))
         except ApiFailure as exc:
             if exc.status != 404:
                 raise
 
 
-_PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets", "Pod": "pods"}
+# kinds made beside the job (created first, then owned by it): (group, version, plural)
+_OWNED = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Secret": ("", "v1", "secrets"),
+    "Pod": ("", "v1", "pods"),
+    "Service": ("", "v1", "services"),
+    "ServiceMonitor": SERVICE_MONITOR_API,
+}
 
 
 def _collection(obj: dict[str, Any], ns: str) -> str:
     kind = obj["kind"]
-    if kind in _PLURALS:
-        return ns_path("", "v1", ns, _PLURALS[kind])
+    if kind in _OWNED:
+        group, version, plural = _OWNED[kind]
+        return ns_path(group, version, ns, plural)
     group, version, plural = KIND_API[kind]
     return ns_path(group, version, ns, plural)
 
@@ -413,18 +449,18 @@ def _cell_id(program: Any) -> str:
 
 
 def _render(
-    spec: Any, code: CodeSource, program: Any, cell: str
+    spec: Any, code: CodeSource, program: Any, cell: str, service_monitor: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     from .manifests import render
     from .validate import validate_objects
 
-    rendered = render(spec, code, cell=cell)
+    rendered = render(spec, code, cell=cell, service_monitor=service_monitor)
     validate_objects(rendered.objects)
     return [copy.deepcopy(o) for o in rendered.objects], dict(rendered.files)
 
 
 def _render_configmap(
-    spec: Any, program: Any, cell: str
+    spec: Any, program: Any, cell: str, service_monitor: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     from ...packaging.configmap import code_volume, render_code_configmap
     from .manifests import render
@@ -437,7 +473,7 @@ def _render_configmap(
     cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
     volume, _mount, _env = code_volume(cm)
     code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
-    objects, files = _render(spec, code, program, cell)
+    objects, files = _render(spec, code, program, cell, service_monitor)
     return [cm, *objects], files
 
 

@@ -22,6 +22,7 @@ from ...errors import SpecError
 from ...spec import JobSpec
 from .deepspeed import CONFIG_FILE, config_bytes
 from .kinds import KIND_BUILDERS
+from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels
 
 __all__ = ["CodeSource", "Rendered", "render", "to_yaml"]
@@ -48,12 +49,15 @@ def render(
     files: Mapping[str, bytes] | None = None,
     *,
     cell: str | None = None,
+    service_monitor: bool = False,
 ) -> Rendered:
     """The job object for ``spec`` plus its generated files.
 
     ``code`` says how the program reaches ``/ktrain`` (default: ``spec.image`` holds it).
     ``files`` are extra files to ship (returned merged with the generated ones); ``cell``
-    labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later.
+    labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later. With
+    ``spec.metrics_port`` the metrics Service comes first, and a ServiceMonitor with
+    ``service_monitor`` (the cluster serves ``monitoring.coreos.com``; see :mod:`.metrics`).
     Raises :class:`SpecError` for what the schema cannot express (see :mod:`.validate`).
     """
     from .validate import check_semantics
@@ -68,8 +72,10 @@ def render(
     out_files = dict(files or {})
     if spec.deepspeed is not None:
         out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size)
-    job = KIND_BUILDERS[spec.kind](spec, code, job_labels(spec, cell))
-    return Rendered(objects=[job], files=out_files)
+    labels = job_labels(spec, cell)
+    job = KIND_BUILDERS[spec.kind](spec, code, labels)
+    extra = metrics_objects(spec, labels, service_monitor=service_monitor)
+    return Rendered(objects=[*extra, job], files=out_files)
 
 
 class _Dumper(yaml.SafeDumper):

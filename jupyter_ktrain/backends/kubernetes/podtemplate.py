@@ -14,6 +14,7 @@ from typing import Any
 from ...launch import CODE_DIR
 from ...spec import JobSpec
 from .deepspeed import CONFIG_ENV, CONFIG_PATH
+from .metrics import METRICS_PORT_NAME, metrics_env
 
 __all__ = [
     "CELL_LABEL",
@@ -160,9 +161,13 @@ def _container(spec: JobSpec, code: CodeSource, role: PodRole, shm: str | None) 
     c: dict[str, Any] = {"name": role.container, "image": image}
     if role.command is not None:
         c["command"] = list(role.command)
-    env = env_list(spec, code, role.extra_env)
+    env = env_list(spec, code, (*role.extra_env, *metrics_env(spec)))
     if env:
         c["env"] = env
+    if spec.metrics_port is not None and role.command is not None:  # the agent serves it
+        c["ports"] = [
+            {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"}
+        ]
     if spec.env_from_secrets:
         c["envFrom"] = [{"secretRef": {"name": s}} for s in spec.env_from_secrets]
     resources = role.resources if role.resources is not None else _resources(spec)

@@ -17,8 +17,9 @@ from typing import Any
 from ...errors import PreflightError
 from ...spec import JobSpec
 from .api import Api, ApiFailure, ns_path
+from .metrics import SERVICE_MONITOR_API
 
-__all__ = ["KIND_API", "Access", "required_access", "run_preflight"]
+__all__ = ["KIND_API", "Access", "required_access", "run_preflight", "serves_service_monitors"]
 
 # kind -> (group, version, plural)
 KIND_API = {
@@ -46,19 +47,45 @@ class Access:
         return f"{self.verb} {res}{'/' + self.subresource if self.subresource else ''}"
 
 
-def required_access(spec: JobSpec, configmap: bool) -> list[Access]:
+def required_access(
+    spec: JobSpec, configmap: bool, service: bool = False, service_monitor: bool = False
+) -> list[Access]:
     group, _version, plural = KIND_API[spec.kind]
     out = [Access("create", plural, group), Access("get", plural, group)]
     out += [Access("list", plural, group), Access("watch", plural, group)]
     if configmap:
         out += [Access("create", "configmaps"), Access("patch", "configmaps")]
+    if service:  # the metrics Service (created, then owned by the job)
+        out += [Access("create", "services"), Access("patch", "services")]
+    if service_monitor:
+        mon_group, _v, mon_plural = SERVICE_MONITOR_API
+        out += [Access("create", mon_plural, mon_group), Access("patch", mon_plural, mon_group)]
     out += [Access(v, "pods") for v in ("get", "list", "watch")]
     out += [Access("get", "pods", subresource="log")]
     out += [Access("list", "events"), Access("watch", "events")]
     return out
 
 
-def run_preflight(api: Api, spec: JobSpec, namespace: str, configmap: bool) -> list[str]:
+def serves_service_monitors(api: Api) -> bool:
+    """Whether the Prometheus operator's ServiceMonitor API is served (its CRDs exist)."""
+    group, version, plural = SERVICE_MONITOR_API
+    try:
+        resources = api.get(f"/apis/{group}/{version}").get("resources") or []
+    except ApiFailure as exc:
+        if exc.status in (403, 404):
+            return False
+        raise
+    return any(r.get("name") == plural for r in resources)
+
+
+def run_preflight(
+    api: Api,
+    spec: JobSpec,
+    namespace: str,
+    configmap: bool,
+    service: bool = False,
+    service_monitor: bool = False,
+) -> list[str]:
     """Raise PreflightError with every problem; return warnings (checks that could not run).
 
     The checks are independent reads, so they run concurrently: the preflight costs about one
@@ -71,7 +98,7 @@ def run_preflight(api: Api, spec: JobSpec, namespace: str, configmap: bool) -> l
         ns = pool.submit(_namespace, api, namespace)
         rbac = [
             pool.submit(_access, api, access, namespace)
-            for access in required_access(spec, configmap)
+            for access in required_access(spec, configmap, service, service_monitor)
         ]
         refs = pool.submit(_references, api, spec, namespace, ref_warnings)
         queues = pool.submit(_queues, api, spec, namespace, ref_warnings)

@@ -222,9 +222,14 @@ def crd_validator(api_version: str, kind: str) -> Any:
 # --------------------------------------------------------------------------- pod schemas
 
 
-@cache
 def pod_template_validator(version: str = K8S_SCHEMA_VERSION) -> Any:
     """kubernetes-validate's strict ``PodTemplateSpec`` schema for ``version`` (cached)."""
+    return core_validator("podtemplatespec-v1.json", version)
+
+
+@cache
+def core_validator(schema_file: str, version: str = K8S_SCHEMA_VERSION) -> Any:
+    """kubernetes-validate's strict schema of a core type (``service-v1.json``...), cached."""
     global _compilations
     from jsonschema import Draft202012Validator
     from referencing import Registry, Resource
@@ -233,7 +238,7 @@ def pod_template_validator(version: str = K8S_SCHEMA_VERSION) -> Any:
     folder = root / f"v{version}.0-local-strict"
     if not folder.is_dir():
         raise SpecError(f"kubernetes-validate has no schemas for Kubernetes {version}.")
-    schema = json.loads((folder / "podtemplatespec-v1.json").read_text())
+    schema = json.loads((folder / schema_file).read_text())
     definitions = json.loads((folder / "_definitions.json").read_text())
     registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
     _compilations += 1
@@ -302,6 +307,13 @@ def validate_objects(
     for obj in objects:
         api, kind = obj.get("apiVersion", ""), obj.get("kind", "")
         name = (obj.get("metadata") or {}).get("name", "?")
+        if (api, kind) == ("v1", "Service"):
+            found = _errors(core_validator("service-v1.json", k8s_version), obj, "")
+            problems += [f"{kind} {name}: {p}" for p in found]
+            continue
+        if (api, kind) == ("monitoring.coreos.com/v1", "ServiceMonitor"):
+            problems += [f"{kind} {name}: {p}" for p in check_service_monitor(obj, objects)]
+            continue
         if (api, kind) not in CRD_FILES:
             problems.append(f"{kind} {name}: no schema for {api} {kind}")
             continue
@@ -319,6 +331,35 @@ def validate_objects(
             "Fix the flags or YAML that produce these fields (or report a bug if ktrain "
             "rendered them from valid flags)."
         )
+
+
+def check_service_monitor(
+    monitor: Mapping[str, Any], objects: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """What the Prometheus operator needs of our ServiceMonitor (we ship no schema for its
+    CRD): it selects one of the Services rendered with it, by a port name that Service has,
+    with a duration Prometheus parses."""
+    spec = monitor.get("spec") or {}
+    wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+    services = [
+        o
+        for o in objects
+        if o.get("kind") == "Service"
+        and wanted
+        and all(
+            ((o.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items()
+        )
+    ]
+    if not services:
+        return [f"spec.selector.matchLabels {wanted} selects none of the Services rendered"]
+    ports = {p.get("name") for s in services for p in (s.get("spec") or {}).get("ports") or []}
+    problems = []
+    for i, ep in enumerate(spec.get("endpoints") or []):
+        if ep.get("port") not in ports:
+            problems.append(f"spec.endpoints[{i}].port {ep.get('port')!r} is not a Service port")
+        if not re.fullmatch(r"(\d+(ms|s|m|h))+", str(ep.get("interval", "30s"))):
+            problems.append(f"spec.endpoints[{i}].interval {ep.get('interval')!r} is no duration")
+    return problems if spec.get("endpoints") else ["spec.endpoints is empty"]
 
 
 def check_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
