@@ -186,7 +186,7 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
     backend_name, args = _pop_backend(args)
     backend = get_backend(backend_name)
     if command == "list":
-        rows = [f"{s.name:40} {s.state:10} {s.reason}" for s in backend.list_jobs()]
+        rows = [f"{s.name:40} {s.describe()}" for s in backend.list_jobs()]
         _say("\n".join(rows) if rows else "No jobs yet.")
         return None
     if command not in ("attach", "status", "logs", "cancel", "delete"):

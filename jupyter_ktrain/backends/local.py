@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..launch import node_command, operator_env
+from ..monitor.progress import Progress
 from .base import (
     FAILED,
     PENDING,
@@ -245,6 +246,7 @@ class LocalBackend(Backend):
             started=raw.get("started"),
             finished=raw.get("finished"),
             failed_rank=raw.get("failed_rank"),
+            progress=Progress.from_dict(raw.get("progress")),
         )
 
     def _alive(self, raw: dict[str, Any]) -> bool:

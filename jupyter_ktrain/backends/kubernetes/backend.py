@@ -22,6 +22,7 @@ from typing import Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
+from ...monitor.progress import ProgressTracker
 from ...monitor.protocol import parse_line
 from ..base import FAILED, Backend, Job, JobStatus, LaunchPlan, LogSource
 from .api import Api, ApiFailure, ns_path
@@ -47,6 +48,8 @@ class _Runtime:
             lambda: collections.deque(maxlen=TAIL_LINES)
         )
         self.last_progress: float | None = None
+        self.progress = ProgressTracker()  # percent done / ETA from records with a total
+        self.progress_rank: int | None = None
         self.loaded = False
         self.lock = threading.Lock()
 
@@ -60,6 +63,18 @@ class _Runtime:
                 self.tails[line.rank].append(line.text)
             elif line.record.get("type") == "exit":
                 self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
+            elif "total" in line.record:
+                self._track(line.rank, line.record)
+
+    def _track(self, rank: int, record: dict[str, Any]) -> None:
+        step, total, t = record.get("step"), record.get("total"), record.get("t")
+        if not (isinstance(step, int) and isinstance(total, int)):
+            return
+        if self.progress_rank is None or rank < self.progress_rank:
+            self.progress, self.progress_rank = ProgressTracker(), rank
+        if rank == self.progress_rank:
+            when = float(t) if isinstance(t, (int, float)) else time.time()
+            self.progress.update(step, total, when)
 
 
 class KubernetesBackend(Backend):
@@ -264,6 +279,7 @@ class KubernetesBackend(Backend):
                 {r: list(t) for r, t in rt.tails.items()},
                 dict(watch.recreated),
                 rt.last_progress,
+                progress=rt.progress.progress,
             )
 
     def list_jobs(self) -> list[JobStatus]:

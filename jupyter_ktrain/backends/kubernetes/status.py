@@ -14,9 +14,17 @@ from datetime import datetime
 from typing import Any
 
 from ...monitor.failures import classify, pod_problem
+from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
 
-__all__ = ["RANK_ORDER", "build_status", "job_state", "node_rank", "replica_pods"]
+__all__ = [
+    "RANK_ORDER",
+    "build_status",
+    "job_state",
+    "node_rank",
+    "replica_pods",
+    "trainer_progress",
+]
 
 RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
 REPLICA_KEYS = ("pytorchReplicaSpecs", "tfReplicaSpecs", "mpiReplicaSpecs")
@@ -132,10 +140,13 @@ def build_status(
     recreated: Mapping[str, float] | None = None,
     last_progress: float | None = None,
     now: float | None = None,
+    *,
+    progress: Progress | None = None,
 ) -> JobStatus:
     """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
     its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
-    when any rank last printed."""
+    when any rank last printed; ``progress``: what the logs said of it (else a TrainJob's
+    ``status.trainerStatus``, when the Trainer's progress feature filled it)."""
     name = job["metadata"]["name"]
     state, reason, message = job_state(job)
     names = replica_pods(job) or sorted(pods)
@@ -170,7 +181,37 @@ def build_status(
         started=_timestamp(status.get("startTime")),
         finished=_timestamp(status.get("completionTime")),
         failed_rank=failed_rank if state == FAILED else None,
+        progress=progress or trainer_progress(status.get("trainerStatus")),
     )
+
+
+def trainer_progress(trainer_status: Any) -> Progress | None:
+    """A TrainJob's ``status.trainerStatus`` (Kubeflow Trainer v2.2+, ``TrainJobStatus``
+    feature gate) as a :class:`Progress`: percent as step of 100, unless the metrics carry
+    ``current_step``/``total_steps`` (Transformers' and our reporters send them)."""
+    if not isinstance(trainer_status, Mapping):
+        return None
+    pct = trainer_status.get("progressPercentage")
+    metrics = {
+        str(m.get("name")): m.get("value")
+        for m in trainer_status.get("metrics") or []
+        if isinstance(m, Mapping)
+    }
+    step, total = _int(metrics.get("current_step")), _int(metrics.get("total_steps"))
+    if step is None or not total:
+        if not isinstance(pct, int):
+            return None
+        step, total = pct, 100
+    eta = trainer_status.get("estimatedRemainingSeconds")
+    when = _timestamp(trainer_status.get("lastUpdatedTime")) or 0.0
+    return Progress(step, total, when, float(eta) if isinstance(eta, int) else None)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        return None
 
 
 def _first_failed(
