@@ -12,6 +12,10 @@ hook. This package imports none of these libraries itself: without them nothing 
   ``step=global_step`` and ``total=max_steps``, plus progress at most once a second in
   between. Each metric is reported once per step (Trainer's closing summary repeats ``epoch``
   at the last step: the repeat is dropped).
+- ``transformers.training_args``: in a job started with ``--deepspeed``, a
+  ``TrainingArguments`` made without ``deepspeed=`` gets the job's config
+  (``KTRAIN_DEEPSPEED_CONFIG``, written to agree with Trainer: ``"auto"`` values), so the flag
+  is never silently ignored. An explicit ``deepspeed=`` wins.
 
 Standard library only at import time.
 """
@@ -19,10 +23,12 @@ Standard library only at import time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 import time
@@ -124,8 +130,28 @@ def _hook_transformers_trainer(module: ModuleType) -> None:
         defaults.append(trainer_callback_class(base))
 
 
+def _hook_training_args(module: ModuleType) -> None:
+    args_class = getattr(module, "TrainingArguments", None)
+    post_init = getattr(args_class, "__post_init__", None)
+    if args_class is None or post_init is None or getattr(post_init, "_ktrain", False):
+        return
+
+    @functools.wraps(post_init)
+    def __post_init__(self: Any) -> None:
+        path = os.environ.get("KTRAIN_DEEPSPEED_CONFIG")
+        if getattr(self, "deepspeed", None) is None and path and os.path.isfile(path):
+            self.deepspeed = path
+            if os.environ.get("RANK", "0") == "0":
+                _say(f"TrainingArguments: deepspeed={path} (the job's --deepspeed config)")
+        post_init(self)
+
+    __post_init__._ktrain = True  # type: ignore[attr-defined]
+    args_class.__post_init__ = __post_init__
+
+
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
     "transformers.trainer": _hook_transformers_trainer,
+    "transformers.training_args": _hook_training_args,
 }
 
 

@@ -161,8 +161,9 @@ class Backend(ABC):
 
 
 class Job:
-    """Handle on a submitted job: ``state``, ``logs()``, ``exit_codes``, ``result``,
-    ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
+    """Handle on a submitted job: ``state``, ``status()`` (with ``progress``), ``logs()``,
+    ``exit_codes``, ``result``, ``progress_history()``, ``wait()``, ``cancel()``. Cheap to
+    create; every property asks the backend."""
 
     def __init__(
         self, name: str, backend: Backend, plan: LaunchPlan | None = None, dry_run: bool = False
@@ -228,6 +229,12 @@ class Job:
             if grep is None or grep in text:
                 out.append(text)
         return "\n".join(out) + ("\n" if out else "")
+
+    def progress_history(self) -> list[Progress]:
+        """Every progress update so far (percent done, ETA as it was then), from the logs."""
+        from ..monitor.live import progress_from_logs
+
+        return progress_from_logs(self.backend.read_logs(self.name))
 
     @property
     def outputs(self) -> dict[str, Any]:

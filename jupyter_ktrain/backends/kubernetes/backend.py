@@ -402,7 +402,7 @@ def _render(
     from .manifests import render
     from .validate import validate_objects
 
-    rendered = render(spec, code, cell=cell)
+    rendered = render(spec, code, cell=cell, program_source=program.source)
     validate_objects(rendered.objects)
     return [copy.deepcopy(o) for o in rendered.objects], dict(rendered.files)
 
@@ -416,7 +416,9 @@ def _render_configmap(
     name = f"{spec.name}-code"
     # the files shipped beside the program (ds_config.json) do not depend on the code route;
     # the objects are validated once, below, with the real ConfigMap volume
-    extra = dict(render(spec, CodeSource.configmap(name), cell=cell).files)
+    extra = dict(
+        render(spec, CodeSource.configmap(name), cell=cell, program_source=program.source).files
+    )
     labels = job_labels(spec, cell)
     cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
     volume, _mount, _env = code_volume(cm)

@@ -48,13 +48,16 @@ def render(
     files: Mapping[str, bytes] | None = None,
     *,
     cell: str | None = None,
+    program_source: str | None = None,
 ) -> Rendered:
     """The job object for ``spec`` plus its generated files.
 
     ``code`` says how the program reaches ``/ktrain`` (default: ``spec.image`` holds it).
     ``files`` are extra files to ship (returned merged with the generated ones); ``cell``
-    labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later.
-    Raises :class:`SpecError` for what the schema cannot express (see :mod:`.validate`).
+    labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later;
+    ``program_source`` makes a generated DeepSpeed config fit the program's Transformers
+    ``TrainingArguments`` when it has them. Raises :class:`SpecError` for what the schema
+    cannot express (see :mod:`.validate`).
     """
     from .validate import check_semantics
 
@@ -67,7 +70,7 @@ def render(
     check_semantics(spec)
     out_files = dict(files or {})
     if spec.deepspeed is not None:
-        out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size)
+        out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size, program_source)
     job = KIND_BUILDERS[spec.kind](spec, code, job_labels(spec, cell))
     return Rendered(objects=[job], files=out_files)
 
