@@ -28,6 +28,7 @@ import ssl
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -182,8 +183,12 @@ class StatusReporter:
         if url.startswith("https:"):
             context = ssl.create_default_context(cafile=self.ca_cert or None)
         req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=context) as resp:
-            return int(resp.status)
+        try:
+            with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=context) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:  # the endpoint's metav1.Status: its code says it
+            exc.close()
+            return int(exc.code)
 
     def _warn(self, why: str) -> None:
         if not self._warned:
