@@ -208,3 +208,25 @@ def test_trainer_status_reads_back_as_progress() -> None:
     assert theirs is not None
     assert (theirs.percent, theirs.eta_s) == (42.0, None)
     assert trainer_progress(None) is None
+
+
+def test_a_trainjob_status_with_trainer_status_gives_job_status_progress() -> None:
+    """``Job.status()`` of a TrainJob nobody followed the logs of: from trainerStatus."""
+    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.monitor.progress import Progress
+
+    sent = payload(Progress(45, 100, 1_795_000_000.0, 3600.0, 80.0), {}, 1_795_000_000.0)
+    job = {
+        "kind": "TrainJob",
+        "metadata": {"name": "llm-ft"},
+        "spec": {},
+        "status": {"conditions": [], **sent},
+    }
+    status = build_status(job, {}, {}, {}, {})
+    assert status.progress is not None
+    assert (status.progress.step, status.progress.total) == (45, 100)
+    assert status.progress.remaining(1_795_000_060.0) == pytest.approx(3540.0)
+    assert "45% (45/100) · 59m 00s left" in status.describe(1_795_000_060.0)
+    # what the logs said wins over what the endpoint last got (it is newer)
+    mine = Progress(50, 100, 1_795_000_100.0, 3000.0, 60.0)
+    assert build_status(job, {}, {}, {}, {}, progress=mine).progress == mine

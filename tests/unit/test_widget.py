@@ -175,3 +175,14 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
 def test_make_view_falls_back_to_text_outside_a_kernel() -> None:
     view = make_view(_job(), prefer_widgets=True, out=io.StringIO())
     assert isinstance(view, TextView)
+
+
+def test_header_shows_percent_done_time_left_and_a_progress_bar() -> None:
+    m = _job()
+    view = MonitorView(m, clock=lambda: T0 + 30)
+    for step in range(0, 11):
+        rec = {"type": "metric", "rank": 0, "step": step, "total": 50, "t": T0 + 2 * step}
+        m.feed_text(format_rank_line(0, format_record(rec)), T0 + 2 * step, node=0)
+    view.update(T0 + 25)  # 5 s after the step-10 record: 80 s left then, 75 s now
+    assert "Running 25s · 20% (10/50) · 1m 15s left · 2 node(s)" in view.header.value
+    assert '<progress value="20" max="100"></progress>' in view.header.value
