@@ -191,13 +191,14 @@ class _Finder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         hook = self.targets.get(fullname)
-        if hook is None or getattr(self._busy, "name", None) == fullname:
+        busy: set[str] = self._busy.__dict__.setdefault("names", set())
+        if hook is None or fullname in busy:
             return None
-        self._busy.name = fullname
+        busy.add(fullname)  # the real finders answer the lookup below, not us again
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
-            self._busy.name = None
+            busy.discard(fullname)
         if spec is None or spec.loader is None:
             return None
         spec.loader = _HookedLoader(spec.loader, hook)

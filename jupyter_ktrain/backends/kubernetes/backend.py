@@ -30,7 +30,7 @@ from .kinds import CONTAINER_NAMES
 from .logs import PodLogSource
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
 from .preflight import KIND_API, run_preflight
-from .status import build_status, job_state, replica_pods
+from .status import build_status, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
 
 __all__ = ["KubernetesBackend"]
@@ -286,7 +286,10 @@ class KubernetesBackend(Backend):
         out: list[JobStatus] = []
         for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
             state, reason, message = job_state(job)
-            out.append(JobStatus(job["metadata"]["name"], state, reason, message))
+            progress = trainer_progress((job.get("status") or {}).get("trainerStatus"))
+            out.append(
+                JobStatus(job["metadata"]["name"], state, reason, message, progress=progress)
+            )
         return sorted(out, key=lambda s: s.name)
 
     # -- logs ---------------------------------------------------------------------------------
