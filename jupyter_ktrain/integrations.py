@@ -12,6 +12,12 @@ hook. This package imports none of these libraries itself: without them nothing 
   ``step=global_step`` and ``total=max_steps``, plus progress at most once a second in
   between. Each metric is reported once per step (Trainer's closing summary repeats ``epoch``
   at the last step: the repeat is dropped).
+- ``lightning.pytorch`` / ``pytorch_lightning`` (``trainer.trainer``): every ``Trainer``
+  gets a logger beside the user's, so what Lightning logs reaches the monitor at Lightning's
+  own logging steps (its loggers write from global rank 0), and a callback for progress
+  (``global_step`` of ``max_steps`` or the estimated stepping batches). A ``Trainer`` made with
+  ``logger=False`` logs nothing, so nothing is reported (our logger never becomes the first:
+  it would move the checkpoint directory).
 - ``transformers.training_args``: in a job started with ``--deepspeed``, a
   ``TrainingArguments`` made without ``deepspeed=`` gets the job's config
   (``KTRAIN_DEEPSPEED_CONFIG``, written to agree with Trainer: ``"auto"`` values), so the flag
@@ -38,7 +44,7 @@ from typing import Any
 
 from .report import RESERVED, report
 
-__all__ = ["PROGRESS_EVERY_S", "TARGETS", "install", "trainer_callback_class"]
+__all__ = ["PROGRESS_EVERY_S", "TARGETS", "install", "lightning_classes", "trainer_callback_class"]
 
 PROGRESS_EVERY_S = 1.0
 
@@ -149,7 +155,94 @@ def _hook_training_args(module: ModuleType) -> None:
     args_class.__post_init__ = __post_init__
 
 
+# -- PyTorch Lightning ----------------------------------------------------------------------------
+def _lightning_total(trainer: Any) -> int | None:
+    total = getattr(trainer, "max_steps", -1)
+    if not isinstance(total, int) or total <= 0:
+        try:
+            total = trainer.estimated_stepping_batches
+        except Exception:
+            return None
+    return int(total) if isinstance(total, (int, float)) and 0 < total < float("inf") else None
+
+
+def lightning_classes(package: str) -> tuple[type, type]:
+    """(logger, callback) classes for the Lightning package ``package``, already imported."""
+    logger_base = importlib.import_module(f"{package}.loggers.logger").Logger
+    callback_base = importlib.import_module(f"{package}.callbacks").Callback
+
+    class KtrainLogger(logger_base):  # type: ignore[misc, valid-type]
+        """Hands what Lightning logs to ``jupyter_ktrain.report`` (global rank 0 only)."""
+
+        def __init__(self, trainer: Any) -> None:
+            super().__init__()
+            self._trainer = trainer
+
+        @property
+        def name(self) -> str:
+            return "ktrain"
+
+        @property
+        def version(self) -> str:
+            return "0"
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            if getattr(self._trainer, "global_rank", 0) == 0:
+                total = _lightning_total(self._trainer)
+                report(step=step, total=total if step is not None else None, **_numbers(metrics))
+
+    class KtrainProgress(callback_base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            self._at = 0.0
+
+        def _progress(self, trainer: Any, force: bool = False) -> None:
+            now = time.monotonic()
+            if trainer.global_rank == 0 and (force or now - self._at >= PROGRESS_EVERY_S):
+                self._at = now
+                report(step=trainer.global_step, total=_lightning_total(trainer))
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self._progress(trainer, force=True)
+
+        def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+            self._progress(trainer)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self._progress(trainer, force=True)
+
+    return KtrainLogger, KtrainProgress
+
+
+def _hook_lightning(package: str) -> Callable[[ModuleType], None]:
+    def hook(module: ModuleType) -> None:
+        trainer_class = getattr(module, "Trainer", None)
+        init = getattr(trainer_class, "__init__", None)
+        if trainer_class is None or init is None or getattr(init, "_ktrain", False):
+            return
+        logger_class, progress_class = lightning_classes(package)
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            try:
+                if self.loggers:  # never first: the first logger places the checkpoints
+                    self.loggers = [*self.loggers, logger_class(self)]
+                self.callbacks.append(progress_class())
+            except Exception as exc:
+                _say(f"could not hook this Lightning Trainer ({exc!r}); use ktrain.report")
+
+        __init__._ktrain = True  # type: ignore[attr-defined]
+        trainer_class.__init__ = __init__
+
+    return hook
+
+
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    "lightning.pytorch.trainer.trainer": _hook_lightning("lightning.pytorch"),
+    "pytorch_lightning.trainer.trainer": _hook_lightning("pytorch_lightning"),
     "transformers.trainer": _hook_transformers_trainer,
     "transformers.training_args": _hook_training_args,
 }

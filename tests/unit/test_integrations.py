@@ -82,6 +82,54 @@ def test_a_trainer_in_the_program_reports_its_logging_steps_and_progress(tmp_pat
     assert records[-1]["step"] == 6
 
 
+LIGHTNING_PROGRAM = """
+import torch
+import pytorch_lightning as pl
+
+class Regressor(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+trainer = pl.Trainer(max_steps=6, log_every_n_steps=2, accelerator="cpu", devices=1,
+                     logger=pl.loggers.CSVLogger("logs"), enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Regressor(), torch.utils.data.DataLoader(data, batch_size=8))
+print("CSV " + trainer.logger.log_dir)
+"""
+
+
+@pytest.mark.slow
+def test_a_lightning_trainer_reports_what_its_own_logger_writes(tmp_path: Path) -> None:
+    pytest.importorskip("pytorch_lightning")
+    import csv
+
+    env = {**os.environ, "RANK": "0", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    lines = [parse_line(raw) for raw in _run(LIGHTNING_PROGRAM, tmp_path, env=env)]
+    log_dir = next(ln.text for ln in lines if ln.text.startswith("CSV "))[4:]
+    with open(tmp_path / log_dir / "metrics.csv") as f:
+        written = [(int(row["step"]), float(row["train_loss"])) for row in csv.DictReader(f)]
+    records = [ln.record for ln in lines if ln.record and ln.record["type"] == "metric"]
+    reported = [(r["step"], r["train_loss"]) for r in records if "train_loss" in r]
+    assert [s for s, _ in written] == [1, 3, 5]  # Lightning's own logging steps
+    assert [s for s, _ in reported] == [s for s, _ in written]
+    assert [v for _, v in reported] == pytest.approx([v for _, v in written])
+    assert {r["total"] for r in records} == {6}
+    assert records[-1]["step"] == 6  # progress reaches the end
+
+
 def test_without_transformers_a_job_runs_and_the_package_imports_none_of_it(
     tmp_path: Path,
 ) -> None:
@@ -115,7 +163,7 @@ def test_without_transformers_a_job_runs_and_the_package_imports_none_of_it(
 
 
 def test_no_module_of_the_package_imports_a_training_library() -> None:
-    banned = {"transformers", "accelerate", "lightning", "pytorch_lightning"}
+    banned = {"transformers", "accelerate", "lightning", "pytorch_lightning", "torch"}
     found = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
