@@ -5,7 +5,8 @@ hook with ``global_step``/``max_steps``) says how far the job is. :class:`Progre
 turns a stream of such updates into a :class:`Progress`: percent done and an ETA that is
 smoothed (an exponential average of seconds per step, so one slow step does not swing it) and
 honest: ``eta_s`` is None ("unknown") until :data:`MIN_INTERVALS` intervals with steps in them
-were measured, and while the total is unknown. The same tracker runs in the monitor model, in
+were measured, and while the total is unknown; the time left is unknown again when no step
+came for much longer than steps take (a stalled job). The same tracker runs in the monitor model, in
 the local supervisor (``state.json``), in the Kubernetes backend and in the job (the Trainer
 status endpoint), so every view shows the same figures.
 """
@@ -15,10 +16,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["MIN_INTERVALS", "Progress", "ProgressTracker", "fmt_seconds"]
+__all__ = ["MIN_INTERVALS", "STALE_S", "Progress", "ProgressTracker", "fmt_seconds"]
 
 MIN_INTERVALS = 2
 ALPHA = 0.3  # weight of the newest seconds-per-step measurement
+STALE_S = 60.0  # with no step for this long (and 5 step times), the ETA is unknown again
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -58,13 +60,24 @@ class Progress:
         return min(99.9, max(0.0, int(1000 * self.step / self.total) / 10))
 
     def remaining(self, now: float | None = None) -> float | None:
-        """Seconds left at ``now`` (the ETA counted down since ``t``, never below 0)."""
+        """Seconds left at ``now`` (the ETA counted down since ``t``, never below 0); None
+        when unknown, also once no step came for :data:`STALE_S` and five step times (a
+        stalled job has no honest ETA)."""
         if self.done:
             return 0.0
         if self.eta_s is None:
             return None
         passed = 0.0 if now is None else max(0.0, now - self.t)
+        if passed > max(STALE_S, 5 * (self.step_s or 0.0)):
+            return None
         return max(0.0, self.eta_s - passed)
+
+    def stalled_for(self, now: float | None) -> float | None:
+        """Seconds since the last step when that is too long for the ETA to hold, else None."""
+        if now is None or self.eta_s is None or self.done:
+            return None
+        passed = now - self.t
+        return passed if passed > max(STALE_S, 5 * (self.step_s or 0.0)) else None
 
     def describe(self, now: float | None = None) -> str:
         """``42% (420/1000) · 1m 05s left``, ``step 12 · ETA unknown``."""
@@ -75,7 +88,11 @@ class Progress:
         if self.done:
             return head
         left = self.remaining(now)
-        return f"{head} · " + ("ETA unknown" if left is None else f"{fmt_seconds(left)} left")
+        if left is not None:
+            return f"{head} · {fmt_seconds(left)} left"
+        stalled = self.stalled_for(now)
+        why = "" if stalled is None else f" (no step for {fmt_seconds(stalled)})"
+        return f"{head} · ETA unknown{why}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "percent": self.percent}

@@ -20,7 +20,8 @@ def test_eta_is_unknown_until_enough_steps_were_timed_then_counts_down() -> None
     last = seen[-1]
     assert last.eta_s == pytest.approx(2.0 * (100 - MIN_INTERVALS))  # 2 s a step
     assert last.remaining(last.t + 10) == pytest.approx(last.eta_s - 10)
-    assert last.remaining(last.t + 10_000) == 0.0  # never below zero
+    near_end = tracker.update(99, 100, last.t + 2.0 * (99 - last.step))
+    assert near_end.remaining(near_end.t + 10) == 0.0  # late by 8 s: never below zero
     assert last.describe(last.t).startswith(f"{MIN_INTERVALS}% ({MIN_INTERVALS}/100) · ")
     assert "ETA unknown" in seen[0].describe(T0)
 
@@ -85,3 +86,16 @@ def test_the_model_takes_progress_from_the_lowest_rank_and_the_header_shows_it()
     m.set_state("Failed", T0 + 6)
     assert "25% (5/20)" in header_text(m, T0 + 6)
     assert "left" not in header_text(m, T0 + 6)  # a stopped job has no ETA
+
+
+def test_a_stalled_job_has_no_eta_instead_of_zero_seconds_left() -> None:
+    tracker = ProgressTracker()
+    for step in range(0, 5):
+        tracker.update(step, 100, T0 + 2.0 * step)
+    p = tracker.progress
+    assert p is not None
+    assert p.remaining(p.t + 30) == pytest.approx(p.eta_s - 30)  # 30 s: a slow step, maybe
+    assert p.remaining(p.t + 300) is None  # 5 minutes with no step at 2 s a step: stalled
+    assert p.describe(p.t + 300) == "4% (4/100) · ETA unknown (no step for 5m 00s)"
+    slow = Progress(4, 100, T0, eta_s=96 * 120.0, step_s=120.0)  # 2 min a step: still fine
+    assert slow.remaining(T0 + 300) == pytest.approx(96 * 120.0 - 300)
