@@ -284,7 +284,9 @@ class MonitorModel:
         kind = rec.get("type")
         if line.rank is not None and "rank" not in rec:
             rec = {**rec, "rank": line.rank}
-        self.last_records[str(kind)] = rec
+        plotted = any(k not in _RECORD_KEYS for k in rec)
+        # a progress-only record (step and total) does not hide the last metric values
+        self.last_records["progress" if kind == "metric" and not plotted else str(kind)] = rec
         if kind == "metric":
             self._metric(line, rec, now)
         elif kind == "gpu":

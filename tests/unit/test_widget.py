@@ -159,6 +159,8 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO NET/IB : No device found."), T0 + 1)
     m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO Using network Socket"), T0 + 1)
     m.feed_text(format_rank_line(1, format_record({"type": "metric", "step": 3, "loss": 0.25})), 0)
+    progress = {"type": "metric", "step": 4, "total": 8, "t": T0 + 2}  # no values: progress only
+    m.feed_text(format_rank_line(1, format_record(progress)), T0 + 2)
     view.update(T0 + 2)
     m.set_state("Succeeded", T0 + 75)
     view.close(T0 + 80)
@@ -168,7 +170,7 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     assert "[rank1]: hello" in lines
     assert "[ktrain] NCCL transport: NET/Socket (TCP sockets)" in lines
     assert any(x.startswith("[ktrain] warning: RDMA was requested") for x in lines)
-    assert "[ktrain] metrics (rank 1 step 3): loss 0.25" in lines
+    assert "[ktrain] metrics (rank 1 step 3): loss 0.25 · 50% (4/8) · ETA unknown" in lines
     assert lines[-1] == "[ktrain] mnist Succeeded after 1m 15s"
 
 
