@@ -52,7 +52,7 @@ cluster:
 run: setup
 	$(PY) scripts/run_notebook.py notebooks/01-quickstart.ipynb --out $(RUNS)/quickstart
 
-## Execute every example notebook (quickstart, DeepSpeed ZeRO-3, RDMA + gang dry run) -> runs/<name>
+## Execute every example notebook (quickstart, DeepSpeed ZeRO-3, RDMA + gang dry run, HF Trainer fine-tune) -> runs/<name>
 examples: setup
 	for nb in notebooks/*.ipynb; do $(PY) scripts/run_notebook.py $$nb --out $(RUNS)/$$(basename $$nb .ipynb) || exit 1; done
 

@@ -278,9 +278,9 @@ def _list(backend_name: str | None) -> None:
         except KtrainError as exc:
             problems.append(f"{name}: {exc}")
             continue
-        rows += [f"{s.name:32} {name:10} {s.state:10} {s.reason}".rstrip() for s in statuses]
+        rows += [f"{s.name:32} {name:10} {s.describe()}".rstrip() for s in statuses]
     if rows:
-        _say(f"{'NAME':32} {'BACKEND':10} {'STATE':10} REASON\n" + "\n".join(rows))
+        _say(f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows))
     elif not problems:
         _say(f"No jobs yet on {' or '.join(names)}.")
     for problem in problems:

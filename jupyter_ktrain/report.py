@@ -1,4 +1,4 @@
-"""``ktrain.report(step=..., loss=..., samples_per_sec=...)``: training metrics for the monitor.
+"""``ktrain.report(step=..., total=..., loss=...)``: training metrics and progress for the monitor.
 
 Inside a job's rank process (``RANK`` is set) each call writes one structured record line to
 ``sys.stdout``::
@@ -7,7 +7,11 @@ Inside a job's rank process (``RANK`` is set) each call writes one structured re
 
 The in-rank runtime prefixes every stdout line with ``[rank{N}]: ``; the monitor separates
 these records from what the user prints. Outside a job (in the notebook kernel) ``report`` is
-a no-op. Contract: a call costs a few microseconds, is safe from any thread (one record is one
+a no-op. ``total`` (the step count the job will reach) makes the record a progress update too:
+the monitor shows percent done and time left from it (:mod:`jupyter_ktrain.monitor.progress`);
+a call with only ``step`` and ``total`` updates progress without plotting anything.
+
+Contract: a call costs a few microseconds, is safe from any thread (one record is one
 ``write``), and never raises into training: a value that is not a finite number, a reserved
 name or a bad step is dropped with one warning on stderr per name.
 
@@ -24,17 +28,30 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from .monitor.protocol import RECORD_MARK, format_record
 
-__all__ = ["RESERVED", "report"]
+__all__ = ["RESERVED", "add_listener", "report"]
 
-RESERVED = frozenset({"type", "rank", "step", "t", "node"})
+RESERVED = frozenset({"type", "rank", "step", "t", "node", "total"})
 _lock = threading.Lock()
 _warned: set[str] = set()
 _rank_cache: tuple[int, int | None] | None = None  # (pid, rank) so a fork re-reads RANK
 _sink_cache: tuple[int, tuple[socket.socket, tuple[str, int]] | None] | None = None
 METRICS_UDP_ENV = "KTRAIN_METRICS_UDP"
+
+
+_listeners: list[Callable[[dict[str, Any]], None]] = []
+
+
+def add_listener(listener: Callable[[dict[str, Any]], None]) -> None:
+    """Also hand every record this process reports to ``listener`` (after it is written).
+
+    For in-job consumers (the Trainer status endpoint); a listener must return quickly and
+    its exceptions are swallowed like any other reporting failure."""
+    _listeners.append(listener)
 
 
 def _rank() -> int | None:
@@ -106,8 +123,22 @@ def _step(step: object) -> int | None:
     return s
 
 
-def report(step: int | None = None, **metrics: float) -> None:
-    """Report training metrics at ``step`` from the calling rank (see module docstring)."""
+def _total(total: object) -> int | None:
+    if total is None:
+        return None
+    try:
+        n: int = int(total)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        n = 0
+    if n <= 0:
+        _warn_once("total", f"total={total!r} is not a positive integer; progress not reported")
+        return None
+    return n
+
+
+def report(step: int | None = None, total: int | None = None, **metrics: float) -> None:
+    """Report training metrics at ``step`` (of ``total``) from the calling rank (see module
+    docstring)."""
     rank = _rank()
     if rank is None:
         return
@@ -116,6 +147,9 @@ def report(step: int | None = None, **metrics: float) -> None:
         s = _step(step)
         if s is not None:
             record["step"] = s
+            n = _total(total)
+            if n is not None:
+                record["total"] = n
         for name, value in metrics.items():
             if name in RESERVED:
                 _warn_once(name, f"{name!r} is a reserved name; dropped")
@@ -132,5 +166,7 @@ def report(step: int | None = None, **metrics: float) -> None:
         if sink is not None:
             with contextlib.suppress(OSError):  # the agent is gone or its buffer is full
                 sink[0].sendto(line[len(RECORD_MARK) :].encode(), sink[1])
+        for listener in _listeners:
+            listener(record)
     except Exception as exc:
         _warn_once("__error__", f"could not write a metric record ({exc!r})")

@@ -2,7 +2,8 @@
 
 torchrun starts one of these per local rank. It makes every line the rank writes (Python or C,
 stdout or stderr) start with ``[rank{N}]: `` so one node stream can be split by rank, runs the
-captured program as ``__main__``, and on rank 0 sends the cell's results back as a structured
+captured program as ``__main__`` (with :mod:`.integrations` hooked in, so a Transformers
+Trainer reports by itself), and on rank 0 sends the cell's results back as a structured
 record. Every rank ends with an ``exit`` record carrying its exit code. Imports are kept light:
 this runs before the user's code in every process.
 """
@@ -287,6 +288,7 @@ def main(argv: list[str]) -> int:
     prefixer = _Prefixer(rank)
     prefixer.start()
     code = 0
+    _integrations(rank)
     try:
         sys.path.insert(0, os.path.dirname(program))
         sys.argv = [program]
@@ -301,6 +303,21 @@ def main(argv: list[str]) -> int:
     record = format_record({"type": "exit", "rank": rank, "code": code})
     prefixer.write_direct(format_rank_line(rank, record) + "\n")
     return code
+
+
+def _integrations(rank: int) -> None:
+    """Training libraries the program imports report by themselves (:mod:`.integrations`);
+    in a TrainJob with the Trainer's status endpoint, rank 0 also feeds trainerStatus."""
+    try:
+        from .integrations import install
+
+        install()
+        if rank == 0 and os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):
+            from .trainer_status import enable
+
+            enable()
+    except Exception as exc:  # reporting never keeps the program from running
+        print(f"jupyter-ktrain: integrations off ({exc!r})", file=sys.stderr)
 
 
 def _exit(code: int) -> None:

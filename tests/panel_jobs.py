@@ -21,7 +21,7 @@ import jupyter_ktrain as ktrain
 def train(steps, pause):
     rank = int(os.environ["RANK"])
     for step in range(1, steps + 1):
-        ktrain.report(step=step, loss=1.0 / step + rank)
+        ktrain.report(step=step, total=steps, loss=1.0 / step + rank)
         print(f"rank {rank} step {step} hello", flush=True)
         time.sleep(pause)
     return rank

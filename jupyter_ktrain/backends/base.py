@@ -17,6 +17,7 @@ from ..errors import BackendError, JobNotFound
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
+    from ..monitor.progress import Progress
     from ..spec import JobSpec
 
 __all__ = [
@@ -54,7 +55,8 @@ class JobStatus:
     """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
 
     ``failed_rank`` is the first rank that failed (by time), when known, so its last lines can
-    be shown first.
+    be shown first. ``progress`` is percent done and time left, once the job reports a total
+    (``ktrain.report(step=..., total=...)`` or the Transformers Trainer); None before.
     """
 
     name: str
@@ -66,10 +68,22 @@ class JobStatus:
     started: float | None = None
     finished: float | None = None
     failed_rank: int | None = None
+    progress: Progress | None = None
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    def describe(self, now: float | None = None) -> str:
+        """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
+        parts = [self.state]
+        if self.progress is not None:
+            from ..monitor.text import progress_text
+
+            parts.append(progress_text(self.progress, now or time.time(), self.terminal))
+        if self.reason:
+            parts.append(self.reason)
+        return " · ".join(parts)
 
 
 def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
@@ -192,8 +206,9 @@ class JobShape:
 
 
 class Job:
-    """Handle on a submitted job: ``state``, ``logs()``, ``exit_codes``, ``result``,
-    ``wait()``, ``cancel()``. Cheap to create; every property asks the backend."""
+    """Handle on a submitted job: ``state``, ``status()`` (with ``progress``), ``logs()``,
+    ``exit_codes``, ``result``, ``progress_history()``, ``wait()``, ``cancel()``. Cheap to
+    create; every property asks the backend."""
 
     def __init__(
         self,
@@ -216,7 +231,7 @@ class Job:
             return f"<ktrain dry run {self.name!r} on {self.backend.name}: nothing started>"
         status = self.status()
         extra = f", failed rank {status.failed_rank}" if status.failed_rank is not None else ""
-        return f"<ktrain Job {self.name!r} on {self.backend.name}: {status.state}{extra}>"
+        return f"<ktrain Job {self.name!r} on {self.backend.name}: {status.describe()}{extra}>"
 
     def status(self) -> JobStatus:
         if self.dry_run:
@@ -273,6 +288,12 @@ class Job:
             if grep is None or grep in text:
                 out.append(text)
         return "\n".join(out) + ("\n" if out else "")
+
+    def progress_history(self) -> list[Progress]:
+        """Every progress update so far (percent done, ETA as it was then), from the logs."""
+        from ..monitor.live import progress_from_logs
+
+        return progress_from_logs(self.backend.read_logs(self.name))
 
     @property
     def outputs(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..launch import node_command, operator_env
+from ..monitor.progress import Progress
 from .base import (
     FAILED,
     PENDING,
@@ -228,7 +229,7 @@ class LocalBackend(Backend):
                 env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
             nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
         details = {"master_port": port, "marker": marker, "nodes": nodes}
-        files = {**program.files, **_deepspeed_files(spec)}
+        files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only",)
         text = _describe(spec, nodes)
@@ -310,6 +311,7 @@ class LocalBackend(Backend):
             started=raw.get("started"),
             finished=raw.get("finished"),
             failed_rank=raw.get("failed_rank"),
+            progress=Progress.from_dict(raw.get("progress")),
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
@@ -409,13 +411,14 @@ def _metrics_env(spec: Any, node: int) -> dict[str, str]:
     }
 
 
-def _deepspeed_files(spec: Any) -> dict[str, bytes]:
-    """The generated or given DeepSpeed config, checked against the world size already."""
+def _deepspeed_files(spec: Any, program_source: str | None = None) -> dict[str, bytes]:
+    """The generated or given DeepSpeed config, checked against the world size already (and
+    against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
     if spec.deepspeed is None:
         return {}
     from .kubernetes.deepspeed import CONFIG_FILE, config_bytes
 
-    return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size)}
+    return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 
 
 def _phase(exit_code: int | None, job_state: str) -> str:

@@ -3,7 +3,8 @@
 Started detached (its own session) by the local backend, so the job outlives the kernel. It
 starts one node command per node from ``plan.json``, copies each node's output to
 ``node-K.log`` (like a pod log) and each rank's lines to ``rank-R.log``, keeps ``state.json``
-current, and on SIGTERM (cancel) stops every process of the job. Like the Training Operator,
+current (with the job's progress from records that carry a ``total``, at most once a second),
+and on SIGTERM (cancel) stops every process of the job. Like the Training Operator,
 the job fails as soon as one node fails: the other nodes get a short grace period, then are
 stopped, because surviving ranks would otherwise block in a collective until a timeout.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
 from .procs import kill_marked
 
@@ -28,6 +30,7 @@ __all__ = ["main", "write_state"]
 
 GRACE_AFTER_FAILURE_S = 5.0
 CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
+PROGRESS_SAVE_S = 1.0
 TERM_TIMEOUT_S = 10.0
 
 
@@ -49,6 +52,9 @@ class Supervisor:
         self.exit_codes: dict[int, int] = {}
         self.first_failure: tuple[float, int] | None = None
         self.cancelled = False
+        self.progress = ProgressTracker()
+        self.progress_rank: int | None = None
+        self.progress_saved = 0.0
         self.state: dict[str, Any] = {
             "state": "Pending",
             "supervisor_pid": os.getpid(),
@@ -99,6 +105,25 @@ class Supervisor:
                         self._rank_file(line.rank).write(line.text.encode() + b"\n")
                 elif line.record.get("type") == "exit":
                     self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
+                elif "total" in line.record:
+                    self._on_progress(line.rank, line.record)
+
+    def _on_progress(self, rank: int, record: dict[str, Any]) -> None:
+        step, total, t = record.get("step"), record.get("total"), record.get("t")
+        if not (isinstance(step, int) and isinstance(total, int)):
+            return
+        with self.lock:  # the lowest rank that reports progress is the job's
+            if self.progress_rank is None or rank < self.progress_rank:
+                self.progress, self.progress_rank = ProgressTracker(), rank
+            if rank != self.progress_rank:
+                return
+            now = time.time()
+            p = self.progress.update(step, total, float(t) if isinstance(t, (int, float)) else now)
+            if now - self.progress_saved < PROGRESS_SAVE_S and not p.done:
+                return
+            self.progress_saved = now
+            self.state["progress"] = p.to_dict()
+        self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
         with self.lock:
@@ -174,6 +199,8 @@ class Supervisor:
         if self.first_failure is None and state == "Failed" and not self.cancelled:
             bad = next(i for i, c in enumerate(codes) if c != 0)
             self.state["failed_node"] = bad
+        if self.progress.progress is not None:  # the last update may have been held back
+            self.state["progress"] = self.progress.progress.to_dict()
         self.save(state=state, reason=reason, finished=time.time(), nodes=nodes)
 
 

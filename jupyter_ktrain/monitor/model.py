@@ -8,11 +8,12 @@ One :class:`MonitorModel` per job. The backend's follow loop feeds it:
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
 - ``set_replicas(rows)`` with the current replica table.
 
-Views read ``header``, ``replicas``, ``logs`` / ``rank_logs`` (bounded ring buffers: older lines
-leave the view, never the log files), ``metrics`` and ``gpus`` (streaming-downsampled series),
-``transport`` and ``alerts()``. ``version`` grows on every change, so a view can skip a
-redraw when nothing happened. Call ``check(now)`` on a timer: some alerts depend on time
-passing without lines (a rank going silent).
+Views read ``header``, ``progress`` (percent done and time left, from records with a
+``total``: see :mod:`.progress`), ``replicas``, ``logs`` / ``rank_logs`` (bounded ring
+buffers: older lines leave the view, never the log files), ``metrics`` and ``gpus``
+(streaming-downsampled series), ``transport`` and ``alerts()``. ``version`` grows on every
+change, so a view can skip a redraw when nothing happened. Call ``check(now)`` on a timer:
+some alerts depend on time passing without lines (a rank going silent).
 
 Series x values: a metric is plotted against its ``step`` when the record has one, otherwise
 against seconds since the job started; GPU series against seconds since the job started.
@@ -28,6 +29,7 @@ from typing import Any
 
 from .downsample import StreamingDownsampler
 from .nccl import NcclTransportParser, Transport
+from .progress import Progress, ProgressTracker
 from .protocol import LogLine, parse_line
 
 __all__ = [
@@ -42,7 +44,7 @@ __all__ = [
 
 TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled", "Deleted"})
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
-_RECORD_KEYS = frozenset({"type", "rank", "step", "t", "node"})
+_RECORD_KEYS = frozenset({"type", "rank", "step", "t", "node", "total"})
 
 
 @dataclass
@@ -165,6 +167,8 @@ class MonitorModel:
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
         self._alerts: dict[tuple[str, str], Alert] = {}
         self._t0: float | None = header.start_time
+        self._progress = ProgressTracker()
+        self._progress_rank: int | None = None  # the lowest rank that reports a total
 
     # -- feeding ------------------------------------------------------------------------
     def feed_text(self, raw: str, now: float, node: int | None = None) -> None:
@@ -254,6 +258,11 @@ class MonitorModel:
             return iter(buf)
         return (e for e in reversed(list(_tail_after(buf, seq))))
 
+    @property
+    def progress(self) -> Progress | None:
+        """Percent done and time left, once a record with a ``total`` came (else None)."""
+        return self._progress.progress
+
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
 
@@ -286,7 +295,9 @@ class MonitorModel:
         kind = rec.get("type")
         if line.rank is not None and "rank" not in rec:
             rec = {**rec, "rank": line.rank}
-        self.last_records[str(kind)] = rec
+        plotted = any(k not in _RECORD_KEYS for k in rec)
+        # a progress-only record (step and total) does not hide the last metric values
+        self.last_records["progress" if kind == "metric" and not plotted else str(kind)] = rec
         if kind == "metric":
             self._metric(line, rec, now)
         elif kind == "gpu":
@@ -299,6 +310,8 @@ class MonitorModel:
         step = rec.get("step")
         t = rec.get("t")
         x = float(step) if isinstance(step, int) else self.elapsed_x(_num(t, now))
+        if isinstance(step, int) and isinstance(rec.get("total"), int):
+            self._track(rank, step, rec["total"], _num(t, now))
         for name, value in rec.items():
             if name in _RECORD_KEYS or not isinstance(value, (int, float)):
                 continue
@@ -306,6 +319,15 @@ class MonitorModel:
             if series is None:
                 series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
             series.append(x, float(value))
+
+    def _track(self, rank: int, step: int, total: int, t: float) -> None:
+        """Progress comes from one rank: the lowest that reports it (rank 0 as a rule)."""
+        if self._progress_rank is None or rank < self._progress_rank:
+            if self._progress_rank is not None:
+                self._progress = ProgressTracker()
+            self._progress_rank = rank
+        if rank == self._progress_rank:
+            self._progress.update(step, total, t)
 
     def _gpu(self, rec: dict[str, Any], now: float, node: int | None) -> None:
         n = rec.get("node", node if node is not None else 0)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from .model import LogEntry, MonitorModel
+from .progress import Progress
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
@@ -23,6 +24,7 @@ __all__ = [
     "failure_summary",
     "fmt_elapsed",
     "header_text",
+    "progress_text",
     "status_text",
     "text_line",
 ]
@@ -52,9 +54,12 @@ def _digest(digest: str | None) -> str:
 
 
 def header_text(model: MonitorModel, now: float) -> str:
-    """``mnist · PyTorchJob on local · Running 1m 05s · 2 node(s) × 2 proc(s) · sha256:…``"""
+    """``mnist · PyTorchJob on local · Running 1m 05s · 42% (420/1000) · 1m 30s left · 2
+    node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
     h = model.header
     parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    if model.progress is not None:
+        parts.append(progress_text(model.progress, now, h.finished))
     parts.append(_shape(model))
     if h.image_digest:
         parts.append(_digest(h.image_digest))
@@ -62,6 +67,16 @@ def header_text(model: MonitorModel, now: float) -> str:
         parts.append(model.transport.describe())
     text = " · ".join(parts)
     return f"{text} · {h.message}" if h.message else text
+
+
+def progress_text(progress: Progress, now: float, finished: bool = False) -> str:
+    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA."""
+    if finished:
+        pct = progress.percent
+        if pct is None:
+            return f"step {progress.step}"
+        return f"{pct:g}% ({progress.step}/{progress.total})"
+    return progress.describe(now)
 
 
 def text_line(entry: LogEntry) -> str:
@@ -161,10 +176,12 @@ class TextView:
         values = ", ".join(
             f"{k} {v:.4g}"
             for k, v in rec.items()
-            if k not in ("type", "rank", "step", "t") and isinstance(v, (int, float))
+            if k not in ("type", "rank", "step", "t", "total") and isinstance(v, (int, float))
         )
         step = f" step {rec['step']}" if "step" in rec else ""
-        return f"[ktrain] metrics (rank {rec.get('rank')}{step}): {values}"
+        progress = self.model.progress
+        done = f" · {progress.describe(now)}" if progress is not None else ""
+        return f"[ktrain] metrics (rank {rec.get('rank')}{step}): {values}{done}"
 
     def close(self, now: float | None = None) -> None:
         if self._closed:

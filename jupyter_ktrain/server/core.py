@@ -31,6 +31,7 @@ from .payloads import (
     MetricPanel,
     MetricsPayload,
     MetricTrace,
+    ProgressPayload,
     ReplicaPayload,
 )
 
@@ -100,6 +101,23 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
         "started": started,
         "finished": status.finished,
         "age_s": None if started is None else round(max(0.0, now - started), 1),
+        "progress": _progress(status, now),
+    }
+
+
+def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
+    from ..monitor.text import progress_text
+
+    p = status.progress
+    if p is None:
+        return None
+    left = None if status.terminal else p.remaining(now)
+    return {
+        "step": p.step,
+        "total": p.total,
+        "percent": p.percent,
+        "eta_s": None if left is None else round(left, 1),
+        "text": progress_text(p, now, status.terminal),
     }
 
 

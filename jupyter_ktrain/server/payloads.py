@@ -19,6 +19,7 @@ __all__ = [
     "MetricPanel",
     "MetricTrace",
     "MetricsPayload",
+    "ProgressPayload",
     "ReplicaPayload",
 ]
 
@@ -27,9 +28,22 @@ class ErrorPayload(TypedDict):
     error: str
 
 
+class ProgressPayload(TypedDict):
+    """Where a job stands: ``percent`` 0-100 and ``eta_s`` seconds left at the server's
+    ``now`` (None: unknown, e.g. before a few steps were timed); ``text`` as the notebook
+    words it (``42% (420/1000) · 1m 30s left``)."""
+
+    step: int
+    total: int | None
+    percent: float | None
+    eta_s: float | None
+    text: str
+
+
 class JobSummary(TypedDict):
     """One row of the panel. Times are epoch seconds (server clock); ``age_s`` is seconds
-    since the job started (None before it started)."""
+    since the job started (None before it started); ``progress`` is None until the job
+    reports a total (``ktrain.report(step=..., total=...)`` or the Transformers Trainer)."""
 
     name: str
     backend: str
@@ -39,6 +53,7 @@ class JobSummary(TypedDict):
     started: float | None
     finished: float | None
     age_s: float | None
+    progress: ProgressPayload | None
 
 
 class BackendProblem(TypedDict):

@@ -263,7 +263,9 @@ class MonitorView:
         m = self.model
         colour = _STATE_COLOURS.get(m.header.state, "#ff7f0e")
         text = html.escape(header_text(m, now))
-        self.header.value = f'<b style="color:{colour}">●</b> {text}'
+        pct = m.progress.percent if m.progress is not None else None
+        bar = "" if pct is None else f' <progress value="{pct:g}" max="100"></progress>'
+        self.header.value = f'<b style="color:{colour}">●</b> {text}{bar}'
         self._update_cancel_button()
         alerts = m.alerts()
         self.alerts.value = "".join(

@@ -98,7 +98,9 @@ export class JobView extends Widget {
     this.terminal = d.terminal;
     this.header.dataset.state = d.state;
     const why = [d.reason, d.message].filter(Boolean).join(': ');
-    this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${why ? ` (${why})` : ''}`;
+    const progress = d.progress ? ` · ${d.progress.text}` : '';
+    const tail = `${progress}${why ? ` (${why})` : ''}`;
+    this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
     // the button says what is true: Cancel while it runs, Cancelled (disabled) at the end
     // of a cancelled job, a disabled Cancel at any other end

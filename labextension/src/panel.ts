@@ -1,5 +1,5 @@
 /**
- * The "ktrain jobs" side panel: one row per job (name, backend, state, age) from
+ * The "ktrain jobs" side panel: one row per job (name, backend, state, progress, age) from
  * GET /ktrain/api/jobs. It polls every POLL_MS only while it is visible (and once at once when
  * it becomes visible or the refresh button is pressed). Clicking a row runs `ktrain:open-job`.
  */
@@ -24,6 +24,22 @@ export function age(seconds: number | null): string {
     return `${Math.round(seconds / 3600)}h`;
   }
   return `${Math.round(seconds / 86400)}d`;
+}
+
+/** The list's progress cell: `42% · 1m 30s`, `42% · ETA unknown`, `—` before any report. */
+export function progressText(job: JobSummary): string {
+  const p = job.progress;
+  if (!p) {
+    return '—';
+  }
+  if (p.percent === null) {
+    return `step ${p.step}`;
+  }
+  const done = `${p.percent}%`;
+  if (p.percent >= 100 || job.finished !== null) {
+    return done;
+  }
+  return p.eta_s === null ? `${done} · ETA unknown` : `${done} · ${age(p.eta_s)}`;
 }
 
 export class JobsPanel extends Widget {
@@ -91,7 +107,7 @@ export class JobsPanel extends Widget {
 
   private headerRow(): HTMLElement {
     const tr = document.createElement('tr');
-    for (const h of ['name', 'backend', 'state', 'age']) {
+    for (const h of ['name', 'backend', 'state', 'progress', 'age']) {
       const th = document.createElement('th');
       th.textContent = h;
       tr.appendChild(th);
@@ -106,12 +122,16 @@ export class JobsPanel extends Widget {
     tr.dataset.state = job.state;
     tr.classList.toggle('ktrain-mod-highlighted', job.name === this.highlighted);
     tr.title = [job.reason, job.message].filter(Boolean).join(': ') || `Open ${job.name}`;
-    const cells = [job.name, job.backend, job.state, age(job.age_s)];
+    const cells = [job.name, job.backend, job.state, progressText(job), age(job.age_s)];
     cells.forEach((text, i) => {
       const td = document.createElement('td');
       td.textContent = text;
       if (i === 2) {
         td.className = `ktrain-State ktrain-State-${job.state}`;
+      }
+      if (i === 3) {
+        td.className = 'ktrain-Progress';
+        td.title = job.progress?.text ?? 'no progress reported yet';
       }
       tr.appendChild(td);
     });

@@ -7,6 +7,14 @@ export interface ErrorPayload {
   error: string;
 }
 
+export interface ProgressPayload {
+  step: number;
+  total: number | null;
+  percent: number | null;
+  eta_s: number | null;
+  text: string;
+}
+
 export interface JobSummary {
   name: string;
   backend: string;
@@ -16,6 +24,7 @@ export interface JobSummary {
   started: number | null;
   finished: number | null;
   age_s: number | null;
+  progress: ProgressPayload | null;
 }
 
 export interface BackendProblem {

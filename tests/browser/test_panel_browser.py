@@ -108,6 +108,8 @@ def _notebook(path: Path) -> None:
 
 ROWS = """() => [...document.querySelectorAll('#ktrain-jobs-panel .ktrain-JobRow')]
   .map(r => r.dataset.name + ':' + r.dataset.state)"""
+PROGRESS = """() => [...document.querySelectorAll('#ktrain-jobs-panel .ktrain-JobRow')]
+  .map(r => r.dataset.name + ':' + r.querySelector('.ktrain-Progress').textContent)"""
 NB_KERNEL = """() => [...window.jupyterapp.shell.widgets('main')]
   .find(w => w.sessionContext).sessionContext.session.kernel"""
 PANEL_VISIBLE = """() => { const p = document.getElementById('ktrain-jobs-panel');
@@ -182,6 +184,15 @@ def _steps(page: Any) -> None:
     # the widget's button label is whole, not cut off
     width = button.evaluate("b => [b.scrollWidth, b.clientWidth]")
     assert width[0] <= width[1] + 1, width
+    # percent done in the list (and a time left once a few steps were timed), and in the tab
+    page.wait_for_function(
+        f"() => ({PROGRESS})().some(r => /^{CELL_JOB}:\\d+(\\.\\d)?% · \\d+[smhd]$/.test(r))",
+        timeout=30_000,
+    )
+    page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-JobHeader").filter(
+        has_text=re.compile(r"Running · \d+(\.\d)?% \(\d+/400\) · ")
+    ).wait_for(timeout=10_000)
+    assert f"{EARLIER}:100%" in page.evaluate(PROGRESS)
     page.screenshot(path=str(ARTIFACTS / "panel-running.png"))
     # the tab's Cancel button stops it; the widget in the cell and the panel both see it end,
     # as Cancelled: its own final state, not a failure

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -110,3 +111,51 @@ def test_run_notebook_fails_when_a_job_fails(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "job doomed did not succeed: Failed" in done.stderr
     assert (tmp_path / "out" / "doomed.ipynb").exists()
+
+
+def test_hf_finetune_notebook_reports_trainer_logs_and_progress(tmp_path: Path) -> None:
+    """Transformers' Trainer in the cell, nothing ktrain-specific in it: the monitor gets
+    Trainer's logging steps (each once), progress reaches 100 % with an ETA that falls, and
+    the model path and final loss come back to the kernel."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("deepspeed")
+    from jupyter_ktrain.backends.local import FileLogSource, LocalBackend
+    from jupyter_ktrain.monitor.live import model_from_logs, progress_from_logs
+
+    out = tmp_path / "hf"
+    done = run_notebook(NOTEBOOKS / "05-hf-finetune.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "05-hf-finetune.ipynb")
+    # Trainer's own log history, returned by the job from rank 0
+    logged = json.loads(re.findall(r"Trainer logged loss at steps (\[[\d, ]+\])", text)[0])
+    (job,) = job_dirs(out)
+    lines = [
+        (log.stem, raw)
+        for log in sorted(job.glob("node-*.log"))
+        for raw in FileLogSource(log, log.stem).finish()
+    ]
+    model = model_from_logs(job.name, lines)
+    for metric in ("loss", "learning_rate", "grad_norm", "epoch"):
+        xs, _ys = model.metrics[(0, metric)].points()
+        assert list(xs) == [float(s) for s in logged], metric  # Trainer's steps, each once
+    assert not [key for key in model.metrics if key[0] != 0]  # from the process Trainer logs on
+    assert model.progress is not None
+    assert model.progress.percent == 100.0
+    status = LocalBackend(home=out / "ktrain-home").status(job.name)
+    assert status.progress is not None
+    assert (status.progress.step, status.progress.total) == (logged[-1], logged[-1])
+    updates = progress_from_logs(lines)
+    etas = [u.eta_s for u in updates if u.eta_s is not None]
+    assert updates[0].eta_s is None  # "unknown" until a few steps were timed
+    assert len(etas) >= 3
+    assert etas[-1] == 0.0
+    assert etas[0] > etas[-1]
+    for before, after in itertools.pairwise(etas):
+        assert after <= 1.5 * before + 1.0, etas  # falls, give or take a slow step
+    path = re.findall(r"model saved at (\S+): \[(.*)\]", text)[0]
+    assert "model.safetensors" in path[1]
+    assert Path(path[0]).is_dir()
+    final = float(re.findall(r"final training loss: ([\d.]+)", text)[0])
+    first, last = map(float, re.findall(r"loss: first ([\d.]+), last ([\d.]+)", text)[0])
+    assert last < first
+    assert min(last, first) <= final <= max(last, first)  # the mean over the run

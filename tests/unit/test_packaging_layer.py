@@ -150,7 +150,9 @@ def test_runner_files_are_enough_for_the_pod_side(tmp_path: Path) -> None:
         f"import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
         f"sys.path.insert(0, {str(tmp_path / 'lib')!r}); "
         "import jupyter_ktrain, jupyter_ktrain.runtime, jupyter_ktrain.agent.runner, "
-        "jupyter_ktrain.agent.sampler, jupyter_ktrain.packaging.pod_install; "
+        "jupyter_ktrain.agent.sampler, jupyter_ktrain.packaging.pod_install, "
+        "jupyter_ktrain.integrations, jupyter_ktrain.trainer_status, "
+        "jupyter_ktrain.monitor.progress; "
         "jupyter_ktrain.report(step=1, loss=0.5)"
     )
     done = subprocess.run([sys.executable, "-s", "-c", code], capture_output=True, text=True)

@@ -127,3 +127,25 @@ def test_real_rank_process_writes_a_parseable_line() -> None:
     rec = parse_line(format_rank_line(1, out.strip())).record
     assert rec is not None
     assert (rec["rank"], rec["step"], rec["loss"]) == (1, 5, 2.0)
+
+
+def test_total_makes_a_progress_record_and_listeners_see_each_record(
+    rank: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(report_mod, "_listeners", [])
+    report_mod.add_listener(seen.append)
+    report(step=3, total=10)  # progress only: nothing to plot
+    report(step=4, total=10, loss=0.5)
+    report(step=5, total=0, loss=0.4)  # not a total: progress dropped, the metric kept
+    report(total=10, loss=0.3)  # a total without a step says nothing of progress
+    captured = capsys.readouterr()
+    recs = _records(captured.out)
+    assert [(r.get("step"), r.get("total"), r.get("loss")) for r in recs] == [
+        (3, 10, None),
+        (4, 10, 0.5),
+        (5, None, 0.4),
+        (None, None, 0.3),
+    ]
+    assert seen == recs
+    assert captured.err.count("total=0 is not a positive integer") == 1

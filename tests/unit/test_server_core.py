@@ -3,6 +3,7 @@ a real tiny ``%%ktrain`` run (~5 s, once per module), plus a job that is still r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,31 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
     texts = [line["text"] for line in core.logs(FAILED)["lines"]]
     assert texts[:3] == ["epoch 1 loss 0.9", "epoch 1 loss 0.8", "epoch 2 loss 0.7"]
     assert detail["exit_codes"] == {"0": 143, "1": 1}
+
+
+def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Path) -> None:
+    """The panel's list and job tab get percent done and the time left now (the supervisor
+    wrote the ETA as of its last update), worded as in the notebook."""
+    from jupyter_ktrain.monitor.progress import Progress
+
+    backend = LocalBackend(tmp_path / "home")
+    for name, progress in (("halfway", Progress(10, 40, 1000.0, 60.0, 2.0)), ("silent", None)):
+        job_dir = backend.job_dir(name)
+        job_dir.mkdir(parents=True)
+        (job_dir / "plan.json").write_text("{}")
+        (job_dir / "job.json").write_text('{"nodes": 1}')
+        state = {"state": "Running", "started": 990.0}
+        if progress is not None:
+            state["progress"] = progress.to_dict()  # type: ignore[assignment]
+        (job_dir / "state.json").write_text(json.dumps(state))
+    core = PanelCore({"local": lambda: backend}, clock=lambda: 1010.0)
+    rows = {j["name"]: j for j in core.jobs()["jobs"]}
+    assert rows["halfway"]["progress"] == {
+        "step": 10,
+        "total": 40,
+        "percent": 25.0,
+        "eta_s": 50.0,
+        "text": "25% (10/40) · 50s left",
+    }
+    assert rows["silent"]["progress"] is None
+    assert core.job("halfway")["progress"] == rows["halfway"]["progress"]

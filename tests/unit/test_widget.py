@@ -159,6 +159,8 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO NET/IB : No device found."), T0 + 1)
     m.feed_text(format_rank_line(1, "h:1:1 [0] NCCL INFO Using network Socket"), T0 + 1)
     m.feed_text(format_rank_line(1, format_record({"type": "metric", "step": 3, "loss": 0.25})), 0)
+    progress = {"type": "metric", "step": 4, "total": 8, "t": T0 + 2}  # no values: progress only
+    m.feed_text(format_rank_line(1, format_record(progress)), T0 + 2)
     view.update(T0 + 2)
     m.set_state("Succeeded", T0 + 75)
     view.close(T0 + 80)
@@ -168,7 +170,7 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     assert "[rank1]: hello" in lines
     assert "[ktrain] NCCL transport: NET/Socket (TCP sockets)" in lines
     assert any(x.startswith("[ktrain] warning: RDMA was requested") for x in lines)
-    assert "[ktrain] metrics (rank 1 step 3): loss 0.25" in lines
+    assert "[ktrain] metrics (rank 1 step 3): loss 0.25 · 50% (4/8) · ETA unknown" in lines
     assert lines[-1] == "[ktrain] mnist Succeeded after 1m 15s"
 
 
@@ -216,3 +218,14 @@ def test_cancel_button_tells_the_truth_to_the_end() -> None:
     other.model.set_state("Succeeded", T0 + 1)
     other.close(T0 + 1)
     assert (other.cancel_button.description, other.cancel_button.disabled) == ("Cancel", True)
+
+
+def test_header_shows_percent_done_time_left_and_a_progress_bar() -> None:
+    m = _job()
+    view = MonitorView(m, clock=lambda: T0 + 30)
+    for step in range(0, 11):
+        rec = {"type": "metric", "rank": 0, "step": step, "total": 50, "t": T0 + 2 * step}
+        m.feed_text(format_rank_line(0, format_record(rec)), T0 + 2 * step, node=0)
+    view.update(T0 + 25)  # 5 s after the step-10 record: 80 s left then, 75 s now
+    assert "Running 25s · 20% (10/50) · 1m 15s left · 2 node(s)" in view.header.value
+    assert '<progress value="20" max="100"></progress>' in view.header.value

@@ -22,6 +22,7 @@ from typing import Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
+from ...monitor.progress import ProgressTracker
 from ...monitor.protocol import parse_line
 from ..base import (
     FAILED,
@@ -39,7 +40,7 @@ from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
 from .preflight import KIND_API, run_preflight, serves_service_monitors
-from .status import build_status, job_shape, job_state, replica_pods
+from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
 
 __all__ = ["KubernetesBackend"]
@@ -57,6 +58,8 @@ class _Runtime:
             lambda: collections.deque(maxlen=TAIL_LINES)
         )
         self.last_progress: float | None = None
+        self.progress = ProgressTracker()  # percent done / ETA from records with a total
+        self.progress_rank: int | None = None
         self.loaded = False
         self.lock = threading.Lock()
 
@@ -70,6 +73,18 @@ class _Runtime:
                 self.tails[line.rank].append(line.text)
             elif line.record.get("type") == "exit":
                 self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
+            elif "total" in line.record:
+                self._track(line.rank, line.record)
+
+    def _track(self, rank: int, record: dict[str, Any]) -> None:
+        step, total, t = record.get("step"), record.get("total"), record.get("t")
+        if not (isinstance(step, int) and isinstance(total, int)):
+            return
+        if self.progress_rank is None or rank < self.progress_rank:
+            self.progress, self.progress_rank = ProgressTracker(), rank
+        if rank == self.progress_rank:
+            when = float(t) if isinstance(t, (int, float)) else time.time()
+            self.progress.update(step, total, when)
 
 
 class KubernetesBackend(Backend):
@@ -298,6 +313,7 @@ class KubernetesBackend(Backend):
                 {r: list(t) for r, t in rt.tails.items()},
                 dict(watch.recreated),
                 rt.last_progress,
+                progress=rt.progress.progress,
             )
         if job.get("kind") != "PyTorchJob":  # ranks map onto replicas only there
             return status
@@ -311,7 +327,10 @@ class KubernetesBackend(Backend):
         out: list[JobStatus] = []
         for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
             state, reason, message = job_state(job)
-            out.append(JobStatus(job["metadata"]["name"], state, reason, message))
+            progress = trainer_progress((job.get("status") or {}).get("trainerStatus"))
+            out.append(
+                JobStatus(job["metadata"]["name"], state, reason, message, progress=progress)
+            )
         return sorted(out, key=lambda s: s.name)
 
     # -- logs ---------------------------------------------------------------------------------
@@ -454,7 +473,9 @@ def _render(
     from .manifests import render
     from .validate import validate_objects
 
-    rendered = render(spec, code, cell=cell, service_monitor=service_monitor)
+    rendered = render(
+        spec, code, cell=cell, service_monitor=service_monitor, program_source=program.source
+    )
     validate_objects(rendered.objects)
     return [copy.deepcopy(o) for o in rendered.objects], dict(rendered.files)
 
@@ -468,7 +489,9 @@ def _render_configmap(
     name = f"{spec.name}-code"
     # the files shipped beside the program (ds_config.json) do not depend on the code route;
     # the objects are validated once, below, with the real ConfigMap volume
-    extra = dict(render(spec, CodeSource.configmap(name), cell=cell).files)
+    extra = dict(
+        render(spec, CodeSource.configmap(name), cell=cell, program_source=program.source).files
+    )
     labels = job_labels(spec, cell)
     cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
     volume, _mount, _env = code_volume(cm)

@@ -50,6 +50,7 @@ def render(
     *,
     cell: str | None = None,
     service_monitor: bool = False,
+    program_source: str | None = None,
 ) -> Rendered:
     """The job object for ``spec`` plus its generated files.
 
@@ -57,8 +58,10 @@ def render(
     ``files`` are extra files to ship (returned merged with the generated ones); ``cell``
     labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later. With
     ``spec.metrics_port`` the metrics Service comes first, and a ServiceMonitor with
-    ``service_monitor`` (the cluster serves ``monitoring.coreos.com``; see :mod:`.metrics`).
-    Raises :class:`SpecError` for what the schema cannot express (see :mod:`.validate`).
+    ``service_monitor`` (the cluster serves ``monitoring.coreos.com``; see :mod:`.metrics`);
+    ``program_source`` makes a generated DeepSpeed config fit the program's Transformers
+    ``TrainingArguments`` when it has them. Raises :class:`SpecError` for what the schema
+    cannot express (see :mod:`.validate`).
     """
     from .validate import check_semantics
 
@@ -71,7 +74,7 @@ def render(
     check_semantics(spec)
     out_files = dict(files or {})
     if spec.deepspeed is not None:
-        out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size)
+        out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size, program_source)
     labels = job_labels(spec, cell)
     job = KIND_BUILDERS[spec.kind](spec, code, labels)
     extra = metrics_objects(spec, labels, service_monitor=service_monitor)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ...monitor.failures import classify, pod_problem
+from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "job_state",
     "node_rank",
     "replica_pods",
+    "trainer_progress",
 ]
 
 RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
@@ -143,10 +145,13 @@ def build_status(
     recreated: Mapping[str, float] | None = None,
     last_progress: float | None = None,
     now: float | None = None,
+    *,
+    progress: Progress | None = None,
 ) -> JobStatus:
     """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
     its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
-    when any rank last printed."""
+    when any rank last printed; ``progress``: what the logs said of it (else a TrainJob's
+    ``status.trainerStatus``, when the Trainer's progress feature filled it)."""
     name = job["metadata"]["name"]
     state, reason, message = job_state(job)
     names = replica_pods(job) or sorted(pods)
@@ -181,7 +186,37 @@ def build_status(
         started=_timestamp(status.get("startTime")),
         finished=_timestamp(status.get("completionTime")),
         failed_rank=failed_rank if state == FAILED else None,
+        progress=progress or trainer_progress(status.get("trainerStatus")),
     )
+
+
+def trainer_progress(trainer_status: Any) -> Progress | None:
+    """A TrainJob's ``status.trainerStatus`` (Kubeflow Trainer v2.2+, ``TrainJobStatus``
+    feature gate) as a :class:`Progress`: percent as step of 100, unless the metrics carry
+    ``current_step``/``total_steps`` (Transformers' and our reporters send them)."""
+    if not isinstance(trainer_status, Mapping):
+        return None
+    pct = trainer_status.get("progressPercentage")
+    metrics = {
+        str(m.get("name")): m.get("value")
+        for m in trainer_status.get("metrics") or []
+        if isinstance(m, Mapping)
+    }
+    step, total = _int(metrics.get("current_step")), _int(metrics.get("total_steps"))
+    if step is None or not total:
+        if not isinstance(pct, int):
+            return None
+        step, total = pct, 100
+    eta = trainer_status.get("estimatedRemainingSeconds")
+    when = _timestamp(trainer_status.get("lastUpdatedTime")) or 0.0
+    return Progress(step, total, when, float(eta) if isinstance(eta, int) else None)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        return None
 
 
 def _first_failed(
@@ -235,13 +270,13 @@ def job_shape(job: Mapping[str, Any]) -> JobShape:
             pod = ((replica or {}).get("template") or {}).get("spec") or {}
             for c in pod.get("containers") or []:
                 limits = (c.get("resources") or {}).get("limits") or {}
-                gpus = max(gpus, _int(limits.get("nvidia.com/gpu"), 0))
-    nproc = _int(spec.get("nprocPerNode"), gpus or 1)
+                gpus = max(gpus, _int_or(limits.get("nvidia.com/gpu"), 0))
+    nproc = _int_or(spec.get("nprocPerNode"), gpus or 1)
     return JobShape(kind=str(job.get("kind") or "PyTorchJob"), nodes=nodes,
                     procs_per_node=nproc, gpus_per_node=gpus)  # fmt: skip
 
 
-def _int(value: Any, default: int) -> int:
+def _int_or(value: Any, default: int) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):

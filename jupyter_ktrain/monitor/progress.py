@@ -1,0 +1,147 @@
+"""Progress and time left of a job, from the ``step``/``total`` of its records. Pure, stdlib.
+
+A record with a ``total`` (``ktrain.report(step=i, total=n)``, or the Transformers Trainer
+hook with ``global_step``/``max_steps``) says how far the job is. :class:`ProgressTracker`
+turns a stream of such updates into a :class:`Progress`: percent done and an ETA that is
+smoothed (an exponential average of seconds per step, so one slow step does not swing it) and
+honest: ``eta_s`` is None ("unknown") until :data:`MIN_INTERVALS` intervals with steps in them
+were measured, and while the total is unknown; the time left is unknown again when no step
+came for much longer than steps take (a stalled job). The same tracker runs in the monitor model, in
+the local supervisor (``state.json``), in the Kubernetes backend and in the job (the Trainer
+status endpoint), so every view shows the same figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["MIN_INTERVALS", "STALE_S", "Progress", "ProgressTracker", "fmt_seconds"]
+
+MIN_INTERVALS = 2
+ALPHA = 0.3  # weight of the newest seconds-per-step measurement
+STALE_S = 60.0  # with no step for this long (and 5 step times), the ETA is unknown again
+
+
+def fmt_seconds(seconds: float) -> str:
+    """``42s``, ``3m 05s``, ``2h 07m``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job stands at time ``t`` (epoch seconds of its last update).
+
+    ``eta_s`` is the seconds left as of ``t`` (None: unknown); ``step_s`` the smoothed
+    seconds per step (None until measured)."""
+
+    step: int
+    total: int | None
+    t: float
+    eta_s: float | None = None
+    step_s: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.total is not None and self.step >= self.total
+
+    @property
+    def percent(self) -> float | None:
+        """0-100 (one decimal, and 100 only when the last step is reached); None: unknown."""
+        if not self.total or self.total <= 0:
+            return None
+        if self.done:
+            return 100.0
+        return min(99.9, max(0.0, int(1000 * self.step / self.total) / 10))
+
+    def remaining(self, now: float | None = None) -> float | None:
+        """Seconds left at ``now`` (the ETA counted down since ``t``, never below 0); None
+        when unknown, also once no step came for :data:`STALE_S` and five step times (a
+        stalled job has no honest ETA)."""
+        if self.done:
+            return 0.0
+        if self.eta_s is None:
+            return None
+        passed = 0.0 if now is None else max(0.0, now - self.t)
+        if passed > max(STALE_S, 5 * (self.step_s or 0.0)):
+            return None
+        return max(0.0, self.eta_s - passed)
+
+    def stalled_for(self, now: float | None) -> float | None:
+        """Seconds since the last step when that is too long for the ETA to hold, else None."""
+        if now is None or self.eta_s is None or self.done:
+            return None
+        passed = now - self.t
+        return passed if passed > max(STALE_S, 5 * (self.step_s or 0.0)) else None
+
+    def describe(self, now: float | None = None) -> str:
+        """``42% (420/1000) · 1m 05s left``, ``step 12 · ETA unknown``."""
+        pct = self.percent
+        if pct is None:
+            return f"step {self.step} · ETA unknown"
+        head = f"{pct:g}% ({self.step}/{self.total})"
+        if self.done:
+            return head
+        left = self.remaining(now)
+        if left is not None:
+            return f"{head} · {fmt_seconds(left)} left"
+        stalled = self.stalled_for(now)
+        why = "" if stalled is None else f" (no step for {fmt_seconds(stalled)})"
+        return f"{head} · ETA unknown{why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "percent": self.percent}
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Progress | None:
+        """Inverse of :meth:`to_dict`; None for anything that is not one."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            total = raw.get("total")
+            eta, step_s = raw.get("eta_s"), raw.get("step_s")
+            return cls(
+                step=int(raw["step"]),
+                total=None if total is None else int(total),
+                t=float(raw["t"]),
+                eta_s=None if eta is None else float(eta),
+                step_s=None if step_s is None else float(step_s),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+class ProgressTracker:
+    """Feed ``update(step, total, t)``; read :attr:`progress`. Not thread-safe."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+        self._step_s: float | None = None
+        self._intervals = 0
+        self._total: int | None = None
+
+    def update(self, step: int, total: int | None, t: float) -> Progress:
+        """One observation: the job is at ``step`` (of ``total``, when given) at time ``t``."""
+        if total is not None and total > 0:
+            self._total = int(total)
+        last = self.progress
+        if last is not None and step < last.step:  # restarted from a checkpoint: measure anew
+            self._step_s, self._intervals = None, 0
+        elif last is not None and step > last.step and t > last.t:
+            per_step = (t - last.t) / (step - last.step)
+            old = self._step_s
+            self._step_s = per_step if old is None else old + ALPHA * (per_step - old)
+            self._intervals += 1
+        elif last is not None and step == last.step:
+            t = last.t  # nothing moved: the ETA keeps counting down from the last real step
+        eta: float | None = None
+        known, step_s = self._total, self._step_s
+        if known is not None and step_s is not None and self._intervals >= MIN_INTERVALS:
+            eta = max(0, known - step) * step_s
+        self.progress = Progress(step, self._total, t, eta, self._step_s)
+        return self.progress
