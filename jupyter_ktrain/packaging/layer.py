@@ -190,6 +190,7 @@ POD_MODULES = (
     "agent/",
     "monitor/__init__.py",
     "monitor/protocol.py",
+    "mpi.py",
     "packaging/__init__.py",
     "packaging/pod_install.py",
 )
