@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 __all__ = ["PROTOCOLS", "Container", "ExecRequest", "command_argv", "parse_query", "serve"]
 
@@ -98,7 +98,7 @@ def command_argv(container: Container, command: list[str]) -> list[str]:
 
 
 def choose_protocol(headers: Mapping[str, str]) -> str | None:
-    offered = [p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    offered = [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",")]
     return next((p for p in PROTOCOLS if p in offered), None)
 
 
@@ -106,16 +106,17 @@ def _accept_key(key: str) -> str:
     return base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
 
 
-def handshake(headers: Mapping[str, str]) -> tuple[int, bytes, str | None]:
+def handshake(pairs: Iterable[tuple[str, str]]) -> tuple[int, bytes, str | None]:
     """(status, response bytes, protocol) for an upgrade request's headers."""
-    upgrade = headers.get("Upgrade", "").lower() == "websocket"
-    conn = "upgrade" in [t.strip().lower() for t in headers.get("Connection", "").split(",")]
-    key = headers.get("Sec-WebSocket-Key", "")
-    if not (upgrade and conn and key) or headers.get("Sec-WebSocket-Version") != "13":
+    headers = {k.lower(): v for k, v in pairs}
+    upgrade = headers.get("upgrade", "").lower() == "websocket"
+    conn = "upgrade" in [t.strip().lower() for t in headers.get("connection", "").split(",")]
+    key = headers.get("sec-websocket-key", "")
+    if not (upgrade and conn and key) or headers.get("sec-websocket-version") != "13":
         return 400, _plain(400, "Bad Request", "a WebSocket upgrade (version 13) is required"), None
     protocol = choose_protocol(headers)
     if protocol is None:
-        offered = headers.get("Sec-WebSocket-Protocol", "")
+        offered = headers.get("sec-websocket-protocol", "")
         text = f"requested protocol(s) are not supported: [{offered}]; supports {list(PROTOCOLS)}"
         return 403, _plain(403, "Forbidden", text), None
     lines = [
@@ -273,14 +274,17 @@ def _start(container: Container, request: ExecRequest) -> subprocess.Popen[bytes
 
 
 def serve(
-    sock: socket.socket, wfile: BinaryIO, headers: Mapping[str, str], request: ExecRequest,
+    sock: socket.socket, headers: Iterable[tuple[str, str]], request: ExecRequest,
     container: Container,
 ) -> None:  # fmt: skip
-    """Answer one exec upgrade on ``sock`` (nothing of the client's frames may be buffered
-    elsewhere: a client sends none before the 101) and run the command to its end."""
+    """Answer one exec upgrade on ``sock`` and run the command to its end. ``headers``: the
+    request's (``BaseHTTPRequestHandler.headers.items()``); nothing past them may have been
+    read from ``sock`` (a client sends no frame before the 101)."""
     status, response, protocol = handshake(headers)
-    wfile.write(response)
-    wfile.flush()
+    try:
+        sock.sendall(response)
+    except OSError:
+        return
     if status != 101:
         return
     session = _Session(sock, request, v5=protocol == PROTOCOLS[0])

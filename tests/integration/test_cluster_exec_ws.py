@@ -50,7 +50,7 @@ class Server:
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 request = exec_ws.parse_query(parse_qsl(url.query))
-                exec_ws.serve(self.connection, self.wfile, self.headers, request, outer.container)
+                exec_ws.serve(self.connection, self.headers.items(), request, outer.container)
                 self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
