@@ -40,7 +40,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +58,14 @@ DRAIN_IDLE_S = 1.0  # after exit: output a background child still holds open is 
 class Container:
     """Where the command runs: the container's env and working directory; ``pid`` is a process
     of the container whose mount namespace the command enters (``nsenter -t PID -m``; None
-    where the kubelet runs containers without one)."""
+    where the kubelet runs containers without one). ``started`` is told the command's process
+    (its own process group): the kubelet ends it with the container, as a runtime ends every
+    process of a container that stops."""
 
     env: Mapping[str, str]
     cwd: str = "/"
     pid: int | None = None
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,8 @@ def _run(s: _Session, container: Container) -> None:
         s.channel(STATUS, status_json(None, f"failed to exec in container: {exc}"))
         _close(s)
         return
+    if container.started is not None:
+        container.started(s.proc)
     if req.stdin:
         threading.Thread(target=_feed_stdin, args=(s.proc, s.stdin_q), daemon=True).start()
     for pipe, num in ((s.proc.stdout, STDOUT), (s.proc.stderr, STDERR)):

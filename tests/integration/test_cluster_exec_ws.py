@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import threading
@@ -172,6 +173,26 @@ def test_the_command_ends_when_the_client_goes_away(server: Server) -> None:
     while _alive(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(int(pid))
+
+
+def test_the_kubelet_is_told_each_command_it_must_end_with_the_container(
+    server: Server,
+) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    server.container = exec_ws.Container(env={"PATH": os.environ["PATH"]}, started=started.append)
+    ws = server.connect(["sh", "-c", "echo $$; exec sleep 60"])
+    pid = b""
+    while not pid.endswith(b"\n"):
+        _opcode, data = ws.recv_data(control_frame=False)
+        if data[:1] == b"\x01":
+            pid += data[1:]
+    assert [p.pid for p in started] == [int(pid)]
+    os.killpg(started[0].pid, signal.SIGKILL)  # as the kubelet does when the container stops
+    channels, code = collect(ws)
+    assert json.loads(channels[3])["details"]["causes"] == [
+        {"reason": "ExitCode", "message": "137"}
+    ]
+    assert code == 1000
 
 
 def _alive(pid: int) -> bool:
