@@ -125,19 +125,22 @@ def _resolve(host: str) -> str | None:
         return None
 
 
-def _kubectl_pods(kubectl: str, names: list[str]) -> dict[str, tuple[str, str]]:
-    """name -> (phase, podIP) of the pods that exist, from ``kubectl get pod -o json``."""
+def _kubectl_pods(kubectl: str, names: list[str]) -> dict[str, tuple[str, str]] | None:
+    """name -> (phase, podIP) of the pods that exist, from ``kubectl get pod -o json``; None
+    when kubectl cannot answer (no access, no API server)."""
     argv = [kubectl, "get", "pod", *names, "-o", "json", "--ignore-not-found"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    if done.returncode != 0:
+        return None
+    if not done.stdout.strip():
         return {}
     try:
         data = json.loads(done.stdout)
     except ValueError:
-        return {}
+        return None
     items = data.get("items", [data]) if isinstance(data, dict) else []
     out = {}
     for pod in items:
@@ -146,7 +149,7 @@ def _kubectl_pods(kubectl: str, names: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-PodLookup = Callable[[list[str]], dict[str, tuple[str, str]]]
+PodLookup = Callable[[list[str]], dict[str, tuple[str, str]] | None]
 
 
 def wait_for_hosts(
@@ -156,8 +159,9 @@ def wait_for_hosts(
     wait_s: float = WAIT_S,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, tuple[str, str]]:
-    """Poll until every host's pod is Running (or ``wait_s`` passed); the last answer.
+) -> dict[str, tuple[str, str]] | None:
+    """Poll until every host's pod is Running (or ``wait_s`` passed); the last answer (None
+    at once when the cluster cannot be asked: no waiting on what cannot be seen).
 
     The controller starts the launcher without waiting for its workers; mpirun started before
     they run fails (a launcher restart). Waiting here costs nothing.
@@ -165,7 +169,11 @@ def wait_for_hosts(
     deadline = clock() + wait_s
     while True:
         seen = pods(hosts)
-        if all(seen.get(h, ("", ""))[0] == "Running" for h in hosts) or clock() >= deadline:
+        if (
+            seen is None
+            or all(seen.get(h, ("", ""))[0] == "Running" for h in hosts)
+            or clock() >= deadline
+        ):
             return seen
         sleep(1.0)
 
@@ -190,15 +198,17 @@ def launcher_env(
     hosts = hostfile_hosts(hostfile or "")
     if not hosts:
         return {"MASTER_ADDR": "127.0.0.1", **out}
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, tuple[str, str]] | None = {}
     if pods is not None:
         say(f"waiting for the {len(hosts)} worker pod(s) of the hostfile to run")
         seen = wait_for_hosts(hosts, pods, wait_s=wait_s)
-        late = [h for h in hosts if seen.get(h, ("", ""))[0] != "Running"]
-        if late:
+        late = [h for h in hosts if (seen or {}).get(h, ("", ""))[0] != "Running"]
+        if seen is None:
+            say("cannot list the worker pods (kubectl get pod failed); starting mpirun")
+        elif late:
             say(f"not running after {wait_s:.0f}s: {', '.join(late)}; starting mpirun anyway")
     first = hosts[0]
-    addr = seen.get(first, ("", ""))[1] or resolve(first) or first
+    addr = (seen or {}).get(first, ("", ""))[1] or resolve(first) or first
     say(f"rank 0 runs on {first}: MASTER_ADDR={addr} MASTER_PORT={out['MASTER_PORT']}")
     return {"MASTER_ADDR": addr, **out}
 

@@ -128,6 +128,22 @@ def test_launcher_gives_up_waiting_at_the_deadline_and_says_who_is_late() -> Non
     assert any("not running after 0s: job-worker-1" in s for s in said)
 
 
+def test_launcher_does_not_wait_when_kubectl_cannot_answer() -> None:
+    """No access to pods (RBAC), or no API server: say so and start mpirun, no 5-minute wait."""
+    asked: list[list[str]] = []
+
+    def forbidden(names: list[str]) -> None:
+        asked.append(names)
+
+    said: list[str] = []
+    out = mpi.launcher_env(
+        {}, hostfile=HOSTFILE, pods=forbidden, resolve=lambda _h: "10.0.0.9", say=said.append
+    )
+    assert len(asked) == 1
+    assert out["MASTER_ADDR"] == "10.0.0.9"
+    assert any("cannot list the worker pods" in s for s in said)
+
+
 def test_launcher_without_kubectl_resolves_the_name_or_passes_it_as_is() -> None:
     out = mpi.launcher_env({}, hostfile="localhost slots=2\n", pods=None)
     assert out["MASTER_ADDR"] in ("127.0.0.1", "::1")
@@ -151,6 +167,10 @@ def test_kubectl_lookup_reads_pods_from_kubectl_json(tmp_path: Path) -> None:
         assert lookup is not None
         assert lookup(["job-worker-0"]) == {"job-worker-0": ("Running", "10.0.0.7")}
     assert mpi.kubectl_lookup(str(tmp_path / "absent")) is None
+    fake.write_text("#!/bin/sh\necho 'Error from server (Forbidden)' >&2\nexit 1\n")
+    failing = mpi.kubectl_lookup(str(fake))
+    assert failing is not None
+    assert failing(["job-worker-0"]) is None
 
 
 def test_mpirun_starts_every_rank_through_the_agent() -> None:
