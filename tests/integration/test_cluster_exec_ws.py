@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
 class Server:
     """TLS on 127.0.0.1; every GET /exec/... runs in ``self.container``."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, serve: Callable[..., None] = exec_ws.serve) -> None:
         self.cert, key = tmp / "cert.pem", tmp / "key.pem"
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -51,8 +51,10 @@ class Server:
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 request = exec_ws.parse_query(parse_qsl(url.query))
-                exec_ws.serve(self.connection, self.headers.items(), request, outer.container)
+                serve(self.connection, self.headers.items(), request, outer.container)
                 self.close_connection = True
+
+            do_POST = do_GET  # SPDY upgrades are POSTs
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
