@@ -37,7 +37,10 @@ def node_command(
     ``launcher`` picks what the agent starts: ``torchrun`` (PyTorchJob, TrainJob: one runtime
     per local rank, from the ``PET_*`` environment), ``single`` (TFJob: one runtime process,
     TensorFlow reads ``TF_CONFIG``) or ``mpirun`` (MPIJob launcher: ``processes`` ranks over the
-    hostfile the operator mounts).
+    hostfile the operator mounts). Under mpirun each rank starts through the agent too, so
+    requirements are installed and GPUs sampled in the worker pods, where the ranks run; the
+    launcher's agent only finds rank 0's address and mpirun passes it on (``-x``, see
+    :mod:`jupyter_ktrain.mpi`).
     """
     agent = [python, "-m", "jupyter_ktrain.agent", "--code-dir", code_dir, "--"]
     runtime = ["-m", "jupyter_ktrain.runtime", f"{code_dir}/{PROGRAM_FILE}"]
@@ -46,8 +49,10 @@ def node_command(
     if launcher == "single":
         return [*agent, python, *runtime]
     if launcher == "mpirun":
-        mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes)]
-        return [*agent, *mpirun, "-bind-to", "none", "-map-by", "slot", python, *runtime]
+        head = [python, "-m", "jupyter_ktrain.agent", "--gpu-sampling", "off", "--mpi-launcher"]
+        mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes), "-bind-to", "none",
+                  "-map-by", "slot", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]  # fmt: skip
+        return [*head, "--", *mpirun, *agent, python, *runtime]
     raise ValueError(f"unknown launcher {launcher!r}")
 
 

@@ -4,8 +4,9 @@ torchrun starts one of these per local rank. It makes every line the rank writes
 stdout or stderr) start with ``[rank{N}]: `` so one node stream can be split by rank, runs the
 captured program as ``__main__`` (with :mod:`.integrations` hooked in, so a Transformers
 Trainer reports by itself), and on rank 0 sends the cell's results back as a structured
-record. Every rank ends with an ``exit`` record carrying its exit code. Imports are kept light:
-this runs before the user's code in every process.
+record. Every rank ends with an ``exit`` record carrying its exit code. A rank that ``mpirun``
+started gets the variables ``torch.distributed``'s ``env://`` needs first (:mod:`.mpi`). Imports
+are kept light: this runs before the user's code in every process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import warnings
 from typing import Any
 
 from .monitor.protocol import format_rank_line, format_record
+from .mpi import rank_env
 
 __all__ = ["main", "run_cell"]
 
@@ -284,6 +286,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m jupyter_ktrain.runtime PROGRAM.py\n")
         return 2
     program = os.path.abspath(argv[0])
+    os.environ.update(rank_env(os.environ))  # an mpirun rank: RANK, MASTER_ADDR... for env://
     rank = _rank()
     prefixer = _Prefixer(rank)
     prefixer.start()

@@ -16,21 +16,30 @@ Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval
   (:mod:`.metrics`; ``--metrics-host``, default ``$KTRAIN_METRICS_HOST`` or all interfaces).
   Labels: ``job`` (``$KTRAIN_JOB_NAME``), ``replica`` (``$KTRAIN_REPLICA``, else the pod's
   host name), ``node``. A port that cannot be opened is one warning; the job runs anyway.
+- MPIJob: the launcher runs ``agent --mpi-launcher -- mpirun ... agent --code-dir D -- python -m
+  jupyter_ktrain.runtime ...``, so an agent runs where every rank runs. ``--mpi-launcher``
+  waits for the hostfile's pods and sets ``MASTER_ADDR``/``MASTER_PORT`` for mpirun to pass on
+  (:mod:`..mpi`). Under mpirun, the ranks of a pod install requirements one at a time (a file
+  lock: the first installs, the others find them there) and only local rank 0 samples the GPUs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from .. import mpi
 from ..monitor.protocol import format_agent_line
 from .metrics import METRICS_UDP_ENV, MetricsEndpoint, MetricsStore, ReportListener
 from .sampler import Nvml, Sampler
@@ -69,6 +78,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--code-dir", default=None, help="install its requirements.txt first")
     parser.add_argument("--metrics-port", type=int, default=None)
     parser.add_argument("--metrics-host", default=None)
+    parser.add_argument("--mpi-launcher", action="store_true", help="set MASTER_ADDR for mpirun")
     try:
         opts = parser.parse_args(argv[:cut])
     except _UsageError as exc:
@@ -97,6 +107,9 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _node_index(env: Mapping[str, str]) -> int:
+    under_mpirun = mpi.node_index(env)
+    if under_mpirun is not None:
+        return under_mpirun
     for key in ("PET_NODE_RANK", "GROUP_RANK", "RANK"):
         value = env.get(key, "")
         if value.isdigit():
@@ -139,7 +152,7 @@ def _start_sampler(
     nvml: Nvml | None,
     store: MetricsStore | None = None,
 ) -> Sampler | None:
-    if mode == "off":
+    if mode == "off" or mpi.local_rank(env) not in (None, 0):  # one sampler per pod
         return None
     prefix = "warning: " if mode == "on" else ""
 
@@ -161,6 +174,19 @@ def _start_sampler(
         return None
 
 
+@contextlib.contextmanager
+def _install_lock() -> Iterator[None]:
+    """One requirements install at a time on this host (the ranks of an MPI worker pod, the
+    local backend's nodes): the first installs, the others then find nothing missing."""
+    path = os.path.join(tempfile.gettempdir(), f"ktrain-install-{os.getuid()}.lock")
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def main(
     argv: list[str],
     *,
@@ -173,18 +199,25 @@ def main(
     except ValueError as exc:
         sys.stderr.write(
             f"jupyter_ktrain.agent: {exc}\nusage: python -m jupyter_ktrain.agent "
-            "[--gpu-sampling on|off|auto] [--interval SECONDS] [--metrics-port N] "
-            "[--metrics-host HOST] -- CMD [ARGS...]\n"
+            "[--gpu-sampling on|off|auto] [--interval SECONDS] [--code-dir DIR] "
+            "[--metrics-port N] [--metrics-host HOST] [--mpi-launcher] -- CMD [ARGS...]\n"
         )
         return 2
     if opts.code_dir:
         from ..packaging.pod_install import ensure_requirements
 
-        code = ensure_requirements(opts.code_dir)
+        with _install_lock():
+            code = ensure_requirements(opts.code_dir)
         if code != 0:
             _say(f"requirements could not be installed (pip exit code {code}); not starting")
             return code
     env = child_env(os.environ)
+    if opts.mpi_launcher:
+        env.update(
+            mpi.launcher_env(
+                env, hostfile=mpi.read_hostfile(env), pods=mpi.kubectl_lookup(), say=_say
+            )
+        )
     if env.get("NCCL_DEBUG") == "INFO" and "NCCL_DEBUG" not in os.environ:
         _say("RDMA requested: NCCL_DEBUG=INFO set so the transport can be reported")
     metrics = _start_metrics(opts.metrics_port, opts.metrics_host, os.environ)

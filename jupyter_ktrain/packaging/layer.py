@@ -193,6 +193,7 @@ POD_MODULES = (
     "monitor/__init__.py",
     "monitor/progress.py",
     "monitor/protocol.py",
+    "mpi.py",
     "packaging/__init__.py",
     "packaging/pod_install.py",
 )

@@ -51,7 +51,8 @@ def single_process_command(code_dir: str, python: str = "python") -> list[str]:
 
 
 def mpi_launcher_command(spec: JobSpec, code_dir: str, python: str = "python") -> list[str]:
-    """``mpirun`` for the launcher: one rank per slot; workers get their env from their pods."""
+    """``mpirun`` for the launcher: one rank per slot, each through the agent in its worker pod
+    (its env comes from the pod; rank 0's address from the launcher, see ``jupyter_ktrain.mpi``)."""
     return node_command(code_dir, python, launcher="mpirun", processes=spec.world_size)
 
 

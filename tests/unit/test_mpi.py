@@ -1,0 +1,207 @@
+"""Ranks started by mpirun (MPIJob): the env:// variables from Open MPI's, rank 0's address as
+the launcher finds it, and one agent per rank that samples GPUs once per pod."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain import mpi
+from jupyter_ktrain.agent import runner
+from jupyter_ktrain.launch import node_command
+from tests.unit.test_sampler import FakeNvml
+
+HOSTFILE = "job-worker-0 slots=2\n# a comment\n\njob-worker-1 slots=2\n"
+
+
+def ompi(rank: int, size: int, local: int, local_size: int) -> dict[str, str]:
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+    }
+
+
+def test_a_rank_of_mpirun_gets_what_env_init_needs() -> None:
+    assert mpi.torch_env(ompi(3, 4, 1, 2), HOSTFILE) == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "job-worker-0",  # rank 0's host under -map-by slot
+        "MASTER_PORT": "29500",
+    }
+
+
+def test_the_address_the_launcher_passed_wins_over_the_hostfile() -> None:
+    env = {**ompi(1, 4, 1, 2), "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "23456"}
+    out = mpi.torch_env(env, HOSTFILE)
+    assert out["RANK"] == "1"
+    assert "MASTER_ADDR" not in out
+    assert "MASTER_PORT" not in out
+
+
+def test_one_host_and_no_hostfile_is_loopback_several_hosts_leave_it_unset() -> None:
+    assert mpi.torch_env(ompi(1, 2, 1, 2))["MASTER_ADDR"] == "127.0.0.1"
+    assert "MASTER_ADDR" not in mpi.torch_env(ompi(3, 4, 1, 2))
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # not under mpirun
+        {**ompi(1, 4, 1, 2), "RANK": "7"},  # torchrun's (or the user's) values stay
+        {**ompi(1, 4, 1, 2), "WORLD_SIZE": "8"},
+        {**ompi(1, 4, 1, 2), "OMPI_COMM_WORLD_LOCAL_SIZE": ""},
+    ],
+)
+def test_nothing_changes_outside_mpirun_or_when_torch_vars_are_set(env: dict[str, str]) -> None:
+    assert mpi.torch_env(env, HOSTFILE) == {}
+
+
+def test_node_and_local_rank_under_map_by_slot() -> None:
+    assert mpi.node_index(ompi(5, 8, 1, 4)) == 1
+    assert mpi.local_rank(ompi(5, 8, 1, 4)) == 1
+    assert mpi.node_index({}) is None
+    assert mpi.local_rank({}) is None
+
+
+def test_rank_env_reads_the_hostfile_mpirun_was_given(tmp_path: Path) -> None:
+    path = tmp_path / "hostfile"
+    path.write_text(HOSTFILE)
+    env = {**ompi(2, 4, 0, 2), "OMPI_MCA_orte_default_hostfile": str(path)}
+    assert mpi.rank_env(env)["MASTER_ADDR"] == "job-worker-0"
+
+
+class Pods:
+    """The launcher's view of the cluster through kubectl: worker pods come up over time."""
+
+    def __init__(self, answers: list[dict[str, tuple[str, str]]]) -> None:
+        self.answers = answers
+        self.asked: list[list[str]] = []
+
+    def __call__(self, names: list[str]) -> dict[str, tuple[str, str]]:
+        self.asked.append(names)
+        return self.answers[min(len(self.asked), len(self.answers)) - 1]
+
+
+def test_launcher_waits_for_the_workers_and_passes_rank_0s_pod_ip() -> None:
+    pods = Pods([
+        {},
+        {"job-worker-0": ("Pending", "")},
+        {"job-worker-0": ("Running", "10.0.0.7"), "job-worker-1": ("Pending", "10.0.0.8")},
+        {"job-worker-0": ("Running", "10.0.0.7"), "job-worker-1": ("Running", "10.0.0.8")},
+    ])  # fmt: skip
+    said: list[str] = []
+    slept: list[float] = []
+    seen = mpi.wait_for_hosts(["job-worker-0", "job-worker-1"], pods, sleep=slept.append)
+    assert len(pods.asked) == 4
+    assert len(slept) == 3
+    assert seen["job-worker-1"] == ("Running", "10.0.0.8")
+    pods.asked.clear()
+    out = mpi.launcher_env(
+        {}, hostfile=HOSTFILE, pods=pods, resolve=lambda _h: None, say=said.append
+    )
+    assert out == {"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500"}
+    assert pods.asked[0] == ["job-worker-0", "job-worker-1"]
+    assert "MASTER_ADDR=10.0.0.7" in said[-1]
+
+
+def test_launcher_gives_up_waiting_at_the_deadline_and_says_who_is_late() -> None:
+    now = [0.0]
+    pods = Pods([{"job-worker-0": ("Running", "10.0.0.7")}])
+    seen = mpi.wait_for_hosts(
+        ["job-worker-0", "job-worker-1"],
+        pods,
+        wait_s=5,
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        clock=lambda: now[0],
+    )
+    assert "job-worker-1" not in seen
+    assert 5 <= now[0] <= 6
+    said: list[str] = []
+    mpi.launcher_env({}, hostfile=HOSTFILE, pods=pods, say=said.append, wait_s=0)
+    assert any("not running after 0s: job-worker-1" in s for s in said)
+
+
+def test_launcher_does_not_wait_when_kubectl_cannot_answer() -> None:
+    """No access to pods (RBAC), or no API server: say so and start mpirun, no 5-minute wait."""
+    asked: list[list[str]] = []
+
+    def forbidden(names: list[str]) -> None:
+        asked.append(names)
+
+    said: list[str] = []
+    out = mpi.launcher_env(
+        {}, hostfile=HOSTFILE, pods=forbidden, resolve=lambda _h: "10.0.0.9", say=said.append
+    )
+    assert len(asked) == 1
+    assert out["MASTER_ADDR"] == "10.0.0.9"
+    assert any("cannot list the worker pods" in s for s in said)
+
+
+def test_launcher_without_kubectl_resolves_the_name_or_passes_it_as_is() -> None:
+    out = mpi.launcher_env({}, hostfile="localhost slots=2\n", pods=None)
+    assert out["MASTER_ADDR"] in ("127.0.0.1", "::1")
+    out = mpi.launcher_env({}, hostfile=HOSTFILE, pods=None, resolve=lambda _h: None)
+    assert out["MASTER_ADDR"] == "job-worker-0"
+    env = {"MASTER_ADDR": "10.9.9.9", "MASTER_PORT": "1234"}
+    assert mpi.launcher_env(env, hostfile=HOSTFILE, pods=None) == env
+
+
+def test_kubectl_lookup_reads_pods_from_kubectl_json(tmp_path: Path) -> None:
+    """Both shapes kubectl prints: a List for several names, the Pod itself for one."""
+    pod = {
+        "metadata": {"name": "job-worker-0"},
+        "status": {"phase": "Running", "podIP": "10.0.0.7"},
+    }
+    for doc in ({"kind": "List", "items": [pod]}, pod):
+        fake = tmp_path / "kubectl"
+        fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(doc)}\nEOF\n")
+        fake.chmod(0o755)
+        lookup = mpi.kubectl_lookup(str(fake))
+        assert lookup is not None
+        assert lookup(["job-worker-0"]) == {"job-worker-0": ("Running", "10.0.0.7")}
+    assert mpi.kubectl_lookup(str(tmp_path / "absent")) is None
+    fake.write_text("#!/bin/sh\necho 'Error from server (Forbidden)' >&2\nexit 1\n")
+    failing = mpi.kubectl_lookup(str(fake))
+    assert failing is not None
+    assert failing(["job-worker-0"]) is None
+
+
+def test_mpirun_starts_every_rank_through_the_agent() -> None:
+    argv = node_command("/ktrain", launcher="mpirun", processes=8)
+    cut = argv.index("mpirun")
+    launcher, ranks = argv[:cut], argv[cut:]
+    assert launcher == ["python", "-m", "jupyter_ktrain.agent", "--gpu-sampling", "off",
+                        "--mpi-launcher", "--"]  # fmt: skip
+    assert ranks[ranks.index("-np") + 1] == "8"
+    assert ranks[8:12] == ["-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
+    rank = ranks[ranks.index("python") :]
+    assert rank == ["python", "-m", "jupyter_ktrain.agent", "--code-dir", "/ktrain", "--",
+                    "python", "-m", "jupyter_ktrain.runtime", "/ktrain/program.py"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rank", "local", "samples_node"), [(2, 0, 1), (3, 1, None)])
+def test_only_local_rank_0_samples_the_gpus_with_its_node_index(
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    rank: int,
+    local: int,
+    samples_node: int | None,
+) -> None:
+    for key, value in ompi(rank, 4, local, 2).items():
+        monkeypatch.setenv(key, value)
+    argv = ["--interval", "0.05", "--", sys.executable, "-c", "import time; time.sleep(0.4)"]
+    assert runner.main(argv, nvml=FakeNvml()) == 0
+    gpu = [json.loads(line.split("@@ktrain ", 1)[1]) for line in capfd.readouterr().out.splitlines()
+           if '"type": "gpu"' in line or '"type":"gpu"' in line]  # fmt: skip
+    if samples_node is None:
+        assert gpu == []
+    else:
+        assert gpu
+        assert {g["node"] for g in gpu} == {samples_node}
