@@ -85,6 +85,8 @@ class Node:
                         "message": "kubelet is posting ready status",
                     }
                 ],
+                # so the API server proxies exec WebSockets to our kubelet as they come
+                "declaredFeatures": ["ExtendWebSocketsToKubelet"],
                 "addresses": [
                     {"type": "InternalIP", "address": "127.0.0.1"},
                     {"type": "Hostname", "address": self.name},
@@ -129,6 +131,7 @@ class Cluster:
             kubelet_cert,
             registry,
             pod_ip=self.plane.address,
+            kubectl=self.plane.bin / "kubectl",
         )
         self.faults = Faults(self.proxy, self.kubelet, self.admin)
         self._nodes = nodes or [Node()]

@@ -15,6 +15,7 @@ import json
 import tarfile
 import threading
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,15 @@ class Image:
 
 
 class Puller:
-    def __init__(self, registry: str | None, cache: Path, max_layer_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        registry: str | None,
+        cache: Path,
+        max_layer_bytes: int = 64 << 20,
+        shim: Callable[[str], Image | None] | None = None,
+    ) -> None:
         self.registry = registry.rstrip("/") if registry else None
+        self.shim = shim  # what a known image we cannot pull does (image_shims.py)
         self.host = urlsplit(self.registry).netloc if self.registry else None
         self.cache = cache
         self.max_layer_bytes = max_layer_bytes
@@ -51,7 +59,7 @@ class Puller:
     def image(self, ref: str) -> Image:
         """The image's config and unpacked small layers; an empty Image when not ours."""
         if not self.host or not ref.startswith(self.host + "/"):
-            return Image()
+            return (self.shim(ref) if self.shim else None) or Image()
         rest = ref[len(self.host) + 1 :]
         if "@" in rest:
             repo, tag = rest.split("@", 1)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import sandbox
+from . import exec_ws, sandbox
+from .image_shims import shim_image
 from .images import Image, Puller
 from .kubelet_server import KubeletServer
 from .logs import Logs
@@ -50,6 +51,8 @@ class _Run:
     next_start: float = 0.0
     done: bool = False
     readers: list[threading.Thread] = field(default_factory=list)
+    context: tuple[dict[str, str], str] | None = None  # env and working dir, for exec
+    execs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # kubectl exec's
 
     @property
     def name(self) -> str:
@@ -108,6 +111,36 @@ class PodWorker(threading.Thread):
                 p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _killpg(p, signal.SIGKILL)
+        for r in self.inits + self.runs:
+            self._end_execs(r)
+
+    def _end_execs(self, r: _Run) -> None:
+        """The container's main process is gone: so is every process exec started in it (a
+        runtime ends the whole container; mpirun then sees its daemon there die)."""
+        with self.lock:
+            execs, r.execs = r.execs, []
+        for p in execs:
+            if p.poll() is None:
+                _killpg(p, signal.SIGKILL)
+
+    def _track_exec(self, r: _Run, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            r.execs = [p for p in r.execs if p.poll() is None] + [proc]
+
+    def exec_target(self, container: str) -> exec_ws.Container | None:
+        """Where ``kubectl exec`` runs in ``container``: its env and working directory, and
+        its process, whose mount namespace the command enters (with ``unshare``); None when
+        the container is not running."""
+        run = next((r for r in self.runs if r.name == container), None)
+        if run is None:
+            return None
+        with self.lock:
+            proc, context = run.proc, run.context
+        if proc is None or proc.poll() is not None or context is None:
+            return None
+        env, cwd = context
+        pid = proc.pid if self.k.use_unshare else None
+        return exec_ws.Container(env, cwd, pid, started=lambda p: self._track_exec(run, p))
 
     def signal(self, container: str | None, sig: int, reason: str, force_restart: bool) -> None:
         with self.lock:
@@ -198,6 +231,7 @@ class PodWorker(threading.Thread):
 
     def _terminated(self, r: _Run) -> None:
         assert r.proc is not None
+        self._end_execs(r)
         for t in r.readers:  # like a container runtime: the log is complete before the exit
             t.join(timeout=10)
         rc = r.proc.returncode
@@ -289,6 +323,7 @@ class PodWorker(threading.Thread):
             env = {k: sandbox.rewrite(v, mounts) for k, v in env.items()}
             cwd = sandbox.rewrite(workdir, mounts)
             cwd = cwd if os.path.isdir(cwd) else "/"
+        exec_cwd = workdir if self.k.use_unshare else cwd  # as the container's process sees it
         log = self.k.logs.path(self.uid, r.name, r.restarts)
         self.k.logs.opened(log)
         try:
@@ -308,6 +343,7 @@ class PodWorker(threading.Thread):
             return
         with self.lock:
             r.proc = proc
+            r.context = (env, exec_cwd)
         r.started = now()
         r.state = {"running": {"startedAt": r.started}}
         r.readers = self._readers(proc, log)
@@ -435,6 +471,7 @@ class Kubelet:
         serving: Pair,
         registry: str | None = None,
         pod_ip: str = "127.0.0.1",
+        kubectl: Path | None = None,
     ) -> None:
         self.api = api
         self.root = root
@@ -443,7 +480,8 @@ class Kubelet:
         self.pod_ip = pod_ip
         self.port = self.server.port
         self.logs = Logs(root / "logs")
-        self.puller = Puller(registry, root / "images")
+        shim = (lambda ref: shim_image(ref, kubectl)) if kubectl is not None else None
+        self.puller = Puller(registry, root / "images", shim=shim)
         self.use_unshare = sandbox.unshare_works()
         self.workers: dict[str, PodWorker] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -506,6 +544,13 @@ class Kubelet:
         with self._lock:
             names = set().union(*self.names.get(ns, {}).values()) if ns in self.names else set()
         sandbox.hosts_file(names, ns, path, own)
+
+    def exec_target(self, ns: str, name: str, container: str) -> exec_ws.Container | None:
+        """The running container ``kubectl exec`` reaches, or None."""
+        for w in list(self.workers.values()):
+            if w.ns == ns and w.name == name:
+                return w.exec_target(container)
+        return None
 
     def pod_for_logs(self, ns: str, name: str) -> dict[str, Any] | None:
         """The pod with its live container statuses (restart counts decide the log file)."""

@@ -1,5 +1,7 @@
 """The kubelet API over TLS, as far as the real API server uses it here: ``/containerLogs``
-(what ``kubectl logs`` and every log client reach through ``pods/log``) and ``/healthz``.
+(what ``kubectl logs`` and every log client reach through ``pods/log``), ``/exec`` (kubectl exec:
+WebSocket, proxied as it comes because our Nodes declare ExtendWebSocketsToKubelet, see
+``exec_ws.py``; or SPDY, kubectl's fallback, see ``exec_spdy.py``) and ``/healthz``.
 Logs stream with chunked transfer encoding until the container's log ends."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from . import exec_spdy, exec_ws
 from .logs import LogError
 from .pki import Pair
 
@@ -53,11 +56,35 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self) -> None:
+        """exec over SPDY/3.1: what kubectl falls back to when its WebSocket GET is refused
+        (the MPI launcher's Role has only ``create`` on pods/exec)."""
+        url = urlsplit(self.path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        if len(parts) == 4 and parts[0] == "exec":
+            self._exec(parts[1], parts[2], parts[3], url.query, spdy=True)
+            return
+        self.close_connection = True
+        self._text(404, "404 page not found")
+
+    def _exec(self, ns: str, name: str, container: str, query: str, spdy: bool = False) -> None:
+        target = self.kubelet.exec_target(ns, name, container)
+        self.close_connection = True  # the connection becomes the stream, or ends here
+        if target is None:
+            self._text(404, f'container "{container}" in pod "{name}" is not running')
+            return
+        request = exec_ws.parse_query(parse_qsl(query, keep_blank_values=True))
+        serve = exec_spdy.serve if spdy else exec_ws.serve
+        serve(self.connection, self.headers.items(), request, target)
+
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if parts == ["healthz"]:
             self._text(200, "ok")
+            return
+        if len(parts) == 4 and parts[0] == "exec":
+            self._exec(parts[1], parts[2], parts[3], url.query)
             return
         if len(parts) != 4 or parts[0] != "containerLogs":
             self._text(404, "404 page not found")

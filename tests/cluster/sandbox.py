@@ -135,17 +135,30 @@ def field_ref(pod: dict[str, Any], path: str) -> str:
 
 
 def _write_items(
-    target: Path, data: dict[str, str], items: list[dict[str, Any]] | None, b64: bool
+    target: Path,
+    data: dict[str, str],
+    items: list[dict[str, Any]] | None,
+    b64: bool,
+    default_mode: int = 0o644,
 ) -> None:
+    """Files of a ConfigMap/Secret with their modes (``items[].mode``, else ``defaultMode``):
+    the MPI controller's ``kubexec.sh`` must be executable."""
     target.mkdir(parents=True, exist_ok=True)
-    pairs = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]
-    for key, rel in pairs:
+    pairs = (
+        [(i["key"], i["path"], i.get("mode")) for i in items]
+        if items
+        else [(k, k, None) for k in data]
+    )
+    for key, rel, mode in pairs:
         if key not in data:
             continue
         dest = target / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         raw = base64.b64decode(data[key]) if b64 else str(data[key]).encode()
+        if dest.exists():
+            dest.chmod(0o644)  # a restarted pod rewrites its files
         dest.write_bytes(raw)
+        dest.chmod(default_mode if mode is None else int(mode))
 
 
 def _projected(store: Lookup, pod: dict[str, Any], src: dict[str, Any], target: Path) -> None:
@@ -165,7 +178,8 @@ def _projected(store: Lookup, pod: dict[str, Any], src: dict[str, Any], target: 
             if obj is None and not ref.get("optional"):
                 kind = "secret" if is_secret else "configmap"
                 raise ConfigError(f'{kind} "{ref["name"]}" not found')
-            _write_items(target, (obj or {}).get("data") or {}, ref.get("items"), is_secret)
+            mode = int(ref.get("defaultMode", src.get("defaultMode", 0o644)))
+            _write_items(target, (obj or {}).get("data") or {}, ref.get("items"), is_secret, mode)
         elif "downwardAPI" in part:
             for item in part["downwardAPI"].get("items") or []:
                 if "fieldRef" in item:
@@ -188,14 +202,16 @@ def prepare_volumes(
             obj = store.object(ns, "configmaps", src["name"])
             if obj is None and not src.get("optional"):
                 raise ConfigError(f'configmap "{src["name"]}" not found')
-            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), False)
+            mode = int(src.get("defaultMode", 0o644))
+            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), False, mode)
             out[name] = ("dir", target, "")
         elif "secret" in vol:
             src = vol["secret"]
             obj = store.object(ns, "secrets", src["secretName"])
             if obj is None and not src.get("optional"):
                 raise ConfigError(f'secret "{src["secretName"]}" not found')
-            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), True)
+            mode = int(src.get("defaultMode", 0o644))
+            _write_items(target, (obj or {}).get("data") or {}, src.get("items"), True, mode)
             out[name] = ("dir", target, "")
         elif "projected" in vol:
             _projected(store, pod, vol["projected"], target)
@@ -246,6 +262,10 @@ def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
         "HOSTNAME": pod["metadata"]["name"],
         "KUBERNETES_SERVICE_HOST": "127.0.0.1",
         "KUBERNETES_SERVICE_PORT": str(api_port),
+        # Every pod here is on this machine, so Open MPI would take each host of an MPIJob's
+        # hostfile for the launcher's own node (and refuse the hostfile); told not to resolve
+        # names, it starts its daemon on each through the rsh agent (kubexec.sh), as on a cluster.
+        "OMPI_MCA_if_base_do_not_resolve": "1",
     }
 
 

@@ -153,3 +153,38 @@ def test_get_watch_logs_follow_describe_delete(test_cluster):
     assert r.returncode == 0, r.stderr
     assert 'pod "talker" deleted' in r.stdout
     assert "NotFound" in test_cluster.kubectl("get", "pod", "talker").stderr
+
+
+EXEC_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: shell}
+spec:
+  containers:
+  - {name: main, image: busybox, workingDir: /data, env: [{name: FOO, value: bar}],
+     command: [sh, -c, "echo pod-only > /data/f; exec sleep 600"],
+     volumeMounts: [{name: v, mountPath: /data}]}
+  volumes: [{name: v, emptyDir: {}}]
+"""
+
+
+@pytest.mark.parametrize("websocket", ["true", "false"])  # v5, or kubectl's SPDY fallback
+def test_exec_carries_output_stdin_and_the_exit_code(test_cluster, monkeypatch, websocket):
+    monkeypatch.setenv("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websocket)
+    assert test_cluster.kubectl("apply", "-f", "-", stdin=EXEC_POD).returncode == 0
+    r = test_cluster.kubectl("wait", "--for=condition=Ready", "pod/shell", "--timeout=30s")
+    assert r.returncode == 0, r.stderr
+    r = test_cluster.kubectl(
+        "exec",
+        "shell",
+        "-c",
+        "main",
+        "--",
+        "sh",
+        "-c",
+        "echo $FOO; pwd; cat f; echo err >&2; exit 3",
+    )
+    assert (r.returncode, r.stdout) == (3, "bar\n/data\npod-only\n"), r.stderr
+    assert "command terminated with exit code 3" in r.stderr
+    r = test_cluster.kubectl("exec", "-i", "shell", "--", "tr", "a-z", "A-Z", stdin="hello\n")
+    assert (r.returncode, r.stdout) == (0, "HELLO\n")
+    test_cluster.kubectl("delete", "pod", "shell", "--wait=false")

@@ -7,6 +7,7 @@ than any node has stays Pending with the scheduler's reason, and cancel leaves n
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -134,3 +135,19 @@ def test_gpus_in_use_stays_pending_with_the_reason_then_cancel_leaves_nothing(
             ),
             60,
         )
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI missing (make system)")
+def test_mpijob_ranks_use_torch_distributed(k8s_shell, capsys):
+    """The real MPI controller: launcher `<job>-launcher`, kubectl delivered by its init
+    container, mpirun reaching each worker through kubexec.sh (kubectl exec through the API
+    server to the kubelet); the cell's torch.distributed all-reduce works from env://."""
+    job = k8s_shell.run_cell_magic(
+        "ktrain",
+        f"--kind MPIJob --nodes 2 --procs-per-node 1 {IMAGE} --name mpi",
+        "result = train(2)\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    _ranks(out, 2)
+    assert k8s_shell.user_ns["result"] == 6.0
