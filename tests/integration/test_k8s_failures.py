@@ -26,9 +26,23 @@ def _summary(out: str) -> str:
     return out[out.index("failed") :] if "failed" in out else out
 
 
+def _failed_cell(shell, flags: str, cell: str):  # type: ignore[no-untyped-def]
+    """A failed job fails its cell (one UsageError naming the first failing rank); the job
+    itself is still there to inspect."""
+    from IPython.core.error import UsageError
+
+    from jupyter_ktrain.backends import get_backend
+
+    with pytest.raises(UsageError) as info:
+        shell.run_cell_magic("ktrain", flags, cell)
+    name = flags.split("--name ")[1].split()[0]
+    assert f"Job {name!r} failed" in str(info.value)
+    return get_backend("kubernetes").attach(name), str(info.value)
+
+
 def test_exit_1_on_rank_3(k8s_shell, capsys):
-    job = k8s_shell.run_cell_magic("ktrain", f"{FLAGS} --name bad-exit", "fail_on(3, 'exit')\n")
-    out = capsys.readouterr().out
+    job, error = _failed_cell(k8s_shell, f"{FLAGS} --name bad-exit", "fail_on(3, 'exit')\n")
+    out = capsys.readouterr().out + error
     status = job.status()
     assert status.state == "Failed", out
     assert status.failed_rank == 3
@@ -39,8 +53,8 @@ def test_exit_1_on_rank_3(k8s_shell, capsys):
 
 
 def test_nccl_timeout_classified(k8s_shell, capsys):
-    job = k8s_shell.run_cell_magic("ktrain", f"{FLAGS} --name bad-nccl", "fail_on(1, 'nccl')\n")
-    out = capsys.readouterr().out
+    job, error = _failed_cell(k8s_shell, f"{FLAGS} --name bad-nccl", "fail_on(1, 'nccl')\n")
+    out = capsys.readouterr().out + error
     status = job.status()
     assert status.state == "Failed", out
     assert status.failed_rank == 1

@@ -301,9 +301,11 @@ class KubernetesBackend(Backend):
         rt = self._runtime[name]
         if job_state(job)[0] == FAILED and not rt.exits and not rt.loaded:
             rt.loaded = True
-            with contextlib.suppress(ClusterError):
-                for pod, line in self._stored_logs(job, watch.pods):
-                    rt.on_line(pod, 0, line)
+            with contextlib.suppress(ClusterError):  # the kubelet's times decide who was first
+                for pod, raw in self._stored_logs(job, watch.pods, stamped=True):
+                    parsed = split_stamped(raw.encode())
+                    ts, line = parsed if parsed is not None else (0, raw)
+                    rt.on_line(pod, ts, line)
         with rt.lock:
             status = build_status(
                 job,
