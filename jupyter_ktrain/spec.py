@@ -300,6 +300,11 @@ def _check_trainjob(spec: JobSpec) -> None:
         ("--gang", s.gang is not None),
         ("--image-pull-secret", bool(s.image_pull_secrets)),
         (
+            "--env-from-secret (Trainer v2.2+ cannot patch envFrom into the runtime's node "
+            "container; pass each variable with --secret-env NAME=SECRET/KEY)",
+            bool(spec.env_from_secrets),
+        ),
+        (
             "--init-container (only the runtime's own init containers can be overridden)",
             bool(s.init_containers),
         ),

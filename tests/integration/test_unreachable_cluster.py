@@ -39,7 +39,7 @@ def test_list_with_a_dead_cluster_is_one_line_and_keeps_local_jobs(
     out = capsys.readouterr().out
     assert took < 5, took
     rows = out.splitlines()
-    assert rows[0].split() == ["NAME", "BACKEND", "STATE", "REASON"]
+    assert rows[0].split() == ["NAME", "BACKEND", "STATE"]
     assert rows[1].split()[:3] == ["here", "local", "Succeeded"]
     [problem] = [r for r in rows if r.startswith("ktrain:")]
     assert problem.startswith(line), problem

@@ -19,7 +19,7 @@ from jupyter_ktrain.spec import JobSpec
 
 # a 4 x H100 machine as NVML lists it (PCI bus order)
 MACHINE = [GpuInfo(i, f"GPU-{i}a2b3c4d-0000-1111-2222-33334444555{i}") for i in range(4)]
-PROGRAM = SimpleNamespace(files={"program.py": b"print('hi')\n"})
+PROGRAM = SimpleNamespace(files={"program.py": b"print('hi')\n"}, source="print('hi')\n")
 
 
 def _plan(tmp_path: Path, **spec: object) -> tuple[LocalBackend, object]:

@@ -32,7 +32,7 @@ COMMON = (
     "--env OMP_NUM_THREADS=8"
 )
 INIT = "--init-container 'fetch=amazon/aws-cli aws s3 sync s3://bucket/imagenet /data' "
-COMMON_NO_INIT = COMMON.replace(INIT, "")
+COMMON_NO_INIT = COMMON.replace(INIT, "").replace("--env-from-secret wandb ", "")
 POD_LEVEL = (
     "--rdma infiniband --host-network --priority-class high "
     "--affinity '{podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: "
