@@ -651,7 +651,7 @@ def _advertise_address() -> str:
     """A non-loopback address of this machine (the API server refuses to advertise loopback
     in the ``kubernetes`` Service's endpoints); loopback only when there is none."""
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # no packet is sent: picks the outgoing interface
+        s.connect(("198.51.100.1", 9))  # a documentation address; no packet is sent
         return str(s.getsockname()[0])
     return "127.0.0.1"
 
