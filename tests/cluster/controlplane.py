@@ -315,21 +315,28 @@ class ControlPlane:
 
     def _controllers(self) -> None:
         sa = self.pki.keypair("sa")
-        kcm = self._start(
-            "kube-controller-manager",
-            [
-                str(self.bin / "kube-controller-manager"),
+        kc = str(self.kubeconfig)
+
+        def common() -> list[str]:  # both serve their health checks on a port of their own
+            return [
                 "--kubeconfig",
-                str(self.kubeconfig),
+                kc,
                 "--authentication-kubeconfig",
-                str(self.kubeconfig),
+                kc,
                 "--authorization-kubeconfig",
-                str(self.kubeconfig),
+                kc,
                 "--leader-elect=true",
                 "--bind-address",
                 "127.0.0.1",
                 "--secure-port",
                 str(free_port()),
+            ]
+
+        kcm = self._start(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                *common(),
                 "--service-account-private-key-file",
                 str(sa.key),
                 "--root-ca-file",
@@ -340,23 +347,7 @@ class ControlPlane:
                 "5",
             ],
         )
-        sched = self._start(
-            "kube-scheduler",
-            [
-                str(self.bin / "kube-scheduler"),
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--authentication-kubeconfig",
-                str(self.kubeconfig),
-                "--authorization-kubeconfig",
-                str(self.kubeconfig),
-                "--leader-elect=true",
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-            ],
-        )
+        sched = self._start("kube-scheduler", [str(self.bin / "kube-scheduler"), *common()])
 
         def leases() -> bool:
             got = self.admin.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
