@@ -157,11 +157,21 @@ class Cluster:
         }
         self.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", crb)
 
-    def delete_namespace(self, namespace: str) -> None:
+    def delete_namespace(self, namespace: str, timeout: float = 60) -> None:
+        """Delete the namespace and wait until its pods are gone: every pod shares this
+        machine's network, so the next test's master port is free only once the kubelet has
+        stopped them (it deletes a pod only after its processes ended)."""
+        import time
+
         self.admin.delete(
             f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/ktrain-notebook-{namespace}"
         )
         self.admin.delete(f"/api/v1/namespaces/{namespace}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+                return
+            time.sleep(0.2)
 
     def set_rbac(self, namespace: str, rules: list[Rule]) -> None:
         """The notebook user's Role in ``namespace`` (default: everything in it)."""

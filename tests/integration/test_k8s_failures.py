@@ -52,12 +52,13 @@ def test_exit_1_on_rank_3(k8s_shell, capsys):
     assert "about to fail: the loader found no data" in tail
 
 
-def test_nccl_timeout_classified(k8s_shell, capsys):
+def test_nccl_timeout_classified(k8s_shell, test_cluster, capsys):
     job, error = _failed_cell(k8s_shell, f"{FLAGS} --name bad-nccl", "fail_on(1, 'nccl')\n")
     out = capsys.readouterr().out + error
     status = job.status()
     assert status.state == "Failed", out
-    assert status.failed_rank == 1
+    log = test_cluster.kubectl("logs", "bad-nccl-master-0", "--timestamps").stdout
+    assert status.failed_rank == 1, (status, log[-3000:])
     assert status.reason == "NCCL timeout"
     assert status.message.startswith("rank 1 (bad-nccl-master-0) failed first")
     assert "exited first with code" in out

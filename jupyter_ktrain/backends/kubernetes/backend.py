@@ -299,13 +299,19 @@ class KubernetesBackend(Backend):
             self._stop_watch(name)
             raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
         rt = self._runtime[name]
-        if job_state(job)[0] == FAILED and not rt.exits and not rt.loaded:
+        if job_state(job)[0] == FAILED and not rt.loaded:
+            # the operator may declare the job Failed before the followed streams reached
+            # every rank's exit record: read them from the stored logs once, with the kubelet's
+            # times (they decide who failed first); lines already followed are not fed twice
             rt.loaded = True
-            with contextlib.suppress(ClusterError):  # the kubelet's times decide who was first
+            followed = bool(rt.exits)
+            with contextlib.suppress(ClusterError):
                 for pod, raw in self._stored_logs(job, watch.pods, stamped=True):
                     parsed = split_stamped(raw.encode())
                     ts, line = parsed if parsed is not None else (0, raw)
-                    rt.on_line(pod, ts, line)
+                    record = parse_line(line).record if followed else None
+                    if not followed or (record is not None and record.get("type") == "exit"):
+                        rt.on_line(pod, ts, line)
         with rt.lock:
             status = build_status(
                 job,
