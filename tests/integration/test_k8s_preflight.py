@@ -10,7 +10,7 @@ pytest.importorskip("kubernetes")
 
 from tests.cluster import Node, Rule
 
-from .k8s_helpers import configured_shell
+from .k8s_helpers import configured_shell, wait_for
 
 BASE = "--nodes 2 --procs-per-node 1 --image local/python --name pf"
 
@@ -41,6 +41,12 @@ def test_missing_crd_names_the_operator(k8s_shell, test_cluster):
     )
     gone = test_cluster.kubectl("delete", "crd", "mpijobs.kubeflow.org", admin=True)
     assert gone.returncode == 0, gone.stderr
+    wait_for(  # discovery follows the deletion a moment later
+        lambda: (
+            "mpijobs" not in test_cluster.kubectl("get", "--raw", "/apis/kubeflow.org/v1").stdout
+        ),
+        30,
+    )
     try:
         (problem,) = _refused(k8s_shell, test_cluster, "--kind MPIJob")
         assert "does not serve MPIJob (mpijobs.kubeflow.org/v1)" in problem
