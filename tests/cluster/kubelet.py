@@ -485,6 +485,7 @@ class Kubelet:
         self.use_unshare = sandbox.unshare_works()
         self.workers: dict[str, PodWorker] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self._asked: dict[str, dict[str, Any]] = {}  # name -> the manifest it was registered with
         self.names: dict[str, dict[str, set[str]]] = {}  # ns -> kind -> names (for /etc/hosts)
         self.pod_objects: dict[str, dict[str, Any]] = {}  # uid -> latest pod object
         self._stalled: set[str] = set()
@@ -566,20 +567,34 @@ class Kubelet:
     # -- nodes ------------------------------------------------------------------------------
 
     def set_nodes(self, nodes: list[dict[str, Any]]) -> None:
-        """Register these Node objects (status included) and forget any other of ours."""
+        """Register these Node objects (status included) and forget any other of ours; a node
+        registered already as asked is kept. Returns once every new node is schedulable (the
+        node lifecycle controller has lifted the ``not-ready`` taint a new node starts with)."""
         wanted = {n["metadata"]["name"]: n for n in nodes}
         for name in list(self.nodes):
             if name not in wanted:
                 self.api.delete(f"/api/v1/nodes/{name}")
                 self.nodes.pop(name)
+        fresh = []
         for name, node in wanted.items():
             node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.port}}
+            if self._asked.get(name) == node and name in self.nodes:
+                continue
             self.api.delete(f"/api/v1/nodes/{name}")
             status = node["status"]
             created = self.api.create("/api/v1/nodes", {**node, "status": {}})
             self.api.patch(f"/api/v1/nodes/{name}/status", {"status": status}, "merge")
             self.nodes[name] = created
+            self._asked[name] = node
             self._renew_lease(name)
+            fresh.append(name)
+        deadline = time.monotonic() + 60
+        for name in fresh:
+            while time.monotonic() < deadline:
+                taints = (self.api.get(f"/api/v1/nodes/{name}").get("spec") or {}).get("taints")
+                if not any(t["key"].startswith("node.kubernetes.io/") for t in taints or []):
+                    break
+                time.sleep(0.2)
 
     def _renew_lease(self, node: str) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
