@@ -113,6 +113,7 @@ class PodWorker(threading.Thread):
                 _killpg(p, signal.SIGKILL)
         for r in self.inits + self.runs:
             self._end_execs(r)
+        _kill_marked(f"{POD_MARK}={self.uid}")  # what left the process group, as a runtime would
 
     def _end_execs(self, r: _Run) -> None:
         """The container's main process is gone: so is every process exec started in it (a
@@ -285,6 +286,7 @@ class PodWorker(threading.Thread):
                 k, _, v = kv.partition("=")
                 base[k] = v
             env = sandbox.container_env(self.k, self.pod, r.spec, base)
+            env[POD_MARK] = self.uid  # the pod's processes, wherever they go (see stop)
         except (sandbox.ConfigError, ApiError) as exc:
             r.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             r.next_start = time.monotonic() + 1.0
@@ -452,6 +454,26 @@ class PodWorker(threading.Thread):
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+POD_MARK = "KTRAIN_TEST_POD_UID"
+
+
+def _kill_marked(mark: str) -> None:
+    """SIGKILL every process whose environment carries ``mark``: the pod's processes that
+    started sessions of their own or were re-parented (a container runtime ends them all with
+    the container's cgroup; this is ours)."""
+    needle = mark.encode() + b"\0"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ or environ.endswith(needle[:-1]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def _killpg(proc: subprocess.Popen[bytes], sig: int) -> None:
