@@ -39,8 +39,10 @@ from .exec_ws import (
     DRAIN_IDLE_S,
     Container,
     ExecRequest,
+    _Closed,
     _feed_stdin,
     _start,
+    recv_exact,
     status_json,
 )
 
@@ -184,10 +186,6 @@ def parse_header_block(raw: bytes) -> dict[str, str]:
     return out
 
 
-class _Closed(Exception):
-    pass
-
-
 @dataclass
 class _Session:
     sock: socket.socket
@@ -205,16 +203,7 @@ class _Session:
             raise _Closed from exc
 
     def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except OSError as exc:
-                raise _Closed from exc
-            if not chunk:
-                raise _Closed
-            buf += chunk
-        return bytes(buf)
+        return recv_exact(self.sock, n)
 
     def readable(self) -> bool:
         pending = getattr(self.sock, "pending", None)

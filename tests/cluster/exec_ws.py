@@ -174,6 +174,20 @@ class _Closed(Exception):
     """The client's side of the connection is gone."""
 
 
+def recv_exact(sock: Any, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` (both exec protocols frame by length), or _Closed."""
+    buf = bytearray()
+    while len(buf) < n:
+        try:
+            chunk = sock.recv(n - len(buf))
+        except OSError as exc:
+            raise _Closed from exc
+        if not chunk:
+            raise _Closed
+        buf += chunk
+    return bytes(buf)
+
+
 @dataclass
 class _Session:
     sock: socket.socket
@@ -197,16 +211,7 @@ class _Session:
         self.send(_BINARY, bytes([num]) + data)
 
     def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except OSError as exc:
-                raise _Closed from exc
-            if not chunk:
-                raise _Closed
-            buf += chunk
-        return bytes(buf)
+        return recv_exact(self.sock, n)
 
     def read_frame(self) -> tuple[bool, int, bytes]:
         b0, b1 = self._recv_exact(2)
