@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from . import sandbox
 from .pki import Pki
 from .rest import ApiError, Rest
 
@@ -40,6 +41,8 @@ NOTEBOOK_SA = "notebook"
 OPERATOR_NS = "kubeflow"
 TRAINER_NS = "kubeflow-system"
 JOBSET_NS = "jobset-system"
+WEBHOOK_DIR = "/tmp/k8s-webhook-server"  # controller-runtime's default certificate folder
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def binaries(quiet: bool = False) -> Path:
@@ -81,18 +84,19 @@ class Proc:
         name: str,
         argv: list[str],
         log: Path,
-        private_tmp: Path | None = None,
+        mounts: dict[str, Path] | None = None,
         env: dict[str, str] | None = None,
     ):
         self.name = name
         self.log = log
         env = {**os.environ, "GOMAXPROCS": "2", **(env or {})}
-        if private_tmp is not None:  # a private /tmp/k8s-webhook-server for this component
-            script = (
-                "mkdir -p /tmp/k8s-webhook-server && "
-                f"mount --bind {shlex.quote(str(private_tmp))} /tmp/k8s-webhook-server && "
-                'exec "$@"'
-            )
+        if mounts:  # folders only this component sees, as its pod's volumes
+            for dst in mounts:  # a scratch folder of /tmp is made on the host, as it always was
+                if Path(dst).parent == Path("/tmp"):
+                    Path(dst).mkdir(exist_ok=True)
+            binds = [("dir", src, "", dst, False) for dst, src in sorted(mounts.items())]
+            scratch = log.parent.parent / "mounts" / name
+            script = sandbox.mount_script(binds, None, os.getcwd(), scratch)
             unshare = ["unshare", "-m", "--propagation", "private", "--"]
             argv = [*unshare, "sh", "-c", script, "sh", *argv]
         self.fh = log.open("ab")
@@ -146,11 +150,11 @@ class ControlPlane:
         self,
         name: str,
         argv: list[str],
-        private_tmp: Path | None = None,
+        mounts: dict[str, Path] | None = None,
         env: dict[str, str] | None = None,
     ) -> Proc:
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-        p = Proc(name, argv, self.dir / "logs" / f"{name}.log", private_tmp, env)
+        p = Proc(name, argv, self.dir / "logs" / f"{name}.log", mounts, env)
         self.procs.append(p)
         return p
 
@@ -289,8 +293,12 @@ class ControlPlane:
                 str(tokens),
                 "--authorization-mode",
                 "Node,RBAC",
+                # the issuer is this server, so its OIDC discovery can be reached by those who
+                # verify projected tokens (Trainer's status server does)
                 "--service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local",
+                self.url,
+                "--service-account-jwks-uri",
+                f"{self.url}/openid/v1/jwks",
                 "--service-account-key-file",
                 str(sa.cert),
                 "--service-account-signing-key-file",
@@ -467,9 +475,7 @@ class ControlPlane:
                 "--webhook-server-port",
                 str(port),
             ],
-            private_tmp=self._private(
-                "training-operator", "training-operator-webhook-cert", OPERATOR_NS
-            ),
+            mounts=self._private("training-operator", "training-operator-webhook-cert", OPERATOR_NS),
             env={"MY_POD_NAMESPACE": OPERATOR_NS},
         )
         return "training-operator", f"http://127.0.0.1:{health}/readyz", proc
@@ -490,11 +496,34 @@ class ControlPlane:
                 if not path.exists() or path.read_bytes() != raw:
                     path.write_bytes(raw)
 
-    def _private(self, name: str, secret: str, namespace: str) -> Path:
+    def _private(self, name: str, secret: str, namespace: str) -> dict[str, Path]:
+        """The controller's certificate folder, mounted where controller-runtime looks."""
         folder = self.dir / "webhooks" / name
         folder.mkdir(parents=True, exist_ok=True)
         self._mounts[name] = (secret, namespace, folder)
-        return folder
+        return {WEBHOOK_DIR: folder}
+
+    def _service_account(self, name: str, namespace: str) -> dict[str, Path]:
+        """The folder a pod of service account ``name`` has at SA_DIR (token, ca.crt,
+        namespace), for a controller that reads its own token (Trainer's status server takes
+        the cluster's OIDC issuer from it)."""
+        with contextlib.suppress(ApiError):
+            self.admin.create(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}}
+            )
+        got = _retry(
+            lambda: self.admin.create(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                {"spec": {"expirationSeconds": 86400}},
+            ),
+            30,
+        )
+        folder = self.dir / "serviceaccounts" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "token").write_text(got["status"]["token"])
+        (folder / "ca.crt").write_bytes(self.pki.ca.cert.read_bytes())
+        (folder / "namespace").write_text(namespace)
+        return {SA_DIR: folder}
 
     def _config(self, name: str, body: dict[str, Any]) -> Path:
         path = self.dir / f"{name}-config.yaml"
@@ -539,7 +568,7 @@ class ControlPlane:
                 "--health-probe-bind-address",
                 f"127.0.0.1:{health}",
             ],
-            private_tmp=self._private("jobset", "jobset-webhook-server-cert", JOBSET_NS),
+            mounts=self._private("jobset", "jobset-webhook-server-cert", JOBSET_NS),
         )
         return "jobset", f"http://127.0.0.1:{health}/readyz", proc
 
@@ -586,10 +615,16 @@ class ControlPlane:
                 str(self.kubeconfig),
                 "--config",
                 str(config),
+                # progress and metrics from the trainer pods into TrainJob.status.trainerStatus
+                "--feature-gates",
+                "TrainJobStatus=true",
             ],
-            private_tmp=self._private(
-                "trainer-controller-manager", "kubeflow-trainer-webhook-cert", TRAINER_NS
-            ),
+            mounts={
+                **self._private(
+                    "trainer-controller-manager", "kubeflow-trainer-webhook-cert", TRAINER_NS
+                ),
+                **self._service_account("kubeflow-trainer-controller-manager", TRAINER_NS),
+            },
         )
         return "trainer-controller-manager", f"http://127.0.0.1:{health}/readyz", proc
 

@@ -565,7 +565,7 @@ class Kubelet:
 
     def write_hosts(self, ns: str, path: Path, own: str) -> None:
         with self._lock:
-            names = set().union(*self.names.get(ns, {}).values()) if ns in self.names else set()
+            names = {space: set().union(*kinds.values()) for space, kinds in self.names.items()}
         sandbox.hosts_file(names, ns, path, own)
 
     def exec_target(self, ns: str, name: str, container: str) -> exec_ws.Container | None:
@@ -784,8 +784,8 @@ class Kubelet:
                 if typ != "DELETED":
                     bucket.update(names)
                 changed.add(ns)
-        for w in list(self.workers.values()):
-            if w.ns in changed and w.hosts.exists():
+        for w in list(self.workers.values()):  # names of every namespace resolve in each pod
+            if changed and w.hosts.exists():
                 self.write_hosts(w.ns, w.hosts, w.name)
 
     def _pod_event(self, typ: str, pod: dict[str, Any]) -> None:

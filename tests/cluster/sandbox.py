@@ -235,14 +235,18 @@ def prepare_volumes(
     return out
 
 
-def hosts_file(names_in_ns: set[str], ns: str, path: Path, own: str) -> None:
+def hosts_file(names: dict[str, set[str]], ns: str, path: Path, own: str) -> None:
     """Write the pod's /etc/hosts in place (the bind mount keeps the inode): every Service and
-    Pod name of the namespace (and ``hostname.subdomain``) resolves to this machine, as
-    cluster DNS would resolve them to the pod."""
-    names = {own, "localhost", socket.gethostname()}
-    for n in names_in_ns:
-        names.update({n, f"{n}.{ns}", f"{n}.{ns}.svc", f"{n}.{ns}.svc.cluster.local"})
-    text = "127.0.0.1\t" + " ".join(sorted(names)) + "\n::1\tlocalhost ip6-localhost\n"
+    Pod name (and ``hostname.subdomain``) resolves to this machine, as cluster DNS would
+    resolve them to the pod: short names of the pod's own namespace, ``name.namespace.svc``
+    forms of every namespace (a Trainer pod reaches its controller's Service that way)."""
+    hosts = {own, "localhost", socket.gethostname()}
+    for space, in_space in names.items():
+        for n in in_space:
+            if space == ns:
+                hosts.add(n)
+            hosts.update({f"{n}.{space}", f"{n}.{space}.svc", f"{n}.{space}.svc.cluster.local"})
+    text = "127.0.0.1\t" + " ".join(sorted(hosts)) + "\n::1\tlocalhost ip6-localhost\n"
     if not path.exists() or path.read_text() != text:
         with path.open("r+" if path.exists() else "w") as fh:
             fh.seek(0)
@@ -285,9 +289,13 @@ def _overlays(dests: list[str]) -> list[str]:
 
 
 def mount_script(
-    mounts: list[tuple[str, Path | None, str, str, bool]], hosts: Path, workdir: str, scratch: Path
+    mounts: list[tuple[str, Path | None, str, str, bool]],
+    hosts: Path | None,
+    workdir: str,
+    scratch: Path,
 ) -> str:
-    """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts."""
+    """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts,
+    then the pod's /etc/hosts (when given) and its working directory."""
     q = shlex.quote
     lines = ["set -e"]
     for i, base in enumerate(_overlays([m[3] for m in mounts])):
@@ -304,7 +312,8 @@ def mount_script(
             lines.append(f"mount --bind {q(str(src))} {q(dst)}")
         if ro:
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
-    lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
+    if hosts is not None:
+        lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
     lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")
     lines.append('exec "$@"')
     return "\n".join(lines)

@@ -98,6 +98,56 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
     assert ns
 
 
+PACED = """
+import time
+import jupyter_ktrain as ktrain
+
+def paced(n, pause):
+    for i in range(1, n + 1):
+        time.sleep(pause)
+        ktrain.report(step=i, total=n, loss=1.0 / i)
+    return n
+"""
+
+
+def test_trainjob_progress_reaches_trainer_status(k8s_shell, test_cluster, capsys):
+    """Trainer with its TrainJobStatus feature: rank 0 posts progress and metrics to the
+    controller's status endpoint (its projected token, its CA, its Service name), so
+    ``kubectl get trainjob`` shows what the notebook shows, while it runs and at the end."""
+    assert k8s_shell.run_cell(PACED, store_history=True).success
+    job = k8s_shell.run_cell_magic(
+        "ktrain",
+        f"--kind TrainJob --runtime torch-distributed --nodes 2 --procs-per-node 1 {IMAGE} "
+        "--name tjp --detach",
+        "steps = paced(30, 0.4)\n",
+    )
+
+    def trainer_status() -> dict | None:
+        got = test_cluster.kubectl("get", "trainjob", "tjp", "-o", "json")
+        return (json.loads(got.stdout).get("status") or {}).get("trainerStatus")
+
+    def running() -> dict | None:
+        s = trainer_status()
+        return s if s and s.get("progressPercentage", 100) < 100 else None
+
+    mid = wait_for(running, 180, 0.3)
+    assert "estimatedRemainingSeconds" in mid or mid["progressPercentage"] < 20, mid
+    assert job.wait(timeout=240) == "Succeeded", capsys.readouterr().out
+
+    def finished() -> dict | None:
+        s = trainer_status()
+        return s if s and s.get("progressPercentage") == 100 else None
+
+    final = wait_for(finished, 30, 0.3)
+    metrics = {m["name"]: float(m["value"]) for m in final["metrics"]}
+    assert (metrics["current_step"], metrics["total_steps"]) == (30, 30), final
+    assert metrics["loss"] == pytest.approx(1 / 30, rel=1e-5), final
+    progress = job.status().progress
+    assert progress is not None
+    assert (progress.step, progress.total, progress.percent) == (30, 30, 100)
+    assert job.outputs["steps"] == 30  # detached: rank 0's values are read back on request
+
+
 HOG = """
 apiVersion: v1
 kind: Pod
