@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import secrets
-import shlex
 import signal
 import socket
 import ssl
@@ -94,7 +93,9 @@ class Proc:
             for dst in mounts:  # a scratch folder of /tmp is made on the host, as it always was
                 if Path(dst).parent == Path("/tmp"):
                     Path(dst).mkdir(exist_ok=True)
-            binds = [("dir", src, "", dst, False) for dst, src in sorted(mounts.items())]
+            binds: list[tuple[str, Path | None, str, str, bool]] = [
+                ("dir", src, "", dst, False) for dst, src in sorted(mounts.items())
+            ]
             scratch = log.parent.parent / "mounts" / name
             script = sandbox.mount_script(binds, None, os.getcwd(), scratch)
             unshare = ["unshare", "-m", "--propagation", "private", "--"]
@@ -437,12 +438,12 @@ class ControlPlane:
             self._namespace(ns)
         procs = [self._training_operator(), self._jobset(), self._trainer()]
         for name, url, proc in procs:
-            secret, namespace, folder = self._mounts[name]
+            secret, namespace, certs = self._mounts[name]
 
             def ready(
-                url: str = url, secret: str = secret, ns: str = namespace, folder: Path = folder
+                url: str = url, secret: str = secret, ns: str = namespace, certs: Path = certs
             ) -> bool:
-                self._mount_secret(ns, secret, folder)  # what the kubelet does for its pod
+                self._mount_secret(ns, secret, certs)  # what the kubelet does for its pod
                 return self._healthy(url, verify=False)
 
             _wait(name, ready, proc, timeout=180)
@@ -475,7 +476,9 @@ class ControlPlane:
                 "--webhook-server-port",
                 str(port),
             ],
-            mounts=self._private("training-operator", "training-operator-webhook-cert", OPERATOR_NS),
+            mounts=self._private(
+                "training-operator", "training-operator-webhook-cert", OPERATOR_NS
+            ),
             env={"MY_POD_NAMESPACE": OPERATOR_NS},
         )
         return "training-operator", f"http://127.0.0.1:{health}/readyz", proc

@@ -123,7 +123,7 @@ def field_ref(pod: dict[str, Any], path: str) -> str:
     m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]", path)
     if m:
         return str((meta.get(m[1]) or {}).get(m[2], ""))
-    return {
+    values = {
         "metadata.name": meta["name"],
         "metadata.namespace": meta["namespace"],
         "metadata.uid": meta["uid"],
@@ -131,7 +131,8 @@ def field_ref(pod: dict[str, Any], path: str) -> str:
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
         "status.podIP": (pod.get("status") or {}).get("podIP", "127.0.0.1"),
         "status.hostIP": "127.0.0.1",
-    }.get(path, "")
+    }
+    return str(values.get(path, ""))
 
 
 def _write_items(
