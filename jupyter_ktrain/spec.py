@@ -292,13 +292,9 @@ def _check_trainjob(spec: JobSpec) -> None:
     """A TrainJob (Trainer v2) takes pod-level settings from its runtime, not from the job."""
     r, s = spec.rdma, spec.scheduling
     unsupported = [
-        ("--rdma (Multus network annotation)", r is not None and r.networks is not None),
-        ("--rdma (IPC_LOCK capability)", r is not None and r.ipc_lock),
         ("--host-network", r is not None and r.host_network),
-        ("--affinity", s.affinity is not None),
         ("--priority-class", s.priority_class is not None),
         ("--gang", s.gang is not None),
-        ("--image-pull-secret", bool(s.image_pull_secrets)),
         (
             "--env-from-secret (Trainer v2.2+ cannot patch envFrom into the runtime's node "
             "container; pass each variable with --secret-env NAME=SECRET/KEY)",

@@ -1,6 +1,7 @@
 """Every kind the product renders runs to Succeeded on the real controllers, from %%ktrain:
 an elastic Worker-only PyTorchJob, a TFJob, and a TrainJob on Trainer's own
-``torch-distributed`` runtime whose volume, nodeSelector and toleration reach its pods; every
+``torch-distributed`` runtime whose volume, nodeSelector, toleration, RDMA settings and pull
+secret reach its pods, and whose progress reaches ``trainerStatus``; every
 rank's logs stream into the cell and rank 0's result comes back. A job that asks for more GPUs
 than any node has stays Pending with the scheduler's reason, and cancel leaves nothing."""
 
@@ -61,12 +62,24 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
         "spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}\n"
     )
     assert test_cluster.kubectl("apply", "-f", "-", stdin=pvc).returncode == 0
-    test_cluster.set_nodes([Node("trainer-0", labels={"pool": "train"}, taints=[taint])])
+    pull = test_cluster.kubectl(
+        "create",
+        "secret",
+        "docker-registry",
+        "ngc",
+        "--docker-server=nvcr.example",
+        "--docker-username=u",
+        "--docker-password=p",
+    )
+    assert pull.returncode == 0, pull.stderr
+    rdma = {"rdma/rdma_shared_device_a": 100}  # the shared device plugin advertises many
+    test_cluster.set_nodes([Node("trainer-0", labels={"pool": "train"}, taints=[taint], rdma=rdma)])
     job = k8s_shell.run_cell_magic(
         "ktrain",
         f"--kind TrainJob --runtime torch-distributed --nodes 2 --procs-per-node 1 {IMAGE} "
         "--node-selector pool=train --toleration dedicated=training:NoSchedule "
-        "--volume scratch=scratch:/scratch --name tj --detach",
+        "--volume scratch=scratch:/scratch --rdma infiniband --image-pull-secret ngc "
+        "--name tj --detach",
         "result = train(2)\n",
     )
     ns = test_cluster.namespace
@@ -89,6 +102,13 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
         ]
         assert "scratch" in claims
         assert spec["nodeName"] == "trainer-0"
+        # RDMA reaches a TrainJob's pods too: the Multus network, IPC_LOCK, the device resource
+        assert pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "rdma-net"
+        (node,) = [c for c in spec["containers"] if c["name"] == "node"]
+        assert node["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        assert node["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        assert {e["name"]: e.get("value") for e in node["env"]}["NCCL_IB_HCA"] == "mlx5"
+        assert spec["imagePullSecrets"] == [{"name": "ngc"}]
     final = job.wait(timeout=240)
     out = capsys.readouterr().out
     assert final == "Succeeded", (

@@ -52,7 +52,10 @@ CASES = [
     ),
     ("--node-selector nvidia.com/gpu.count=4", ["--gpus-per-node 8", "gpu.count=4"]),
     ("--procs-per-node 16", ["--procs-per-node 16", "--gpus-per-node 8"]),
-    ("--kind TrainJob --rdma infiniband", ["--kind TrainJob", "--rdma", "--kind PyTorchJob"]),
+    (
+        "--kind TrainJob --priority-class high",
+        ["--kind TrainJob", "--priority-class", "--kind PyTorchJob"],
+    ),
     ("--kind TrainJob --ttl 60", ["--kind TrainJob", "--ttl", "ClusterTrainingRuntime"]),
     ("--ps 2", ["--ps 2", "--kind TFJob"]),
     ("--rdma nosuch", ["--rdma 'nosuch'", "infiniband", "roce", "tcp"]),

@@ -51,7 +51,8 @@ CASES = {
     "mpijob": f"--kind MPIJob --name hvd {COMMON} --rdma roce --priority-class high "
     "--image-pull-secret ngc "
     "--restart-policy OnFailure --clean-pod-policy Running --ttl 3600",
-    "trainjob": f"--kind TrainJob --name llama-ft {COMMON_NO_INIT} --rdma tcp --deepspeed zero3 "
+    "trainjob": f"--kind TrainJob --name llama-ft {COMMON_NO_INIT} --rdma infiniband "
+    "--image-pull-secret ngc --deepspeed zero3 "
     "--bf16 --micro-batch 1 --kueue-queue team-a --runtime torch-distributed",
 }
 

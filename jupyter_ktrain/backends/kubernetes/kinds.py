@@ -16,7 +16,7 @@ from typing import Any
 from ...errors import SpecError
 from ...launch import node_command
 from ...spec import JobSpec
-from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_spec, pod_template
+from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 
 __all__ = [
     "API_VERSIONS",
@@ -198,12 +198,16 @@ PATCH_MANAGER = "ktrain.io/notebook"
 def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as a runtime patch.
 
-    Built from the same pod spec as the other kinds: the container's command, env and
-    resources become ``trainer``; the pod's labels, volumes, mounts, node selector, tolerations
-    and service account become ``runtimePatches`` of the runtime's ``node`` job (Trainer v2.2+:
-    the only way they reach the pods; v2.0's ``podSpecOverrides`` and ``labels`` are gone).
+    Built from the same pod template as the other kinds: the container's command, env and
+    resources become ``trainer``; the pod's labels and annotations (the Multus RDMA network),
+    volumes, node selector, tolerations, affinity, pull secrets and service account, and the
+    container's mounts and security context (IPC_LOCK for RDMA), become ``runtimePatches`` of
+    the runtime's ``node`` job (Trainer v2.2+: the only way they reach the pods; v2.0's
+    ``podSpecOverrides`` and ``labels`` are gone).
     """
-    ps = pod_spec(spec, code, PodRole(container="node", command=node_command(code.mount_path)))
+    role = PodRole(container="node", command=node_command(code.mount_path))
+    template = pod_template(spec, code, role, labels)
+    ps = template["spec"]
     container = ps.pop("containers")[0]
     leftover = sorted(set(ps) - set(_PATCHABLE))
     if "envFrom" in container:
@@ -218,12 +222,13 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     if container.get("resources"):
         trainer["resourcesPerNode"] = container["resources"]
     pod: dict[str, Any] = {k: ps[k] for k in _PATCHABLE if k in ps}
-    if container.get("volumeMounts"):
-        pod["containers"] = [{"name": "node", "volumeMounts": container["volumeMounts"]}]
+    patched = {k: container[k] for k in ("volumeMounts", "securityContext") if k in container}
+    if patched:
+        pod["containers"] = [{"name": "node", **patched}]
     meta = {"labels": dict(labels)}
     job_patch = {
         "name": TRAINJOB_TARGET,
-        "template": {"metadata": meta, "spec": {"template": {"metadata": meta, "spec": pod}}},
+        "template": {"metadata": meta, "spec": {"template": {**template, "spec": pod}}},
     }
     patch = {
         "manager": PATCH_MANAGER,
