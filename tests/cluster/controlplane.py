@@ -432,6 +432,7 @@ class ControlPlane:
             "training-operator/base/crds",
             "trainer/base/crds",
             "jobset/components/crd/bases",
+            "multus",  # NetworkAttachmentDefinitions: an RDMA cluster's Multus networks
         ):
             self.apply_folder(m / folder)
         for ns in (OPERATOR_NS, TRAINER_NS, JOBSET_NS):

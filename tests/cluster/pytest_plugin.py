@@ -12,12 +12,14 @@ defaults, namespace deleted by the real namespace controller)::
         test_cluster.faults.fail_next(2, 429)
         test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma={"rdma/rdma_shared_device_a": 1})])
         test_cluster.set_rbac([Rule(verbs=("get", "list"), resources=("pods",))])
+        test_cluster.rdma_network("rdma-net")        # a Multus NetworkAttachmentDefinition
         test_cluster.kubectl("get", "pods")          # as the notebook user
         test_cluster.kubectl("get", "nodes", admin=True)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -60,6 +62,27 @@ class ClusterHandle:
 
     def set_rbac(self, rules: list[Rule]) -> None:
         self.cluster.set_rbac(self.namespace, rules)
+
+    def rdma_network(self, name: str = "rdma-net") -> None:
+        """A Multus NetworkAttachmentDefinition in this test's namespace, as a platform team
+        makes one for its RDMA NICs (macvlan on the RDMA port, whereabouts addresses). The CRD
+        is served; no CNI runs here, so pods start without the extra interface."""
+        config = {
+            "cniVersion": "0.3.1",
+            "name": name,
+            "type": "macvlan",
+            "master": "ens1f0np0",
+            "ipam": {"type": "whereabouts", "range": "192.168.100.0/24"},
+        }
+        nad = {
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"config": json.dumps(config)},
+        }
+        done = self.kubectl("apply", "-f", "-", stdin=json.dumps(nad), admin=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"creating NetworkAttachmentDefinition {name}: {done.stderr}")
 
     def kubectl(
         self, *args: str, timeout: float = 60, stdin: str | None = None, admin: bool = False

@@ -72,6 +72,7 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
         "--docker-password=p",
     )
     assert pull.returncode == 0, pull.stderr
+    test_cluster.rdma_network("rdma-net")
     rdma = {"rdma/rdma_shared_device_a": 100}  # the shared device plugin advertises many
     test_cluster.set_nodes([Node("trainer-0", labels={"pool": "train"}, taints=[taint], rdma=rdma)])
     job = k8s_shell.run_cell_magic(

@@ -122,9 +122,55 @@ def test_not_enough_allocatable_for_all_replicas(k8s_shell, test_cluster):
 
 
 def test_rdma_resource_missing(k8s_shell, test_cluster):
+    test_cluster.rdma_network("rdma-net")
     test_cluster.set_nodes([Node("gpu-0", gpus=8), Node("gpu-1", gpus=8)])
     (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --rdma infiniband")
     assert "no node advertises rdma/" in problem
+
+
+def test_rdma_network_missing_is_named_before_pods_wait_in_container_creating(
+    k8s_shell, test_cluster, tmp_path
+):
+    rdma = {"rdma/rdma_shared_device_a": 8}
+    test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma=rdma), Node("gpu-1", gpus=8, rdma=rdma)])
+    test_cluster.rdma_network("roce-net")  # there is a network, not the one the profile names
+    (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --rdma infiniband")
+    assert problem.startswith("NetworkAttachmentDefinition 'rdma-net' (the Multus network of ")
+    assert f"does not exist in '{test_cluster.namespace}'" in problem
+    assert "kubectl get network-attachment-definitions -A" in problem
+    # a profile naming the network there is (in another namespace too, as NS/NAME) is accepted
+    profile = tmp_path / "roce.yaml"
+    shared = f"{test_cluster.namespace}/roce-net"
+    profile.write_text(
+        "name: roce\nenv: {NCCL_IB_HCA: mlx5}\nnetworks: " + shared + "\n"
+        "resource: rdma/rdma_shared_device_a\nresource_count: 1\nipc_lock: true\n"
+    )
+    job = k8s_shell.run_cell_magic(
+        "ktrain", f"{BASE} --gpus-per-node 8 --rdma {profile}", "x = 1\n"
+    )
+    assert job.state == "Succeeded"
+    assert k8s_shell.user_ns["x"] == 1
+
+
+def test_rdma_without_multus_says_it_is_not_installed(k8s_shell, test_cluster):
+    crd = test_cluster.cluster.plane.manifests / "multus/networks-crd.yaml"
+    gone = test_cluster.kubectl(
+        "delete", "crd", "network-attachment-definitions.k8s.cni.cncf.io", admin=True
+    )
+    assert gone.returncode == 0, gone.stderr
+    wait_for(
+        lambda: test_cluster.kubectl("get", "--raw", "/apis/k8s.cni.cncf.io/v1").returncode != 0,
+        30,
+    )
+    try:
+        rdma = {"rdma/rdma_shared_device_a": 8}
+        test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma=rdma), Node("gpu-1", gpus=8, rdma=rdma)])
+        (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --rdma roce")
+        assert "does not serve NetworkAttachmentDefinitions (Multus is not installed)" in problem
+        assert "--rdma tcp" in problem
+    finally:
+        back = test_cluster.kubectl("apply", "--server-side", "-f", str(crd), admin=True)
+        assert back.returncode == 0, back.stderr
 
 
 def test_volcano_queue_missing(k8s_shell, test_cluster):

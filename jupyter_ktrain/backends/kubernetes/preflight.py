@@ -4,12 +4,15 @@ Checks, in order: the CRD for the kind is served; the namespace exists; RBAC all
 backend will do (one SelfSubjectAccessReview per verb and resource); every PVC, Secret (and
 key) and image pull secret the spec names exists; some node advertises the GPUs and RDMA
 devices asked for with enough allocatable for all replicas (only a warning when nodes cannot be
-listed); the Volcano queue or Kueue LocalQueue exists when named. ``run_preflight`` returns the
+listed); the Multus NetworkAttachmentDefinitions an ``--rdma`` profile names exist (a missing
+one leaves every pod in ContainerCreating); the Volcano queue or Kueue LocalQueue exists when
+named. ``run_preflight`` returns the
 warnings and raises one :class:`PreflightError` holding every problem.
 """
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +22,14 @@ from ...spec import JobSpec
 from .api import Api, ApiFailure, ns_path
 from .metrics import SERVICE_MONITOR_API
 
-__all__ = ["KIND_API", "Access", "required_access", "run_preflight", "serves_service_monitors"]
+__all__ = [
+    "KIND_API",
+    "Access",
+    "multus_networks",
+    "required_access",
+    "run_preflight",
+    "serves_service_monitors",
+]
 
 # kind -> (group, version, plural)
 KIND_API = {
@@ -102,12 +112,13 @@ def run_preflight(
         ]
         refs = pool.submit(_references, api, spec, namespace, ref_warnings)
         queues = pool.submit(_queues, api, spec, namespace, ref_warnings)
+        networks = pool.submit(_networks, api, spec, namespace, ref_warnings)
         nodes = pool.submit(_nodes, api, spec, node_warnings)
         problems = crd.result() + ns.result()
         for check in rbac:
             problems += check.result()
         if not ns.result():  # in a missing namespace every reference is missing: say it once
-            problems += refs.result() + queues.result()
+            problems += refs.result() + queues.result() + networks.result()
         problems += nodes.result()
     if problems:
         raise PreflightError(problems)
@@ -265,6 +276,59 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
                 f"Kueue LocalQueue {s.kueue_queue!r} (--kueue-queue) does not exist in "
                 f"{namespace!r} (or Kueue is not installed): ask an admin to create it, or "
                 "drop --kueue-queue."
+            )
+    return out
+
+
+MULTUS_API = "/apis/k8s.cni.cncf.io/v1"
+
+
+def multus_networks(annotation: str) -> list[tuple[str | None, str]]:
+    """(namespace or None, name) of each network in a ``k8s.v1.cni.cncf.io/networks`` value:
+    ``[ns/]name[@iface]`` items separated by commas, or a JSON list of selection objects."""
+    text = annotation.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return []
+        return [
+            (i.get("namespace"), str(i["name"]))
+            for i in items
+            if isinstance(i, dict) and i.get("name")
+        ]
+    out: list[tuple[str | None, str]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        ref = item.split("@", 1)[0]
+        ns, _, name = ref.rpartition("/")
+        out.append((ns or None, name))
+    return out
+
+
+def _networks(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> list[str]:
+    rdma = spec.rdma
+    if rdma is None or not rdma.networks:
+        return []
+    wanted = multus_networks(rdma.networks)
+    if not wanted:
+        return []
+    if not _served(api, MULTUS_API):
+        return [
+            f"--rdma {rdma.name} attaches Multus network {rdma.networks!r}, but the cluster "
+            "does not serve NetworkAttachmentDefinitions (Multus is not installed): ask an "
+            "admin to install Multus and the RDMA network, or use --rdma tcp."
+        ]
+    out = []
+    for ns, name in wanted:
+        where = ns or namespace
+        path = ns_path("k8s.cni.cncf.io", "v1", where, "network-attachment-definitions", name)
+        if _get(api, path, warnings, f"NetworkAttachmentDefinition {where}/{name}") is None:
+            out.append(
+                f"NetworkAttachmentDefinition {name!r} (the Multus network of --rdma "
+                f"{rdma.name}) does not exist in {where!r}, so every pod would wait in "
+                "ContainerCreating: ask an admin to create it there (kubectl get "
+                "network-attachment-definitions -A lists the networks there are), or name "
+                "yours in an --rdma profile file (networks: NAMESPACE/NAME)."
             )
     return out
 

@@ -2,7 +2,8 @@
 # Builds the test cluster's real components from source through the Go module proxy, once per
 # machine, into a cache keyed by their versions: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
-# and JobSet, plus the CRDs, webhooks and runtimes from their own modules.
+# and JobSet, plus the CRDs, webhooks and runtimes from their own modules (and Multus's
+# NetworkAttachmentDefinition CRD from its client module).
 # Prints the cache folder on its last line. Usage: build.sh [--print-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -47,10 +48,14 @@ have jobset || (cd "$here/jobset" && go build -ldflags "-s -w" -o "$tmp/bin/jobs
 
 step "manifests (CRDs, webhooks, runtimes) from the modules"
 mod="$(go env GOMODCACHE)"
+nad="github.com/k8snetworkplumbingwg/network-attachment-definition-client"
+(cd "$tmp" && go mod download "$nad@$MULTUS_NAD_VERSION")
 rm -rf "$tmp/manifests"/*
 cp -r "$mod/github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION/manifests" "$tmp/manifests/training-operator"
 cp -r "$mod/github.com/kubeflow/trainer/v2@$TRAINER_VERSION/manifests" "$tmp/manifests/trainer"
 cp -r "$mod/sigs.k8s.io/jobset@$JOBSET_VERSION/config" "$tmp/manifests/jobset"
+mkdir -p "$tmp/manifests/multus"
+cp "$mod/$nad@$MULTUS_NAD_VERSION/artifacts/networks-crd.yaml" "$tmp/manifests/multus/"
 chmod -R u+w "$tmp/manifests"
 touch "$tmp/.complete"
 rm -rf "$out"; mv "$tmp" "$out"
