@@ -22,10 +22,11 @@ from typing import Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...launch import LIB_DIR
-from ...monitor.progress import ProgressTracker
+from ...monitor.progress import Progress, ProgressTracker
 from ...monitor.protocol import parse_line
 from ..base import (
     FAILED,
+    RUNNING,
     Backend,
     Job,
     JobShape,
@@ -35,7 +36,7 @@ from ..base import (
     complete_exit_codes,
 )
 from .api import Api, ApiFailure, ns_path
-from .kinds import CONTAINER_NAMES
+from .kinds import CONTAINER_NAMES, TRAINJOB_TARGET
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
@@ -46,6 +47,8 @@ from .watch import JobWatch
 __all__ = ["KubernetesBackend"]
 
 TAIL_LINES = 50
+PROGRESS_TAIL_LINES = 400  # lines of a job's rank-0 pod read for a list's progress
+PROGRESS_REFRESH_S = 10.0  # at most this often per running job
 DELETE_WAIT_S = 60.0
 
 
@@ -102,6 +105,8 @@ class KubernetesBackend(Backend):
         self._watches: dict[str, JobWatch] = {}
         self._runtime: dict[str, _Runtime] = collections.defaultdict(_Runtime)
         self._kinds: dict[str, str] = {}
+        # job -> (uid, when read, progress) of the rank-0 tail read for lists
+        self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -332,14 +337,68 @@ class KubernetesBackend(Backend):
         return job_shape(job) if job is not None else None
 
     def list_jobs(self) -> list[JobStatus]:
+        """Every job of this tool in the namespace (one list per kind), each with its progress:
+        from this process's follow of the job, else the TrainJob's ``trainerStatus``, else the
+        last lines of its rank-0 pod (read at most every PROGRESS_REFRESH_S per running job), so
+        the side panel and ``%ktrain list`` show percent and ETA for jobs no kernel follows."""
         out: list[JobStatus] = []
         for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
             state, reason, message = job_state(job)
-            progress = trainer_progress((job.get("status") or {}).get("trainerStatus"))
+            progress = self._progress(job, state)
             out.append(
                 JobStatus(job["metadata"]["name"], state, reason, message, progress=progress)
             )
         return sorted(out, key=lambda s: s.name)
+
+    def _progress(self, job: dict[str, Any], state: str) -> Progress | None:
+        meta = job["metadata"]
+        name, uid = meta["name"], meta.get("uid", "")
+        rt = self._runtime.get(name)
+        if rt is not None and rt.progress.progress is not None:
+            return rt.progress.progress
+        reported = trainer_progress((job.get("status") or {}).get("trainerStatus"))
+        if reported is not None:
+            return reported
+        seen = self._tail_progress.get(name)
+        fresh = seen is not None and seen[0] == uid
+        if (
+            fresh
+            and seen is not None
+            and (state != RUNNING or time.monotonic() - seen[1] < PROGRESS_REFRESH_S)
+        ):
+            return seen[2]
+        if state != RUNNING:  # a job never seen running: its logs are not read for a list
+            return None
+        progress = None
+        with contextlib.suppress(ApiFailure, ClusterError):
+            progress = self._progress_from_tail(job)
+        self._tail_progress[name] = (uid, time.monotonic(), progress)
+        return progress
+
+    def _progress_from_tail(self, job: dict[str, Any]) -> Progress | None:
+        """Progress from the last PROGRESS_TAIL_LINES lines of the job's first pod (the one
+        holding rank 0; an MPIJob's launcher prints every rank)."""
+        kind = job.get("kind", "")
+        pods = replica_pods(job)
+        if not pods and kind == "TrainJob":
+            selector = (
+                f"jobset.sigs.k8s.io/jobset-name={job['metadata']['name']},"
+                f"jobset.sigs.k8s.io/replicatedjob-name={TRAINJOB_TARGET},"
+                "batch.kubernetes.io/job-completion-index=0"
+            )
+            path = ns_path("", "v1", self.namespace, "pods")
+            found = self.api.get(path, {"labelSelector": selector}).get("items") or []
+            pods = [p["metadata"]["name"] for p in found]
+        if not pods:
+            return None
+        path = ns_path("", "v1", self.namespace, "pods", pods[0]) + "/log"
+        query: dict[str, Any] = {"tailLines": PROGRESS_TAIL_LINES}
+        if CONTAINER_NAMES.get(kind):
+            query["container"] = CONTAINER_NAMES[kind]
+        rt = _Runtime()  # the same reading of records as a followed job's
+        for raw in self.api.stream_lines(path, query, partial=True):
+            rt.on_line(pods[0], 0, raw.decode("utf-8", "replace"))
+        return rt.progress.progress
 
     # -- logs ---------------------------------------------------------------------------------
     def log_sources(self, name: str) -> list[LogSource]:
