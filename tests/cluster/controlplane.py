@@ -115,16 +115,19 @@ class Proc:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
         return ""
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(10)
+
+    def stop(self, timeout: float = 10) -> None:
+        self.terminate()
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
         self.fh.close()
 
 
@@ -644,8 +647,12 @@ class ControlPlane:
         return str(got["status"]["token"])
 
     def stop(self) -> None:
+        """Every component told at once, then each waited for (10 s in all, then killed)."""
         for p in reversed(self.procs):
-            p.stop()
+            p.terminate()
+        deadline = time.monotonic() + 10
+        for p in reversed(self.procs):
+            p.stop(max(0.1, deadline - time.monotonic()))
         self.procs.clear()
 
     def component_logs(self) -> dict[str, str]:

@@ -121,5 +121,7 @@ def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[Cl
         yield ClusterHandle(cluster, kubeconfig, admin, ns, home)
     finally:
         cluster.faults.reset()
-        cluster.set_nodes([Node()])
+        # pods first, while their nodes' kubelets still run them: a pod on a node removed
+        # before would stay Terminating until the pod garbage collector's orphan sweep (~50 s)
         cluster.delete_namespace(ns)
+        cluster.set_nodes([Node()])
