@@ -396,7 +396,8 @@ class KubernetesBackend(Backend):
         if CONTAINER_NAMES.get(kind):
             query["container"] = CONTAINER_NAMES[kind]
         rt = _Runtime()  # the same reading of records as a followed job's
-        for raw in self.api.stream_lines(path, query, partial=True):
+        # a stalled read ends the tail (what came is used): a list never hangs on one pod
+        for raw in self.api.stream_lines(path, query, read_timeout=10.0, partial=True):
             rt.on_line(pods[0], 0, raw.decode("utf-8", "replace"))
         return rt.progress.progress
 
