@@ -14,3 +14,14 @@ def train(scale):
     dist.destroy_process_group()
     return t.item() * scale
 """
+
+PACED_LOOP = """
+import time
+import jupyter_ktrain as ktrain
+
+def paced(n, pause):
+    for i in range(1, n + 1):
+        time.sleep(pause)
+        ktrain.report(step=i, total=n, loss=1.0 / i)
+    return n
+"""

@@ -514,20 +514,9 @@ class ControlPlane:
         """The folder a pod of service account ``name`` has at SA_DIR (token, ca.crt,
         namespace), for a controller that reads its own token (Trainer's status server takes
         the cluster's OIDC issuer from it)."""
-        with contextlib.suppress(ApiError):
-            self.admin.create(
-                f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}}
-            )
-        got = _retry(
-            lambda: self.admin.create(
-                f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                {"spec": {"expirationSeconds": 86400}},
-            ),
-            30,
-        )
         folder = self.dir / "serviceaccounts" / name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "token").write_text(got["status"]["token"])
+        (folder / "token").write_text(self.token(namespace, name))
         (folder / "ca.crt").write_bytes(self.pki.ca.cert.read_bytes())
         (folder / "namespace").write_text(namespace)
         return {SA_DIR: folder}
@@ -639,11 +628,15 @@ class ControlPlane:
 
     def notebook_token(self, namespace: str) -> str:
         """A token of the namespace's ``notebook`` service account (made when missing)."""
+        return self.token(namespace, NOTEBOOK_SA)
+
+    def token(self, namespace: str, name: str) -> str:
+        """A day-long token (TokenRequest) of service account ``name``, made when missing."""
         base = f"/api/v1/namespaces/{namespace}/serviceaccounts"
         with contextlib.suppress(ApiError):
-            self.admin.create(base, {"metadata": {"name": NOTEBOOK_SA}})
+            self.admin.create(base, {"metadata": {"name": name}})
         req = {"spec": {"expirationSeconds": 86400}}
-        got = _retry(lambda: self.admin.create(f"{base}/{NOTEBOOK_SA}/token", req), 30)
+        got = _retry(lambda: self.admin.create(f"{base}/{name}/token", req), 30)
         return str(got["status"]["token"])
 
     def stop(self) -> None:

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from tests.cluster import Node
+from tests.notebook_cells import PACED_LOOP
 
 from .k8s_helpers import configured_shell, wait_for
 
@@ -119,23 +120,11 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
     assert ns
 
 
-PACED = """
-import time
-import jupyter_ktrain as ktrain
-
-def paced(n, pause):
-    for i in range(1, n + 1):
-        time.sleep(pause)
-        ktrain.report(step=i, total=n, loss=1.0 / i)
-    return n
-"""
-
-
 def test_trainjob_progress_reaches_trainer_status(k8s_shell, test_cluster, capsys):
     """Trainer with its TrainJobStatus feature: rank 0 posts progress and metrics to the
     controller's status endpoint (its projected token, its CA, its Service name), so
     ``kubectl get trainjob`` shows what the notebook shows, while it runs and at the end."""
-    assert k8s_shell.run_cell(PACED, store_history=True).success
+    assert k8s_shell.run_cell(PACED_LOOP, store_history=True).success
     job = k8s_shell.run_cell_magic(
         "ktrain",
         f"--kind TrainJob --runtime torch-distributed --nodes 2 --procs-per-node 1 {IMAGE} "

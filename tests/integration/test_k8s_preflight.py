@@ -3,6 +3,9 @@ each, saying what is missing and what fixes it; several problems are reported to
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 import pytest
 from IPython.core.error import UsageError
 
@@ -34,26 +37,33 @@ def _refused(shell, test_cluster, flags: str) -> list[str]:
     return [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
 
 
+@contextlib.contextmanager
+def _without_crd(test_cluster, name: str, manifest: str, gone: Callable[[], bool]):
+    """The CRD ``name`` deleted (as on a cluster without that component) until the block
+    ends, then applied again from ``manifest`` (under the cluster's manifests)."""
+    deleted = test_cluster.kubectl("delete", "crd", name, admin=True)
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for(gone, 30)  # discovery follows the deletion a moment later
+    try:
+        yield
+    finally:
+        crd = test_cluster.cluster.plane.manifests / manifest
+        back = test_cluster.kubectl("apply", "--server-side", "-f", str(crd), admin=True)
+        assert back.returncode == 0, back.stderr
+
+
 def test_missing_crd_names_the_operator(k8s_shell, test_cluster):
-    crd = (
-        test_cluster.cluster.plane.manifests
-        / "training-operator/base/crds/kubeflow.org_mpijobs.yaml"
-    )
-    gone = test_cluster.kubectl("delete", "crd", "mpijobs.kubeflow.org", admin=True)
-    assert gone.returncode == 0, gone.stderr
-    wait_for(  # discovery follows the deletion a moment later
+    with _without_crd(
+        test_cluster,
+        "mpijobs.kubeflow.org",
+        "training-operator/base/crds/kubeflow.org_mpijobs.yaml",
         lambda: (
             "mpijobs" not in test_cluster.kubectl("get", "--raw", "/apis/kubeflow.org/v1").stdout
         ),
-        30,
-    )
-    try:
+    ):
         (problem,) = _refused(k8s_shell, test_cluster, "--kind MPIJob")
         assert "does not serve MPIJob (mpijobs.kubeflow.org/v1)" in problem
         assert "Training Operator" in problem
-    finally:
-        back = test_cluster.kubectl("apply", "--server-side", "-f", str(crd), admin=True)
-        assert back.returncode == 0, back.stderr
 
 
 def test_missing_namespace(k8s_shell, test_cluster):
@@ -153,24 +163,17 @@ def test_rdma_network_missing_is_named_before_pods_wait_in_container_creating(
 
 
 def test_rdma_without_multus_says_it_is_not_installed(k8s_shell, test_cluster):
-    crd = test_cluster.cluster.plane.manifests / "multus/networks-crd.yaml"
-    gone = test_cluster.kubectl(
-        "delete", "crd", "network-attachment-definitions.k8s.cni.cncf.io", admin=True
-    )
-    assert gone.returncode == 0, gone.stderr
-    wait_for(
+    with _without_crd(
+        test_cluster,
+        "network-attachment-definitions.k8s.cni.cncf.io",
+        "multus/networks-crd.yaml",
         lambda: test_cluster.kubectl("get", "--raw", "/apis/k8s.cni.cncf.io/v1").returncode != 0,
-        30,
-    )
-    try:
+    ):
         rdma = {"rdma/rdma_shared_device_a": 8}
         test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma=rdma), Node("gpu-1", gpus=8, rdma=rdma)])
         (problem,) = _refused(k8s_shell, test_cluster, "--gpus-per-node 8 --rdma roce")
         assert "does not serve NetworkAttachmentDefinitions (Multus is not installed)" in problem
         assert "--rdma tcp" in problem
-    finally:
-        back = test_cluster.kubectl("apply", "--server-side", "-f", str(crd), admin=True)
-        assert back.returncode == 0, back.stderr
 
 
 def test_volcano_queue_missing(k8s_shell, test_cluster):

@@ -13,21 +13,11 @@ pytest.importorskip("kubernetes")
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
 from jupyter_ktrain.config import load_config
 from jupyter_ktrain.server.core import PanelCore
+from tests.notebook_cells import PACED_LOOP
 
 from .k8s_helpers import configured_shell
 
 pytestmark = pytest.mark.slow
-
-PACED = """
-import time
-import jupyter_ktrain as ktrain
-
-def paced(n, pause):
-    for i in range(1, n + 1):
-        time.sleep(pause)
-        ktrain.report(step=i, total=n, loss=1.0 / i)
-    return n
-"""
 
 
 @pytest.fixture
@@ -36,7 +26,7 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
 
 
 def test_a_job_nobody_here_follows_shows_progress_in_lists(k8s_shell, capsys):
-    assert k8s_shell.run_cell(PACED, store_history=True).success
+    assert k8s_shell.run_cell(PACED_LOOP, store_history=True).success
     job = k8s_shell.run_cell_magic(
         "ktrain",
         "--nodes 2 --procs-per-node 1 --image local/python --name paced --detach",

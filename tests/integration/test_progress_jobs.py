@@ -14,19 +14,9 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.monitor.live import model_from_logs
 from jupyter_ktrain.monitor.text import header_text
 from jupyter_ktrain.server.core import PanelCore
+from tests.notebook_cells import PACED_LOOP
 
 pytestmark = pytest.mark.slow
-
-LOOP = """
-import time
-import jupyter_ktrain as ktrain
-
-def loop(n, pause):
-    for i in range(1, n + 1):
-        time.sleep(pause)
-        ktrain.report(step=i, total=n, loss=1.0 / i)
-    return n
-"""
 
 
 @pytest.fixture
@@ -34,7 +24,7 @@ def shell() -> Iterator[InteractiveShell]:
     sh = InteractiveShell.instance()
     sh.reset(new_session=True)
     sh.extension_manager.load_extension("jupyter_ktrain")
-    assert sh.run_cell(LOOP, store_history=True).success
+    assert sh.run_cell(PACED_LOOP, store_history=True).success
     yield sh
     sh.reset(new_session=True)
 
@@ -42,7 +32,7 @@ def shell() -> Iterator[InteractiveShell]:
 def test_a_hand_written_loop_shows_progress_everywhere(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = shell.run_cell_magic("ktrain", "--nodes 2 --detach", "steps = loop(40, 0.15)\n")
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --detach", "steps = paced(40, 0.15)\n")
     seen = []
     deadline = time.monotonic() + 120
     while not job.status().terminal:

@@ -360,13 +360,9 @@ class KubernetesBackend(Backend):
         if reported is not None:
             return reported
         seen = self._tail_progress.get(name)
-        fresh = seen is not None and seen[0] == uid
-        if (
-            fresh
-            and seen is not None
-            and (state != RUNNING or time.monotonic() - seen[1] < PROGRESS_REFRESH_S)
-        ):
-            return seen[2]
+        recent = seen is not None and time.monotonic() - seen[1] < PROGRESS_REFRESH_S
+        if seen is not None and seen[0] == uid and (state != RUNNING or recent):
+            return seen[2]  # kept once the job is over; re-read while it runs
         if state != RUNNING:  # a job never seen running: its logs are not read for a list
             return None
         progress = None
@@ -378,9 +374,8 @@ class KubernetesBackend(Backend):
     def _progress_from_tail(self, job: dict[str, Any]) -> Progress | None:
         """Progress from the last PROGRESS_TAIL_LINES lines of the job's first pod (the one
         holding rank 0; an MPIJob's launcher prints every rank)."""
-        kind = job.get("kind", "")
         pods = replica_pods(job)
-        if not pods and kind == "TrainJob":
+        if not pods and job.get("kind") == "TrainJob":
             selector = (
                 f"jobset.sigs.k8s.io/jobset-name={job['metadata']['name']},"
                 f"jobset.sigs.k8s.io/replicatedjob-name={TRAINJOB_TARGET},"
@@ -391,10 +386,8 @@ class KubernetesBackend(Backend):
             pods = [p["metadata"]["name"] for p in found]
         if not pods:
             return None
-        path = ns_path("", "v1", self.namespace, "pods", pods[0]) + "/log"
-        query: dict[str, Any] = {"tailLines": PROGRESS_TAIL_LINES}
-        if CONTAINER_NAMES.get(kind):
-            query["container"] = CONTAINER_NAMES[kind]
+        path, query = self._log_request(job, pods[0])
+        query["tailLines"] = PROGRESS_TAIL_LINES
         rt = _Runtime()  # the same reading of records as a followed job's
         # a stalled read ends the tail (what came is used): a list never hangs on one pod
         for raw in self.api.stream_lines(path, query, read_timeout=10.0, partial=True):
@@ -433,13 +426,11 @@ class KubernetesBackend(Backend):
     def _stored_logs(
         self, job: dict[str, Any], pods: dict[str, Any], stamped: bool = False
     ) -> Iterator[tuple[str, str]]:
-        container = CONTAINER_NAMES.get(job.get("kind", ""), "")
         for pod in replica_pods(job) or sorted(pods):
             obj = pods.get(pod)
             if obj is None:
                 continue
-            path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
-            query: dict[str, Any] = {"container": container} if container else {}
+            path, query = self._log_request(job, pod)
             if stamped:
                 query["timestamps"] = True
             restarts = sum(
@@ -454,6 +445,12 @@ class KubernetesBackend(Backend):
                 except ApiFailure as exc:
                     if exc.status not in (400, 404):
                         raise
+
+    def _log_request(self, job: dict[str, Any], pod: str) -> tuple[str, dict[str, Any]]:
+        """Path and base query of one of the job's pods' logs (its training container)."""
+        container = CONTAINER_NAMES.get(job.get("kind", ""), "")
+        path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
+        return path, ({"container": container} if container else {})
 
     # -- cancel / delete -------------------------------------------------------------------------
     def cancel(self, name: str) -> None:

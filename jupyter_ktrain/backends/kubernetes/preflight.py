@@ -141,17 +141,6 @@ def _crd(api: Api, spec: JobSpec) -> list[str]:
     ]
 
 
-def _served(api: Api, path: str) -> bool:
-    """Whether the API server serves this group (discovery is readable by every user)."""
-    try:
-        api.get(path)
-    except ApiFailure as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
-
-
 def _namespace(api: Api, namespace: str) -> list[str]:
     try:
         api.get(f"/api/v1/namespaces/{namespace}")
@@ -255,7 +244,7 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
                 raise
             # a user who may not read cluster-scoped queues gets 403 whether or not Volcano is
             # there: discovery (readable by everyone) tells which
-            if exc.status == 404 or not _served(api, "/apis/scheduling.volcano.sh"):
+            if exc.status == 404 or not api.exists("/apis/scheduling.volcano.sh"):
                 out.append(
                     f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
                     f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
@@ -312,7 +301,7 @@ def _networks(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> l
     wanted = multus_networks(rdma.networks)
     if not wanted:
         return []
-    if not _served(api, MULTUS_API):
+    if not api.exists(MULTUS_API):  # discovery: readable by every user
         return [
             f"--rdma {rdma.name} attaches Multus network {rdma.networks!r}, but the cluster "
             "does not serve NetworkAttachmentDefinitions (Multus is not installed): ask an "
