@@ -99,7 +99,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     c = parser.add_argument_group("scheduling")
     c.add_argument("--elastic", metavar="MIN:MAX")
-    c.add_argument("--max-restarts", type=int, metavar="N", help="with --elastic")
+    c.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="N",
+        help="restart a fault (a killed, evicted, preempted or OOM-killed process, a deleted "
+        "pod) up to N times before the job fails (default 3; the job's backoffLimit, and "
+        "torchrun's --max-restarts with --elastic); a bug in the code fails at once",
+    )
     c.add_argument(
         "--node-selector", action="append", type=_pair("--node-selector"), metavar="KEY=VALUE"
     )
@@ -224,6 +231,12 @@ def _run_policy(ns: argparse.Namespace) -> dict[str, Any]:
         "clean_pod_policy": "clean_pod_policy",
     }
     out = {names[k]: v for k, v in _given(ns, *names).items()}
+    if ns.max_restarts is not None:
+        if out.get("backoff_limit", ns.max_restarts) != ns.max_restarts:
+            raise SpecError(
+                "--max-restarts and --backoff-limit set the same limit differently: keep one."
+            )
+        out["backoff_limit"] = ns.max_restarts
     return {"run_policy": out} if out else {}
 
 
@@ -231,8 +244,6 @@ def _elastic(ns: argparse.Namespace) -> dict[str, Any]:
     from .spec import Elastic
 
     if ns.elastic is None:
-        if ns.max_restarts is not None:
-            raise SpecError("--max-restarts only applies with --elastic MIN:MAX.")
         return {}
     e = Elastic.parse(ns.elastic)
     if ns.max_restarts is not None:

@@ -26,6 +26,7 @@ import traceback
 import warnings
 from typing import Any
 
+from .exits import PEER_LOST, peer_lost, write_rank_code
 from .monitor.protocol import format_rank_line, format_record
 from .mpi import rank_env
 
@@ -291,6 +292,7 @@ def main(argv: list[str]) -> int:
     prefixer = _Prefixer(rank)
     prefixer.start()
     code = 0
+    write_rank_code(rank, None)  # started: a rank that leaves no code was killed
     _integrations(rank)
     try:
         sys.path.insert(0, os.path.dirname(program))
@@ -301,7 +303,8 @@ def main(argv: list[str]) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:
         sys.stderr.write("".join(notebook_traceback(exc, program)))
-        code = 1
+        code = PEER_LOST if peer_lost(exc) else 1
+    write_rank_code(rank, code)
     prefixer.stop()
     record = format_record({"type": "exit", "rank": rank, "code": code})
     prefixer.write_direct(format_rank_line(rank, record) + "\n")

@@ -16,6 +16,7 @@ from .errors import SpecError
 
 __all__ = [
     "CLEAN_POD_POLICIES",
+    "DEFAULT_MAX_RESTARTS",
     "RESTART_POLICIES",
     "DeepSpeed",
     "Elastic",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 RESTART_POLICIES = ("OnFailure", "Never", "Always", "ExitCode")
+# A fault (exit >= 128, a deleted pod) is restarted this many times by default; a bug never.
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_RESTART_POLICY = {"MPIJob": "Never"}  # any other kind: ExitCode
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 PRECISIONS = ("bf16", "fp16")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -524,16 +528,22 @@ class Scheduling:
 
 @dataclass(frozen=True)
 class RunPolicy:
-    """The operator's runPolicy plus the replicas' restartPolicy."""
+    """The operator's runPolicy plus the replicas' restartPolicy.
 
-    restart_policy: str = "OnFailure"
+    Defaults fail a bug once and restart a fault: ``ExitCode`` (the operator retries only exit
+    codes >= 128: a killed, evicted, preempted or OOM-killed process; a deleted pod is recreated
+    anyway) with ``backoffLimit`` :data:`DEFAULT_MAX_RESTARTS`; an MPIJob's launcher, which the
+    operator cannot restart by exit code, ``Never`` (its agent retries ``mpirun`` on a fault).
+    """
+
+    restart_policy: str | None = None  # None: the kind's default (restart_policy_for)
     clean_pod_policy: str | None = None
     ttl_seconds_after_finished: int | None = None
-    backoff_limit: int | None = None
+    backoff_limit: int | None = None  # None: DEFAULT_MAX_RESTARTS
     active_deadline_seconds: int | None = None
 
     def __post_init__(self) -> None:
-        if self.restart_policy not in RESTART_POLICIES:
+        if self.restart_policy not in (None, *RESTART_POLICIES):
             raise SpecError(
                 f"--restart-policy {self.restart_policy!r} is not known: use one of "
                 f"{', '.join(RESTART_POLICIES)} (ExitCode retries only exit codes >= 128)."
@@ -553,6 +563,14 @@ class RunPolicy:
     @property
     def is_default(self) -> bool:
         return self == RunPolicy()
+
+    def restart_policy_for(self, kind: str) -> str:
+        return self.restart_policy or DEFAULT_RESTART_POLICY.get(kind, "ExitCode")
+
+    @property
+    def max_restarts(self) -> int:
+        """How many times a fault is restarted before the job fails (backoffLimit)."""
+        return DEFAULT_MAX_RESTARTS if self.backoff_limit is None else self.backoff_limit
 
 
 @dataclass(frozen=True)

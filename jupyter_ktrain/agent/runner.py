@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ from types import FrameType
 from typing import Any
 
 from .. import mpi
+from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..monitor.protocol import format_agent_line
 from .metrics import METRICS_UDP_ENV, MetricsEndpoint, MetricsStore, ReportListener
 from .sampler import Nvml, Sampler
@@ -223,6 +225,9 @@ def main(
     metrics = _start_metrics(opts.metrics_port, opts.metrics_host, os.environ)
     if metrics is not None:
         env[METRICS_UDP_ENV] = metrics.listener.address
+    exit_dir = None if opts.mpi_launcher else tempfile.mkdtemp(prefix="ktrain-exits-")
+    if exit_dir is not None:
+        env[EXIT_DIR_ENV] = exit_dir
     sys.stdout.flush()
     child = popen(cmd, env=env)
 
@@ -241,7 +246,18 @@ def main(
             sampler.stop()
         if metrics is not None:
             metrics.stop()
-    if code < 0:
-        code = 128 - code
-    _say(f"node command exited with code {code}")
+    return _verdict(code, exit_dir)
+
+
+def _verdict(child_code: int, exit_dir: str | None) -> int:
+    """The replica's exit code: a bug < 128 (fails the job once), a fault >= 128 (restartable,
+    the operator's ExitCode rule); under mpirun the ranks' own agents decided already."""
+    if exit_dir is None:
+        code = 128 - child_code if child_code < 0 else child_code
+        _say(f"node command exited with code {code}")
+        return code
+    ranks = read_rank_codes(exit_dir)
+    shutil.rmtree(exit_dir, ignore_errors=True)
+    code, why = node_exit(child_code, ranks)
+    _say(f"node command exited with code {code}" + (f": {why}" if why else ""))
     return code

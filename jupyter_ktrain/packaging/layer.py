@@ -182,6 +182,7 @@ class LayerCache:
 POD_MODULES = (
     "__init__.py",
     "errors.py",
+    "exits.py",
     "integrations.py",
     "launch.py",
     "report.py",

@@ -22,7 +22,7 @@ CASES = [
     ("--elastic 2:3 --nodes 4", ["--nodes 4", "--elastic 2:3", "between"]),
     ("--elastic two", ["--elastic", "MIN:MAX", "2:8"]),
     ("--kind TFJob --elastic 2:4", ["--elastic", "--kind PyTorchJob"]),
-    ("--max-restarts 3", ["--max-restarts", "--elastic"]),
+    ("--max-restarts 3 --backoff-limit 2", ["--max-restarts", "--backoff-limit"]),
     ("--deepspeed zero3 --bf16 --fp16", ["--bf16", "--fp16", "pick one"]),
     ("--micro-batch 2", ["--micro-batch", "--deepspeed"]),
     ("--bf16", ["--bf16", "--deepspeed"]),

@@ -31,6 +31,7 @@ from jupyter_ktrain.backends.kubernetes.validate import validate_objects
 from jupyter_ktrain.cli_render import build_parser, spec_from_args
 from jupyter_ktrain.cluster_options import spec_from_yaml
 from jupyter_ktrain.launch import node_command
+from jupyter_ktrain.spec_parts import DEFAULT_MAX_RESTARTS
 
 from .seedcmp import diff
 
@@ -78,10 +79,14 @@ def test_llm_finetune_pytorchjob_from_flags_matches_the_seed() -> None:
         # the seed's torchrun pins --nnodes=4 (contradicting elastic 2:8) and a script baked
         # into the image; ours is the agent + torchrun reading the operator's PET_* env
         f"{c}.command",
+        # a bug fails the job once, a fault restarts (the seed's OnFailure restarts a raising
+        # rank forever: a crash loop, then a false success)
+        f"{w}.restartPolicy",
     }
     assert extra == {
         "metadata.labels",
         "spec.nprocPerNode",
+        "spec.runPolicy",  # backoffLimit: faults are restarted a bounded number of times
         f"{w}.template.metadata.labels",
         f"{w}.template.metadata.annotations.sidecar.istio.io/inject",
         f"{c}.resources.requests.nvidia.com/gpu",
@@ -126,8 +131,10 @@ def test_resnet_pytorchjob_master_and_workers_matches_the_seed() -> None:
     )
     differ, extra = diff(job, seed("resnet-distributed-training.pytorchjob.yaml"))
     expected_differ: set[str] = set()
-    expected_extra = {"metadata.labels", "spec.nprocPerNode"}
+    expected_extra = {"metadata.labels", "spec.nprocPerNode", "spec.runPolicy"}
     for rtype in ("Master", "Worker"):
+        # ExitCode (the seed: OnFailure): a bug fails once, a fault restarts
+        expected_differ.add(f"spec.pytorchReplicaSpecs.{rtype}.restartPolicy")
         rp = f"spec.pytorchReplicaSpecs.{rtype}.template"
         c = f"{rp}.spec.containers[pytorch]"
         # our memory-backed /dev/shm volume is called dshm in every job (the seed: shm);
@@ -166,8 +173,10 @@ def test_tfjob_chief_and_workers_match_the_seeds(seed_file: str, flags: str) -> 
     job = ours(flags)
     differ, extra = diff(job, seed(seed_file))
     expected_differ: set[str] = set()
-    expected_extra = {"metadata.labels"}
+    expected_extra = {"metadata.labels", "spec.runPolicy"}
     for rtype in ("Chief", "Worker"):
+        # ExitCode (the seed: OnFailure): a bug fails once, a fault restarts
+        expected_differ.add(f"spec.tfReplicaSpecs.{rtype}.restartPolicy")
         rp = f"spec.tfReplicaSpecs.{rtype}.template"
         c = f"{rp}.spec.containers[tensorflow]"
         # one process per replica under the agent; TensorFlow reads the operator's TF_CONFIG
@@ -198,8 +207,9 @@ def test_horovod_mpijob_matches_the_seed() -> None:
     assert extra == {
         "metadata.labels",
         "spec.mainContainer",
-        # we always state the restart policy (--restart-policy, default OnFailure: a failed
-        # launcher re-runs mpirun); the operator's implicit MPIJob default is Never
+        "spec.runPolicy.backoffLimit",  # faults are restarted a bounded number of times
+        # we always state the restart policy (default Never, the operator's implicit MPIJob
+        # default: a failed launcher fails the job; its agent re-runs mpirun on a fault)
         "spec.mpiReplicaSpecs.Launcher.restartPolicy",
         "spec.mpiReplicaSpecs.Worker.restartPolicy",
         f"{la}.metadata",
@@ -222,4 +232,8 @@ def test_horovod_mpijob_matches_the_seed() -> None:
     assert worker["containers"][0]["volumeMounts"] == seed_worker["containers"][0]["volumeMounts"]
     assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert spec["slotsPerWorker"] == 8
-    assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 3600}
+    assert spec["runPolicy"] == {
+        "cleanPodPolicy": "Running",
+        "ttlSecondsAfterFinished": 3600,
+        "backoffLimit": DEFAULT_MAX_RESTARTS,
+    }

@@ -72,7 +72,7 @@ def _replica(spec: JobSpec, replicas: int, template: dict[str, Any]) -> dict[str
     aliases, and a caller may edit one replica type without touching the others)."""
     return {
         "replicas": replicas,
-        "restartPolicy": spec.run_policy.restart_policy,
+        "restartPolicy": spec.run_policy.restart_policy_for(spec.kind),
         "template": copy.deepcopy(template),
     }
 
@@ -84,8 +84,7 @@ def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:
         out["cleanPodPolicy"] = rp.clean_pod_policy
     if rp.ttl_seconds_after_finished is not None:
         out["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
-    if rp.backoff_limit is not None:
-        out["backoffLimit"] = rp.backoff_limit
+    out["backoffLimit"] = rp.max_restarts
     if rp.active_deadline_seconds is not None:
         out["activeDeadlineSeconds"] = rp.active_deadline_seconds
     if s.gang:

@@ -1,0 +1,84 @@
+"""A bug fails a replica with a code < 128 (not retried); a fault with one >= 128 (retried):
+the pure rule, then the real agent running real torchrun ranks that raise or get kill -9."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain.exits import KILLED, PEER_LOST, describe_exit, node_exit, peer_lost
+from jupyter_ktrain.launch import node_command
+
+
+def test_a_raising_rank_decides_over_ranks_that_torchrun_stopped() -> None:
+    assert node_exit(1, {0: None, 1: 1}) == (
+        1,
+        "rank 1 failed with exit code 1: not restarted (a bug fails again)",
+    )
+
+
+def test_a_rank_without_a_code_was_killed_and_the_node_is_restartable() -> None:
+    code, why = node_exit(1, {0: None, 1: None})
+    assert code == KILLED and "rank 0 was killed" in why
+
+
+def test_a_lost_peer_is_restartable_and_the_launchers_own_signal_stands() -> None:
+    assert node_exit(1, {0: PEER_LOST, 1: 0})[0] == PEER_LOST
+    assert node_exit(-15, {0: 1})[0] == 143
+    assert node_exit(0, {0: 0}) == (0, "")
+    assert node_exit(7, {}) == (7, "")  # no rank ever started: the command's own code
+
+
+def test_broken_connections_are_peers_lost_and_other_errors_are_bugs() -> None:
+    try:
+        try:
+            raise ConnectionResetError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+        except ConnectionResetError as inner:
+            raise RuntimeError("allreduce failed") from inner
+    except RuntimeError as exc:
+        assert peer_lost(exc)
+    assert not peer_lost(ValueError("rank 1 raised"))
+    assert describe_exit(137) == "killed by signal 9 (SIGKILL)"
+    assert describe_exit(1) == "exit code 1"
+
+
+RANK_1 = """
+import os, signal
+if int(os.environ["RANK"]) == 1:
+    {action}
+"""
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("raise ValueError('bad batch')", 1),
+        ("os.kill(os.getpid(), signal.SIGKILL)", KILLED),
+        ("pass", 0),
+    ],
+)
+def test_the_agent_exits_as_the_operator_should_treat_it(
+    tmp_path: Path, action: str, expected: int
+) -> None:
+    (tmp_path / "program.py").write_text(RANK_1.format(action=action))
+    env = {
+        **os.environ,
+        "PET_NNODES": "1",
+        "PET_NPROC_PER_NODE": "2",
+        "PET_NODE_RANK": "0",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": "0",
+    }
+    cmd = node_command(str(tmp_path), sys.executable)
+    cmd.insert(cmd.index("--code-dir"), "--gpu-sampling")
+    cmd.insert(cmd.index("--code-dir"), "off")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == expected, done.stdout + done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith(f"[agent]: node command exited with code {expected}")
+    if expected == KILLED:
+        assert "rank 1 was killed" in last or "rank 0 was killed" in last
