@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from .backends import get_backend, listed_backends
 from .backends.base import CANCELLED, FAILED, Job
 from .capture import capture
-from .errors import JobFailed, JobNotFound, KtrainError, SpecError
+from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
 from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
@@ -268,7 +268,8 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
 
 def _list(backend_name: str | None) -> None:
     """Jobs of every listed backend (local always, the configured one too); a backend that
-    cannot answer is one line, and the others' jobs are still listed."""
+    cannot answer is one line (a ClusterError: the cell and ``ktrain list`` fail), after the
+    others' jobs are listed."""
     names = [backend_name] if backend_name else listed_backends()
     rows: list[str] = []
     problems: list[str] = []
@@ -283,8 +284,8 @@ def _list(backend_name: str | None) -> None:
         _say(f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows))
     elif not problems:
         _say(f"No jobs yet on {' or '.join(names)}.")
-    for problem in problems:
-        _say(f"ktrain: {problem}")
+    if problems:  # what could be listed is shown; the list is incomplete, so it fails
+        raise ClusterError("\n".join(problems))
 
 
 def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:

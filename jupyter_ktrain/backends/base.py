@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,8 @@ class JobStatus:
     """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
 
     ``failed_rank`` is the first rank that failed (by time), when known, so its last lines can
-    be shown first. ``progress`` is percent done and time left, once the job reports a total
+    be shown first. ``max_restarts`` is the job's limit of fault restarts (Kubernetes:
+    ``backoffLimit``). ``progress`` is percent done and time left, once the job reports a total
     (``ktrain.report(step=..., total=...)`` or the Transformers Trainer); None before.
     """
 
@@ -69,6 +70,12 @@ class JobStatus:
     finished: float | None = None
     failed_rank: int | None = None
     progress: Progress | None = None
+    max_restarts: int | None = None  # how many fault restarts the job allows, when known
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of every replica so far (a fault restarted: killed, deleted, preempted)."""
+        return sum(r.restarts for r in self.replicas)
 
     @property
     def terminal(self) -> bool:
@@ -160,6 +167,11 @@ class Backend(ABC):
 
     @abstractmethod
     def log_sources(self, name: str) -> list[LogSource]: ...
+
+    def more_log_sources(self, name: str, known: Collection[str]) -> list[LogSource]:
+        """Sources for replicas that appeared since ``known`` were handed out (pods created
+        late or made anew under a new name); none where the replicas are fixed up front."""
+        return []
 
     @abstractmethod
     def cancel(self, name: str) -> None: ...

@@ -43,6 +43,7 @@ def follow(
             if (status.state, status.replicas) != last_state:
                 sink.status(status)
                 last_state = (status.state, status.replicas)
+            sources += job.backend.more_log_sources(job.name, {s.replica for s in sources})
             for source in sources:
                 raw = source.finish() if status.terminal else source.read()
                 if raw:

@@ -104,7 +104,9 @@ class ModelSink:
         if status.terminal and status.finished is not None and h.end_time is None:
             h.end_time = status.finished
         self.model.set_state(status.state, now, message.strip(": "))
-        self.model.set_replicas(replica_row(r) for r in status.replicas)
+        self.model.set_replicas(
+            (replica_row(r) for r in status.replicas), now, max_restarts=status.max_restarts
+        )
         if status.terminal:
             self.final = status
 

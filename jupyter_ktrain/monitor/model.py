@@ -22,6 +22,7 @@ Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -106,7 +107,8 @@ class LogEntry:
 @dataclass(frozen=True)
 class Alert:
     """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
-    ``rank-silent``; ``key`` tells instances apart (a rank, a GPU)."""
+    ``rank-silent``, ``restart``; ``key`` tells instances apart (a rank, a GPU, a replica's
+    n-th restart)."""
 
     code: str
     key: str
@@ -204,11 +206,27 @@ class MonitorModel:
             for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
                 del self._alerts[key]
 
-    def set_replicas(self, rows: Iterable[ReplicaRow]) -> None:
+    def set_replicas(
+        self, rows: Iterable[ReplicaRow], now: float | None = None, max_restarts: int | None = None
+    ) -> None:
+        """The replica table; a replica whose restart count grew gets a ``restart`` alert
+        (which one, why, the count against ``max_restarts``), kept for the rest of the run."""
         rows = list(rows)
-        if rows != self.replicas:
-            self.replicas = rows
-            self.version += 1
+        if rows == self.replicas:
+            return
+        before = {r.name: r.restarts for r in self.replicas}
+        for r in rows:
+            if r.restarts > before.get(r.name, 0):
+                limit = f" of at most {max_restarts}" if max_restarts is not None else ""
+                why = r.last_event.removeprefix("restarted").strip()
+                self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
+                    "restart",
+                    f"{r.name}#{r.restarts}",
+                    f"{r.name} restarted {why} (restart {r.restarts}{limit})".replace("  ", " "),
+                    now if now is not None else time.time(),
+                )
+        self.replicas = rows
+        self.version += 1
 
     def set_header(self, **fields: Any) -> None:
         """Update header fields (e.g. ``image_digest`` once the image is pushed)."""

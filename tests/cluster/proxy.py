@@ -212,9 +212,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _relay(self, resp: http.client.HTTPResponse, stream: _Stream | None) -> None:
         self.send_response_only(resp.status, resp.reason)
+        bodiless = resp.status in (204, 304) or 100 <= resp.status < 200 or self.command == "HEAD"
         for k, v in resp.getheaders():
             if k.lower() not in HOP and k.lower() != "content-length":
                 self.send_header(k, v)
+        if bodiless:  # RFC 9112 6.3: no body, so no Transfer-Encoding (kubectl refuses one)
+            self.end_headers()
+            self.wfile.flush()
+            return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:

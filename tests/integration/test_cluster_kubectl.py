@@ -188,3 +188,39 @@ def test_exec_carries_output_stdin_and_the_exit_code(test_cluster, monkeypatch, 
     r = test_cluster.kubectl("exec", "-i", "shell", "--", "tr", "a-z", "A-Z", stdin="hello\n")
     assert (r.returncode, r.stdout) == (0, "HELLO\n")
     test_cluster.kubectl("delete", "pod", "shell", "--wait=false")
+
+
+def test_a_not_modified_answer_has_no_body_and_the_connection_carries_on(test_cluster):
+    """kubectl revalidates its OpenAPI cache with If-None-Match; the API server answers 304,
+    which has no body: the proxy in front of it must not add a chunked one (kubectl then
+    reports a malformed HTTP response)."""
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    url = urlsplit(test_cluster.url)
+    ctx = ssl.create_default_context(cafile=str(test_cluster.ca_cert))
+    token = test_cluster.cluster.plane.admin_token
+    conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=ctx, timeout=30)
+    auth = {"Authorization": f"Bearer {token}"}
+    conn.request("GET", "/openapi/v2", headers=auth)
+    first = conn.getresponse()
+    first.read()
+    etag = first.getheader("ETag")
+    assert first.status == 200
+    assert etag
+    conn.request("GET", "/openapi/v2", headers={**auth, "If-None-Match": etag})
+    again = conn.getresponse()
+    assert again.status == 304
+    assert again.getheader("Transfer-Encoding") is None
+    assert again.read() == b""
+    conn.request("GET", "/version", headers=auth)  # the same connection: nothing left over
+    after = conn.getresponse()
+    assert after.status == 200
+    assert b"gitVersion" in after.read()
+    conn.close()
+    # and kubectl, twice (the second run revalidates its cache), reads a clean answer
+    for _ in range(2):
+        r = test_cluster.kubectl("explain", "pytorchjobs.spec.runPolicy")
+        assert r.returncode == 0, r.stderr
+        assert "malformed" not in r.stderr

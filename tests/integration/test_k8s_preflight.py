@@ -66,11 +66,28 @@ def test_missing_crd_names_the_operator(k8s_shell, test_cluster):
         assert "Training Operator" in problem
 
 
-def test_missing_namespace(k8s_shell, test_cluster):
-    with pytest.raises(UsageError) as info:
-        k8s_shell.run_cell_magic("ktrain", f"{BASE} --namespace nowhere", "x = 1\n")
-    assert "namespace 'nowhere' does not exist" in str(info.value)
-    assert "kubectl create namespace nowhere" in str(info.value)
+def test_missing_namespace_is_one_sentence(k8s_shell, test_cluster):
+    # the notebook's user has a Role in its own namespace only: in another one every
+    # permission is denied too, and that is not thirteen problems but one
+    (problem,) = _refused(k8s_shell, test_cluster, "--namespace nowhere")
+    assert "namespace 'nowhere'" in problem
+    assert "does not exist" in problem
+    assert "--namespace" in problem
+
+
+def test_missing_namespace_seen_by_an_admin_says_how_to_create_it(test_cluster, tmp_path):
+    from jupyter_ktrain.backends.kubernetes.api import Api
+    from jupyter_ktrain.backends.kubernetes.preflight import run_preflight
+    from jupyter_ktrain.errors import PreflightError
+    from jupyter_ktrain.spec import JobSpec
+
+    admin = Api.connect(str(test_cluster.cluster.admin_kubeconfig(tmp_path / "admin")), None)
+    spec = JobSpec.create(name="pf", nodes=2, image="local/python", namespace="nowhere")
+    with pytest.raises(PreflightError) as info:
+        run_preflight(admin, spec, "nowhere", configmap=True)
+    (problem,) = info.value.problems
+    assert problem.startswith("namespace 'nowhere' does not exist")
+    assert "kubectl create namespace nowhere" in problem
 
 
 def test_rbac_denial_says_verb_and_resource(k8s_shell, test_cluster):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.config import set_config
@@ -34,22 +35,26 @@ def test_list_with_a_dead_cluster_is_one_line_and_keeps_local_jobs(
     shell.extension_manager.load_extension("jupyter_ktrain")
     capsys.readouterr()
     started = time.monotonic()
-    shell.run_line_magic("ktrain", "list")
+    # the local jobs are listed, then the cell fails with the one line: an incomplete list
+    # is not a success (Run All stops, a script sees it)
+    with pytest.raises(UsageError) as info:
+        shell.run_line_magic("ktrain", "list")
     took = time.monotonic() - started
     out = capsys.readouterr().out
     assert took < 5, took
     rows = out.splitlines()
     assert rows[0].split() == ["NAME", "BACKEND", "STATE"]
     assert rows[1].split()[:3] == ["here", "local", "Succeeded"]
-    [problem] = [r for r in rows if r.startswith("ktrain:")]
+    [problem] = str(info.value).splitlines()
     assert problem.startswith(line), problem
     assert where in problem
-    assert "Max retries" not in out
-    assert "HTTPSConnectionPool" not in out
+    assert "Max retries" not in out + problem
+    assert "HTTPSConnectionPool" not in out + problem
 
-    # the same from a shell, worded for a shell
+    # the same from a shell, worded for a shell, with a non-zero exit status
     run = subprocess.run([KTRAIN, "list"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run
     assert "here" in run.stdout
-    assert line in run.stdout
-    assert "`ktrain config kubeconfig=PATH context=NAME`" in run.stdout
+    assert line in run.stderr
+    assert "`ktrain config kubeconfig=PATH context=NAME`" in run.stderr
     assert "%ktrain" not in run.stdout + run.stderr

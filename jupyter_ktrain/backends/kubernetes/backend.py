@@ -16,7 +16,7 @@ import copy
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from ...config import Config, load_config
@@ -327,6 +327,8 @@ class KubernetesBackend(Backend):
                 dict(watch.recreated),
                 rt.last_progress,
                 progress=rt.progress.progress,
+                recreations=dict(watch.recreations),
+                last_exits=dict(watch.last_exit),
             )
         if job.get("kind") != "PyTorchJob":  # ranks map onto replicas only there
             return status
@@ -396,12 +398,17 @@ class KubernetesBackend(Backend):
 
     # -- logs ---------------------------------------------------------------------------------
     def log_sources(self, name: str) -> list[LogSource]:
+        return self.more_log_sources(name, ())
+
+    def more_log_sources(self, name: str, known: Collection[str]) -> list[LogSource]:
+        """Sources for the job's pods not in ``known``: a TrainJob's pods appear as JobSet
+        creates them (and a replaced Job pod has a new name), so a follower asks again."""
         watch = self._watch(name)
         job = watch.job
         if job is None:
             raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
         container = CONTAINER_NAMES[job.get("kind") or self._kind(name)]
-        pods = replica_pods(job) or sorted(watch.pods)
+        pods = [p for p in replica_pods(job) or sorted(watch.pods) if p not in known]
         rt = self._runtime[name]
         return [PodLogSource(self.api, watch, pod, container, rt.on_line) for pod in pods]
 

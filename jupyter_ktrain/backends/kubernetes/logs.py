@@ -6,8 +6,9 @@ breaks it resumes with ``sinceTime`` (whole seconds, as the API accepts) and dro
 already delivered: lines older than the last timestamp, and lines at exactly that timestamp
 that were delivered already (counted, so two identical lines in one nanosecond both survive).
 When the container restarted meanwhile, the previous container's tail comes first
-(``previous=true``). The stream ends when the container has terminated for good (the pod is
-done, or the job is) or the pod is gone.
+(``previous=true``); when the pod was deleted and made anew (the operator's ExitCode policy, a
+deleted pod), the new pod's log follows. The stream ends when the container has terminated
+for good (the pod is done, or the job is), or the pod is gone and the job is over.
 """
 
 from __future__ import annotations
@@ -159,11 +160,14 @@ class PodLogSource(LogSource):
                 return dict(cs)
         return {}
 
-    def _wait_started(self) -> dict[str, Any] | None:
-        """The pod once its container has run (or None when the job ended without it)."""
+    def _wait_started(self, gone_uid: str = "") -> dict[str, Any] | None:
+        """The pod once its container has run (or None when the job ended without it); with
+        ``gone_uid``, a pod other than that deleted one."""
         seen = -1
         while not self._stop.is_set():
             pod = self.watch.pods.get(self.replica)
+            if pod is not None and gone_uid and pod["metadata"].get("uid") == gone_uid:
+                pod = None  # the watch has not seen the deletion yet
             if pod is not None:
                 cs = self._container(pod)
                 state = cs.get("state") or {}
@@ -220,8 +224,9 @@ class PodLogSource(LogSource):
             got = self._follow()
             streamed = restarts
             pod = self._fresh_pod()
-            if pod is None:
-                return
+            if pod is None:  # deleted: the operator makes it anew (ExitCode), or the job ended
+                pod = self._wait_started(gone_uid=self._uid)
+                continue
             cs = self._container(pod)
             if int(cs.get("restartCount") or 0) > restarts:
                 continue
@@ -246,7 +251,8 @@ class PodLogSource(LogSource):
         try:
             return self._emit(self.api.stream_lines(self._path(), self._query(follow=True)))
         except ApiFailure as exc:
-            if exc.status != 400:  # 400: the container is not running (yet, or any more)
+            # 400: the container is not running (yet, or any more); 404: the pod was deleted
+            if exc.status not in (400, 404):
                 raise
             return 0
 

@@ -114,15 +114,14 @@ def run_preflight(
         queues = pool.submit(_queues, api, spec, namespace, ref_warnings)
         networks = pool.submit(_networks, api, spec, namespace, ref_warnings)
         nodes = pool.submit(_nodes, api, spec, node_warnings)
-        problems = crd.result() + ns.result()
-        for check in rbac:
-            problems += check.result()
-        if not ns.result():  # in a missing namespace every reference is missing: say it once
+        exists = ns.result()
+        problems = crd.result() + _namespace_problems(exists, [c.result() for c in rbac], namespace)
+        if exists is not False:  # in a missing namespace every reference is missing
             problems += refs.result() + queues.result() + networks.result()
         problems += nodes.result()
     if problems:
         raise PreflightError(problems)
-    return (ref_warnings if not ns.result() else []) + node_warnings
+    return (ref_warnings if exists is not False else []) + node_warnings
 
 
 def _crd(api: Api, spec: JobSpec) -> list[str]:
@@ -141,18 +140,35 @@ def _crd(api: Api, spec: JobSpec) -> list[str]:
     ]
 
 
-def _namespace(api: Api, namespace: str) -> list[str]:
+def _namespace(api: Api, namespace: str) -> bool | None:
+    """Whether the namespace exists; None when this user may not read namespaces."""
     try:
         api.get(f"/api/v1/namespaces/{namespace}")
     except ApiFailure as exc:
         if exc.status == 404:
-            return [
-                f"namespace {namespace!r} does not exist: create it (kubectl create namespace "
-                f"{namespace}) or pass --namespace / `%ktrain config namespace=NAME`."
-            ]
+            return False
         if exc.status != 403:
             raise
-    return []
+        return None
+    return True
+
+
+def _namespace_problems(exists: bool | None, denials: list[list[str]], namespace: str) -> list[str]:
+    """One sentence when the namespace is missing (every permission there is denied too), or
+    when it cannot be read and nothing at all is allowed in it; else the RBAC denials."""
+    fix = "pass --namespace or `%ktrain config namespace=NAME`"
+    if exists is False:
+        return [
+            f"namespace {namespace!r} does not exist: create it (kubectl create namespace "
+            f"{namespace}) or {fix}."
+        ]
+    if exists is None and len(denials) > 1 and all(denials):
+        return [
+            f"you may do nothing this job needs in namespace {namespace!r}: it does not exist, "
+            f"or no Role there is bound to you. Check the name (kubectl get namespaces, or ask "
+            f"an admin) or {fix}."
+        ]
+    return [problem for denied in denials for problem in denied]
 
 
 def _access(api: Api, access: Access, namespace: str) -> list[str]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...exits import describe_exit
 from ...monitor.failures import classify, pod_problem
 from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
@@ -111,19 +112,43 @@ def _event_text(event: Mapping[str, Any] | None) -> str:
     return f"{event.get('reason', '')}: {event.get('message', '')}".strip(": ")
 
 
-def _replica(pod_name: str, pod: Mapping[str, Any] | None, event: Any) -> ReplicaStatus:
+def restart_cause(exit_code: int | None, reason: str) -> str:
+    """Why a replica's previous instance ended: ``exit 137, killed by signal 9 (SIGKILL)``."""
+    if exit_code is None:
+        return "its pod was deleted while it ran" if reason == "deleted" else reason
+    why = describe_exit(exit_code)
+    text = f"exit {exit_code}" + (f", {why}" if exit_code >= 128 else "")
+    return f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
+
+
+def _replica(
+    pod_name: str,
+    pod: Mapping[str, Any] | None,
+    event: Any,
+    recreations: int = 0,
+    last_exit: tuple[int | None, str] | None = None,
+) -> ReplicaStatus:
+    """One replica; ``recreations``: how often the operator made its pod anew (ExitCode
+    deletes a failed pod and creates it again) and ``last_exit`` why the last instance ended:
+    both count as restarts, as a container restart in place does."""
+    restarted = f"restarted after {restart_cause(*last_exit)}" if last_exit else "restarted"
     if pod is None:
-        return ReplicaStatus(pod_name, "NotCreated", last_event=_event_text(event))
+        text = _event_text(event) or (restarted if recreations else "")
+        return ReplicaStatus(pod_name, "NotCreated", recreations, last_event=text)
     cs = _container(pod)
     problem = pod_problem(dict(pod))
     shown = event if event and event.get("reason") in _EVENT_REASONS else None
+    restarts = int(cs.get("restartCount") or 0) + recreations
     return ReplicaStatus(
         name=pod_name,
         phase=(pod.get("status") or {}).get("phase", "Pending"),
-        restarts=int(cs.get("restartCount") or 0),
+        restarts=restarts,
         node=(pod.get("spec") or {}).get("nodeName", ""),
         exit_code=_exit_code(pod),
-        last_event=problem or _event_text(shown) or _event_text(event),
+        last_event=problem
+        or _event_text(shown)
+        or (restarted if restarts else "")
+        or _event_text(event),
     )
 
 
@@ -147,6 +172,8 @@ def build_status(
     now: float | None = None,
     *,
     progress: Progress | None = None,
+    recreations: Mapping[str, int] | None = None,
+    last_exits: Mapping[str, tuple[int | None, str]] | None = None,
 ) -> JobStatus:
     """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
     its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
@@ -155,7 +182,10 @@ def build_status(
     name = job["metadata"]["name"]
     state, reason, message = job_state(job)
     names = replica_pods(job) or sorted(pods)
-    replicas = tuple(_replica(n, pods.get(n), events.get(n)) for n in names)
+    again, ended = recreations or {}, last_exits or {}
+    replicas = tuple(
+        _replica(n, pods.get(n), events.get(n), again.get(n, 0), ended.get(n)) for n in names
+    )
     per_node = nproc(job)
     codes = {rank: code for rank, (_ts, code) in exits.items()}
     failed_rank = _first_failed(exits, names, pods, per_node)
@@ -163,8 +193,12 @@ def build_status(
         pod = names[failed_rank // per_node] if failed_rank // per_node < len(names) else ""
         p = pods.get(pod) or {}
         failure = classify(list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p))
+        gave_up = "backoff limit" in message
         reason = failure.kind
         message = f"rank {failed_rank} ({pod}) failed first: {failure.explanation}"
+        if gave_up:
+            total = sum(r.restarts for r in replicas)
+            message = f"gave up after {total} restart(s), the limit (--max-restarts); {message}"
         codes.setdefault(failed_rank, _exit_code(p) or 1)
     elif state == PENDING:
         stuck = next((r for r in replicas if r.last_event), None)
@@ -187,6 +221,7 @@ def build_status(
         finished=_timestamp(status.get("completionTime")),
         failed_rank=failed_rank if state == FAILED else None,
         progress=progress or trainer_progress(status.get("trainerStatus")),
+        max_restarts=_int(((job.get("spec") or {}).get("runPolicy") or {}).get("backoffLimit")),
     )
 
 

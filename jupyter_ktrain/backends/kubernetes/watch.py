@@ -13,6 +13,7 @@ variable readers can wait on for any change.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import threading
@@ -143,6 +144,10 @@ class JobWatch:
         self.generation = 0
         self.events: dict[str, dict[str, Any]] = {}  # involved object name -> latest event
         self.recreated: dict[str, float] = {}  # pod name -> when it came back with a new uid
+        self.recreations: collections.Counter[str] = collections.Counter()  # pod -> how often
+        # pod name -> (exit code, reason) of its last container that ended, or (None,
+        # "deleted") for one deleted while it ran: why the replica restarted
+        self.last_exit: dict[str, tuple[int | None, str]] = {}
         self._uids: dict[str, str] = {}
         self.job_informer = Informer(
             api,
@@ -208,10 +213,16 @@ class JobWatch:
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         name, uid = meta.get("name", ""), meta.get("uid")
+        ended = terminated(obj)
+        if ended is not None:
+            self.last_exit[name] = ended
+        elif kind == "DELETED" and (obj.get("status") or {}).get("phase") == "Running":
+            self.last_exit[name] = (None, "deleted")
         if uid:
             old = self._uids.get(name)
             if old is not None and old != uid:
                 self.recreated[name] = time.time()
+                self.recreations[name] += 1
             self._uids[name] = uid
         self._bump()
 
@@ -242,6 +253,18 @@ def _event_time(event: Mapping[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
+
+
+def terminated(pod: Mapping[str, Any]) -> tuple[int | None, str] | None:
+    """(exit code, reason) of the pod's first container that has ended (now or before its
+    last restart), or None."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+            "terminated"
+        )
+        if term and "exitCode" in term:
+            return int(term["exitCode"]), str(term.get("reason") or "")
+    return None
 
 
 def close_quietly(watch: JobWatch | None) -> None:
