@@ -289,6 +289,7 @@ def main(argv: list[str]) -> int:
     program = os.path.abspath(argv[0])
     os.environ.update(rank_env(os.environ))  # an mpirun rank: RANK, MASTER_ADDR... for env://
     rank = _rank()
+    os.environ.setdefault("RANK", str(rank))  # a TFJob's task, as every other kind names it
     prefixer = _Prefixer(rank)
     prefixer.start()
     code = 0

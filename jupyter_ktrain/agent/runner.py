@@ -30,20 +30,19 @@ import contextlib
 import fcntl
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from .. import mpi
 from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..monitor.protocol import format_agent_line
 from .metrics import METRICS_UDP_ENV, MetricsEndpoint, MetricsStore, ReportListener
+from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
 
 __all__ = ["METRICS_HOST_ENV", "METRICS_PORT_ENV", "child_env", "main", "parse_args"]
@@ -51,7 +50,6 @@ __all__ = ["METRICS_HOST_ENV", "METRICS_PORT_ENV", "child_env", "main", "parse_a
 METRICS_PORT_ENV = "KTRAIN_METRICS_PORT"
 METRICS_HOST_ENV = "KTRAIN_METRICS_HOST"
 
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _NO_RDMA = ("", "tcp", "off", "none", "false", "0")
 
 
@@ -214,29 +212,22 @@ def main(
             _say(f"requirements could not be installed (pip exit code {code}); not starting")
             return code
     env = child_env(os.environ)
-    if opts.mpi_launcher:
-        env.update(
-            mpi.launcher_env(
-                env, hostfile=mpi.read_hostfile(env), pods=mpi.kubectl_lookup(), say=_say
-            )
-        )
     if env.get("NCCL_DEBUG") == "INFO" and "NCCL_DEBUG" not in os.environ:
         _say("RDMA requested: NCCL_DEBUG=INFO set so the transport can be reported")
     metrics = _start_metrics(opts.metrics_port, opts.metrics_host, os.environ)
     if metrics is not None:
         env[METRICS_UDP_ENV] = metrics.listener.address
-    exit_dir = None if opts.mpi_launcher else tempfile.mkdtemp(prefix="ktrain-exits-")
-    if exit_dir is not None:
-        env[EXIT_DIR_ENV] = exit_dir
+    if opts.mpi_launcher:
+        try:
+            return relaunch_mpirun(cmd, env, _say, popen=popen)
+        finally:
+            if metrics is not None:
+                metrics.stop()
+    exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
+    env[EXIT_DIR_ENV] = exit_dir
     sys.stdout.flush()
     child = popen(cmd, env=env)
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in _FORWARDED:
-        signal.signal(sig, forward)
+    forward_signals(lambda: child)
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
     try:
@@ -249,13 +240,9 @@ def main(
     return _verdict(code, exit_dir)
 
 
-def _verdict(child_code: int, exit_dir: str | None) -> int:
+def _verdict(child_code: int, exit_dir: str) -> int:
     """The replica's exit code: a bug < 128 (fails the job once), a fault >= 128 (restartable,
-    the operator's ExitCode rule); under mpirun the ranks' own agents decided already."""
-    if exit_dir is None:
-        code = 128 - child_code if child_code < 0 else child_code
-        _say(f"node command exited with code {code}")
-        return code
+    the operator's ExitCode rule), from what its ranks left in ``exit_dir``."""
     ranks = read_rank_codes(exit_dir)
     shutil.rmtree(exit_dir, ignore_errors=True)
     code, why = node_exit(child_code, ranks)

@@ -320,6 +320,12 @@ class MonitorModel:
             self._metric(line, rec, now)
         elif kind == "gpu":
             self._gpu(rec, now, node)
+        elif kind == "restart":  # a node restarted its ranks itself (an MPIJob's mpirun)
+            n, limit = rec.get("n"), rec.get("max")
+            of = f" of at most {limit}" if isinstance(limit, int) else ""
+            key, why = f"launcher#{n}", rec.get("why")
+            text = f"the launcher started the ranks again: {why} (restart {n}{of})"
+            self._alerts[("restart", key)] = Alert("restart", key, text, now)
 
     def _metric(self, line: LogLine, rec: dict[str, Any], now: float) -> None:
         rank = line.rank if line.rank is not None else rec.get("rank")

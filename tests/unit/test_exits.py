@@ -80,3 +80,56 @@ def test_the_agent_exits_as_the_operator_should_treat_it(
     assert last.startswith(f"[agent]: node command exited with code {expected}")
     if expected == KILLED:
         assert "rank 1 was killed" in last or "rank 0 was killed" in last
+
+
+# -- an MPIJob launcher's mpirun: run again after a fault, never after a bug ----------------
+
+FLAKY = """
+import os, sys
+from pathlib import Path
+marker = Path(sys.argv[1])
+runs = int(marker.read_text()) if marker.exists() else 0
+marker.write_text(str(runs + 1))
+print("[rank0]: working", flush=True)
+if runs < {faults}:
+    sys.exit(137)  # a worker pod lost: mpirun fails, no rank reported a bug
+{bug}
+print('[rank0]: @@ktrain {{"type":"exit","rank":0,"code":0}}', flush=True)
+"""
+BUG = """print('[rank1]: @@ktrain {"type":"exit","rank":1,"code":1}', flush=True); sys.exit(1)"""
+
+
+def _launch(tmp_path: Path, faults: int, bug: str, limit: int) -> tuple[int, list[str], int]:
+    import io
+
+    from jupyter_ktrain.agent.relaunch import MAX_RESTARTS_ENV, relaunch_mpirun
+
+    script = tmp_path / "mpirun.py"
+    script.write_text(FLAKY.format(faults=faults, bug=bug))
+    marker = tmp_path / "runs"
+    said: list[str] = []
+    out = io.BytesIO()
+    env = {**os.environ, MAX_RESTARTS_ENV: str(limit)}
+    code = relaunch_mpirun([sys.executable, str(script), str(marker)], env, said.append, out=out)
+    assert out.getvalue().count(b"[rank0]: working") == int(marker.read_text())
+    return code, said, int(marker.read_text())
+
+
+def test_mpirun_is_run_again_after_a_fault_and_says_so(tmp_path: Path) -> None:
+    code, said, runs = _launch(tmp_path, faults=2, bug="", limit=3)
+    assert (code, runs) == (0, 3)
+    restarts = [s for s in said if s.startswith("restart ")]
+    assert restarts[0].startswith("restart 1 of at most 3: mpirun killed by signal 9 (SIGKILL)")
+    assert len(restarts) == 2
+    assert sum('"type":"restart"' in s for s in said) == 2  # records the monitor counts
+
+
+def test_mpirun_is_not_run_again_after_a_bug_nor_past_the_limit(tmp_path: Path) -> None:
+    code, said, runs = _launch(tmp_path, faults=0, bug=BUG, limit=3)
+    assert (code, runs) == (1, 1)
+    assert "rank 1 failed with exit code 1: not restarted" in said[-1]
+    again = tmp_path / "again"
+    again.mkdir()
+    code, said, runs = _launch(again, faults=5, bug="", limit=1)
+    assert (code, runs) == (137, 2)
+    assert "no restart is left (--max-restarts 1)" in said[-1]

@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from ...agent.relaunch import MAX_RESTARTS_ENV
 from ...errors import SpecError
 from ...launch import node_command
 from ...spec import JobSpec
@@ -163,12 +164,15 @@ def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
 
 
 def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
-    """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each)."""
+    """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each). The launcher's
+    agent restarts mpirun after a fault (:mod:`jupyter_ktrain.agent.relaunch`)."""
     launcher = PodRole(
         container="mpi",
         command=mpi_launcher_command(spec, code.mount_path),
         trains=False,
         resources=LAUNCHER_RESOURCES,
+        # the launcher pod is Never; its agent re-runs mpirun after a fault, this many times
+        extra_env=((MAX_RESTARTS_ENV, str(spec.run_policy.max_restarts)),),
     )
     worker = PodRole(container="mpi", command=None)
     body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": "mpi"}

@@ -1,0 +1,117 @@
+"""Faults on the real controllers, with default options: a bug fails the job once, at once, with
+the raising rank's own exception in the cell; a deleted pod is a fault the job survives, and
+the cell says which pod restarted and why. Every kind (PyTorchJob, TFJob, MPIJob, TrainJob)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from IPython.core.error import UsageError
+
+from jupyter_ktrain.backends import get_backend
+
+from .k8s_helpers import configured_shell, wait_for
+
+pytestmark = pytest.mark.slow
+
+BASE = "--nodes 2 --procs-per-node 1 --image local/python"
+KINDS = {
+    "PyTorchJob": "",
+    "TFJob": "--kind TFJob",
+    "MPIJob": "--kind MPIJob",
+    "TrainJob": "--kind TrainJob --runtime torch-distributed",
+}
+CELLS = """
+def bad_batch(bad):
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} loading", flush=True)
+    if rank == bad:
+        raise ValueError(f"batch 3 of rank {rank} is empty")
+    time.sleep(60)  # the others wait, as ranks in a collective would
+
+def steps(n, pause):
+    rank = int(os.environ["RANK"])
+    for i in range(n):
+        print(f"rank {rank} step {i}", flush=True)
+        time.sleep(pause)
+    return rank
+"""
+
+
+@pytest.fixture
+def k8s_shell(test_cluster, tmp_path, monkeypatch):
+    for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
+        assert sh.run_cell(CELLS, store_history=True).success
+        yield sh
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(k8s_shell, capsys, kind):
+    name = f"bug-{kind.lower()}"
+    started = time.monotonic()
+    with pytest.raises(UsageError) as info:
+        k8s_shell.run_cell_magic("ktrain", f"{KINDS[kind]} {BASE} --name {name}", "bad_batch(1)\n")
+    took = time.monotonic() - started
+    error = str(info.value)
+    out = capsys.readouterr().out
+    assert took < 30, (took, out)
+    assert "rank 1" in error, error
+    assert "ValueError: batch 3 of rank 1 is empty" in error, (error, out)
+    status = get_backend("kubernetes").attach(name).status()
+    assert status.state == "Failed", status
+    assert status.restarts == 0, status.replicas  # a bug is not retried
+    assert status.failed_rank == 1, status
+
+
+def _delete_when_running(test_cluster, job_name: str, pod: str, marker: str) -> threading.Thread:
+    """Delete ``pod`` once the job's logs show ``marker`` (a user's `kubectl delete pod`)."""
+    backend = get_backend("kubernetes")
+
+    def run() -> None:
+        wait_for(lambda: marker in backend.attach(job_name).logs(), timeout=90, every=0.3)
+        test_cluster.faults.delete_pod(test_cluster.namespace, pod)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    ("kind", "pod"),
+    [("PyTorchJob", "del-pytorchjob-worker-0"), ("TFJob", "del-tfjob-worker-0")],
+)
+def test_a_deleted_worker_pod_is_restarted_and_the_cell_says_so(
+    k8s_shell, test_cluster, capsys, kind, pod
+):
+    name = f"del-{kind.lower()}"
+    deleter = _delete_when_running(test_cluster, name, pod, "rank 1 step 3")
+    job = k8s_shell.run_cell_magic(
+        "ktrain", f"{KINDS[kind]} {BASE} --name {name}", "result = steps(16, 0.5)\n"
+    )
+    deleter.join(timeout=5)
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert f"{pod} restarted" in out, out
+    assert "(restart 1 of at most 3)" in out, out
+    status = job.status()
+    (worker,) = [r for r in status.replicas if r.name == pod]
+    assert worker.restarts >= 1
+    assert k8s_shell.user_ns["result"] == 0
+
+
+def test_trainjob_streams_every_ranks_logs_into_the_cell(k8s_shell, capsys):
+    job = k8s_shell.run_cell_magic(
+        "ktrain",
+        f"{KINDS['TrainJob']} {BASE} --name tj-logs",
+        "result = steps(3, 0.2)\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    for rank in (0, 1):
+        for i in range(3):
+            assert f"[rank{rank}]: rank {rank} step {i}" in out, out
