@@ -34,6 +34,7 @@ from .detectors import known_credential, random_token
 
 __all__ = [
     "CELL",
+    "EnvSecrets",
     "Finding",
     "env_name",
     "find_in_bytes",

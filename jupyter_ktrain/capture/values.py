@@ -19,6 +19,7 @@ import ast
 import io
 import math
 import pickle
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,7 +141,9 @@ def _over(floor: int | None) -> EncodeFailure:
 
 def too_big(value: Any) -> EncodeFailure | None:
     """Why ``value`` is too big to ship, known without pickling it, or None."""
-    floor = size_floor(value)
+    floor = size_floor(
+        value, sys.maxsize
+    )  # the whole count (up to the walk's bound) for the message
     return _over(floor) if floor > MAX_VALUE_BYTES else None
 
 
