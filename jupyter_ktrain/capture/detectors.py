@@ -11,9 +11,10 @@ Two questions about one string, whatever name it is bound to:
   characters, all from the base64 alphabets, both letter cases. Hex strings are left to the
   name rules: a sha256 checksum or a commit is hex, and so is most of what training code
   pins. So are identifiers: a string that mixes the standard alphabet's ``/`` or ``+`` with
-  the URL-safe one's ``-`` or ``_`` is encoded by no base64 encoder, and one that many
-  separators cut into words (``runs/Jun01_12-30-45_host``, ``org/Model-7B-Instruct``) is a
-  name.
+  the URL-safe one's ``-`` or ``_``, or has ``=`` before its end, is encoded by no base64
+  encoder, and one that many separators cut into words (``runs/Jun01_12-30-45_host``,
+  ``exp_ResNet18_CIFAR10_lr0_1_bs128``) is a name. Tokens shorter than about 30 characters
+  rarely pass the entropy limit: they are left to the name and environment rules.
 
 detect-secrets is imported on first use: loading the extension stays fast.
 """
@@ -88,8 +89,10 @@ def random_token(text: str) -> bool:
     if not _MIN_TOKEN <= len(text) <= _MAX_TOKEN:
         return False
     plugin = _entropy()
-    if set(text) - set(plugin.charset) or text.isupper() or text.islower():
-        return False  # not one base64 token, or one letter case only (hex, a slug)
+    if set(text) - set(plugin.charset) or "=" in text.rstrip("="):
+        return False  # not one base64 token ('=' is only its padding)
+    if text.isupper() or text.islower():
+        return False  # one letter case only: hex, a slug
     if _is_identifier(text) or is_sequential_string(text) or is_potential_uuid(text):
         return False
     return bool(plugin.calculate_shannon_entropy(text) > plugin.entropy_limit)

@@ -64,8 +64,9 @@ _ABOUT = {
     "hint", "length", "len", "count", "prefix", "suffix", "format", "pattern", "header",
     "kind", "mode", "field", "column", "method", "scheme", "provider", "backend", "host",
     "server", "domain", "realm", "sock", "socket", "enabled", "required", "user", "username",
-    "level", "policy", "strategy", "version", "style",
+    "level", "policy", "strategy", "version", "style", "id", "ids", "idx", "index",
 }  # fmt: skip
+_COUNT = {"n", "num", "max", "min"}  # a first word that makes it a number of tokens (n_token)
 _NOT_SECRET_ENV = {"PWD", "OLDPWD"}  # the shell's working directories
 _PLAIN_WORDS = {"true", "false", "none", "null", "yes", "no", "on", "off", "default"}
 _MIN_CONTAINED = 12  # an environment secret this long is also looked for inside strings
@@ -142,8 +143,8 @@ def is_secret_name(name: str) -> bool:
     """``HF_TOKEN``, ``hfToken``, ``db_password``, ``AWS_SECRET_ACCESS_KEY``: yes;
     ``tokenizer``, ``MAX_TOKENS``, ``key_dim``, ``TOKEN_TYPE``, ``SECRET_NAME``: no."""
     words = _words(name)
-    if words and words[-1] in _ABOUT:  # TOKEN_TYPE, SECRET_NAME: about a secret, not one
-        return False
+    if words and (words[-1] in _ABOUT or words[0] in _COUNT):  # TOKEN_TYPE, SECRET_NAME,
+        return False  # pad_token_id, n_token: about a secret or a token, not one
     return bool(_WORDS & set(words)) or any(p in _PAIRS for p in itertools.pairwise(words))
 
 

@@ -50,7 +50,8 @@ def test_secret_names(name: str) -> None:
     "name",
     ["tokenizer", "MAX_TOKENS", "key_dim", "vocab", "num_tokens", "keys", "api_url",
      "access_log", "monkey", "passage", "secretary_count", "TOKEN_TYPE", "SECRET_NAME",
-     "token_file", "passwordHint", "API_KEY_ENV"],
+     "token_file", "passwordHint", "API_KEY_ENV", "image_token_id", "pad_token_id", "n_token",
+     "API_KEY_ID"],
 )  # fmt: skip
 def test_ordinary_names(name: str) -> None:
     assert not is_secret_name(name)
@@ -248,6 +249,7 @@ ORDINARY_TRAINING = {
     "alphabet": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
     "classes": ["BertForSequenceClassification", "XLMRobertaForTokenClassification"],
     "auth_method": "oauth2",
+    "choice": "type=triton_BLOCK-M=128_BLOCK-K=32_BLOCK-N=128_numstages=3_numwarps=4",
 }
 
 
