@@ -109,7 +109,7 @@ def _references(obj: Any) -> list[Any]:
     return []
 
 
-def size_floor(value: Any, limit: int = MAX_VALUE_BYTES) -> int:
+def _size_floor(value: Any, limit: int = MAX_VALUE_BYTES) -> int:
     """A lower bound on the pickled size of ``value``, counted without copying it: its
     buffers and one byte per object, through containers and attributes, until it passes
     ``limit`` or the walk's bound."""
@@ -141,14 +141,12 @@ def _over(floor: int | None) -> EncodeFailure:
 
 def too_big(value: Any) -> EncodeFailure | None:
     """Why ``value`` is too big to ship, known without pickling it, or None."""
-    floor = size_floor(
-        value, sys.maxsize
-    )  # the whole count (up to the walk's bound) for the message
+    floor = _size_floor(value, sys.maxsize)  # counted on (to the walk's bound) for the message
     return _over(floor) if floor > MAX_VALUE_BYTES else None
 
 
 def _literal(value: Any) -> str | None:
-    if size_floor(value, _LITERAL_LIMIT) > _LITERAL_LIMIT or not _is_literal(value):
+    if _size_floor(value, _LITERAL_LIMIT) > _LITERAL_LIMIT or not _is_literal(value):
         return None
     text = repr(value)
     if len(text) > _LITERAL_LIMIT:
