@@ -25,6 +25,7 @@ from .names import bound_names, name_use
 from .requirements import Requirements
 from .secrets import (
     CELL,
+    EnvSecrets,
     Finding,
     env_name,
     find_in_bytes,
@@ -33,7 +34,7 @@ from .secrets import (
     refusal,
     secret_at,
 )
-from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value
+from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value, too_big
 
 __all__ = ["CapturedProgram", "capture"]
 
@@ -90,6 +91,7 @@ class _Capture:
     allow_secrets: frozenset[str] = frozenset()
     from_env: frozenset[str] = frozenset()  # variables the job gets by --env/--secret-env
     by_id: dict[int, str] = field(default_factory=dict)  # value object -> its first name
+    env: EnvSecrets = field(default_factory=EnvSecrets)  # the kernel's secret variables, now
 
     # -- secrets ----------------------------------------------------------------------------
     def check_secret(self, finding: Finding | None, owner: str, place: str) -> None:
@@ -201,7 +203,8 @@ class _Capture:
             self.need({real}, f"{name!r}")
             return
         located = locate(name, obj, self.history)
-        self.check_secret(find_in_source(located.source, name), name, cell_label(located.cell))
+        found = find_in_source(located.source, name, self.env)
+        self.check_secret(found, name, cell_label(located.cell))
         use = name_use(located.source)
         self.items[name] = _Item(
             name,
@@ -226,7 +229,8 @@ class _Capture:
         use = name_use(where.source)
         if name in use.at_definition:  # ``x = f(x)`` needs the old x: not rebuildable
             return False
-        self.check_secret(find_in_source(where.source, name), name, cell_label(where.cell))
+        found = find_in_source(where.source, name, self.env)
+        self.check_secret(found, name, cell_label(where.cell))
         self.items[name] = _Item(
             name,
             where.source,
@@ -247,9 +251,12 @@ class _Capture:
         first = self.by_id.setdefault(id(obj), name)
         if first != name and not isinstance(obj, _IMMUTABLE):  # two names for one object
             return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
-        finding = find_in_value(name, obj)
-        env = finding.env if finding else env_name(name)
-        if isinstance(obj, str) and env in self.from_env and (finding or name == env):
+        big = too_big(obj)  # before anything reads or copies a value that cannot travel
+        if big:
+            raise _cannot_send(name, obj, cell, big)
+        finding = find_in_value(name, obj, self.env)
+        env = _passed_env(name, finding, self.from_env)
+        if isinstance(obj, str) and env:
             # the job gets this variable by reference (--secret-env/--env): read it there
             return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
         self.check_secret(finding, name, cell_label(cell))
@@ -258,12 +265,8 @@ class _Capture:
         except EncodeFailure as exc:
             if exc.rebuildable and self.statement_item(name):
                 return self.items.pop(name)
-            raise CaptureError(
-                f"{name!r} ({type(obj).__module__}.{type(obj).__qualname__}, defined in "
-                f"{cell_label(cell)}) cannot be sent to the job: {exc.reason}. "
-                f"To fix: {exc.hint}."
-            ) from None
-        shape = find_in_bytes(encoded.pickled)
+            raise _cannot_send(name, obj, cell, exc) from None
+        shape = find_in_bytes(encoded.pickled, self.env)
         if shape:
             self.check_secret(Finding(name, name, f"{shape}, by its value"), name, cell_label(cell))
         self.requirements.add_module(type(obj).__module__)
@@ -279,6 +282,23 @@ class _Capture:
         )
         self.need(encoded.main_refs, f"{name!r}")
         return item
+
+
+def _cannot_send(name: str, obj: Any, cell: int | None, exc: EncodeFailure) -> CaptureError:
+    return CaptureError(
+        f"{name!r} ({type(obj).__module__}.{type(obj).__qualname__}, defined in "
+        f"{cell_label(cell)}) cannot be sent to the job: {exc.reason}. To fix: {exc.hint}."
+    )
+
+
+def _passed_env(name: str, finding: Finding | None, from_env: Collection[str]) -> str | None:
+    """The variable, given to the job by --env/--secret-env, that a secret global ``name``
+    is read from there: the one its value came from (``MY_SERVICE_CRED``) or its own name
+    (``HF_TOKEN``); a global named like a passed variable also when no secret was found."""
+    own = env_name(name)
+    if finding is None:
+        return name if name == own and name in from_env else None
+    return next((e for e in (finding.env, own) if e in from_env), None)
 
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
@@ -488,7 +508,7 @@ def capture(
         allow_secrets=frozenset(allow_secrets),
         from_env=frozenset(from_env),
     )
-    cap.check_secret(find_in_source(cell, CELL), CELL, "this cell")
+    cap.check_secret(find_in_source(cell, CELL, cap.env), CELL, "this cell")
     missing = [
         n for n in sorted(use.at_definition) if n not in namespace and not hasattr(builtins, n)
     ]
@@ -502,8 +522,8 @@ def capture(
     local_files = cap.requirements.local_files()
     for rel, data in sorted(local_files.items()):
         text = data.decode("utf-8", "replace")
-        found = find_in_source(text, rel) if rel.endswith(".py") else None
-        shape = find_in_bytes(data)
+        found = find_in_source(text, rel, cap.env) if rel.endswith(".py") else None
+        shape = find_in_bytes(data, cap.env)
         if found is None and shape:
             found = Finding(rel, rel, f"{shape}, by its value")
         cap.check_secret(found, rel, "a local module next to the notebook")

@@ -1,13 +1,22 @@
 """Recognise secrets (tokens, passwords, keys) so they never travel inside the job's code.
 
-Pure. A string is a secret by its *shape* (a Hugging Face, OpenAI, GitHub, AWS, Slack token, a
-JWT, a PEM private key), wherever it sits, or by the *name* it is bound to: a global, a dict
-key, an attribute, a parameter or a keyword whose words include TOKEN, SECRET, PASSWORD,
-PASSWD or CREDENTIAL(S), or the pairs API KEY, ACCESS KEY, PRIVATE KEY, in snake or camel case
-(``HF_TOKEN``, ``hfToken``, ``db_password``; not ``tokenizer``, ``MAX_TOKENS`` or
-``key_dim``). A value found by its name only must look like a credential: no spaces, at least
-six characters, not a path, not a special token such as ``<pad>`` or ``[CLS]``, not the name
-of an environment variable.
+Pure, but for one snapshot of the kernel's environment. A string is a secret
+
+* by its *value*: the value of an environment variable whose name says secret (a global read
+  with ``os.environ['MY_SERVICE_CRED']``), a well-known token shape (Hugging Face, OpenAI,
+  GitHub, AWS, Slack, a JWT, a PEM private key), a credential detect-secrets' regex plugins
+  know, or a random token by detect-secrets' entropy test (:mod:`.detectors`), wherever it
+  sits;
+* or by the *name* it is bound to: a global, a dict key, an attribute, a parameter or a
+  keyword whose words include TOKEN, SECRET, PASSWORD, PASSWD, PWD, PW, PASSPHRASE, CRED(S),
+  CREDENTIAL(S) or AUTH, or pairs such as API KEY, ACCESS KEY, PRIVATE KEY, CLIENT KEY, in
+  snake or camel case (``HF_TOKEN``, ``hfToken``, ``db_password``, ``creds``; not
+  ``tokenizer``, ``MAX_TOKENS``, ``key_dim`` or ``auth_method``). A value found by its name
+  only must look like a credential: no spaces, at least six characters, not a path, not a
+  special token such as ``<pad>`` or ``[CLS]``, not the name of an environment variable.
+
+In source text a string is also the value of a constant expression: ``'sk-proj-' + 'Q' * 40``
+is scanned as the string it makes.
 """
 
 from __future__ import annotations
@@ -15,13 +24,17 @@ from __future__ import annotations
 import ast
 import dataclasses
 import itertools
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .detectors import known_credential, random_token
+
 __all__ = [
     "CELL",
+    "EnvSecrets",
     "Finding",
     "env_name",
     "find_in_bytes",
@@ -35,14 +48,29 @@ __all__ = [
 
 CELL = "the %%ktrain cell"  # the owner of what the cell itself holds
 
-_WORDS = {"token", "secret", "password", "passwd", "credential", "credentials"}
-_PAIRS = {("api", "key"), ("access", "key"), ("private", "key")}
+# detect-secrets' KeywordDetector list is in these (api_?key, auth_?key, db_?pass, pwd, ...)
+_WORDS = {
+    "token", "secret", "password", "passwd", "pwd", "pw", "passphrase", "credential",
+    "credentials", "cred", "creds", "auth", "apikey", "authkey", "privkey",
+}  # fmt: skip
+_PAIRS = {
+    ("api", "key"), ("access", "key"), ("private", "key"), ("priv", "key"), ("client", "key"),
+    ("service", "key"), ("account", "key"), ("signing", "key"), ("encryption", "key"),
+    ("db", "key"), ("database", "key"), ("db", "pass"), ("database", "pass"), ("key", "pass"),
+}  # fmt: skip
 # a last word that makes the name describe a secret rather than hold one
 _ABOUT = {
     "type", "name", "file", "path", "dir", "env", "var", "url", "uri", "endpoint", "ref",
     "hint", "length", "len", "count", "prefix", "suffix", "format", "pattern", "header",
-    "kind", "mode", "field", "column",
+    "kind", "mode", "field", "column", "method", "scheme", "provider", "backend", "host",
+    "server", "domain", "realm", "sock", "socket", "enabled", "required", "user", "username",
+    "level", "policy", "strategy", "version", "style", "id", "ids", "idx", "index",
 }  # fmt: skip
+_COUNT = {"n", "num", "max", "min"}  # a first word that makes it a number of tokens (n_token)
+_NOT_SECRET_ENV = {"PWD", "OLDPWD"}  # the shell's working directories
+_PLAIN_WORDS = {"true", "false", "none", "null", "yes", "no", "on", "off", "default"}
+_MIN_CONTAINED = 12  # an environment secret this long is also looked for inside strings
+_MAX_FOLDED = 100_000  # the longest string a constant expression is folded into
 
 _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
@@ -90,11 +118,15 @@ class Finding:
     where: str
     name: str
     kind: str
+    env_var: str | None = None  # the kernel's environment variable that holds the value
 
     @property
     def env(self) -> str:
-        """The environment variable it belongs in: its own name when that says secret
-        (``hfToken`` -> ``HF_TOKEN``), else the usual one for its shape."""
+        """The environment variable it belongs in: the one it was read from, else its own
+        name when that says secret (``hfToken`` -> ``HF_TOKEN``), else the usual one for its
+        shape."""
+        if self.env_var:
+            return self.env_var
         if is_secret_name(self.name):
             return env_name(self.name)
         usual = (v for k, v in _USUAL_ENV.items() if self.kind.startswith(k))
@@ -111,8 +143,8 @@ def is_secret_name(name: str) -> bool:
     """``HF_TOKEN``, ``hfToken``, ``db_password``, ``AWS_SECRET_ACCESS_KEY``: yes;
     ``tokenizer``, ``MAX_TOKENS``, ``key_dim``, ``TOKEN_TYPE``, ``SECRET_NAME``: no."""
     words = _words(name)
-    if words and words[-1] in _ABOUT:  # TOKEN_TYPE, SECRET_NAME: about a secret, not one
-        return False
+    if words and (words[-1] in _ABOUT or words[0] in _COUNT):  # TOKEN_TYPE, SECRET_NAME,
+        return False  # pad_token_id, n_token: about a secret or a token, not one
     return bool(_WORDS & set(words)) or any(p in _PAIRS for p in itertools.pairwise(words))
 
 
@@ -135,17 +167,67 @@ def _looks_like_credential(text: str) -> bool:
     return not (text.startswith(("/", "./", "../", "~")) or text[0] + text[-1] in ("<>", "[]"))
 
 
-def _secret(text: str, name: str | None) -> str | None:
+class EnvSecrets:
+    """The values of the kernel's environment variables whose names say secret
+    (``MY_SERVICE_CRED``, ``OPENAI_API_KEY``), whatever their shape: a string equal to one,
+    or holding a long one, is that secret."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None):
+        environ = os.environ if environ is None else environ
+        self.by_value: dict[str, str] = {}
+        for name, value in sorted(environ.items()):
+            if name not in _NOT_SECRET_ENV and is_secret_name(name) and _env_secret(value):
+                self.by_value.setdefault(value, name)
+        self.long = [(v, n) for v, n in self.by_value.items() if len(v) >= _MIN_CONTAINED]
+
+    def holder(self, text: str) -> str | None:
+        """The environment variable whose secret value ``text`` is or holds."""
+        name = self.by_value.get(text)
+        if name is None and len(text) >= _MIN_CONTAINED:
+            name = next((n for v, n in self.long if v in text), None)
+        return name
+
+    def in_bytes(self, data: bytes) -> str | None:
+        return next((n for v, n in self.long if v.encode() in data), None)
+
+
+def _env_secret(value: str) -> bool:
+    """A value worth looking for: not a flag, a number, a word like ``true`` or a path."""
+    if value.lower() in _PLAIN_WORDS or (value.isdigit() and len(value) < 8):
+        return False
+    return len(value) >= 6 and not value.startswith(("/", "./", "../", "~"))
+
+
+def _secret(text: str, name: str | None, env: EnvSecrets) -> tuple[str, str | None] | None:
+    """Why ``text`` (bound to ``name``) is a secret, and the environment variable it came
+    from, if it is one."""
+    holder = env.holder(text)
+    if holder:
+        return f"the value of the kernel's environment variable {holder}", holder
     shape = secret_shape(text)
     if shape:
-        return f"{shape}, by its value"
+        return f"{shape}, by its value", None
     if name and is_secret_name(name) and _looks_like_credential(text):
-        return f"a string bound to the name {name!r}"
+        return f"a string bound to the name {name!r}", None
+    known = known_credential(text)
+    if known:
+        return f"a credential detect-secrets calls {known!r}, by its value", None
+    if random_token(text) and not (name and _is_id(name)):
+        return "a random-looking token, by its entropy", None
     return None
 
 
-def find_in_bytes(data: bytes) -> str | None:
-    """The kind of well-known token inside ``data`` (e.g. a pickle), if any."""
+def _is_id(name: str) -> bool:
+    """``model_id``, ``run_ids``, ``id``: an identifier, not a key (detect-secrets' rule)."""
+    return _words(name)[-1:] in (["id"], ["ids"])
+
+
+def find_in_bytes(data: bytes, env: EnvSecrets | None = None) -> str | None:
+    """The kind of well-known token inside ``data`` (e.g. a pickle), if any, or the secret
+    value of a kernel environment variable."""
+    holder = (env or EnvSecrets()).in_bytes(data)
+    if holder:
+        return f"the value of the kernel's environment variable {holder}"
     for kind, prefixes, pattern in _BYTE_SHAPES:
         if any(prefix in data for prefix in prefixes) and pattern.search(data):
             return kind
@@ -172,9 +254,10 @@ def _children(obj: Any, where: str) -> Iterator[tuple[Any, str, str | None]]:
                 yield value, f"{where}.{key}", key
 
 
-def find_in_value(name: str, value: Any) -> Finding | None:
+def find_in_value(name: str, value: Any, env: EnvSecrets | None = None) -> Finding | None:
     """The first secret inside ``value`` (bound to the global ``name``), walking containers,
     dataclasses and objects' attributes; a list's items count under the list's name."""
+    env = env or EnvSecrets()
     todo: list[tuple[Any, str, str | None]] = [(value, name, name)]
     seen: set[int] = set()
     budget = _MAX_NODES  # a bound on the walk; token shapes in big values are still found
@@ -184,9 +267,9 @@ def find_in_value(name: str, value: Any) -> Finding | None:
         if isinstance(obj, bytes):
             obj = obj.decode("utf-8", "replace")
         if isinstance(obj, str):
-            kind = _secret(obj, bound)
-            if kind:
-                return Finding(where, bound or name, kind)
+            why = _secret(obj, bound, env)
+            if why:
+                return Finding(where, bound or name, *why)
             continue
         if id(obj) in seen or isinstance(obj, int | float | complex | type(None)):
             continue
@@ -200,14 +283,56 @@ def find_in_value(name: str, value: Any) -> Finding | None:
     return None
 
 
-def _bound_strings(node: ast.AST) -> Iterator[tuple[str, str, ast.Constant]]:
-    """(where, name, string constant) for each string bound to a name in ``node``."""
+def _fold(node: ast.AST | None) -> str | bytes | None:
+    """The string a constant expression makes: a literal, ``'a' + 'b'``, ``'Q' * 40``,
+    ``f"{'x'}y"``; None for anything that reads a name or calls a function."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str | bytes) else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_fold(_formatted(v)) for v in node.values]
+        texts = [p for p in parts if isinstance(p, str)]
+        return "".join(texts) if len(texts) == len(parts) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _fold(node.left), _fold(node.right)
+        if isinstance(left, str) and isinstance(right, str):
+            return left + right if len(left) + len(right) <= _MAX_FOLDED else None
+        if isinstance(left, bytes) and isinstance(right, bytes):
+            return left + right if len(left) + len(right) <= _MAX_FOLDED else None
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        text, times = _fold(node.left), _count(node.right)
+        if text is None:
+            text, times = _fold(node.right), _count(node.left)
+        if text is None or times is None or len(text) * times > _MAX_FOLDED:
+            return None
+        return text * times
+    return None
 
-    def strings(value: ast.AST | None) -> Iterator[ast.Constant]:
-        """The string written directly as the bound value, or as an item of a list, tuple
-        or set display (not an argument of a call: ``os.environ["HF_TOKEN"]`` is no secret)."""
-        if isinstance(value, ast.Constant) and isinstance(value.value, str | bytes):
-            yield value
+
+def _formatted(node: ast.expr) -> ast.expr | None:
+    """What a part of an f-string shows: itself, the value of a plain ``{value}``, or None
+    (a conversion or a format spec)."""
+    if not isinstance(node, ast.FormattedValue):
+        return node
+    return node.value if node.conversion == -1 and not node.format_spec else None
+
+
+def _count(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value >= 0:
+        return node.value
+    return None
+
+
+def _bound_strings(node: ast.AST) -> Iterator[tuple[str, str, str | bytes, int]]:
+    """(where, name, string, line) for each string bound to a name in ``node``."""
+
+    def strings(value: ast.expr | None) -> Iterator[tuple[str | bytes, int]]:
+        """The string the bound value makes (a literal or a constant expression), or an item
+        of a list, tuple or set display (not an argument of a call:
+        ``os.environ["HF_TOKEN"]`` is no secret)."""
+        folded = _fold(value)
+        if folded is not None and value is not None:
+            yield folded, value.lineno
         elif isinstance(value, ast.List | ast.Tuple | ast.Set):
             for item in value.elts:
                 yield from strings(item)
@@ -218,16 +343,16 @@ def _bound_strings(node: ast.AST) -> Iterator[tuple[str, str, ast.Constant]]:
             for target in targets:
                 for leaf in ast.walk(target):
                     label = leaf.id if isinstance(leaf, ast.Name) else getattr(leaf, "attr", None)
-                    for const in strings(sub.value) if label else ():
-                        yield str(label), str(label), const
+                    for text, line in strings(sub.value) if label else ():
+                        yield str(label), str(label), text, line
         elif isinstance(sub, ast.keyword) and sub.arg:
-            for const in strings(sub.value):
-                yield f"{sub.arg}=...", sub.arg, const
+            for text, line in strings(sub.value):
+                yield f"{sub.arg}=...", sub.arg, text, line
         elif isinstance(sub, ast.Dict):
             for key, value in zip(sub.keys, sub.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    for const in strings(value):
-                        yield f"[{key.value!r}]", key.value, const
+                    for text, line in strings(value):
+                        yield f"[{key.value!r}]", key.value, text, line
         elif isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             args = sub.args
             positional = args.posonlyargs + args.args
@@ -235,31 +360,33 @@ def _bound_strings(node: ast.AST) -> Iterator[tuple[str, str, ast.Constant]]:
             pairs = list(zip(with_default, args.defaults, strict=True))
             pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
             for arg, default in pairs:
-                for const in strings(default):
-                    yield f"default of {arg.arg}", arg.arg, const
+                for text, line in strings(default):
+                    yield f"default of {arg.arg}", arg.arg, text, line
 
 
 def _text(value: Any) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else str(value)
 
 
-def find_in_source(source: str, owner: str) -> Finding | None:
+def find_in_source(source: str, owner: str, env: EnvSecrets | None = None) -> Finding | None:
     """The first secret written in Python ``source`` (a function, a class, a cell): a string
-    constant of a known token shape anywhere, or one bound to a secret-looking name (an
-    assignment, a keyword argument, a dict key, a parameter's default)."""
+    (a literal or a constant expression) that is a secret by its value anywhere, or one bound
+    to a secret-looking name (an assignment, a keyword argument, a dict key, a parameter's
+    default)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    for where, name, const in _bound_strings(tree):
-        kind = _secret(_text(const.value), name)
-        if kind:
-            return Finding(f"{where} (line {const.lineno})", name, kind)
+    env = env or EnvSecrets()
+    for where, name, text, line in _bound_strings(tree):
+        why = _secret(_text(text), name, env)
+        if why:
+            return Finding(f"{where} (line {line})", name, *why)
     for sub in ast.walk(tree):
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str | bytes):
-            shape = secret_shape(_text(sub.value))
-            if shape:
-                return Finding(f"line {sub.lineno}", owner, f"{shape}, by its value")
+        folded = _fold(sub) if isinstance(sub, ast.expr) else None
+        why = _secret(_text(folded), None, env) if folded is not None else None
+        if why and isinstance(sub, ast.expr):
+            return Finding(f"line {sub.lineno}", owner, *why)
     return None
 
 

@@ -6,6 +6,11 @@ Python >= 3.8) into one stream for the whole program (:func:`encode_together`), 
 base64, which no shell, YAML or heredoc can alter. Objects that
 only make sense in this process (open files, sockets, locks, generators, CUDA tensors) are
 refused with the path to the offending part.
+
+A value over :data:`MAX_VALUE_BYTES` is refused before it is copied: its buffers (bytes,
+strings, numpy arrays, torch tensors' storages, reached through containers and attributes)
+are counted first, and the pickler writes to a sink that stops it as soon as its output
+passes the limit, so a 500 MB global costs no second 500 MB.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import ast
 import io
 import math
 import pickle
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,11 +32,13 @@ __all__ = [
     "Encoded",
     "encode_together",
     "encode_value",
+    "too_big",
 ]
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024
 LOAD_NEXT = "_KTRAIN_VALUES.load()"  # a pickled value: the next one in the program's stream
 _LITERAL_LIMIT = 20_000
+_MAX_NODES = 200_000  # a bound on the walk that counts a value's buffers
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
@@ -72,8 +80,73 @@ def _is_literal(value: Any, depth: int = 0) -> bool:
     return False
 
 
+def _buffer_size(obj: Any) -> int | None:
+    """The bytes of data ``obj`` holds itself, where that is known without copying it."""
+    if isinstance(obj, str | bytes | bytearray):
+        return len(obj)
+    if isinstance(obj, memoryview):
+        return obj.nbytes
+    module = type(obj).__module__
+    if module.startswith("torch") and hasattr(obj, "untyped_storage"):
+        try:  # pickled whole, views included; a sparse or meta tensor counts nothing
+            return int(obj.untyped_storage().nbytes())
+        except (RuntimeError, NotImplementedError, TypeError):
+            return 0
+    if module.startswith("numpy") and isinstance(getattr(obj, "nbytes", None), int):
+        dtype = getattr(obj, "dtype", None)
+        return None if getattr(dtype, "hasobject", False) else int(obj.nbytes)
+    return None
+
+
+def _references(obj: Any) -> list[Any]:
+    if isinstance(obj, dict):
+        return [*obj.keys(), *obj.values()]
+    if isinstance(obj, list | tuple | set | frozenset):
+        return list(obj)
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict) and not isinstance(obj, type):
+        return list(attrs.values())
+    return []
+
+
+def _size_floor(value: Any, limit: int = MAX_VALUE_BYTES) -> int:
+    """A lower bound on the pickled size of ``value``, counted without copying it: its
+    buffers and one byte per object, through containers and attributes, until it passes
+    ``limit`` or the walk's bound."""
+    total, seen, todo = 0, set(), [value]
+    for _ in range(_MAX_NODES):
+        if not todo or total > limit:
+            break
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        size = _buffer_size(obj)
+        total += 1 if size is None else size
+        if size is None:
+            todo.extend(_references(obj))
+    return total
+
+
+def _over(floor: int | None) -> EncodeFailure:
+    """Too big: at least ``floor`` bytes of data, or (None) a pickle that passed the limit."""
+    limit = f"the {MAX_VALUE_BYTES // 2**20} MiB limit for values shipped inside the program"
+    return EncodeFailure(
+        f"it is at least {floor / 2**20:.1f} MiB, over {limit}"
+        if floor is not None
+        else f"its pickle passes {limit}",
+        "load or build the data inside the function (from a dataset volume or a URL)",
+    )
+
+
+def too_big(value: Any) -> EncodeFailure | None:
+    """Why ``value`` is too big to ship, known without pickling it, or None."""
+    floor = _size_floor(value, sys.maxsize)  # counted on (to the walk's bound) for the message
+    return _over(floor) if floor > MAX_VALUE_BYTES else None
+
+
 def _literal(value: Any) -> str | None:
-    if not _is_literal(value):
+    if _size_floor(value, _LITERAL_LIMIT) > _LITERAL_LIMIT or not _is_literal(value):
         return None
     text = repr(value)
     if len(text) > _LITERAL_LIMIT:
@@ -94,6 +167,23 @@ def _refuse(obj: Any) -> EncodeFailure | None:
             "move it to the CPU first (value.cpu()), or create it inside the function",
         )
     return None
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _BoundedBuffer(io.BytesIO):
+    """A pickle's sink that stops the pickler once ``limit`` bytes have been written."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self._limit = limit
+
+    def write(self, data: Any) -> int:
+        if self.tell() + memoryview(data).nbytes > self._limit:
+            raise _TooBig
+        return super().write(data)
 
 
 class _Pickler(pickle.Pickler):
@@ -135,6 +225,8 @@ def _dump(pickler: _Pickler, value: Any) -> None:
             pickler.dump(value)
     except EncodeFailure:
         raise
+    except _TooBig:
+        raise _over(None) from None
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         raise _describe(exc) from None
 
@@ -144,19 +236,13 @@ def encode_value(value: Any, is_main: Callable[[Any], str | None]) -> Encoded:
     literal = _literal(value)
     if literal is not None:
         return Encoded(literal, frozenset(), len(literal))
-    refused = _refuse(value)
+    refused = _refuse(value) or too_big(value)
     if refused:
         raise refused
-    buffer = io.BytesIO()
+    buffer = _BoundedBuffer(MAX_VALUE_BYTES)
     pickler = _Pickler(buffer, is_main)
     _dump(pickler, value)
     data = buffer.getvalue()
-    if len(data) > MAX_VALUE_BYTES:
-        raise EncodeFailure(
-            f"it is {len(data) / 2**20:.1f} MiB, over the {MAX_VALUE_BYTES // 2**20} MiB limit "
-            f"for values shipped inside the program",
-            "load or build the data inside the function (from a dataset volume or a URL)",
-        )
     return Encoded(LOAD_NEXT, frozenset(pickler.main_refs), len(data), data)
 
 

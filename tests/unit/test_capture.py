@@ -3,6 +3,7 @@ program runs in a separate Python process, and its result must equal the kernel'
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -342,3 +343,77 @@ def test_a_chained_failure_names_notebook_cells_in_every_part(
     assert effect.rstrip().endswith("RuntimeError: bad config")
     for ours in ("jupyter_ktrain", "runpy", "program.py"):
         assert ours not in err, err
+
+
+# -- a value over the limit is refused before it is copied ------------------------------------
+
+PEAK_PROBE = """
+import json, resource, sys
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+sh = InteractiveShell.instance()
+sh.extension_manager.load_extension("jupyter_ktrain")
+
+def magic(body):
+    try:
+        sh.run_cell_magic("ktrain", "--dry-run", body)
+    except UsageError as exc:
+        return str(exc)
+    return ""
+
+assert sh.run_cell("SMALL = [1]\\ndef warm():\\n    return SMALL", store_history=True).success
+magic("warm()")  # the magic's own imports come before the measurement
+assert sh.run_cell(sys.argv[1] + "\\ndef train():\\n    return len(BIG)", store_history=True).success
+before = peak()
+message = magic("result = train()")
+print(json.dumps({"growth": peak() - before, "message": message}))
+"""
+BIG = 200 * 2**20
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        f"BIG = bytes({BIG})",
+        f"BIG = bytearray({BIG})",
+        f"import numpy\nBIG = numpy.ones({BIG // 8})",
+    ],
+)
+def test_a_200_mb_global_is_refused_without_copying_it(make: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_PROBE, make],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert "'BIG'" in got["message"]
+    assert (
+        "cannot be sent to the job: it is at least 200.0 MiB, over the 16 MiB limit"
+        in (got["message"])
+    )
+    assert "load or build the data inside the function" in got["message"]
+    assert got["growth"] < BIG / 4, got  # pickling it first grew the peak by 400-800 MB
+
+
+class Expands:
+    """Small in memory, big once pickled: only the pickler's own count can tell."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (bytes, (bytes(17 * 2**20),))
+
+
+def test_a_pickle_that_passes_the_limit_is_stopped_there() -> None:
+    from jupyter_ktrain.capture.values import MAX_VALUE_BYTES, EncodeFailure, encode_value
+
+    with pytest.raises(EncodeFailure, match="its pickle passes the 16 MiB limit"):
+        encode_value([Expands()], lambda obj: None)
+    small = encode_value([bytes(MAX_VALUE_BYTES - 2**20)], lambda obj: None)
+    assert small.size > MAX_VALUE_BYTES - 2**20  # just under the limit still travels
