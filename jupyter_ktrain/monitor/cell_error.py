@@ -48,7 +48,9 @@ def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFaile
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
     failure = classify(lines, code)
-    at = exception_line(lines)
+    # an uncaught exception ends a rank with code 1; with another code (sys.exit(3), a signal)
+    # a traceback in its output was printed and handled, not what ended it
+    at = exception_line(lines) if code in (1, None) else None
     if at is not None:
         headline = f"rank {rank} raised {_clip(lines[at])}"
         lines = lines[:at] + lines[at + 1 :]  # said once, in the header

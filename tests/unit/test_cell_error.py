@@ -112,6 +112,13 @@ def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
     assert "    CUDA out of memory. Tried to allocate 2.00 GiB" in shown
 
 
+def test_a_handled_traceback_is_not_what_ended_the_rank() -> None:
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 'a'"]
+    error = job_error(_Job("j", {0: [*lines, "giving up"]}), _failed(0, {0: 3}))  # type: ignore[arg-type]
+    assert error.headline == "rank 0 exited first with code 3"
+    assert "KeyError: 'a'" in str(error)  # still among its last lines
+
+
 def test_last_traceback_wins_and_frames_are_not_the_exception() -> None:
     lines = [
         "Traceback (most recent call last):",
