@@ -51,10 +51,14 @@ __all__ = [
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext jupyter_ktrain``: register the ``%%ktrain`` and ``%ktrain`` magics."""
-    from .magics import KtrainMagics
+    """``%load_ext jupyter_ktrain``: register the ``%%ktrain`` and ``%ktrain`` magics (and
+    let ``%%ktrain --help`` stand alone in a cell)."""
+    from .magics import KtrainMagics, help_alone
 
     ipython.register_magics(KtrainMagics(ipython))
+    cleanup = getattr(ipython, "input_transformers_cleanup", None)
+    if cleanup is not None and help_alone not in cleanup:
+        cleanup.append(help_alone)
     _warm_up_cluster_validation()
 
 

@@ -6,14 +6,17 @@
     │   └── SecretError          a secret would be written into the job's code
     ├── BackendError             a backend could not do what was asked
     │   ├── JobNotFound          no job of that name
-    │   └── JobFailed            a followed job failed or was cancelled (the cell fails)
+    │   └── JobFailed            a followed job failed (the cell fails)
+    │       └── JobCancelled     a followed job was cancelled (the cell fails)
     ├── PackagingError           building or pushing the code image/ConfigMap failed
     │   └── RegistryError        the registry said no (keeps its own error code)
     └── ClusterError             the Kubernetes API said no (keeps the server's message)
         └── PreflightError       the cluster cannot run this job (one line per problem)
 
 Every message is a full sentence a user can act on: what was expected, what was found, and the
-flag, option or command that fixes it.
+flag, option or command that fixes it. In IPython an error that reaches the user shows as
+``ClassName: message`` with no traceback of ours (``_render_traceback_``, which IPython's
+``showtraceback`` uses in place of its own traceback).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ __all__ = [
     "BackendError",
     "CaptureError",
     "ClusterError",
+    "JobCancelled",
     "JobFailed",
     "JobNotFound",
     "KtrainError",
@@ -33,8 +37,19 @@ __all__ = [
 ]
 
 
+_RED, _RESET = "\x1b[0;31m", "\x1b[0m"  # the colour IPython gives an exception's name
+
+
 class KtrainError(Exception):
     """Base of every error jupyter-ktrain raises on purpose."""
+
+    def render(self) -> list[str]:
+        """What a notebook shows: ``ClassName: message``, and nothing of our own stack."""
+        first, *rest = str(self).split("\n")
+        return [f"{_RED}{type(self).__name__}{_RESET}: {first}", *rest]
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for a custom traceback
+        return self.render()
 
 
 class SpecError(KtrainError, ValueError):
@@ -63,13 +78,28 @@ class JobNotFound(BackendError, LookupError):
 
 
 class JobFailed(BackendError):
-    """A job the cell followed ended Failed or Cancelled. The message is the failure summary
-    (first failing rank, what kind of failure, its last lines); ``state`` is the final state.
-    Raised so that Run All and headless runs (nbclient, papermill) stop at this cell."""
+    """A job the cell followed ended Failed (or Cancelled: :class:`JobCancelled`). Raised so
+    that Run All and headless runs (nbclient, papermill) stop at this cell.
 
-    def __init__(self, message: str, *, state: str = "Failed"):
+    ``headline`` says what happened in one line (``rank 1 raised ValueError: bad shard``); the
+    message is ``Job 'NAME' failed: {headline}`` and the lines under it (the first failing
+    rank's last lines, what to do). A notebook shows ``JobFailed: {headline}`` and those lines.
+    ``state`` is the job's final state."""
+
+    def __init__(self, message: str, *, state: str = "Failed", headline: str = ""):
         super().__init__(message)
         self.state = state
+        self.headline = headline or message.split("\n", 1)[0]
+
+    def render(self) -> list[str]:
+        return [f"{_RED}{type(self).__name__}{_RESET}: {self.headline}", *str(self).split("\n")[1:]]
+
+
+class JobCancelled(JobFailed):
+    """A job the cell followed was cancelled (Cancel button, ``%ktrain cancel``, deleted)."""
+
+    def __init__(self, message: str, *, headline: str = ""):
+        super().__init__(message, state="Cancelled", headline=headline)
 
 
 class PackagingError(KtrainError):

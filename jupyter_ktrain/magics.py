@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,17 +19,25 @@ from .backends import get_backend, listed_backends
 from .backends.base import CANCELLED, FAILED, Job
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
+from .monitor.cell_error import job_error
 from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
-from .monitor.text import failure_summary, status_text
+from .monitor.text import status_text
 from .options import build_parser, env_names, parse_flags, spec_from_args
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
     from .widgets.monitor import View
 
-__all__ = ["KtrainMagics", "last_monitor", "run_job_cell", "run_line_command", "set_wording"]
+__all__ = [
+    "KtrainMagics",
+    "help_alone",
+    "last_monitor",
+    "run_job_cell",
+    "run_line_command",
+    "set_wording",
+]
 
 _last_monitor: tuple[MonitorModel, View] | None = None
 
@@ -45,6 +54,8 @@ _LINE_HELP = """\
 Every command but config takes --backend local|kubernetes (default: the configured one).
 """
 
+
+_HELP_WORDS = ("-h", "--help", "help")
 
 _wording: Callable[[str], str] = str  # the console script rewrites `%ktrain X` for a shell
 
@@ -65,7 +76,8 @@ def _watch(job: Job, shell: Any) -> Job:
     without stopping it. The cell blocks until the job ends (the widget's controls stay live:
     see :mod:`jupyter_ktrain.widgets.controls`), then sets the names rank 0 bound in
     ``shell``'s namespace, or raises :class:`JobFailed` (failed or cancelled) so that Run All
-    and headless runs stop at this cell."""
+    and headless runs stop at this cell. The magics keep the kernel reported busy meanwhile
+    (:func:`~jupyter_ktrain.widgets.controls.kernel_busy`)."""
     global _last_monitor
     model = model_for(job)
     view = _make_view(job, model)
@@ -73,8 +85,7 @@ def _watch(job: Job, shell: Any) -> Job:
     view.show()
     sink = ModelSink(model, view)
     try:
-        with kernel_busy():
-            status = follow(job, sink)
+        status = follow(job, sink)
     except KeyboardInterrupt:
         view.close()
         _say(
@@ -84,7 +95,7 @@ def _watch(job: Job, shell: Any) -> Job:
         return job
     view.close()
     if status.state in (FAILED, CANCELLED):
-        raise JobFailed(failure_summary(job, status).rstrip("\n"), state=status.state)
+        raise job_error(job, status)
     if status.state == "Succeeded" and shell is not None:
         outputs = {k: v for k, v in job.outputs.items() if k != "_"}
         shell.user_ns.update(outputs)
@@ -159,6 +170,11 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if ns.help:
         _say(build_parser().format_help())
         return None
+    if not cell.strip():
+        raise SpecError(
+            "The cell has no code under its %%ktrain line: put the call to run there, e.g. "
+            "`result = train()` on the next line (`%%ktrain --help` lists the flags)."
+        )
     history = shell.user_ns.get("In", []) if shell is not None else []
     hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
     namespace = shell.user_ns if shell is not None else {}
@@ -201,31 +217,61 @@ def _replace(backend: Any, name: str) -> None:
     _say(f"Replaced the earlier job {name!r} (deleted it and its logs).")
 
 
+_CELL_LINE = re.compile(r"%%ktrain(\s|$)")
+
+
+def help_alone(lines: list[str]) -> list[str]:
+    """An IPython input transformer: a cell that is only its ``%%ktrain`` line (``%%ktrain
+    --help``) gets a blank body. IPython refuses a cell magic with an empty body before the
+    magic runs ("the cell body is empty"); with a blank one, ours prints the help, or says
+    that the cell has no code."""
+    if not lines or not _CELL_LINE.match(lines[0]) or any(x.strip() for x in lines[1:]):
+        return lines
+    return [lines[0].rstrip("\n") + "\n", "\n"]
+
+
 @magics_class
 class KtrainMagics(Magics):
+    """The magics. Each keeps the kernel reported busy while it runs (see
+    :func:`~jupyter_ktrain.widgets.controls.kernel_busy`), from before any widget exists.
+
+    A failed or cancelled job raises :class:`JobFailed` as it is: IPython shows its own
+    rendering (``JobFailed: rank 1 raised ValueError: ...`` and rank 1's last lines, see
+    :meth:`KtrainError.render`). Other errors are one ``UsageError`` line: no traceback."""
+
     @cell_magic
     def ktrain(self, line: str, cell: str) -> Job | None:
         """Run this cell as a distributed job. `%%ktrain --help` lists the flags."""
-        try:
-            return run_job_cell(line, cell, self.shell)
-        except KtrainError as exc:  # one message, no traceback; the cell counts as failed
-            raise UsageError(f"ktrain: {exc}") from None
+        with kernel_busy():
+            try:
+                return run_job_cell(line, cell, self.shell)
+            except JobFailed:
+                raise
+            except KtrainError as exc:  # one message, no traceback; the cell counts as failed
+                raise UsageError(f"ktrain: {exc}") from None
 
     @line_magic("ktrain")  # type: ignore[arg-type]
     def ktrain_line(self, line: str) -> Any:
         """Manage jobs: list, attach, logs, status, cancel, delete."""
-        try:
-            return self._line(shlex.split(line))
-        except KtrainError as exc:
-            raise UsageError(f"ktrain: {exc}") from None
+        with kernel_busy():
+            try:
+                return self._line(shlex.split(line))
+            except JobFailed:
+                raise
+            except KtrainError as exc:
+                raise UsageError(f"ktrain: {exc}") from None
 
     def _line(self, argv: list[str]) -> Any:
+        if not argv or argv[0] in _HELP_WORDS:  # in a notebook, the cell magic too
+            _say(_LINE_HELP + "%%ktrain [FLAGS] on a cell's first line runs the cell as a job; "
+                 "`%%ktrain --help` alone in a cell lists the flags.")  # fmt: skip
+            return None
         return run_line_command(argv, self.shell)
 
 
 def run_line_command(argv: list[str], shell: Any = None) -> Any:
     """``%ktrain COMMAND ...`` and ``ktrain COMMAND ...`` (the console script) alike."""
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or argv[0] in _HELP_WORDS:
         _say(_LINE_HELP)
         return None
     command, args = argv[0], argv[1:]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .model import JobHeader, MonitorModel, ReplicaRow
 from .progress import Progress, ProgressTracker
 from .protocol import LogLine, parse_line
+from .torchrun import TorchrunFold
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus, ReplicaStatus
@@ -68,7 +69,9 @@ def replica_row(r: ReplicaStatus) -> ReplicaRow:
 
 class ModelSink:
     """A :class:`~jupyter_ktrain.monitor.follow.Sink` that feeds ``model`` and refreshes
-    ``view`` (throttled by the view itself). Call everything from one thread."""
+    ``view`` (throttled by the view itself). Call everything from one thread. torchrun's own
+    failure reports are folded to one line each (:mod:`.torchrun`); a failed job's header says
+    which rank failed first, not the backend's reason code."""
 
     def __init__(
         self, model: MonitorModel, view: View, clock: Callable[[], float] = time.time
@@ -78,6 +81,7 @@ class ModelSink:
         self.clock = clock
         self.final: JobStatus | None = None
         self._nodes: dict[str, int] = {}
+        self._folds: dict[str, TorchrunFold] = {}
 
     def _node(self, replica: str) -> int:
         node = self._nodes.get(replica)
@@ -86,6 +90,12 @@ class ModelSink:
         return node
 
     def lines(self, replica: str, lines: list[LogLine]) -> None:
+        fold = self._folds.get(replica)
+        if fold is None:
+            fold = self._folds[replica] = TorchrunFold(self.model.header.name)
+        self._feed(replica, fold.feed(lines))
+
+    def _feed(self, replica: str, lines: list[LogLine]) -> None:
         now = self.clock()
         node = self._node(replica)
         for line in lines:
@@ -100,10 +110,10 @@ class ModelSink:
             h.start_time = status.started
         if status.replicas and self.model.header.nodes < len(status.replicas):
             h.nodes = len(status.replicas)
-        message = status.reason if not status.message else f"{status.reason}: {status.message}"
+        message = _state_message(status)
         if status.terminal and status.finished is not None and h.end_time is None:
             h.end_time = status.finished
-        self.model.set_state(status.state, now, message.strip(": "))
+        self.model.set_state(status.state, now, message)
         self.model.set_replicas(
             (replica_row(r) for r in status.replicas), now, max_restarts=status.max_restarts
         )
@@ -112,9 +122,22 @@ class ModelSink:
 
     def tick(self) -> None:
         """Once per follow iteration: time-based alerts, then a (throttled) redraw."""
+        if self.final is not None:  # every line is in: nothing is held back any more
+            for replica, fold in self._folds.items():
+                self._feed(replica, fold.flush())
         now = self.clock()
         self.model.check(now)
         self.view.update(now)
+
+
+def _state_message(status: JobStatus) -> str:
+    """What the header says after the state: the backend's reason and message, or for a
+    failed job without a message, which rank failed first (not a reason code)."""
+    rank, message = status.failed_rank, status.message
+    if status.state == "Failed" and rank is not None and not message:
+        code = status.exit_codes.get(rank)
+        return f"rank {rank} failed first" + (f" (exit code {code})" if code is not None else "")
+    return (status.reason if not message else f"{status.reason}: {message}").strip(": ")
 
 
 def model_from_logs(

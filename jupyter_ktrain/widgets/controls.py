@@ -87,35 +87,82 @@ def route_to_subshell(widgets: Iterable[Any], subshell_id: str) -> int:
     return routed
 
 
+class _BusyHook:
+    """Wraps one kernel's ``_publish_status`` for the kernel's lifetime (installed once, never
+    removed, so no thread can hold a stale copy). While a ``%%ktrain`` cell runs (``parent``
+    set), an ``idle`` that another thread publishes is followed at once by ``busy`` with the
+    cell's request as parent. The lock makes "publish idle, then check" and "start the cell,
+    then publish busy" exclusive: whichever comes second, the last status is ``busy``."""
+
+    def __init__(self, kernel: Any):
+        self.original = kernel._publish_status
+        self.lock = threading.RLock()
+        self.parent: Any = None
+        self.depth = 0
+        self.main: threading.Thread | None = None
+
+    def publish(self, status: str, channel: str, parent: Any = None) -> None:
+        with self.lock:
+            self.original(status, channel, parent)
+            if status == "idle" and self.depth and threading.current_thread() is not self.main:
+                self.original("busy", "shell", self.parent)
+
+    def enter(self, parent: Any) -> None:
+        with self.lock:
+            self.depth += 1
+            if self.depth == 1:
+                self.parent, self.main = parent, threading.current_thread()
+                # an idle that came before this point (a control request answered while the
+                # cell was starting) is overruled now
+                self.original("busy", "shell", parent)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if not self.depth:
+                self.parent = self.main = None
+
+
+def _busy_hook(kernel: Any) -> _BusyHook | None:
+    """``kernel``'s hook, installed on first use; None where the kernel has no subshells."""
+    if kernel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+        return None
+    with _lock:
+        hook = getattr(kernel, "_ktrain_busy_hook", None)
+        if isinstance(hook, _BusyHook):
+            return hook
+        if not callable(getattr(kernel, "_publish_status", None)):
+            return None
+        hook = _BusyHook(kernel)
+        kernel._ktrain_busy_hook = hook
+        kernel._publish_status = hook.publish
+        return hook
+
+
 @contextlib.contextmanager
 def kernel_busy() -> Iterator[None]:
-    """Keep the kernel reported busy while the cell follows its job.
+    """Keep the kernel reported busy while the cell runs (enter it before any widget exists).
 
-    A control message handled in the subshell ends with an iopub ``status: idle`` (parent: that
-    comm message); JupyterLab's status bar and the server's kernel API take any status as the
-    kernel's, so the kernel would read idle while the cell still runs. Here each idle that a
-    thread other than the cell's publishes is followed at once by ``busy`` with the cell's
-    execute request as parent. Nothing happens outside a kernel or without subshells."""
+    A request handled in another thread ends with an iopub ``status: idle`` of its own parent:
+    a control message such as the ``create_subshell_request`` JupyterLab 4.6 sends when a
+    widget's first comm opens, or a widget's comm message handled in a subshell. JupyterLab's
+    status bar and the server's kernel API take any status as the kernel's, so the kernel would
+    read idle while the cell still runs. Inside this block each such idle is followed at once
+    by ``busy`` with the cell's execute request as parent, and entering it publishes ``busy``
+    (overruling an idle that came while the cell started). Nested use is fine. Nothing happens
+    outside a kernel or without subshells."""
     kernel = _kernel()
-    original = getattr(kernel, "_publish_status", None)
-    if kernel is None or original is None or not getattr(kernel, "_supports_kernel_subshells", 0):
+    hook = _busy_hook(kernel)
+    if hook is None:
         yield
         return
     try:
-        cell_parent = kernel.get_parent("shell")
+        parent = kernel.get_parent("shell")
     except Exception:
         yield
         return
-    main = threading.current_thread()
-
-    def publish(status: str, channel: str, parent: Any = None) -> None:
-        original(status, channel, parent)
-        if status == "idle" and threading.current_thread() is not main:
-            original("busy", "shell", cell_parent)
-
-    kernel._publish_status = publish
+    hook.enter(parent)
     try:
         yield
     finally:
-        with contextlib.suppress(AttributeError):
-            del kernel._publish_status
+        hook.leave()

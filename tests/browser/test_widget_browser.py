@@ -1,6 +1,8 @@
 """The cell monitor in a real browser: JupyterLab + Chromium (Playwright). A notebook runs a
-2 x 2 local job; the widget shows every rank's lines, its loss plot grows while the job runs,
-and the header ends Succeeded. A screenshot goes to test-artifacts/."""
+2 x 2 local job under Run All; the widget shows every rank's lines, its loss plot grows while
+the job runs, the header ends Succeeded, and the notebook's kernel indicator reads busy all the
+while (JupyterLab 4.6 asks the kernel for a subshell when the widget's first comm opens; that
+request's idle must not leave it reading Idle). A screenshot goes to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -93,11 +95,31 @@ RANK2_ONLY = """() => {
   const lines = text.split('\\n').filter(l => l.trim());
   return lines.length >= 30 && lines.every(l => l.startsWith('[rank2]'));
 }"""
+# every 100 ms: what the notebook's kernel indicator says, and the monitor's header state
+SAMPLE_INDICATOR = """(header) => {
+  window.__ktrainSamples = [];
+  window.__ktrainTimer = setInterval(() => {
+    const el = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    const h = header();
+    const state = ['Running', 'Succeeded', 'Failed'].find(s => h.includes(' ' + s + ' ')) || '';
+    window.__ktrainSamples.push([el ? el.dataset.status : '', state]);
+  }, 100);
+}"""
 HEADER = """() => {
   const h = [...document.querySelectorAll('.widget-html-content')]
     .find(e => e.textContent.includes('●'));
   return h ? h.textContent : '';
 }"""
+
+
+def _assert_busy_while_running(samples: list[list[str]]) -> None:
+    """The indicator read busy whenever the header said Running: an idle status that another
+    thread's request ends with may blink, but never stays (two samples in a row)."""
+    running = [status for status, state in samples if state == "Running"]
+    assert len(running) >= 20, samples  # several seconds of the job, seen
+    assert set(running) <= {"busy", "idle"}, running  # the indicator is there
+    stuck = [i for i in range(1, len(running)) if running[i - 1] == running[i] == "idle"]
+    assert not stuck, f"kernel read idle while the job ran: {running}"
 
 
 def test_monitor_in_jupyterlab_shows_all_ranks_growing_plot_and_success(lab: Lab) -> None:
@@ -131,6 +153,7 @@ def test_monitor_in_jupyterlab_shows_all_ranks_growing_plot_and_success(lab: Lab
 
 
 def _watch_job(page: Any, name: str) -> None:
+    page.evaluate(f"() => ({SAMPLE_INDICATOR})({HEADER})")
     # running: the header says so, and rank lines arrive in the log pane
     page.wait_for_function(
         f"() => ({HEADER})().includes('{name}') && ({HEADER})().includes('Running')",
@@ -143,6 +166,7 @@ def _watch_job(page: Any, name: str) -> None:
     assert "Running" in header, header  # the plot grew while the job was still running
     page.screenshot(path=str(ARTIFACTS / "widget-jupyterlab-running.png"))
     page.wait_for_function(f"() => ({HEADER})().includes('Succeeded')", timeout=90_000)
+    _assert_busy_while_running(page.evaluate("() => window.__ktrainSamples"))
     # the header can say Succeeded one tick before the view's final plot redraw (close())
     page.wait_for_function(f"() => ({LOSS_POINTS})() === {4 * 30}", timeout=10_000)
     logs = page.locator(".widget-box pre").all_inner_texts()

@@ -27,13 +27,12 @@ def _summary(out: str) -> str:
 
 
 def _failed_cell(shell, flags: str, cell: str):  # type: ignore[no-untyped-def]
-    """A failed job fails its cell (one UsageError naming the first failing rank); the job
+    """A failed job fails its cell (one JobFailed naming the first failing rank); the job
     itself is still there to inspect."""
-    from IPython.core.error import UsageError
-
     from jupyter_ktrain.backends import get_backend
+    from jupyter_ktrain.errors import JobFailed
 
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(JobFailed) as info:
         shell.run_cell_magic("ktrain", flags, cell)
     name = flags.split("--name ")[1].split()[0]
     assert f"Job {name!r} failed" in str(info.value)

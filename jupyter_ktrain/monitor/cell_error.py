@@ -1,0 +1,91 @@
+"""The one error a ``%%ktrain`` cell raises when its job did not succeed.
+
+A header that says what happened (``rank 1 raised ValueError: no shard``), then the first
+failing rank's own last lines (its traceback, frames named ``cell [N]``), what to do for a
+known kind of failure (:func:`~jupyter_ktrain.monitor.failures.classify`), and where the whole
+log is. The exception line is said once, in the header. Nothing of torchrun's report (its
+``ChildFailedError`` traceback and "Root Cause" banner names whichever rank its node saw end
+first, often one that was only stopped): the ranks' own lines are the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import JobCancelled, JobFailed
+from .failures import classify
+
+if TYPE_CHECKING:
+    from ..backends.base import Job, JobStatus
+
+__all__ = ["exception_line", "job_error"]
+
+TRACEBACK = "Traceback (most recent call last):"
+_MAX_HEADLINE = 300
+
+
+def exception_line(lines: Sequence[str]) -> int | None:
+    """Index of the exception line (``ValueError: bad``) of the last Python traceback in
+    ``lines``: the first line after ``Traceback (most recent call last):`` that is not part
+    of a frame (frames, their code and ``^^^`` markers are indented). None without one."""
+    starts = [i for i, line in enumerate(lines) if line.strip() == TRACEBACK]
+    if not starts:
+        return None
+    for i in range(starts[-1] + 1, len(lines)):
+        line = lines[i]
+        if line.strip() and not line[0].isspace():
+            return i
+    return None
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _MAX_HEADLINE else text[: _MAX_HEADLINE - 1] + "…"
+
+
+def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFailed:
+    code = status.exit_codes.get(rank)
+    lines = job.logs(rank=rank).splitlines()
+    failure = classify(lines, code)
+    # an uncaught exception ends a rank with code 1; with another code (sys.exit(3), a signal)
+    # a traceback in its output was printed and handled, not what ended it
+    at = exception_line(lines) if code in (1, None) else None
+    if at is not None:
+        headline = f"rank {rank} raised {_clip(lines[at])}"
+        lines = lines[:at] + lines[at + 1 :]  # said once, in the header
+    else:
+        kind = f" ({failure.kind})" if failure.kind != "error" else ""
+        headline = f"rank {rank} exited first with code {code}{kind}"
+    body = [f"Last lines of rank {rank}:", *(f"    {line}" for line in lines[-tail:])]
+    if not lines:
+        body = [f"Rank {rank} printed nothing."]
+    if failure.kind != "error" and failure.explanation not in status.message:
+        body.append(str(failure))
+    others = sorted(r for r, c in status.exit_codes.items() if c != 0 and r != rank)
+    if others:
+        ranks = ", ".join(map(str, others))
+        body.append(
+            f"Ranks {ranks} ended with an error code too (the job stops every rank once one fails)."
+        )
+    if status.message:
+        body.append(status.message)
+    body.append(f"Rank {rank}'s whole log: %ktrain logs {job.name} --rank {rank}")
+    text = "\n".join([f"Job {job.name!r} failed: {headline}", *body])
+    return JobFailed(text, state=status.state, headline=headline)
+
+
+def job_error(job: Job, status: JobStatus, tail: int = 20) -> JobFailed:
+    """The error for ``job``, which ended ``status`` (Failed or Cancelled)."""
+    if status.state == "Cancelled":
+        headline = f"{job.name!r} was cancelled by the user; the cell set no names."
+        return JobCancelled(f"Job {headline}", headline=headline)
+    if status.failed_rank is not None:
+        return _rank_failure(job, status, status.failed_rank, tail)
+    codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
+    headline = f"{job.name!r} failed before any rank reported ({codes or status.reason})"
+    lines = [f"Job {headline}."]
+    if status.message:
+        lines.append(status.message)
+    lines.append(f"Its log: %ktrain logs {job.name}")
+    return JobFailed("\n".join(lines), state=status.state, headline=headline)

@@ -1,0 +1,167 @@
+"""What a failed ``%%ktrain`` cell shows: one error whose header says what happened, the first
+failing rank's own last lines with the exception said once; and torchrun's own reports folded
+to one line in the monitor (recorded logs of a real 2 x 2 local job whose rank 1 raised)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_ktrain.backends.base import JobStatus
+from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
+from jupyter_ktrain.monitor.cell_error import exception_line, job_error
+from jupyter_ktrain.monitor.protocol import LogLine, parse_line
+from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _node_log(node: int) -> list[LogLine]:
+    text = (LOGS / f"torchrun_rank1_raised_node{node}.log").read_text()
+    return [parse_line(line) for line in text.splitlines()]
+
+
+def _rank_lines(lines: list[LogLine], rank: int) -> list[str]:
+    return [x.text for x in lines if x.rank == rank and x.record is None]
+
+
+class _Job:
+    """What job_error reads of a job: its name and one rank's stored lines."""
+
+    def __init__(self, name: str, logs: dict[int, list[str]]):
+        self.name = name
+        self._logs = logs
+
+    def logs(self, rank: int | None = None, grep: str | None = None) -> str:
+        lines = self._logs.get(rank if rank is not None else -1, [])
+        return "".join(f"{line}\n" for line in lines)
+
+
+def _failed(rank: int, codes: dict[int, int], message: str = "") -> JobStatus:
+    return JobStatus(
+        name="loader", state="Failed", reason="RankFailed", message=message,
+        exit_codes=codes, failed_rank=rank,
+    )  # fmt: skip
+
+
+# -- the monitor: torchrun's reports folded --------------------------------------------------
+def test_child_failed_banner_is_one_line_and_every_rank_line_stays() -> None:
+    lines = _node_log(0)
+    shown = TorchrunFold("loader").feed(lines)
+    texts = [x.text for x in shown]
+    assert texts.count(child_failed_line("loader")) == 1
+    joined = "\n".join(texts)
+    for gone in ("Root Cause", "ChildFailedError", "torch/distributed/run.py", "exitcode  :"):
+        assert gone not in joined
+    assert [x for x in shown if x.source != "node"] == [x for x in lines if x.source != "node"]
+    # torchrun's one-line log messages (which process it stopped, which failed) stay
+    assert any("failed (exitcode: 1) local_rank: 1" in t for t in texts)
+
+
+def test_a_stopped_torchrun_is_one_line() -> None:
+    shown = [x.text for x in TorchrunFold("loader").feed(_node_log(1))]
+    assert "torchrun: stopped by signal 15" in shown
+    assert not any("SignalException" in t or "Traceback" in t for t in shown)
+
+
+def test_any_other_node_traceback_passes_whole_even_in_pieces() -> None:
+    crash = [
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 5, in <module>',
+        "    from torch.distributed.run import main",
+        "ModuleNotFoundError: No module named 'torch'",
+        "after it",
+    ]
+    fold = TorchrunFold("x")
+    lines = [parse_line(t) for t in crash]
+    first = fold.feed(lines[:2])  # held until its exception line says whose it is
+    assert first == []
+    assert [x.text for x in fold.feed(lines[2:])] == crash
+    assert fold.feed([parse_line("Traceback (most recent call last):")]) == []
+    assert [x.text for x in fold.flush()] == ["Traceback (most recent call last):"]
+
+
+# -- the cell's error ---------------------------------------------------------------------------
+def test_rank_that_raised_heads_the_error_with_its_own_traceback() -> None:
+    node0 = _node_log(0)
+    job = _Job("loader", {1: _rank_lines(node0, 1)})
+    error = job_error(job, _failed(1, {0: 1, 1: 1, 2: 1, 3: 1}))  # type: ignore[arg-type]
+    assert type(error) is JobFailed
+    assert error.headline == "rank 1 raised ValueError: no shard 1 in /data"
+    assert str(error).startswith("Job 'loader' failed: rank 1 raised ValueError")
+    shown = ANSI.sub("", "\n".join(error.render()))
+    assert shown.splitlines()[0] == "JobFailed: rank 1 raised ValueError: no shard 1 in /data"
+    assert shown.count("no shard 1 in /data") == 2  # the header and the line that raised it
+    assert 'File "cell [1]", line 7, in load' in shown
+    assert "no shard for this rank in /data" in shown  # what it printed comes with it
+    assert "Ranks 0, 2, 3 ended with an error code too" in shown
+    assert "%ktrain logs loader --rank 1" in shown
+
+
+def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
+    lines = ["step 3", "CUDA out of memory. Tried to allocate 2.00 GiB"]
+    error = job_error(_Job("big", {2: lines}), _failed(2, {2: 3}))  # type: ignore[arg-type]
+    assert error.headline == "rank 2 exited first with code 3 (OOM)"
+    shown = "\n".join(error.render())
+    assert "OOM: out of memory" in shown  # and what to do
+    assert "    CUDA out of memory. Tried to allocate 2.00 GiB" in shown
+
+
+def test_a_handled_traceback_is_not_what_ended_the_rank() -> None:
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 'a'"]
+    error = job_error(_Job("j", {0: [*lines, "giving up"]}), _failed(0, {0: 3}))  # type: ignore[arg-type]
+    assert error.headline == "rank 0 exited first with code 3"
+    assert "KeyError: 'a'" in str(error)  # still among its last lines
+
+
+def test_last_traceback_wins_and_frames_are_not_the_exception() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "cell [2]", line 3, in f',
+        "KeyError: 'a'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "cell [2]", line 5, in f',
+        "    raise ValueError(x)",
+        "        ^^^^^^^^^^^^^^^",
+        "ValueError: bad",
+        "more output",
+    ]
+    assert exception_line(lines) == 10
+    assert exception_line(["no traceback here"]) is None
+
+
+def test_cancelled_and_failed_before_any_rank() -> None:
+    job: Any = _Job("bg", {})
+    cancelled = job_error(job, JobStatus(name="bg", state="Cancelled"))
+    assert isinstance(cancelled, JobCancelled)
+    assert ANSI.sub("", cancelled.render()[0]) == (
+        "JobCancelled: 'bg' was cancelled by the user; the cell set no names."
+    )
+    lost = job_error(job, JobStatus(name="bg", state="Failed", reason="Lost", message="gone"))
+    assert lost.headline == "'bg' failed before any rank reported (Lost)"
+    assert "gone" in str(lost)
+
+
+# -- as IPython shows it --------------------------------------------------------------------------
+def test_ipython_shows_our_lines_not_a_traceback_nor_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sh = InteractiveShell.instance()
+    sh.user_ns["error"] = JobFailed(
+        "Job 'x' failed: rank 1 raised E: e\n    tail", headline="rank 1 raised E: e"
+    )
+    sh.user_ns["bad_input"] = SpecError("--nodes must be at least 1.")
+    result = sh.run_cell("raise error")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert isinstance(result.error_in_exec, JobFailed)
+    assert shown.splitlines() == ["JobFailed: rank 1 raised E: e", "    tail"]
+    sh.run_cell("raise bad_input")
+    assert ANSI.sub("", capsys.readouterr().out).strip() == "SpecError: --nodes must be at least 1."
