@@ -32,16 +32,20 @@ MAX_RESTARTS_ENV = "KTRAIN_MAX_RESTARTS"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def forward_signals(child: Callable[[], subprocess.Popen[bytes] | None]) -> None:
-    """SIGTERM/SIGINT/SIGHUP to this process go on to the current child."""
+def forward_signals(child: Callable[[], subprocess.Popen[bytes] | None]) -> list[int]:
+    """SIGTERM/SIGINT/SIGHUP to this process go on to the current child; returns the list
+    the signals received are appended to (a node stopped from outside says so)."""
+    received: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
         proc = child()
         if proc is not None and proc.poll() is None:
             proc.send_signal(signum)
 
     for sig in _FORWARDED:
         signal.signal(sig, forward)
+    return received
 
 
 def bug_in(line: bytes) -> tuple[int, int] | None:

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -227,7 +228,7 @@ def main(
     env[EXIT_DIR_ENV] = exit_dir
     sys.stdout.flush()
     child = popen(cmd, env=env)
-    forward_signals(lambda: child)
+    stopped = forward_signals(lambda: child)
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
     try:
@@ -237,14 +238,20 @@ def main(
             sampler.stop()
         if metrics is not None:
             metrics.stop()
-    return _verdict(code, exit_dir)
+    return _verdict(code, exit_dir, stopped)
 
 
-def _verdict(child_code: int, exit_dir: str) -> int:
+def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:
     """The replica's exit code: a bug < 128 (fails the job once), a fault >= 128 (restartable,
-    the operator's ExitCode rule), from what its ranks left in ``exit_dir``."""
+    the operator's ExitCode rule), from what its ranks left in ``exit_dir``; a node stopped
+    from outside (SIGTERM: its pod deleted, preempted or evicted) exits 128 + that signal."""
     ranks = read_rank_codes(exit_dir)
     shutil.rmtree(exit_dir, ignore_errors=True)
     code, why = node_exit(child_code, ranks)
+    if stopped and code:
+        name = signal.Signals(stopped[0]).name
+        code = 128 + stopped[0]
+        why = f"stopped from outside by {name} (its pod deleted, preempted or evicted, or the "
+        why += "job cancelled): restartable"
     _say(f"node command exited with code {code}" + (f": {why}" if why else ""))
     return code

@@ -224,7 +224,12 @@ class Cluster:
                     "apiGroups": [""],
                     "resources": ["nodes", "namespaces"],
                     "verbs": ["get", "list", "watch"],
-                }
+                },
+                {  # what the Kubeflow SDK's list_runtimes() reads
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["clustertrainingruntimes"],
+                    "verbs": ["get", "list", "watch"],
+                },
             ],
         }
         with contextlib.suppress(ApiError):

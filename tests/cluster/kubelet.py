@@ -115,6 +115,18 @@ class PodWorker(threading.Thread):
             self._end_execs(r)
         _kill_marked(f"{POD_MARK}={self.uid}")  # what left the process group, as a runtime would
 
+    def report_terminal(self) -> None:
+        """After :meth:`stop` for a deletion: each container that ran reads terminated with
+        its exit code and the pod a terminal phase, published before the deletion is
+        confirmed, as the kubelet does since Kubernetes 1.27 (a Job's pod failure policy
+        waits for that phase before it counts the pod and replaces it)."""
+        with self.lock:
+            for r in self.inits + self.runs:
+                if r.proc is not None and "running" in r.state and r.proc.poll() is not None:
+                    self._terminated_state(r)
+                    r.done = True
+        self._publish(force=True)
+
     def _end_execs(self, r: _Run) -> None:
         """The container's main process is gone: so is every process exec started in it (a
         runtime ends the whole container; mpirun then sees its daemon there die)."""
@@ -218,7 +230,7 @@ class PodWorker(threading.Thread):
         return all(r.done for r in self.runs)
 
     def _step(self, r: _Run) -> None:
-        if r.done:
+        if r.done or self.stopping.is_set():
             return
         if r.proc is None or r.proc.poll() is not None:
             if r.proc is not None and "running" in r.state:
@@ -230,11 +242,8 @@ class PodWorker(threading.Thread):
             if time.monotonic() >= r.next_start:
                 self._start(r)
 
-    def _terminated(self, r: _Run) -> None:
+    def _terminated_state(self, r: _Run) -> int:
         assert r.proc is not None
-        self._end_execs(r)
-        for t in r.readers:  # like a container runtime: the log is complete before the exit
-            t.join(timeout=10)
         rc = r.proc.returncode
         code = 128 - rc if rc < 0 else rc
         reason = r.kill_reason or ("Completed" if code == 0 else "Error")
@@ -247,6 +256,14 @@ class PodWorker(threading.Thread):
                 "containerID": f"process://{r.proc.pid}",
             }
         }
+        return code
+
+    def _terminated(self, r: _Run) -> None:
+        assert r.proc is not None
+        self._end_execs(r)
+        for t in r.readers:  # like a container runtime: the log is complete before the exit
+            t.join(timeout=10)
+        code = self._terminated_state(r)
         restart = (
             r.force_restart or self.policy == "Always" or (self.policy == "OnFailure" and code != 0)
         )
@@ -394,8 +411,8 @@ class PodWorker(threading.Thread):
             st["state"] = {"waiting": {"reason": "PodInitializing"}}
         return st
 
-    def _publish(self) -> None:
-        if self.k.stalled(self.node) or self.stopping.is_set():
+    def _publish(self, force: bool = False) -> None:
+        if self.k.stalled(self.node) or (self.stopping.is_set() and not force):
             return
         phase = self._phase()
         ready = all("running" in r.state for r in self.runs)
@@ -816,6 +833,7 @@ class Kubelet:
         w = self.workers.pop(meta["uid"], None)
         if w is not None:
             w.stop()
+            w.report_terminal()
         body = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",

@@ -11,9 +11,8 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from IPython.core.error import UsageError
-
 from jupyter_ktrain.backends import get_backend
+from jupyter_ktrain.errors import JobFailed, JobNotFound
 
 from .k8s_helpers import configured_shell, wait_for
 
@@ -54,11 +53,12 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
 def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(k8s_shell, capsys, kind):
     name = f"bug-{kind.lower()}"
     started = time.monotonic()
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(JobFailed) as info:
         k8s_shell.run_cell_magic("ktrain", f"{KINDS[kind]} {BASE} --name {name}", "bad_batch(1)\n")
     took = time.monotonic() - started
     error = str(info.value)
     out = capsys.readouterr().out
+
     assert took < 30, (took, out)
     assert "rank 1" in error, error
     assert "ValueError: batch 3 of rank 1 is empty" in error, (error, out)
@@ -72,8 +72,14 @@ def _delete_when_running(test_cluster, job_name: str, pod: str, marker: str) -> 
     """Delete ``pod`` once the job's logs show ``marker`` (a user's `kubectl delete pod`)."""
     backend = get_backend("kubernetes")
 
+    def logs() -> str:
+        try:
+            return backend.attach(job_name).logs()
+        except JobNotFound:  # not created yet
+            return ""
+
     def run() -> None:
-        wait_for(lambda: marker in backend.attach(job_name).logs(), timeout=90, every=0.3)
+        wait_for(lambda: marker in logs(), timeout=90, every=0.3)
         test_cluster.faults.delete_pod(test_cluster.namespace, pod)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -102,6 +108,79 @@ def test_a_deleted_worker_pod_is_restarted_and_the_cell_says_so(
     (worker,) = [r for r in status.replicas if r.name == pod]
     assert worker.restarts >= 1
     assert k8s_shell.user_ns["result"] == 0
+
+
+def test_a_deleted_trainjob_pod_restarts_the_jobset_and_the_cell_says_so(
+    k8s_shell, test_cluster, capsys
+):
+    """Its own TrainingRuntime (the cluster one plus the failure policy): a deleted pod is a
+    fault, so JobSet restarts every Job (new pods, all ranks rejoin), and the job succeeds."""
+    import json
+
+    name = "del-trainjob"
+
+    def victim() -> str:
+        pods = json.loads(
+            test_cluster.kubectl("get", "pods", "-l", f"ktrain.io/job={name}", "-o", "json").stdout
+        )["items"]
+        return next(
+            (p["metadata"]["name"] for p in pods if "-node-0-1-" in p["metadata"]["name"]), ""
+        )
+
+    backend = get_backend("kubernetes")
+
+    def run() -> None:
+        def seen() -> bool:
+            try:
+                return "rank 1 step 3" in backend.attach(name).logs()
+            except JobNotFound:
+                return False
+
+        wait_for(seen, timeout=90, every=0.3)
+        test_cluster.faults.delete_pod(test_cluster.namespace, victim())
+
+    deleter = threading.Thread(target=run, daemon=True)
+    deleter.start()
+    job = k8s_shell.run_cell_magic(
+        "ktrain", f"{KINDS['TrainJob']} {BASE} --name {name}", "result = steps(10, 0.5)\n"
+    )
+    deleter.join(timeout=5)
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert "restarted with every other pod by its JobSet (attempt 1)" in out, out
+    assert "(restart 1 of at most 3)" in out, out
+    runtime = test_cluster.kubectl("get", "trainingruntime", name, "-o", "json")
+    assert (
+        json.loads(runtime.stdout)["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 3
+    )
+
+
+def test_a_killed_mpi_worker_reruns_mpirun_and_the_cell_says_so(k8s_shell, test_cluster, capsys):
+    """A rank's process killed (kill -9 in its worker pod): mpirun fails with no bug reported,
+    so the launcher's agent runs it again; the job succeeds and the cell says why."""
+    name = "kill-mpijob"
+    backend = get_backend("kubernetes")
+
+    def run() -> None:
+        def seen() -> bool:
+            try:
+                return "rank 1 step 3" in backend.attach(name).logs()
+            except JobNotFound:
+                return False
+
+        wait_for(seen, timeout=90, every=0.3)
+        test_cluster.faults.kill_pod(test_cluster.namespace, f"{name}-worker-1")
+
+    killer = threading.Thread(target=run, daemon=True)
+    killer.start()
+    job = k8s_shell.run_cell_magic(
+        "ktrain", f"{KINDS['MPIJob']} {BASE} --name {name}", "result = steps(10, 0.5)\n"
+    )
+    killer.join(timeout=5)
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert "the launcher started the ranks again" in out, out
+    assert "(restart 1 of at most 3)" in out, out
 
 
 def test_trainjob_streams_every_ranks_logs_into_the_cell(k8s_shell, capsys):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from ...config import Config, load_config
-from ...errors import BackendError, ClusterError, JobNotFound, SpecError
+from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...launch import LIB_DIR
 from ...monitor.progress import Progress, ProgressTracker
 from ...monitor.protocol import parse_line
@@ -36,11 +36,11 @@ from ..base import (
     complete_exit_codes,
 )
 from .api import Api, ApiFailure, ns_path
-from .kinds import CONTAINER_NAMES, TRAINJOB_TARGET
+from .kinds import CONTAINER_NAMES, TRAINJOB_TARGET, use_fault_runtime
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
-from .preflight import KIND_API, run_preflight, serves_service_monitors
+from .preflight import KIND_API, Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
 
@@ -142,11 +142,55 @@ class KubernetesBackend(Backend):
             objects, files = _render(spec, CodeSource(image=placeholder), program, cell, monitor)
         else:
             objects, files = _render_configmap(spec, program, cell, monitor)
+        if spec.kind == "TrainJob" and not notes:
+            objects, notes = self._fault_runtime(objects, spec)
         details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
         details["files"] = files
         details["service_monitor"] = monitor
         text = _describe(objects, route)
         return LaunchPlan(spec, program, self.name, details, text, notes=notes)
+
+    def _fault_runtime(
+        self, objects: list[dict[str, Any]], spec: Any
+    ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+        """A TrainJob runs on a TrainingRuntime of its own, derived from its
+        ClusterTrainingRuntime with the failure policy of every other kind
+        (:func:`.kinds.fault_runtime`); where the cluster runtime cannot be read (RBAC), on it
+        as it is, with a note saying what that means."""
+        path = f"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{spec.runtime}"
+        as_it_is = (
+            f"the TrainJob uses ClusterTrainingRuntime {spec.runtime!r} as it is: its JobSet "
+            "restarts a raising rank in place (up to its Job's backoffLimit) instead of failing "
+            "at once"
+        )
+        try:
+            cluster_runtime = self.api.get(path)
+        except ApiFailure as exc:
+            if exc.status == 404:
+                raise PreflightError(
+                    [
+                        f"ClusterTrainingRuntime {spec.runtime!r} does not exist: pick one of "
+                        "`kubectl get clustertrainingruntimes` with --runtime, or ask an admin "
+                        "to install Trainer's runtimes."
+                    ]
+                ) from None
+            if exc.status != 403:
+                raise
+            return objects, (f"cannot read it (RBAC): {as_it_is}",)
+        group = "trainer.kubeflow.org"
+        wanted = (
+            Access("create", "trainingruntimes", group),
+            Access("patch", "trainingruntimes", group),
+        )
+        if not may(self.api, spec.namespace, *wanted):
+            return objects, (
+                f"you may not create TrainingRuntimes in {spec.namespace!r}: {as_it_is}",
+            )
+        from .validate import validate_objects
+
+        out = use_fault_runtime(objects, spec, cluster_runtime)
+        validate_objects(out[:1])
+        return out, ()
 
     def _service_monitor(self, spec: Any, notes: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
         """Whether to render a ServiceMonitor: metrics asked and the Prometheus operator's
@@ -228,6 +272,10 @@ class KubernetesBackend(Backend):
             plan.details["cell"],
             bool(plan.details.get("service_monitor")),
         )
+        if spec.kind == "TrainJob":
+            objects, notes = self._fault_runtime(objects, spec)
+            for note in notes:
+                self.say(f"warning: {note}")
         return objects
 
     def _create(self, obj: dict[str, Any], ns: str) -> dict[str, Any]:
@@ -521,6 +569,7 @@ _OWNED = {
     "Pod": ("", "v1", "pods"),
     "Service": ("", "v1", "services"),
     "ServiceMonitor": SERVICE_MONITOR_API,
+    "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
 }
 
 

@@ -10,22 +10,24 @@ MPIJob's launcher runs ``mpirun``, which starts the ranks in the workers itself.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...agent.relaunch import MAX_RESTARTS_ENV
 from ...errors import SpecError
 from ...launch import node_command
 from ...spec import JobSpec
-from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
+from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
 
 __all__ = [
     "API_VERSIONS",
     "CONTAINER_NAMES",
     "KIND_BUILDERS",
     "LAUNCHER_RESOURCES",
+    "fault_runtime",
     "mpi_launcher_command",
     "single_process_command",
+    "use_fault_runtime",
 ]
 
 API_VERSIONS = {
@@ -68,12 +70,12 @@ def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
     return meta
 
 
-def _replica(spec: JobSpec, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
+def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
     """One replica type; each gets its own copy of the template (no shared dicts, no YAML
     aliases, and a caller may edit one replica type without touching the others)."""
     return {
         "replicas": replicas,
-        "restartPolicy": spec.run_policy.restart_policy_for(spec.kind),
+        "restartPolicy": spec.run_policy.restart_policy_for(spec.kind, rtype),
         "template": copy.deepcopy(template),
     }
 
@@ -127,11 +129,11 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         if e.max_restarts is not None:
             elastic["maxRestarts"] = e.max_restarts
         body["elasticPolicy"] = elastic
-        replicas = {"Worker": _replica(spec, spec.nodes, template)}
+        replicas = {"Worker": _replica(spec, "Worker", spec.nodes, template)}
     else:
-        replicas = {"Master": _replica(spec, 1, template)}
+        replicas = {"Master": _replica(spec, "Master", 1, template)}
         if spec.nodes > 1:
-            replicas["Worker"] = _replica(spec, spec.nodes - 1, template)
+            replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
     body["nprocPerNode"] = str(spec.nproc)
     body = _with_run_policy(body, spec, spec.nodes)
     body["pytorchReplicaSpecs"] = replicas
@@ -142,14 +144,16 @@ def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, 
     """Chief + Workers (+ parameter servers with ``--ps N``)."""
     role = PodRole(container="tensorflow", command=single_process_command(code.mount_path))
     template = pod_template(spec, code, role, labels)
-    replicas = {"Chief": _replica(spec, 1, template)}
+    replicas = {"Chief": _replica(spec, "Chief", 1, template)}
     if spec.nodes > 1:
-        replicas["Worker"] = _replica(spec, spec.nodes - 1, template)
+        replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
     if spec.ps_replicas:
         ps_role = PodRole(
             container="tensorflow", command=role.command, trains=False, resources=_cpu_only(spec)
         )
-        replicas["PS"] = _replica(spec, spec.ps_replicas, pod_template(spec, code, ps_role, labels))
+        replicas["PS"] = _replica(
+            spec, "PS", spec.ps_replicas, pod_template(spec, code, ps_role, labels)
+        )
     body = _with_run_policy({}, spec, spec.nodes + spec.ps_replicas)
     body["tfReplicaSpecs"] = replicas
     return _object(spec, labels, body)
@@ -178,8 +182,8 @@ def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": "mpi"}
     body = _with_run_policy(body, spec, spec.nodes + 1)
     body["mpiReplicaSpecs"] = {
-        "Launcher": _replica(spec, 1, pod_template(spec, code, launcher, labels)),
-        "Worker": _replica(spec, spec.nodes, pod_template(spec, code, worker, labels)),
+        "Launcher": _replica(spec, "Launcher", 1, pod_template(spec, code, launcher, labels)),
+        "Worker": _replica(spec, "Worker", spec.nodes, pod_template(spec, code, worker, labels)),
     }
     return _object(spec, labels, body)
 
@@ -249,6 +253,70 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
         "runtimePatches": [patch],
     }
     return _object(spec, labels, body)
+
+
+# exit codes of a killed process (128 + signal): a fault the JobSet restarts; any other
+# non-zero code is a bug that fails the Job, hence the JobSet, at once
+_FAULT_CODES = list(range(128, 256))
+
+
+def fault_runtime(
+    spec: JobSpec, cluster_runtime: Mapping[str, Any], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """A namespaced TrainingRuntime named after the job: the ClusterTrainingRuntime's spec (the
+    admin's images, initializers, ML policy) with the failure policy every other kind gets.
+
+    Trainer v2.3 lets a job set no restart policy, and JobSet's default (``OnFailure`` pods,
+    the Job's default backoffLimit 6) restarts a raising rank in place until the Job fails.
+    Here each Job has ``restartPolicy: Never``, ``backoffLimit: 0`` and a pod failure policy
+    that fails the Job at once on a bug (exit 1-127) and counts a fault (exit >= 128, a
+    deleted pod); the JobSet fails on the first and restarts every Job on the second, up to
+    ``--max-restarts`` times (all ranks rejoin, as torchrun's static rendezvous needs).
+    """
+    body = copy.deepcopy(dict(cluster_runtime.get("spec") or {}))
+    template = body.setdefault("template", {}).setdefault("spec", {})
+    template["failurePolicy"] = {
+        "maxRestarts": spec.run_policy.max_restarts,
+        "rules": [
+            {"name": "bug", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+        ],
+    }
+    for rjob in template.get("replicatedJobs") or []:
+        job = rjob.setdefault("template", {}).setdefault("spec", {})
+        job["backoffLimit"] = 0
+        job["podFailurePolicy"] = {
+            "rules": [
+                {"action": "Count", "onExitCodes": {"operator": "In", "values": _FAULT_CODES}},
+                {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+            ]
+        }
+        job.setdefault("template", {}).setdefault("spec", {})["restartPolicy"] = "Never"
+    meta: dict[str, Any] = {"name": spec.name, "labels": dict(labels)}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    return {
+        "apiVersion": API_VERSIONS["TrainJob"],
+        "kind": "TrainingRuntime",
+        "metadata": meta,
+        "spec": body,
+    }
+
+
+def use_fault_runtime(
+    objects: list[dict[str, Any]], spec: JobSpec, cluster_runtime: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """``objects`` (a TrainJob last) with its fault runtime first and the job pointing at it."""
+    *rest, job = objects
+    runtime = fault_runtime(spec, cluster_runtime, job["metadata"].get("labels") or {})
+    job = copy.deepcopy(job)
+    notes = job["metadata"].setdefault("annotations", {})
+    notes[MAX_RESTARTS_ANNOTATION] = str(spec.run_policy.max_restarts)  # for the monitor
+    job["spec"]["runtimeRef"] = {
+        "name": runtime["metadata"]["name"],
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+    }
+    return [runtime, *rest, job]
 
 
 KIND_BUILDERS: dict[str, Callable[[JobSpec, CodeSource, dict[str, str]], dict[str, Any]]] = {

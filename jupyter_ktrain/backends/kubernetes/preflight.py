@@ -171,6 +171,11 @@ def _namespace_problems(exists: bool | None, denials: list[list[str]], namespace
     return [problem for denied in denials for problem in denied]
 
 
+def may(api: Api, namespace: str, *accesses: Access) -> bool:
+    """Whether this user may do all of ``accesses`` in ``namespace`` (SelfSubjectAccessReview)."""
+    return not any(_access(api, a, namespace) for a in accesses)
+
+
 def _access(api: Api, access: Access, namespace: str) -> list[str]:
     attrs = {"namespace": namespace, "verb": access.verb, "resource": access.resource}
     if access.group:

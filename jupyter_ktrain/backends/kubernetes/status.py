@@ -17,6 +17,7 @@ from ...exits import describe_exit
 from ...monitor.failures import classify, pod_problem
 from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
+from .podtemplate import MAX_RESTARTS_ANNOTATION
 
 __all__ = [
     "RANK_ORDER",
@@ -32,6 +33,8 @@ RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
 REPLICA_KEYS = ("pytorchReplicaSpecs", "tfReplicaSpecs", "mpiReplicaSpecs")
 _EVENT_REASONS = ("FailedScheduling", "Failed", "BackOff", "ErrImagePull", "FailedMount")
 STALL_S = 60.0
+# a TrainJob's pods: the JobSet's restart count (a fault restarts every Job, new pod names)
+JOBSET_RESTARTS_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 
 def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -131,14 +134,24 @@ def _replica(
     """One replica; ``recreations``: how often the operator made its pod anew (ExitCode
     deletes a failed pod and creates it again) and ``last_exit`` why the last instance ended:
     both count as restarts, as a container restart in place does."""
-    restarted = f"restarted after {restart_cause(*last_exit)}" if last_exit else "restarted"
+    # the cause: how the pod's previous instance ended (a recreation), else the container's
+    # previous run (a restart in place)
+    cause = last_exit if recreations else None
+    restarted = f"restarted after {restart_cause(*cause)}" if cause else "restarted"
     if pod is None:
         text = _event_text(event) or (restarted if recreations else "")
         return ReplicaStatus(pod_name, "NotCreated", recreations, last_event=text)
     cs = _container(pod)
     problem = pod_problem(dict(pod))
     shown = event if event and event.get("reason") in _EVENT_REASONS else None
-    restarts = int(cs.get("restartCount") or 0) + recreations
+    attempt = (pod.get("metadata") or {}).get("labels", {}).get(JOBSET_RESTARTS_LABEL, "0")
+    in_place = int(cs.get("restartCount") or 0)
+    restarts = in_place + recreations + _int_or(attempt, 0)
+    before = (cs.get("lastState") or {}).get("terminated") or {}
+    if not cause and in_place and "exitCode" in before:
+        restarted = f"restarted after {restart_cause(before['exitCode'], before.get('reason', ''))}"
+    elif not cause and _int_or(attempt, 0):
+        restarted = f"restarted with every other pod by its JobSet (attempt {attempt})"
     return ReplicaStatus(
         name=pod_name,
         phase=(pod.get("status") or {}).get("phase", "Pending"),
@@ -221,8 +234,17 @@ def build_status(
         finished=_timestamp(status.get("completionTime")),
         failed_rank=failed_rank if state == FAILED else None,
         progress=progress or trainer_progress(status.get("trainerStatus")),
-        max_restarts=_int(((job.get("spec") or {}).get("runPolicy") or {}).get("backoffLimit")),
+        max_restarts=_max_restarts(job),
     )
+
+
+def _max_restarts(job: Mapping[str, Any]) -> int | None:
+    """The job's fault restarts limit: its runPolicy's backoffLimit, or (a TrainJob, whose
+    limit is its runtime's JobSet failure policy) the annotation ktrain puts on it."""
+    limit = ((job.get("spec") or {}).get("runPolicy") or {}).get("backoffLimit")
+    if limit is None:
+        limit = ((job.get("metadata") or {}).get("annotations") or {}).get(MAX_RESTARTS_ANNOTATION)
+    return _int(limit)
 
 
 def trainer_progress(trainer_status: Any) -> Progress | None:

@@ -54,6 +54,9 @@ CRD_FILES = {
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
         "trainer.kubeflow.org_clustertrainingruntimes.yaml"
     ),
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): (
+        "trainer.kubeflow.org_trainingruntimes.yaml"
+    ),
 }
 REPLICA_KEYS = {
     "PyTorchJob": "pytorchReplicaSpecs",
