@@ -26,6 +26,7 @@ from ..errors import BackendError, SpecError
 
 __all__ = [
     "create_job_dir",
+    "job_marker",
     "make_private_dirs",
     "open_append",
     "read_state",
@@ -130,17 +131,29 @@ def write_state(job_dir: Path, state: dict[str, Any]) -> None:
         _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())
 
 
-def update_state(job_dir: Path, changes: dict[str, Any]) -> bool:
+def update_state(job_dir: Path, changes: dict[str, Any], marker: str | None = None) -> bool:
     """Apply ``changes`` unless the job already has a final state; True when this call wrote
     them. The supervisor, its watchdog and a cancel may race to say how a job ended: the first
-    final state written is the truth, and nothing changes it afterwards."""
+    final state written is the truth, and nothing changes it afterwards. With ``marker``, only
+    while the folder still holds that job (``--replace`` may have put a new one there)."""
     with _locked(job_dir):
+        if marker is not None and job_marker(job_dir) != marker:
+            return False
         state = read_state(job_dir) or {}
         if state.get("state") in _TERMINAL:
             return False
         state.update(changes)
         _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())
         return True
+
+
+def job_marker(job_dir: Path) -> str | None:
+    """The job's unique marker (``plan.json``), which every process of it carries; None when
+    the folder holds no job (deleted, or being created)."""
+    try:
+        return str(json.loads((job_dir / "plan.json").read_text())["marker"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _replace(job_dir: Path, data: bytes) -> None:

@@ -46,6 +46,7 @@ from .base import (
 )
 from .jobstore import (
     create_job_dir,
+    job_marker,
     make_private_dirs,
     open_append,
     read_state,
@@ -334,7 +335,7 @@ class LocalBackend(Backend):
         watchdog is stopping it, or was killed too): Running while any of its processes runs,
         else Failed, with the reason."""
         pid = raw.get("supervisor_pid")
-        running = len(marked_pids(self._marker(name)))
+        running = len(self._running(name))
         if running:
             if raw.get("reason", "").startswith("Supervisor"):
                 return {"state": RUNNING}  # the watchdog said why, and is stopping them
@@ -360,18 +361,19 @@ class LocalBackend(Backend):
         started = process_start(int(pid))
         return started is not None and raw.get("supervisor_start") in (None, started)
 
-    def _marker(self, name: str) -> str:
-        plan = json.loads((self.job_dir(name) / "plan.json").read_text())
-        return str(plan["marker"])
+    def _running(self, name: str) -> list[int]:
+        """The processes of the job that run now, wherever they went (by its marker)."""
+        marker = job_marker(self.job_dir(name))
+        return marked_pids(marker) if marker else []
 
     def cancel(self, name: str) -> None:
         """Stop every process of the job, whoever holds them. The supervisor does it and writes
         Cancelled; when it is gone (killed), this stops what is left and writes Cancelled with
         what it found. Raises :class:`BackendError` only when processes could not be stopped."""
         raw = self._state(name)
-        marker = self._marker(name)
-        if raw.get("state") in TERMINAL and not marked_pids(marker):
-            return
+        marker = job_marker(self.job_dir(name))
+        if marker is None or (raw.get("state") in TERMINAL and not marked_pids(marker)):
+            return  # ended, or not started yet (its folder is being made)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         while raw.get("supervisor_pid") is None and time.monotonic() < deadline:
             time.sleep(0.05)  # scheduled a moment ago: its supervisor is starting
@@ -390,10 +392,10 @@ class LocalBackend(Backend):
                 f"{', '.join(map(str, left))}): they ignore SIGKILL, which means they are stuck "
                 f"in the kernel (I/O). `ps -o pid,stat,wchan -p PID` shows where."
             )
-        self._end_cancelled(name, raw, supervised, running)
+        self._end_cancelled(name, raw, marker, supervised, running)
 
     def _end_cancelled(
-        self, name: str, raw: dict[str, Any], supervised: bool, running: int
+        self, name: str, raw: dict[str, Any], marker: str, supervised: bool, running: int
     ) -> None:
         """Cancelled, when the supervisor could not say it (it was gone, or stuck)."""
         if supervised and not self._alive(self._state(name)):
@@ -405,7 +407,7 @@ class LocalBackend(Backend):
             else "none of the job's processes was running"
         )
         ended = {"state": CANCELLED, "reason": "CancelledByUser", "message": message}
-        update_state(self.job_dir(name), {**ended, "finished": time.time()})
+        update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker)
         if supervised:  # stuck: the job has its final state now, and it may not write another
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(raw["supervisor_pid"]), signal.SIGKILL)

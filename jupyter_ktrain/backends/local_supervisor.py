@@ -37,7 +37,7 @@ from typing import IO, Any
 from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
 from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
-from .jobstore import open_append, read_state, update_state
+from .jobstore import job_marker, open_append, read_state, update_state
 from .procs import kill_marked, marked_pids, process_start, stop_marked
 
 __all__ = ["main", "watch"]
@@ -110,7 +110,7 @@ class Supervisor:
             self.state["exit_codes"] = {str(k): v for k, v in sorted(self.exit_codes.items())}
             if self.first_failure:
                 self.state["failed_rank"] = self.first_failure[1]
-            update_state(self.dir, self.state)  # never over a final state a cancel wrote
+            update_state(self.dir, self.state, self.marker)  # never over another's end
 
     # -- output ---------------------------------------------------------------------------
     def _rank_file(self, rank: int) -> _Log:
@@ -350,14 +350,16 @@ def watch(job_dir: Path, supervisor: int) -> int:
     Returns 0 when it had nothing to do, 1 when it had to end the job."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    marker = job_marker(job_dir)  # the folder may hold another job later (--replace)
     _, status = os.waitpid(supervisor, 0)
+    if marker is None or job_marker(job_dir) != marker:
+        return 0
     if ((read_state(job_dir) or {}).get("state")) in _TERMINAL:
         return 0
     how, reason = _how_it_ended(status)
     who = f"its supervisor (pid {supervisor}) {how}"
     stopping = {"reason": reason, "message": f"{who}; stopping the job's processes"}
-    update_state(job_dir, {**stopping, "supervisor_end": who})
-    marker = json.loads((job_dir / "plan.json").read_text())["marker"]
+    update_state(job_dir, {**stopping, "supervisor_end": who}, marker)
     running = len(marked_pids(marker))
     left = stop_marked(marker, exclude={os.getpid()})
     if left:  # unkillable (stuck in the kernel): the job still runs, and says so
@@ -365,11 +367,11 @@ def watch(job_dir: Path, supervisor: int) -> int:
     what = (
         f"stopped the {running} process(es) of the job that still ran"
         if running
-        else ("none of the job's processes was left")
+        else "none of the job's processes was left"
     )
     message = f"{who} before the job ended; {what}. Run it again (add --replace to reuse the name)."
     ended = {"state": "Failed", "reason": reason, "message": message, "finished": time.time()}
-    if update_state(job_dir, ended):
+    if update_state(job_dir, ended, marker):
         _tell_node_logs(job_dir, message)
     return 1
 
