@@ -149,12 +149,12 @@ def test_killed_supervisor_takes_every_rank_with_it_and_the_status_says_why(
     _never_failed_while_running(job, marker, seconds=15)
     _wait(lambda: not marked_pids(marker), 10 - (time.monotonic() - killed), "ranks gone")
     assert time.monotonic() - killed < 10
-    _wait(lambda: job.status().terminal, 5, "a final state")
+    # the watchdog's word, a moment after the last process went
+    _wait(lambda: "stopped the" in job.status().message, 5, "the watchdog's final state")
     status = job.status()
     assert (status.state, status.reason) == ("Failed", "SupervisorKilled")
     said = f"its supervisor (pid {pid}) was killed by signal 9 (SIGKILL)"
     assert status.message.startswith(said), status.message
-    assert "stopped the" in status.message
     capsys.readouterr()
     shell.run_line_magic("ktrain", "status sup-kill")
     shell.run_line_magic("ktrain", "cancel sup-kill")
@@ -325,7 +325,7 @@ from jupyter_ktrain.spec import JobSpec
 
 token, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 shell = InteractiveShell.instance()
-cell = f"TOKEN = {token!r}\\ndef show():\\n    print('token', TOKEN, flush=True)\\n"
+cell = f"WHO = {token!r}\\ndef show():\\n    print('kernel', WHO, flush=True)\\n"
 assert shell.run_cell(cell, store_history=True).success
 program = capture("show()\\n", shell.user_ns, shell.user_ns["In"], {})
 backend = LocalBackend()
@@ -356,7 +356,12 @@ def test_eight_concurrent_starts_of_one_name_one_wins_and_no_file_of_it_is_touch
         )
         for token in tokens
     ]
-    _wait(lambda: all((gate / t).exists() for t in tokens), 120, "every starter ready")
+    try:
+        _wait(lambda: all((gate / t).exists() for t in tokens), 120, "every starter ready")
+    except AssertionError:
+        for proc in procs:
+            proc.kill()
+        raise AssertionError([proc.communicate()[1][-2000:] for proc in procs]) from None
     (gate / "go").touch()
     results = []
     for proc in procs:
@@ -375,7 +380,7 @@ def test_eight_concurrent_starts_of_one_name_one_wins_and_no_file_of_it_is_touch
     assert json.loads((job_dir / "plan.json").read_text())["marker"] == won["marker"]
     job = LocalBackend().attach("same")
     assert job.wait(timeout=90) == "Succeeded", job.logs()
-    assert f"[rank0]: token {token}" in job.logs()
+    assert f"[rank0]: kernel {token}" in job.logs()
     assert sorted(p.name for p in (ktrain_home / "jobs").iterdir()) == ["same"]
     # private to this user: folders 0700, files 0600
     for path in [ktrain_home, ktrain_home / "jobs", *job_dir.rglob("*"), job_dir]:
