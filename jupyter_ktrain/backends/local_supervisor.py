@@ -378,8 +378,9 @@ def watch(job_dir: Path, supervisor: int) -> int:
 
 def _how_it_ended(status: int) -> tuple[str, str]:
     if os.WIFSIGNALED(status):
-        sig = signal_text(_SIGNAL_BASE + os.WTERMSIG(status))
-        return f"was killed by {sig} (the OOM killer, or a kill)", "SupervisorKilled"
+        number = os.WTERMSIG(status)
+        who = " (the OOM killer, or a kill -9)" if number == signal.SIGKILL else ""
+        return f"was killed by {signal_text(_SIGNAL_BASE + number)}{who}", "SupervisorKilled"
     code = os.WEXITSTATUS(status)
     return f"exited with code {code} (see supervisor.log)", "SupervisorFailed"
 
@@ -387,9 +388,13 @@ def _how_it_ended(status: int) -> tuple[str, str]:
 def _tell_node_logs(job_dir: Path, message: str) -> None:
     """The reason at the end of every node's log too, where a user reading logs looks."""
     line = (format_agent_line(message) + "\n").encode()
-    for log in sorted(job_dir.glob("node-*.log")):
+    for path in sorted(job_dir.glob("node-*.log")):
         with contextlib.suppress(OSError):
-            _Log(log).write(line)
+            log = _Log(path)
+            try:
+                log.write(line)
+            finally:
+                log.close()
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain import magics
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.procs import marked_pids
+from jupyter_ktrain.backends.procs import marked_pids, process_start
 from jupyter_ktrain.cli import main as ktrain_cli
 from jupyter_ktrain.errors import SpecError
 from tests.jupyter_process import jupyter_app
@@ -232,7 +232,7 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
     # the supervisor's whole process group (its watchdog, the agents, torchrun) at once, as
     # `kill -9 -PGID` does: torchrun's workers live in sessions of their own and run on
     os.killpg(os.getpgid(watchdog), signal.SIGKILL)
-    _wait(lambda: not Path(f"/proc/{watchdog}/environ").exists(), 10, "the group gone")
+    _wait(lambda: process_start(watchdog) is None, 10, "the group gone")
     ranks = _rank_pids(marker)
     assert len(ranks) == 4, "torchrun's workers should have outlived their parents"
     status = job.status()
