@@ -30,6 +30,7 @@ __all__ = [
     "make_private_dirs",
     "open_append",
     "read_state",
+    "release_reserve",
     "store_error",
     "update_state",
     "write_private",
@@ -91,6 +92,12 @@ def create_job_dir(jobs: Path, name: str) -> Path:
         shutil.rmtree(path, ignore_errors=True)  # ours: made just above
         raise store_error(jobs, exc) from None
     return path
+
+
+def release_reserve(job_dir: Path) -> None:
+    """Give back the job's reserve once nothing more will be written (its final state is)."""
+    with contextlib.suppress(OSError):
+        (job_dir / _RESERVE).unlink(missing_ok=True)
 
 
 def write_private(path: Path, data: bytes) -> None:

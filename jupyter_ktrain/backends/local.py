@@ -50,6 +50,7 @@ from .jobstore import (
     make_private_dirs,
     open_append,
     read_state,
+    release_reserve,
     store_error,
     update_state,
     write_private,
@@ -407,7 +408,8 @@ class LocalBackend(Backend):
             else "none of the job's processes was running"
         )
         ended = {"state": CANCELLED, "reason": "CancelledByUser", "message": message}
-        update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker)
+        if update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker):
+            release_reserve(self.job_dir(name))
         if supervised:  # stuck: the job has its final state now, and it may not write another
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(raw["supervisor_pid"]), signal.SIGKILL)

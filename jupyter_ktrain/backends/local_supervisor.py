@@ -37,7 +37,7 @@ from typing import IO, Any
 from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
 from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
-from .jobstore import job_marker, open_append, read_state, update_state
+from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
 from .procs import kill_marked, marked_pids, process_start, stop_marked
 
 __all__ = ["main", "watch"]
@@ -313,6 +313,7 @@ class Supervisor:
         if self.progress.progress is not None:  # the last update may have been held back
             self.state["progress"] = self.progress.progress.to_dict()
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
+        release_reserve(self.dir)
 
     def _killed_rank(self) -> str:
         """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure."""
@@ -373,6 +374,7 @@ def watch(job_dir: Path, supervisor: int) -> int:
     ended = {"state": "Failed", "reason": reason, "message": message, "finished": time.time()}
     if update_state(job_dir, ended, marker):
         _tell_node_logs(job_dir, message)
+        release_reserve(job_dir)
     return 1
 
 
