@@ -102,8 +102,10 @@ def load_config(path: Path | None = None) -> Config:
     path = path or config_path()
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return Config()
+    except OSError as exc:
+        raise SpecError(_unusable(path, exc, "read")) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path} is not valid YAML ({exc}); fix or delete it.") from None
     if not isinstance(data, dict):
@@ -133,8 +135,18 @@ def set_config(pairs: list[str], path: Path | None = None) -> Config:
         _refuse_secret(key, value)
         changes[key] = _convert(key, value)
     cfg = replace(cfg, **changes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))
+        tmp.replace(path)
+    except OSError as exc:
+        raise SpecError(_unusable(path, exc, "save")) from None
     return cfg
+
+
+def _unusable(path: Path, exc: OSError, doing: str) -> str:
+    return (
+        f"Cannot {doing} {path} ({exc.strerror or exc}): point KTRAIN_HOME at a folder you "
+        f"can write (`%env KTRAIN_HOME=/path/to/folder`), or fix that folder's permissions."
+    )

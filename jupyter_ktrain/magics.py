@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend, listed_backends
-from .backends.base import CANCELLED, FAILED, Job
+from .backends.base import CANCELLED, FAILED, Job, JobStatus
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
 from .monitor.cell_error import job_error
@@ -25,6 +25,7 @@ from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
 from .monitor.text import status_text
 from .options import build_parser, env_names, parse_flags, spec_from_args
+from .spec import check_job_name
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
         raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
-    name = args[0]
+    name = check_job_name(args[0])
     if command == "attach":
         return _watch(backend.attach(name), shell)
     if command == "status":
@@ -304,12 +305,32 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
             _say(f"{name!r} already ended ({status.state}); nothing to cancel.")
             return None
         backend.cancel(name)
-        _say(f"Cancelled {name!r}.")
+        try:
+            after: JobStatus | None = backend.status(name)
+        except JobNotFound:
+            after = None
+        _say(_cancelled(name, after))
         return None
     backend.attach(name)
     backend.delete(name)
     _say(f"Deleted {name!r}.")
     return None
+
+
+def _cancelled(name: str, status: JobStatus | None) -> str:
+    """What a cancel did, as it happened: ``Cancelled 'x'.``, with what the backend found
+    (``its supervisor was gone; the cancel stopped ...``), or how the job ended meanwhile.
+    ``status`` is None when the cancel removed the job (Kubernetes deletes it)."""
+    if status is None or not status.terminal:
+        return f"Cancelled {name!r}."
+    if status.state == CANCELLED:
+        return (
+            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
+        )
+    why = f"{status.reason}: {status.message}" if status.message else status.reason
+    return (
+        f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
+    )
 
 
 def _list(backend_name: str | None) -> None:

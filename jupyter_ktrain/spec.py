@@ -44,6 +44,7 @@ __all__ = [
     "SecretEnv",
     "Storage",
     "Toleration",
+    "check_job_name",
     "max_name_length",
     "replica_suffixes",
     "validate_name",
@@ -79,15 +80,27 @@ def max_name_length(kind: str, nodes: int) -> int:
     return _K8S_MAX_LABEL - max(len(s) for s in replica_suffixes(kind, nodes))
 
 
+def check_job_name(name: object) -> str:
+    """Return ``name`` if it can name a job, else raise :class:`SpecError`.
+
+    The one check every front end applies to a name it is given (the magic, the ``ktrain``
+    command, the side panel's REST API, the Python API through the backends): a DNS-1035 label
+    (what Kubernetes accepts), so it never holds a path separator or ``..`` and the local
+    backend can never reach outside its job store through it."""
+    if not isinstance(name, str) or not _DNS1035.match(name) or len(name) > _K8S_MAX_LABEL:
+        raise SpecError(
+            f"{name!r} is not a valid job name (a DNS-1035 label): use at most "
+            f"{_K8S_MAX_LABEL} lower-case letters, digits and '-', starting with a letter and "
+            f"ending with a letter or digit (e.g. 'bert-ft-1'). `%ktrain list` shows the jobs "
+            f"that exist."
+        )
+    return name
+
+
 def validate_name(name: str, kind: str = "PyTorchJob", nodes: int = 1) -> str:
     """Return ``name`` if it is a DNS-1035 label with room for replica suffixes, else raise."""
+    check_job_name(name)
     limit = max_name_length(kind, nodes)
-    if not _DNS1035.match(name):
-        raise SpecError(
-            f"Job name {name!r} is not a valid DNS-1035 label: use lower-case letters, digits and "
-            f"'-', starting with a letter and ending with a letter or digit (e.g. 'bert-ft-1'). "
-            f"Set it with --name."
-        )
     if len(name) > limit:
         raise SpecError(
             f"Job name {name!r} is {len(name)} characters; with {nodes} node(s) a {kind} name "

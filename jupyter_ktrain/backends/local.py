@@ -28,9 +28,12 @@ from typing import Any
 from ..errors import BackendError, JobNotFound, SpecError
 from ..launch import node_command, operator_env
 from ..monitor.progress import Progress
+from ..spec import check_job_name
 from .base import (
+    CANCELLED,
     FAILED,
     PENDING,
+    RUNNING,
     TERMINAL,
     Backend,
     Job,
@@ -41,7 +44,18 @@ from .base import (
     ReplicaStatus,
     complete_exit_codes,
 )
-from .procs import MARKER_ENV, kill_marked, marked_pids
+from .jobstore import (
+    create_job_dir,
+    job_marker,
+    make_private_dirs,
+    open_append,
+    read_state,
+    release_reserve,
+    store_error,
+    update_state,
+    write_private,
+)
+from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 
 __all__ = ["FileLogSource", "LocalBackend", "ktrain_home"]
 
@@ -168,19 +182,19 @@ class LocalBackend(Backend):
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
-        return self.home / "jobs" / name
+        """The job's folder, always inside the store: ``name`` must be a valid job name."""
+        return self.home / "jobs" / check_job_name(name)
 
     def _state(self, name: str) -> dict[str, Any]:
-        path = self.job_dir(name) / "state.json"
-        if not self.job_dir(name).is_dir():
+        job_dir = self.job_dir(name)
+        if not job_dir.is_dir():
             raise JobNotFound(
                 f"No local job named {name!r}. `%ktrain list` shows the jobs this machine knows."
             )
         try:
-            state: dict[str, Any] = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {"state": PENDING}
-        return state
+            return read_state(job_dir) or {"state": PENDING}
+        except OSError as exc:
+            raise store_error(job_dir, exc, "read") from None
 
     def _ports_in_use(self) -> set[int]:
         ports = set()
@@ -231,65 +245,67 @@ class LocalBackend(Backend):
         details = {"master_port": port, "marker": marker, "nodes": nodes}
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
-        notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only",)
+        unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
+        notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}",)
         text = _describe(spec, nodes)
         return LaunchPlan(spec, program, self.name, details, text, files, notes if ignored else ())
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan) -> Job:
         name = plan.spec.name
-        job_dir = self.job_dir(name)
-        if job_dir.exists():
-            raise SpecError(
-                f"A local job named {name!r} already exists. Add --replace to delete it and run "
-                f"again, pick another --name, or remove it with `ktrain delete {name}`."
-            )
+        job_dir = create_job_dir(self.home / "jobs", check_job_name(name))  # exclusive
         try:
             self._write(job_dir, plan)
-            with open(job_dir / "supervisor.log", "wb") as log:
-                subprocess.run(
-                    [
-                        self.python,
-                        "-m",
-                        "jupyter_ktrain.backends.local_supervisor",
-                        "--daemon",
-                        str(job_dir),
-                    ],
-                    env={
-                        **os.environ,
-                        **plan.environ,  # --env NAME: through the environment, never a file
-                        "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"],
-                    },
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    check=True,
-                    timeout=60,
-                )
-        except Exception:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            self._start_supervisor(job_dir, plan)
+        except BaseException as exc:
+            shutil.rmtree(job_dir, ignore_errors=True)  # ours alone: create_job_dir made it
+            if isinstance(exc, OSError):
+                raise store_error(job_dir.parent, exc) from None
             raise
         return Job(name, self, plan)
 
+    def _start_supervisor(self, job_dir: Path, plan: LaunchPlan) -> None:
+        with open_append(job_dir / "supervisor.log") as log:
+            subprocess.run(
+                [
+                    self.python,
+                    "-m",
+                    "jupyter_ktrain.backends.local_supervisor",
+                    "--daemon",
+                    str(job_dir),
+                ],
+                env={
+                    **os.environ,
+                    **plan.environ,  # --env NAME: through the environment, never a file
+                    "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"],
+                },
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=True,
+                timeout=60,
+            )
+
     def _write(self, job_dir: Path, plan: LaunchPlan) -> None:
+        """The job's files, private to this user (folders 0700, files 0600)."""
         code_dir = job_dir / "code"
-        code_dir.mkdir(parents=True)
+        code_dir.mkdir(mode=0o700)
         for rel, data in (plan.files or plan.program.files).items():
             target = code_dir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            make_private_dirs(target.parent)
+            write_private(target, data)
         spec = plan.spec
         meta = {"name": spec.name, "kind": spec.kind, "nodes": spec.nodes, "nproc": spec.nproc}
-        (job_dir / "job.json").write_text(json.dumps(meta, indent=1))
-        (job_dir / "plan.json").write_text(json.dumps(dict(plan.details), indent=1))
-        (job_dir / "dry-run.txt").write_text(plan.text)
+        write_private(job_dir / "job.json", json.dumps(meta, indent=1).encode())
+        write_private(job_dir / "plan.json", json.dumps(dict(plan.details), indent=1).encode())
+        write_private(job_dir / "dry-run.txt", plan.text.encode())
 
     def status(self, name: str) -> JobStatus:
         raw = self._state(name)
         state = raw.get("state", PENDING)
         if state not in TERMINAL and not self._alive(raw):
-            state, raw["reason"] = FAILED, "Lost"
-            raw["message"] = "its supervisor is gone (the machine restarted or it was killed)"
+            raw.update(self._without_supervisor(name, raw))
+            state = raw["state"]
         nodes = raw.get("nodes", [])
         replicas = tuple(
             ReplicaStatus(
@@ -315,53 +331,113 @@ class LocalBackend(Backend):
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
+    def _without_supervisor(self, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """The truth about a job whose supervisor is gone and which has no final state (its
+        watchdog is stopping it, or was killed too): Running while any of its processes runs,
+        else Failed, with the reason."""
+        pid = raw.get("supervisor_pid")
+        running = len(self._running(name))
+        if running:
+            if raw.get("reason", "").startswith("Supervisor"):
+                return {"state": RUNNING}  # the watchdog said why, and is stopping them
+            return {
+                "state": RUNNING,
+                "reason": "SupervisorLost",
+                "message": f"its supervisor (pid {pid}) is gone, but {running} process(es) of "
+                f"the job still run: `%ktrain cancel {name}` stops them",
+            }
+        who = raw.get("supervisor_end") or (
+            f"its supervisor (pid {pid}) ended (it was killed, or the machine restarted)"
+        )
+        return {
+            "state": FAILED,
+            "reason": raw.get("reason") if raw.get("supervisor_end") else "SupervisorLost",
+            "message": f"{who} before the job ended; none of the job's processes runs any more",
+        }
+
     def _alive(self, raw: dict[str, Any]) -> bool:
         pid = raw.get("supervisor_pid")
         if pid is None:
             return True  # just scheduled: the supervisor has not written its state yet
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        started = process_start(int(pid))
+        return started is not None and raw.get("supervisor_start") in (None, started)
+
+    def _running(self, name: str) -> list[int]:
+        """The processes of the job that run now, wherever they went (by its marker)."""
+        marker = job_marker(self.job_dir(name))
+        return marked_pids(marker) if marker else []
 
     def cancel(self, name: str) -> None:
+        """Stop every process of the job, whoever holds them. The supervisor does it and writes
+        Cancelled; when it is gone (killed), this stops what is left and writes Cancelled with
+        what it found. Raises :class:`BackendError` only when processes could not be stopped."""
         raw = self._state(name)
-        if raw.get("state") in TERMINAL:
-            return
-        pid = raw.get("supervisor_pid")
+        marker = job_marker(self.job_dir(name))
+        if marker is None or (raw.get("state") in TERMINAL and not marked_pids(marker)):
+            return  # ended, or not started yet (its folder is being made)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
-        while pid is None and time.monotonic() < deadline:  # scheduled a moment ago
-            time.sleep(0.05)
-            pid = self._state(name).get("supervisor_pid")
-        if pid is not None:
+        while raw.get("supervisor_pid") is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # scheduled a moment ago: its supervisor is starting
+            raw = self._state(name)
+        supervised = self._alive(raw) and raw.get("supervisor_pid") is not None
+        if supervised:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGTERM)
-        while time.monotonic() < deadline and self._alive(self._state(name)):
-            time.sleep(0.05)
-        marker = json.loads((self.job_dir(name) / "plan.json").read_text())["marker"]
-        kill_marked(marker)  # whatever ignored SIGTERM
-        if not self.status(name).terminal or marked_pids(marker):
-            raise BackendError(f"Job {name!r} did not stop within {CANCEL_TIMEOUT_S:.0f} s.")
+                os.kill(int(raw["supervisor_pid"]), signal.SIGTERM)
+            while time.monotonic() < deadline and self._alive(self._state(name)):
+                time.sleep(0.05)
+        running = len(marked_pids(marker))
+        left = stop_marked(marker)  # what ignored SIGTERM, or what nobody supervises
+        if left:
+            raise BackendError(
+                f"Could not stop {len(left)} process(es) of job {name!r} (pids "
+                f"{', '.join(map(str, left))}): they ignore SIGKILL, which means they are stuck "
+                f"in the kernel (I/O). `ps -o pid,stat,wchan -p PID` shows where."
+            )
+        self._end_cancelled(name, raw, marker, supervised, running)
+
+    def _end_cancelled(
+        self, name: str, raw: dict[str, Any], marker: str, supervised: bool, running: int
+    ) -> None:
+        """Cancelled, when the supervisor could not say it (it was gone, or stuck)."""
+        if supervised and not self._alive(self._state(name)):
+            return  # it ended the job itself
+        gone = "was gone" if not supervised else "did not answer"
+        message = f"its supervisor (pid {raw.get('supervisor_pid')}) {gone}; " + (
+            f"the cancel stopped the {running} process(es) of the job that still ran"
+            if running
+            else "none of the job's processes was running"
+        )
+        ended = {"state": CANCELLED, "reason": "CancelledByUser", "message": message}
+        if update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker):
+            release_reserve(self.job_dir(name))
+        if supervised:  # stuck: the job has its final state now, and it may not write another
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(raw["supervisor_pid"]), signal.SIGKILL)
 
     def delete(self, name: str) -> None:
         """Cancel if running, then remove the job and its logs from the registry."""
         self.cancel(name)
-        shutil.rmtree(self.job_dir(name), ignore_errors=True)
+        job_dir = self.job_dir(name)
+        try:
+            shutil.rmtree(job_dir)
+        except FileNotFoundError:
+            return  # deleted meanwhile by another command
+        except OSError as exc:
+            raise store_error(job_dir, exc, "delete a job from") from None
 
     def list_jobs(self) -> list[JobStatus]:
         jobs_dir = self.home / "jobs"
-        if not jobs_dir.is_dir():
-            return []
+        try:
+            entries = sorted(_by_age(jobs_dir))
+        except OSError as exc:
+            raise store_error(jobs_dir, exc, "read") from None
         out = []
-        for entry in sorted(jobs_dir.iterdir(), key=lambda p: p.stat().st_mtime):
+        for _, entry in entries:
             if (entry / "plan.json").exists():
                 try:
                     out.append(self.status(entry.name))
-                except JobNotFound:
-                    continue
+                except (JobNotFound, SpecError):
+                    continue  # removed meanwhile, or a folder that is no job of ours
         return out
 
     def shape(self, name: str) -> JobShape | None:
@@ -400,6 +476,15 @@ class LocalBackend(Backend):
                 yield (float(stamps[k]) if k < len(stamps) else None), source.replica, line
 
 
+def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
+    """(modification time, folder) of each job folder; nothing when there is no store yet."""
+    if not jobs_dir.is_dir():
+        return
+    for entry in jobs_dir.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # deleted while listing
+            yield entry.stat().st_mtime, entry
+
+
 def _metrics_env(spec: Any, node: int) -> dict[str, str]:
     """The agent's Prometheus endpoint: node i on 127.0.0.1, port ``--metrics-port`` + i."""
     if spec.metrics_port is None:
@@ -430,12 +515,21 @@ def _phase(exit_code: int | None, job_state: str) -> str:
 
 
 def cluster_only_settings(spec: Any) -> list[str]:
-    """Settings that only mean something on a cluster; the local backend runs without them."""
+    """Settings that only mean something on a cluster; the local backend runs without them
+    and says so before the job starts (a note), so the same cell runs here unchanged. CPU and
+    memory requests and limits are among them: nothing limits a local job's memory (a
+    per-process rlimit would not be the pod's limit, and breaks CUDA's address space)."""
     from ..spec import JobSpec
 
     default = JobSpec(name=spec.name)
+    res = spec.resources
     checks = {
         "--image": spec.image,
+        # requests and limits are the pod's; local nodes share this machine, unlimited
+        "--cpu": res.cpu,
+        "--memory": res.memory,
+        "--cpu-limit": res.cpu_limit,
+        "--memory-limit": res.memory_limit,
         "--namespace": spec.namespace,
         "--rdma": spec.rdma,
         "storage (--dataset/--checkpoints/--volume/--shm)": spec.storage != default.storage,

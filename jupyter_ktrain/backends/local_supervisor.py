@@ -7,10 +7,21 @@ current (with the job's progress from records that carry a ``total``, at most on
 and on SIGTERM (cancel) stops every process of the job. Like the Training Operator,
 the job fails as soon as one node fails: the other nodes get a short grace period, then are
 stopped, because surviving ranks would otherwise block in a collective until a timeout.
+
+Nothing of a job outlives its supervisor. Its parent is a small watchdog that only waits for
+it: if the supervisor dies before the job ended (``kill -9``, the kernel's OOM killer), the
+watchdog stops every process of the job (found by its marker, :mod:`.procs`) and writes the
+job's final state, Failed with the reason. Each node process also gets SIGTERM from the kernel
+the moment the supervisor dies (``PR_SET_PDEATHSIG``), which its agent forwards to torchrun.
+A copy of the output that fails (a full disk, a quota) ends the job Failed with the reason
+instead of leaving it blocked on a full pipe. A rank killed by a signal cannot report its own
+end; torchrun's failure report says which rank it was, and the job's failure names it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -18,26 +29,54 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
 from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
-from .procs import kill_marked
+from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
+from .procs import kill_marked, marked_pids, process_start, stop_marked
 
-__all__ = ["main", "write_state"]
+__all__ = ["main", "watch"]
 
 GRACE_AFTER_FAILURE_S = 5.0
 CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
 PROGRESS_SAVE_S = 1.0
 TERM_TIMEOUT_S = 10.0
+_TERMINAL = ("Succeeded", "Failed", "Cancelled")
+_SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
+_PR_SET_PDEATHSIG = 1
 
 
-def write_state(job_dir: Path, state: dict[str, Any]) -> None:
-    tmp = job_dir / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    os.replace(tmp, job_dir / "state.json")
+class _Log:
+    """One output file of the job, appended to whole (a short write is continued); an error
+    names the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = open_append(path)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self.file.write(view) or 0 :]
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+
+def _copy_error_text(exc: BaseException) -> str:
+    """``No space left on device writing rank-3.log``."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror or exc} writing {Path(str(exc.filename)).name}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Supervisor:
@@ -48,16 +87,19 @@ class Supervisor:
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
-        self.rank_files: dict[int, IO[bytes]] = {}
+        self.rank_files: dict[int, _Log] = {}
         self.exit_codes: dict[int, int] = {}
         self.first_failure: tuple[float, int] | None = None
         self.cancelled = False
+        self.copy_error: str | None = None
+        self.reports: dict[int, TorchrunReport] = {}
         self.progress = ProgressTracker()
         self.progress_rank: int | None = None
         self.progress_saved = 0.0
         self.state: dict[str, Any] = {
             "state": "Pending",
             "supervisor_pid": os.getpid(),
+            "supervisor_start": process_start(os.getpid()),
             "created": time.time(),
             "nodes": [],
         }
@@ -68,18 +110,27 @@ class Supervisor:
             self.state["exit_codes"] = {str(k): v for k, v in sorted(self.exit_codes.items())}
             if self.first_failure:
                 self.state["failed_rank"] = self.first_failure[1]
-            write_state(self.dir, self.state)
+            update_state(self.dir, self.state, self.marker)  # never over another's end
 
     # -- output ---------------------------------------------------------------------------
-    def _rank_file(self, rank: int) -> IO[bytes]:
+    def _rank_file(self, rank: int) -> _Log:
         if rank not in self.rank_files:
-            self.rank_files[rank] = open(self.dir / f"rank-{rank}.log", "ab", buffering=0)  # noqa: SIM115
+            self.rank_files[rank] = _Log(self.dir / f"rank-{rank}.log")
         return self.rank_files[rank]
 
     def _pump(self, node: int, stream: IO[bytes]) -> None:
+        try:
+            self._copy(node, stream)
+        except Exception as exc:  # any failure to keep the output ends the job (never a hang)
+            self._on_copy_error(exc)
+            for _ in iter(stream.readline, b""):  # keep reading: no process blocks on a pipe
+                pass
+
+    def _copy(self, node: int, stream: IO[bytes]) -> None:
         folded = False
-        node_log = open(self.dir / f"node-{node}.log", "ab", buffering=0)  # noqa: SIM115
-        times = open(self.dir / f"node-{node}.times", "ab", buffering=0)  # noqa: SIM115
+        node_log = _Log(self.dir / f"node-{node}.log")
+        times = _Log(self.dir / f"node-{node}.times")
+        report = self.reports.setdefault(node, TorchrunReport())
 
         def write(data: bytes) -> None:
             # the arrival time of each line, like a pod log's timestamps: merging the nodes'
@@ -87,8 +138,10 @@ class Supervisor:
             times.write(b"%.6f\n" % time.time())
             node_log.write(data if data.endswith(b"\n") else data + b"\n")
 
-        with node_log, times:
+        try:
             for raw in iter(stream.readline, b""):
+                if self.copy_error is not None:
+                    continue  # the job is being stopped; its output can no longer be kept
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
                 if self.cancelled and line.source == "node":
                     # torchrun's teardown (its SignalException traceback) after a cancel says
@@ -98,15 +151,26 @@ class Supervisor:
                         write(CANCEL_LINE)
                     continue
                 write(raw)
-                if line.rank is None:
-                    continue
-                if line.record is None:
-                    with self.lock:
-                        self._rank_file(line.rank).write(line.text.encode() + b"\n")
-                elif line.record.get("type") == "exit":
-                    self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
-                elif "total" in line.record:
-                    self._on_progress(line.rank, line.record)
+                self._on_line(line, report)
+        finally:
+            node_log.close()
+            times.close()
+
+    def _on_line(self, line: Any, report: TorchrunReport) -> None:
+        if line.source == "node":
+            ended = report.feed(line.text)
+            if ended is not None:
+                self._on_worker_exit(ended)
+            return
+        if line.rank is None:
+            return
+        if line.record is None:
+            with self.lock:
+                self._rank_file(line.rank).write(line.text.encode() + b"\n")
+        elif line.record.get("type") == "exit":
+            self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
+        elif "total" in line.record:
+            self._on_progress(line.rank, line.record)
 
     def _on_progress(self, rank: int, record: dict[str, Any]) -> None:
         step, total, t = record.get("step"), record.get("total"), record.get("t")
@@ -132,19 +196,55 @@ class Supervisor:
                 self.first_failure = (time.time(), rank)
         self.save()
 
+    def _on_worker_exit(self, ended: WorkerExit) -> None:
+        """An entry of torchrun's failure report: the only word on a rank a signal killed."""
+        with self.lock:
+            self.exit_codes.setdefault(ended.rank, ended.code)  # a rank's own record wins
+            if self._first_cause(ended):
+                self.first_failure = (time.time(), ended.rank)
+        self.save()
+
+    def _first_cause(self, ended: WorkerExit) -> bool:
+        """Whether this entry is the job's first failure. A rank killed by a signal did not
+        choose to fail: the ranks that lost it fail a moment later ("Connection closed by
+        peer") and report before torchrun does, and torchrun's own "Root Cause" is often one
+        of them. So within the grace period a killed rank is the cause; SIGTERM only when
+        torchrun calls it the root (it sends SIGTERM itself to stop a failed node's ranks)."""
+        if ended.code == 0:
+            return False
+        killed = signal_text(ended.code) is not None
+        if ended.code == _SIGNAL_BASE + signal.SIGTERM and not ended.root:
+            killed = False
+        if self.first_failure is None:
+            return killed or ended.root
+        at, rank = self.first_failure
+        first_killed = signal_text(self.exit_codes.get(rank)) is not None
+        return killed and not first_killed and time.time() - at <= GRACE_AFTER_FAILURE_S
+
+    def _on_copy_error(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.copy_error is None:
+                self.copy_error = _copy_error_text(exc)
+
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
+        """Every node process first, then the threads that copy their output (a process
+        forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
-        for node, launch in enumerate(self.plan["nodes"]):
-            proc = subprocess.Popen(
-                launch["argv"],
-                env={**base_env, **launch["env"]},
-                cwd=launch["cwd"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+        die_with_us = _die_with(os.getpid())
+        for launch in self.plan["nodes"]:
+            self.procs.append(
+                subprocess.Popen(
+                    launch["argv"],
+                    env={**base_env, **launch["env"]},
+                    cwd=launch["cwd"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_us,
+                )
             )
-            self.procs.append(proc)
+        for node, proc in enumerate(self.procs):
             assert proc.stdout is not None
             pump = threading.Thread(target=self._pump, args=(node, proc.stdout), daemon=True)
             pump.start()
@@ -172,7 +272,8 @@ class Supervisor:
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = now
                 self.save(nodes=self._nodes())
-            stop = self.cancelled or (failed_at and now - failed_at > GRACE_AFTER_FAILURE_S)
+            late = failed_at is not None and now - failed_at > GRACE_AFTER_FAILURE_S
+            stop = self.cancelled or self.copy_error is not None or late
             if stop and terminated_at is None:
                 terminated_at = now
                 self.terminate()
@@ -189,19 +290,38 @@ class Supervisor:
     def finish(self) -> None:
         nodes = self._nodes()
         codes = [n["exit_code"] for n in nodes]
+        message = ""
         if self.cancelled:
             state, reason = "Cancelled", "CancelledByUser"
+        elif self.copy_error is not None:
+            state, reason = "Failed", "LogWriteFailed"
+            message = (
+                f"{self.copy_error}: the job was stopped, because its output could no longer "
+                f"be kept. Free space in {self.dir.parent} (or point KTRAIN_HOME at a folder "
+                f"with room), then run it again."
+            )
         elif all(c == 0 for c in codes):
             state, reason = "Succeeded", "AllRanksSucceeded"
         else:
             state = "Failed"
             reason = "RankFailed" if self.first_failure else "NodeFailed"
+            message = self._killed_rank()
         if self.first_failure is None and state == "Failed" and not self.cancelled:
-            bad = next(i for i, c in enumerate(codes) if c != 0)
-            self.state["failed_node"] = bad
+            bad = next((i for i, c in enumerate(codes) if c != 0), None)
+            if bad is not None:
+                self.state["failed_node"] = bad
         if self.progress.progress is not None:  # the last update may have been held back
             self.state["progress"] = self.progress.progress.to_dict()
-        self.save(state=state, reason=reason, finished=time.time(), nodes=nodes)
+        self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
+        release_reserve(self.dir)
+
+    def _killed_rank(self) -> str:
+        """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure."""
+        if self.first_failure is None:
+            return ""
+        rank = self.first_failure[1]
+        how = signal_text(self.exit_codes.get(rank))
+        return f"rank {rank} was killed by {how}" if how else ""
 
 
 def _code(returncode: int | None) -> int | None:
@@ -210,14 +330,87 @@ def _code(returncode: int | None) -> int | None:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM from the kernel when ``parent`` dies (a node's
+    agent forwards it to torchrun, which stops its workers), so no node outlives a killed
+    supervisor even for the moment before the watchdog sweeps."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, called after
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+# -- the watchdog ---------------------------------------------------------------------------
+def watch(job_dir: Path, supervisor: int) -> int:
+    """The supervisor's parent: wait for it, and when it ended before the job did (killed, or
+    crashed), stop every process of the job and write the job's final state with the reason.
+    Returns 0 when it had nothing to do, 1 when it had to end the job."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    marker = job_marker(job_dir)  # the folder may hold another job later (--replace)
+    _, status = os.waitpid(supervisor, 0)
+    if marker is None or job_marker(job_dir) != marker:
+        return 0
+    if ((read_state(job_dir) or {}).get("state")) in _TERMINAL:
+        return 0
+    how, reason = _how_it_ended(status)
+    who = f"its supervisor (pid {supervisor}) {how}"
+    stopping = {"reason": reason, "message": f"{who}; stopping the job's processes"}
+    update_state(job_dir, {**stopping, "supervisor_end": who}, marker)
+    running = len(marked_pids(marker))
+    left = stop_marked(marker, exclude={os.getpid()})
+    if left:  # unkillable (stuck in the kernel): the job still runs, and says so
+        return 1
+    what = (
+        f"stopped the {running} process(es) of the job that still ran"
+        if running
+        else "none of the job's processes was left"
+    )
+    message = f"{who} before the job ended; {what}. Run it again (add --replace to reuse the name)."
+    ended = {"state": "Failed", "reason": reason, "message": message, "finished": time.time()}
+    if update_state(job_dir, ended, marker):
+        _tell_node_logs(job_dir, message)
+        release_reserve(job_dir)
+    return 1
+
+
+def _how_it_ended(status: int) -> tuple[str, str]:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        who = " (the OOM killer, or a kill -9)" if number == signal.SIGKILL else ""
+        return f"was killed by {signal_text(_SIGNAL_BASE + number)}{who}", "SupervisorKilled"
+    code = os.WEXITSTATUS(status)
+    return f"exited with code {code} (see supervisor.log)", "SupervisorFailed"
+
+
+def _tell_node_logs(job_dir: Path, message: str) -> None:
+    """The reason at the end of every node's log too, where a user reading logs looks."""
+    line = (format_agent_line(message) + "\n").encode()
+    for path in sorted(job_dir.glob("node-*.log")):
+        with contextlib.suppress(OSError):
+            log = _Log(path)
+            try:
+                log.write(line)
+            finally:
+                log.close()
+
+
 def main(argv: list[str]) -> int:
     """``[--daemon] JOB_DIR``: with --daemon, fork into a new session and return at once, so the
-    caller can reap us and the job is nobody's child (no zombie, survives the kernel)."""
+    caller can reap us and the job is nobody's child (no zombie, survives the kernel); the
+    session's first process then forks the supervisor and stays as its watchdog."""
     if argv and argv[0] == "--daemon":
         argv = argv[1:]
         if os.fork():
             return 0
         os.setsid()
+        child = os.fork()  # no thread runs yet: forking is safe
+        if child:
+            return watch(Path(argv[0]), child)
     job_dir = Path(argv[0])
     sup = Supervisor(job_dir)
     signal.signal(signal.SIGTERM, sup.on_cancel)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["MARKER_ENV", "kill_marked", "marked_pids"]
+__all__ = ["MARKER_ENV", "kill_marked", "marked_pids", "process_start", "stop_marked"]
 
 MARKER_ENV = "KTRAIN_JOB_UID"
 
@@ -45,3 +46,34 @@ def kill_marked(marker: str, exclude: Collection[int] = (), sig: int = signal.SI
         except ProcessLookupError:
             pass
     return count
+
+
+def stop_marked(
+    marker: str, exclude: Collection[int] = (), grace: float = 3.0, timeout: float = 10.0
+) -> list[int]:
+    """Stop every process of the job: SIGTERM (torchrun then stops its workers its own way),
+    SIGKILL whatever is left after ``grace`` seconds. Returns the processes still there after
+    ``timeout`` seconds: normally none."""
+    kill_marked(marker, exclude, signal.SIGTERM)
+    start = time.monotonic()
+    while True:
+        left = [pid for pid in marked_pids(marker) if pid not in exclude]
+        waited = time.monotonic() - start
+        if not left or waited > timeout:
+            return left
+        if waited > grace:  # also what a process started meanwhile (a worker's child)
+            kill_marked(marker, exclude)
+        time.sleep(0.05)
+
+
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None when there is no such process:
+    tells a live process from a later one that reused its pid."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()  # the command may hold spaces and ')'
+    if fields[0] in ("Z", "X"):
+        return None  # a zombie: it ended, nobody has reaped it yet
+    return int(fields[19])

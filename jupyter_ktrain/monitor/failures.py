@@ -4,16 +4,27 @@
 and the kubelet's reason (``OOMKilled``, ``Evicted``...), and returns a :class:`Failure`:
 ``OOM``, ``NCCL timeout``, ``NCCL error``, ``import error``, ``CUDA error``, ``preemption`` or
 ``error``. The explanation never repeats the kind (``str(failure)`` is ``"{kind}: {explanation}"``)
-and ends with what to do.
+and ends with what to do. ``signal_failure(code)`` explains a process killed by a signal (exit
+code 128 + N), and :class:`TorchrunReport` reads torchrun's own failure report, which is the
+only place that says which rank a signal killed (such a rank cannot report its own end).
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Failure", "classify", "pod_problem"]
+__all__ = [
+    "Failure",
+    "TorchrunReport",
+    "WorkerExit",
+    "classify",
+    "pod_problem",
+    "signal_failure",
+    "signal_text",
+]
 
 
 @dataclass(frozen=True)
@@ -154,3 +165,87 @@ def pod_problem(pod: dict[str, object]) -> str:
     if reason:
         return f"{reason}: {status.get('message', '')}".rstrip(": ")
     return ""
+
+
+_SIGNAL_BASE = 128
+_CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}
+_STOP_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
+
+
+def signal_text(code: int | None) -> str | None:
+    """``"signal 9 (SIGKILL)"`` for exit code 137 (128 + 9, the shell's convention), else None."""
+    if code is None or not _SIGNAL_BASE < code <= _SIGNAL_BASE + 64:
+        return None
+    number = code - _SIGNAL_BASE
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def signal_failure(code: int | None) -> Failure | None:
+    """Why a process killed by a signal ended, and what to do; None when ``code`` is no signal."""
+    what = signal_text(code)
+    if what is None:
+        return None
+    name = what.rsplit("(", 1)[-1].rstrip(")")
+    if name == "SIGKILL":
+        return Failure(
+            "killed",
+            "something outside the job killed it: most often the out-of-memory killer (the "
+            "machine's or the container's memory ran out; `dmesg` says so), or a `kill -9`. "
+            "If it was memory, lower the batch size or --procs-per-node.",
+        )
+    if name in _CRASH_SIGNALS:
+        return Failure(
+            "crash",
+            f"it crashed in native code ({name}): a C/C++/CUDA extension or a mismatched "
+            "install. Its last lines may name the operation; rerun it alone to reproduce.",
+        )
+    if name in _STOP_SIGNALS:
+        return Failure(
+            "stopped",
+            f"something outside the job asked it to stop ({name}): a person, a scheduler or a "
+            "shutdown. Run it again when that is over.",
+        )
+    return Failure("killed", f"it was killed by {what}.")
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """One entry of torchrun's failure report: a rank and how it ended. ``code`` is 128 + N
+    for a rank killed by signal N; ``root`` marks torchrun's "first observed failure"."""
+
+    rank: int
+    code: int
+    root: bool
+
+
+_REPORT_RANK = re.compile(r"^rank\s*:\s*(\d+)\s*\(local_rank:")
+_REPORT_EXIT = re.compile(r"^exitcode\s*:\s*(-?\d+)")
+
+
+class TorchrunReport:
+    """Reads the report torchrun prints when a worker fails (its ``ChildFailedError``: a
+    "Failures:" section and a "Root Cause (first observed failure):" one, each entry with a
+    ``rank : 2 (local_rank: 2)`` and an ``exitcode : -9 (pid: 123)`` line), one line of the
+    node's own output at a time; :meth:`feed` returns each entry once it is complete."""
+
+    def __init__(self) -> None:
+        self._root = False
+        self._rank: int | None = None
+
+    def feed(self, line: str) -> WorkerExit | None:
+        text = line.strip()
+        if text.startswith(("Failures:", "Root Cause")):
+            self._root, self._rank = text.startswith("Root Cause"), None
+            return None
+        m = _REPORT_RANK.match(text)
+        if m:
+            self._rank = int(m.group(1))
+            return None
+        m = _REPORT_EXIT.match(text)
+        if m is None or self._rank is None:
+            return None
+        raw, rank, self._rank = int(m.group(1)), self._rank, None
+        return WorkerExit(rank, _SIGNAL_BASE - raw if raw < 0 else raw, self._root)

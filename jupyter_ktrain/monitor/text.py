@@ -196,30 +196,43 @@ class TextView:
 
 
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
-    """The first failing rank, its exit code and its last lines, first."""
+    """The first failing rank, how it ended (its exit code, or the signal that killed it) and
+    its last lines, first; without a failing rank, the job's own reason."""
     if status.state == "Cancelled":
         return f"Job {job.name!r} was cancelled by the user; the cell set no names.\n"
     if status.state != "Failed":
         return ""
     rank = status.failed_rank
     if rank is None:
+        if status.message:
+            return f"Job {job.name!r} failed: {status.message}\n"
         codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
         return f"Job {job.name!r} failed before any rank reported ({codes or status.reason}).\n"
-    from .failures import classify
-
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
-    failure = classify(lines, code)
     body = "\n".join(f"    {line}" for line in lines[-tail:])
     others = sorted(r for r, c in status.exit_codes.items() if c != 0 and r != rank)
     also = f" Other failed ranks: {others}." if others else ""
-    detail = f"\n{status.message}" if status.message else ""
+    how = _how_rank_ended(rank, code, lines)
+    detail = f"\n{status.message}" if status.message and status.message not in how else ""
     return (
-        f"Job {job.name!r} failed: rank {rank} exited first with code {code} "
-        f"({failure}).{also}{detail}\n"
+        f"Job {job.name!r} failed: {how}.{also}{detail}\n"
         f"Last lines of rank {rank}:\n{body}\n"
         f"All logs: %ktrain logs {job.name} [--rank R]\n"
     )
+
+
+def _how_rank_ended(rank: int, code: int | None, lines: list[str]) -> str:
+    """``rank 3 exited first with code 3 (import error: ...)``, or for a rank a signal killed
+    ``rank 2 was killed by signal 9 (SIGKILL): ...`` (what its lines say, when they say more)."""
+    from .failures import classify, signal_failure, signal_text
+
+    killed = signal_failure(code)
+    if killed is None:
+        return f"rank {rank} exited first with code {code} ({classify(lines, code)})"
+    said = classify(lines)
+    why = f"({said})" if said.kind != "error" else killed.explanation
+    return f"rank {rank} was killed by {signal_text(code)}: {why}".rstrip(".")
 
 
 def _when(t: float | None) -> str:

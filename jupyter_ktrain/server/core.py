@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..monitor.protocol import parse_line
+from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
     JobDetail,
@@ -44,7 +45,6 @@ __all__ = ["DEFAULT_BACKENDS", "PanelCore", "decode_offset", "encode_offset", "h
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
@@ -79,15 +79,6 @@ def decode_offset(offset: str | None) -> dict[str, int]:
         )
     pairs = (part.rsplit(":", 1) for part in offset.split(","))
     return {replica: int(n) for replica, n in pairs}
-
-
-def _check_name(name: str) -> str:
-    if not _NAME_RE.match(name):
-        raise SpecError(
-            f"{name!r} is not a job name: job names are lower-case letters, digits and '-' "
-            f"(see `%ktrain list`)."
-        )
-    return name
 
 
 def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
@@ -192,7 +183,7 @@ class PanelCore:
 
     def _find(self, name: str, backend: str | None) -> tuple[str, JobStatus]:
         """(backend name, status) of job ``name``; JobNotFound when no backend knows it."""
-        _check_name(name)
+        check_job_name(name)
         served = self._factories
         if backend is not None and backend not in served:
             known = ", ".join(served)

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.monitor.failures import classify
+from jupyter_ktrain.monitor.failures import (
+    TorchrunReport,
+    WorkerExit,
+    classify,
+    signal_failure,
+    signal_text,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "failures"
 
@@ -41,3 +47,30 @@ def test_a_timeout_is_still_a_timeout_and_unknown_output_is_plain_error() -> Non
     assert classify([watchdog]).kind == "NCCL timeout"
     plain = classify(["Traceback (most recent call last):", "ValueError: bad shape"], 1)
     assert (plain.kind, plain.explanation) == ("error", "exited with code 1.")
+
+
+def test_torchruns_report_says_which_rank_a_signal_killed() -> None:
+    """torchrun 2.13's own report of a 4-rank node whose rank 2 got ``kill -9``: its "root
+    cause" is rank 1 (which lost rank 2 and exited 1 a moment later); the report is still the
+    only place that names rank 2 and its signal."""
+    report = TorchrunReport()
+    found = [e for line in _lines("torchrun_rank_killed.log") if (e := report.feed(line))]
+    assert found == [
+        WorkerExit(rank=2, code=137, root=False),
+        WorkerExit(rank=0, code=1, root=False),
+        WorkerExit(rank=3, code=1, root=False),
+        WorkerExit(rank=1, code=1, root=True),
+    ]
+    assert TorchrunReport().feed("[rank0]: rank      : 2 (local_rank: 2)") is None
+
+
+def test_a_signal_is_named_and_explained() -> None:
+    assert signal_text(137) == "signal 9 (SIGKILL)"
+    assert signal_text(139) == "signal 11 (SIGSEGV)"
+    assert signal_text(1) is None
+    assert signal_text(None) is None
+    kinds = {code: getattr(signal_failure(code), "kind", None) for code in (137, 134, 143, 1)}
+    assert kinds == {137: "killed", 134: "crash", 143: "stopped", 1: None}
+    killed = signal_failure(137)
+    assert killed is not None
+    assert "out-of-memory killer" in killed.explanation
