@@ -87,18 +87,10 @@ def _delete_when_running(test_cluster, job_name: str, pod: str, marker: str) -> 
     return thread
 
 
-@pytest.mark.parametrize(
-    ("kind", "pod"),
-    [("PyTorchJob", "del-pytorchjob-worker-0"), ("TFJob", "del-tfjob-worker-0")],
-)
-def test_a_deleted_worker_pod_is_restarted_and_the_cell_says_so(
-    k8s_shell, test_cluster, capsys, kind, pod
-):
-    name = f"del-{kind.lower()}"
+def test_a_deleted_worker_pod_is_restarted_and_the_cell_says_so(k8s_shell, test_cluster, capsys):
+    name, pod = "del-pytorchjob", "del-pytorchjob-worker-0"
     deleter = _delete_when_running(test_cluster, name, pod, "rank 1 step 3")
-    job = k8s_shell.run_cell_magic(
-        "ktrain", f"{KINDS[kind]} {BASE} --name {name}", "result = steps(16, 0.5)\n"
-    )
+    job = k8s_shell.run_cell_magic("ktrain", f"{BASE} --name {name}", "result = steps(16, 0.5)\n")
     deleter.join(timeout=5)
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
@@ -108,6 +100,26 @@ def test_a_deleted_worker_pod_is_restarted_and_the_cell_says_so(
     (worker,) = [r for r in status.replicas if r.name == pod]
     assert worker.restarts >= 1
     assert k8s_shell.user_ns["result"] == 0
+
+
+def test_a_deleted_tfjob_worker_fails_the_job_as_the_operator_decides_and_the_cell_says_why(
+    k8s_shell, test_cluster
+):
+    """The Training Operator v1.9's TFJob controller fails a TFJob whose worker pod fails while
+    its chief runs, ExitCode or not (it only keeps a Restarting condition it set in the same
+    pass, and a deleted pod is not restarted there): the real controller decides, and the
+    cell says which pod ended and how."""
+    name, pod = "del-tfjob", "del-tfjob-worker-0"
+    deleter = _delete_when_running(test_cluster, name, pod, "rank 1 step 3")
+    with pytest.raises(JobFailed) as info:
+        k8s_shell.run_cell_magic(
+            "ktrain", f"{KINDS['TFJob']} {BASE} --name {name}", "result = steps(16, 0.5)\n"
+        )
+    deleter.join(timeout=5)
+    text = str(info.value)
+    assert "1 Worker replica(s) failed" in text, text
+    assert f"{pod} ended with exit 143, killed by signal 15 (SIGTERM)" in text, text
+    assert "its pod deleted, preempted or evicted" in text, text
 
 
 def test_a_deleted_trainjob_pod_restarts_the_jobset_and_the_cell_says_so(

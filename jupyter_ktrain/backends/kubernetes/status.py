@@ -124,6 +124,13 @@ def restart_cause(exit_code: int | None, reason: str) -> str:
     return f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
 
 
+def _ended(exit_code: int | None, reason: str) -> str:
+    if exit_code is None:
+        return restart_cause(exit_code, reason)
+    why = " (its pod deleted, preempted or evicted)" if exit_code == 143 else ""
+    return f"ended with {restart_cause(exit_code, reason)}{why}"
+
+
 def _replica(
     pod_name: str,
     pod: Mapping[str, Any] | None,
@@ -213,6 +220,9 @@ def build_status(
             total = sum(r.restarts for r in replicas)
             message = f"gave up after {total} restart(s), the limit (--max-restarts); {message}"
         codes.setdefault(failed_rank, _exit_code(p) or 1)
+    elif state == FAILED:  # no rank reported: say how the replicas' containers ended
+        gone = [f"{n} {_ended(*ended[n])}" for n in names if ended.get(n, (0, ""))[0] != 0]
+        message = f"{message.rstrip('.')}: {'; '.join(gone)}." if gone else message
     elif state == PENDING:
         stuck = next((r for r in replicas if r.last_event), None)
         if stuck is not None:
