@@ -318,8 +318,9 @@ def _check_trainjob(spec: JobSpec) -> None:
             bool(s.init_containers),
         ),
         (
-            "--restart-policy/--ttl/--backoff-limit/--active-deadline/--clean-pod-policy",
-            not spec.run_policy.is_default,
+            "--restart-policy/--ttl/--active-deadline/--clean-pod-policy (--max-restarts "
+            "applies: it is the JobSet's restart limit)",
+            not replace(spec.run_policy, backoff_limit=None).is_default,
         ),
     ]
     bad = [flag for flag, used in unsupported if used]
