@@ -34,9 +34,8 @@ RESTART_POLICIES = ("OnFailure", "Never", "Always", "ExitCode")
 # A fault (exit >= 128, a deleted pod) is restarted this many times by default; a bug never.
 DEFAULT_MAX_RESTARTS = 3
 # (kind, replica type) -> restart policy where ExitCode is not the default: an MPIJob's
-# launcher cannot be restarted by exit code (its agent re-runs mpirun after a fault), and its
-# workers only hold the ranks mpirun starts in them (a killed worker container restarts)
-DEFAULT_RESTART_POLICY = {("MPIJob", "Launcher"): "Never", ("MPIJob", "Worker"): "OnFailure"}
+# launcher cannot be restarted by exit code (its agent re-runs mpirun after a fault)
+DEFAULT_RESTART_POLICY = {("MPIJob", "Launcher"): "Never"}
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 PRECISIONS = ("bf16", "fp16")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -536,8 +535,8 @@ class RunPolicy:
     Defaults fail a bug once and restart a fault: ``ExitCode`` (the operator retries only exit
     codes >= 128: a killed, evicted, preempted or OOM-killed process; a deleted pod is recreated
     anyway) with ``backoffLimit`` :data:`DEFAULT_MAX_RESTARTS`; an MPIJob's launcher, which the
-    operator cannot restart by exit code, ``Never`` (its agent retries ``mpirun`` on a fault),
-    and its workers ``OnFailure`` (they run no user code of their own).
+    operator cannot restart by exit code, ``Never`` (its agent retries ``mpirun`` on a fault;
+    a deleted worker is made anew by the operator under ExitCode).
     """
 
     restart_policy: str | None = None  # None: the kind's default (restart_policy_for)

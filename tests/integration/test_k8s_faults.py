@@ -167,10 +167,24 @@ def test_a_deleted_trainjob_pod_restarts_the_jobset_and_the_cell_says_so(
     )
 
 
-def test_a_killed_mpi_worker_reruns_mpirun_and_the_cell_says_so(k8s_shell, test_cluster, capsys):
-    """A rank's process killed (kill -9 in its worker pod): mpirun fails with no bug reported,
-    so the launcher's agent runs it again; the job succeeds and the cell says why."""
-    name = "kill-mpijob"
+@pytest.mark.parametrize("fault", ["kill", "delete"])
+def test_a_lost_mpi_rank_reruns_mpirun_and_the_cell_says_so(
+    k8s_shell, test_cluster, tmp_path, capsys, fault
+):
+    """Rank 1 killed by SIGKILL (the OOM killer's way) the first time, or its worker pod
+    deleted: mpirun fails with no bug reported, so the launcher's agent runs it again once the
+    workers run; the job succeeds and the cell says why."""
+    name = f"{fault}-mpijob"
+    marker = tmp_path / "killed-once"  # the pods' processes run on this machine
+    cell = "result = steps(10, 0.5)\n"
+    if fault == "kill":
+        cell = (
+            "import signal\n"
+            f"if int(os.environ['RANK']) == 1 and not os.path.exists({str(marker)!r}):\n"
+            f"    open({str(marker)!r}, 'w').close()\n"
+            "    time.sleep(1)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        ) + cell
     backend = get_backend("kubernetes")
 
     def run() -> None:
@@ -181,17 +195,35 @@ def test_a_killed_mpi_worker_reruns_mpirun_and_the_cell_says_so(k8s_shell, test_
                 return False
 
         wait_for(seen, timeout=90, every=0.3)
-        test_cluster.faults.kill_pod(test_cluster.namespace, f"{name}-worker-1")
+        test_cluster.faults.delete_pod(test_cluster.namespace, f"{name}-worker-1")
 
-    killer = threading.Thread(target=run, daemon=True)
-    killer.start()
-    job = k8s_shell.run_cell_magic(
-        "ktrain", f"{KINDS['MPIJob']} {BASE} --name {name}", "result = steps(10, 0.5)\n"
-    )
-    killer.join(timeout=5)
+    if fault == "delete":
+        threading.Thread(target=run, daemon=True).start()
+    job = k8s_shell.run_cell_magic("ktrain", f"{KINDS['MPIJob']} {BASE} --name {name}", cell)
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     assert "the launcher started the ranks again" in out, out
+    assert "(restart 1 of at most 3)" in out, out
+
+
+def test_a_rank_killed_by_sigkill_restarts_its_pod_and_the_cell_says_so(
+    k8s_shell, tmp_path, capsys
+):
+    """kill -9 of one rank (as the OOM killer does) the first time: its pod exits 137, the
+    operator's ExitCode policy makes it anew, and the job finishes."""
+    marker = tmp_path / "killed-once"  # the pods' processes run on this machine
+    cell = (
+        "import signal\n"
+        f"if int(os.environ['RANK']) == 1 and not os.path.exists({str(marker)!r}):\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "result = steps(4, 0.3)\n"
+    )
+    job = k8s_shell.run_cell_magic("ktrain", f"{BASE} --name kill-rank", cell)
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert "rank 1 was killed" in out, out
+    assert "kill-rank-worker-0 restarted after exit 137, killed by signal 9 (SIGKILL)" in out, out
     assert "(restart 1 of at most 3)" in out, out
 
 
