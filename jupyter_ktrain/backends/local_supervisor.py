@@ -34,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..exits import PEER_LOST
 from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
 from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
@@ -190,9 +191,11 @@ class Supervisor:
         self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
+        """A rank's own exit record. One that lost a peer (PEER_LOST) is a consequence of
+        another rank's end, never the first failure."""
         with self.lock:
             self.exit_codes[rank] = code
-            if code != 0 and self.first_failure is None:
+            if code not in (0, PEER_LOST) and self.first_failure is None:
                 self.first_failure = (time.time(), rank)
         self.save()
 

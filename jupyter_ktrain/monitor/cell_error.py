@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
+from ..exits import describe_exit
 from .failures import classify
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFaile
     if at is not None:
         headline = f"rank {rank} raised {_clip(lines[at])}"
         lines = lines[:at] + lines[at + 1 :]  # said once, in the header
+    elif code is not None and code >= 128:  # a signal ended it: say which
+        headline = f"rank {rank} was {describe_exit(code)}"
     else:
         kind = f" ({failure.kind})" if failure.kind != "error" else ""
         headline = f"rank {rank} exited first with code {code}{kind}"
@@ -83,9 +86,9 @@ def job_error(job: Job, status: JobStatus, tail: int = 20) -> JobFailed:
     if status.failed_rank is not None:
         return _rank_failure(job, status, status.failed_rank, tail)
     codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
-    headline = f"{job.name!r} failed before any rank reported ({codes or status.reason})"
-    lines = [f"Job {headline}."]
-    if status.message:
-        lines.append(status.message)
-    lines.append(f"Its log: %ktrain logs {job.name}")
+    if status.message:  # what the backend knows of it (a supervisor killed, a full disk...)
+        headline = f"{job.name!r} failed: {_clip(status.message)}"
+    else:
+        headline = f"{job.name!r} failed before any rank reported ({codes or status.reason})"
+    lines = [f"Job {headline}", f"Its log: %ktrain logs {job.name}"]
     return JobFailed("\n".join(lines), state=status.state, headline=headline)

@@ -146,8 +146,9 @@ def test_cancelled_and_failed_before_any_rank() -> None:
         "JobCancelled: 'bg' was cancelled by the user; the cell set no names."
     )
     lost = job_error(job, JobStatus(name="bg", state="Failed", reason="Lost", message="gone"))
-    assert lost.headline == "'bg' failed before any rank reported (Lost)"
-    assert "gone" in str(lost)
+    assert lost.headline == "'bg' failed: gone"  # what the backend knows, first
+    bare = job_error(job, JobStatus(name="bg", state="Failed", reason="Lost"))
+    assert bare.headline == "'bg' failed before any rank reported (Lost)"
 
 
 # -- as IPython shows it --------------------------------------------------------------------------

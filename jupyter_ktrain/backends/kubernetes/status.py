@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...exits import describe_exit
+from ...exits import PEER_LOST, describe_exit
 from ...monitor.failures import classify, pod_problem
 from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
@@ -292,9 +292,12 @@ def _first_failed(
     pods: Mapping[str, Mapping[str, Any]],
     per_node: int,
 ) -> int | None:
-    bad = sorted((ts, rank) for rank, (ts, code) in exits.items() if code != 0)
+    # a rank that lost a peer (PEER_LOST) failed because another one ended: it is the first
+    # failure only when nothing else tells who ended first
+    bad = sorted((ts, rank) for rank, (ts, code) in exits.items() if code not in (0, PEER_LOST))
     if bad:
         return bad[0][1]
+    lost = sorted((ts, rank) for rank, (ts, code) in exits.items() if code == PEER_LOST)
     failed = []
     for i, n in enumerate(names):
         pod = pods.get(n)
@@ -305,7 +308,9 @@ def _first_failed(
                 "terminated"
             )
             failed.append(((term or {}).get("finishedAt") or "", i))
-    return min(failed)[1] * per_node if failed else None
+    if failed:
+        return min(failed)[1] * per_node
+    return lost[0][1] if lost else None
 
 
 def _stalled(
