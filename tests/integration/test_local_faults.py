@@ -252,14 +252,18 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
 def test_a_killed_rank_is_named_with_its_signal_and_its_last_lines(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = _start(shell, "--nodes 2 --procs-per-node 2 --name rank-kill", "ring()\n", ranks=4)
+    flags = "--nodes 2 --procs-per-node 2 --name rank-kill --max-restarts 0"  # no restart
+    job = _start(shell, flags, "ring()\n", ranks=4)
     _wait(lambda: "rank 2 step 3" in job.logs(rank=2), 60, "rank 2 stepping")
     os.kill(_rank_pids(_marker(job.name))[2], signal.SIGKILL)
     assert job.wait(timeout=60) == "Failed"
     status = job.status()
     assert status.failed_rank == 2, status
     assert status.exit_codes[2] == 128 + 9
-    assert "rank 2 was killed by signal 9 (SIGKILL)" in status.message
+    assert status.message == (
+        "rank 2 was killed by signal 9 (SIGKILL): a fault, and --max-restarts 0 allows no restart"
+    )
+    assert [r.restarts for r in status.replicas] == [0, 0]
     capsys.readouterr()
     result = shell.run_cell("%ktrain attach rank-kill")
     assert isinstance(result.error_in_exec, UsageError)
