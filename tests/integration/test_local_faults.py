@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -30,7 +31,7 @@ from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.procs import marked_pids, process_start
 from jupyter_ktrain.cli import main as ktrain_cli
-from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.errors import JobFailed, SpecError
 from tests.jupyter_process import jupyter_app
 
 pytestmark = pytest.mark.slow
@@ -123,6 +124,14 @@ def _start(shell: InteractiveShell, flags: str, body: str, ranks: int) -> Job:
     return job
 
 
+def _error_shown(out: str) -> str:
+    """The failed job's error as the notebook shows it (``JobFailed: ...`` and its lines):
+    following a failed job again raises it as it is, like the cell that started it."""
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    assert "JobFailed: " in out, out
+    return out[out.index("JobFailed: ") :]
+
+
 def _never_failed_while_running(job: Job, marker: str, seconds: float) -> None:
     """Ask for the status again and again: while any process of the job runs it must not
     read Failed (a user would cancel nothing, and the ranks would run on)."""
@@ -163,8 +172,10 @@ def test_killed_supervisor_takes_every_rank_with_it_and_the_status_says_why(
     assert "'sup-kill' already ended (Failed); nothing to cancel." in out
     # following it again fails the cell with the same reason, and the node logs say it too
     result = shell.run_cell("%ktrain attach sup-kill")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert f"ktrain: Job 'sup-kill' failed: {said}" in capsys.readouterr().err
+    assert isinstance(result.error_in_exec, JobFailed)
+    error = _error_shown(capsys.readouterr().out)
+    assert error.startswith("JobFailed: 'sup-kill' failed before any rank reported"), error
+    assert said in error
     assert job.logs().count(f"[agent]: {said}") == 2
 
 
@@ -266,9 +277,10 @@ def test_a_killed_rank_is_named_with_its_signal_and_its_last_lines(
     assert [r.restarts for r in status.replicas] == [0, 0]
     capsys.readouterr()
     result = shell.run_cell("%ktrain attach rank-kill")
-    assert isinstance(result.error_in_exec, UsageError)
-    message = capsys.readouterr().err
-    assert "ktrain: Job 'rank-kill' failed: rank 2 was killed by signal 9 (SIGKILL)" in message
+    assert isinstance(result.error_in_exec, JobFailed)
+    message = _error_shown(capsys.readouterr().out)
+    assert message.startswith("JobFailed: rank 2 exited first with code 137"), message
+    assert "rank 2 was killed by signal 9 (SIGKILL)" in message
     tail = message.split("Last lines of rank 2:")[1]
     assert "rank 2 step 3" in tail
     for noise in ("Root Cause", "ChildFailedError", "Traceback", "elastic", "====="):
@@ -311,10 +323,8 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_stops_it(
     assert not marked_pids(_marker("full"))
     capsys.readouterr()
     result = shell.run_cell("%ktrain attach full")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert "ktrain: Job 'full' failed: No space left on device writing " in (
-        capsys.readouterr().err
-    )
+    assert isinstance(result.error_in_exec, JobFailed)
+    assert "No space left on device writing " in _error_shown(capsys.readouterr().out)
 
 
 # -- 3. one name, eight kernels ---------------------------------------------------------------
