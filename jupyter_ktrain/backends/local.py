@@ -566,6 +566,9 @@ def cluster_only_settings(spec: Any) -> list[str]:
 def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
     lines = [
         f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
+        f"# a fault (a node exit code >= 128: a rank killed, OOM, a lost peer) stops every node "
+        f"and starts them all again, up to {local_max_restarts(spec)} time(s) (--max-restarts); "
+        f"a bug (exit code 1-127) fails the job at once",
         "# each node runs in a new session with the kernel's environment plus:",
     ]
     ignored = cluster_only_settings(spec)
@@ -574,12 +577,6 @@ def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
     if spec.pass_env:
         names = ", ".join(spec.pass_env)
         lines.append(f"# from the kernel's environment (never written down): {names}")
-    limit = local_max_restarts(spec)
-    lines.append(
-        f"# a fault (a node exit code >= 128: a rank killed, OOM, a lost peer) stops every node "
-        f"and starts them all again, up to {limit} time(s) (--max-restarts); a bug (exit code "
-        f"1-127) fails the job at once"
-    )
     for i, node in enumerate(nodes):
         lines.append(f"\n# node {i}")
         lines.append(f"cd {shlex.quote(node['cwd'])}")
