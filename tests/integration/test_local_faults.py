@@ -239,11 +239,14 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
     name = f"orphans-{front_end}"
     job = _start(shell, f"--nodes 2 --procs-per-node 2 --name {name}", "hold()\n", ranks=4)
     marker = _marker(name)
-    watchdog = _parent(_supervisor(name))
+    supervisor = _supervisor(name)
+    watchdog = _parent(supervisor)
     # the supervisor's whole process group (its watchdog, the agents, torchrun) at once, as
     # `kill -9 -PGID` does: torchrun's workers live in sessions of their own and run on
     os.killpg(os.getpgid(watchdog), signal.SIGKILL)
-    _wait(lambda: process_start(watchdog) is None, 10, "the group gone")
+    # both gone (a killed process with threads can take a moment longer than its parent)
+    gone = (watchdog, supervisor)
+    _wait(lambda: all(process_start(p) is None for p in gone), 10, "the group gone")
     ranks = _rank_pids(marker)
     assert len(ranks) == 4, "torchrun's workers should have outlived their parents"
     status = job.status()
