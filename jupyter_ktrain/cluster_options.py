@@ -105,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="restart a fault (a killed, evicted, preempted or OOM-killed process, a deleted "
         "pod) up to N times before the job fails (default 3; the job's backoffLimit, and "
-        "torchrun's --max-restarts with --elastic); a bug in the code fails at once",
+        "torchrun's --max-restarts with --elastic; locally, every node starts again); a bug "
+        "in the code fails at once",
     )
     c.add_argument(
         "--node-selector", action="append", type=_pair("--node-selector"), metavar="KEY=VALUE"

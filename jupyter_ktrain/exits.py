@@ -30,6 +30,7 @@ __all__ = [
     "node_exit",
     "peer_lost",
     "read_rank_codes",
+    "restart_cause",
     "retryable",
     "write_rank_code",
 ]
@@ -110,6 +111,17 @@ def describe_exit(code: int) -> str:
             return f"exit code {code}"
         return f"killed by signal {code - 128} ({name})"
     return f"exit code {code}"
+
+
+def restart_cause(exit_code: int | None, reason: str = "") -> str:
+    """Why a replica's previous instance ended: ``exit 137, killed by signal 9 (SIGKILL)``
+    (a pod's container, or a local node); ``reason`` is the kubelet's (``OOMKilled``), or
+    ``deleted`` for a pod deleted while it ran."""
+    if exit_code is None:
+        return "its pod was deleted while it ran" if reason == "deleted" else reason
+    why = describe_exit(exit_code)
+    text = f"exit {exit_code}" + (f", {why}" if exit_code >= 128 else "")
+    return f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
 
 
 def node_exit(child_code: int, ranks: Mapping[int, int | None]) -> tuple[int, str]:

@@ -60,6 +60,9 @@ from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 __all__ = ["FileLogSource", "LocalBackend", "ktrain_home"]
 
 CANCEL_TIMEOUT_S = 15.0
+# between stopping every node after a fault and starting them all again: a moment for the
+# machine to settle (the supervisor keeps it, so a cancel in it starts nothing more)
+RESTART_DELAY_S = 1.0
 
 
 def ktrain_home() -> Path:
@@ -205,6 +208,8 @@ class LocalBackend(Backend):
                     ports.add(int(json.loads(plan.read_text())["master_port"]))
                 except (OSError, ValueError, KeyError):
                     continue
+                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # on a restart
+                    ports.add(int((read_state(plan.parent) or {})["master_port"]))
         return ports
 
     # -- plan -----------------------------------------------------------------------------
@@ -242,7 +247,13 @@ class LocalBackend(Backend):
             if spec.deepspeed is not None:
                 env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
             nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
-        details = {"master_port": port, "marker": marker, "nodes": nodes}
+        details = {
+            "master_port": port,
+            "marker": marker,
+            "nodes": nodes,
+            "max_restarts": local_max_restarts(spec),
+            "restart_delay_s": RESTART_DELAY_S,
+        }
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
@@ -310,9 +321,11 @@ class LocalBackend(Backend):
         replicas = tuple(
             ReplicaStatus(
                 name=f"{name}-node-{i}",
-                phase=_phase(n.get("exit_code"), state),
+                phase=n.get("phase") or _phase(n.get("exit_code"), state),
+                restarts=int(n.get("restarts") or 0),
                 node="127.0.0.1",
                 exit_code=n.get("exit_code"),
+                last_event=str(n.get("last_event") or ""),
             )
             for i, n in enumerate(nodes)
         )
@@ -328,6 +341,7 @@ class LocalBackend(Backend):
             finished=raw.get("finished"),
             failed_rank=raw.get("failed_rank"),
             progress=Progress.from_dict(raw.get("progress")),
+            max_restarts=raw.get("max_restarts"),
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
@@ -506,6 +520,13 @@ def _deepspeed_files(spec: Any, program_source: str | None = None) -> dict[str, 
     return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 
 
+def local_max_restarts(spec: Any) -> int:
+    """How often a local job restarts every node after a fault (``--max-restarts``, default
+    :data:`~jupyter_ktrain.spec_parts.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
+    policy = spec.run_policy
+    return 0 if policy.restart_policy == "Never" else int(policy.max_restarts)
+
+
 def _phase(exit_code: int | None, job_state: str) -> str:
     if exit_code is None:
         return "Running" if job_state == "Running" else job_state
@@ -545,6 +566,9 @@ def cluster_only_settings(spec: Any) -> list[str]:
 def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
     lines = [
         f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
+        f"# a fault (a node exit code >= 128: a rank killed, OOM, a lost peer) stops every node "
+        f"and starts them all again, up to {local_max_restarts(spec)} time(s) (--max-restarts); "
+        f"a bug (exit code 1-127) fails the job at once",
         "# each node runs in a new session with the kernel's environment plus:",
     ]
     ignored = cluster_only_settings(spec)

@@ -4,9 +4,14 @@ Started detached (its own session) by the local backend, so the job outlives the
 starts one node command per node from ``plan.json``, copies each node's output to
 ``node-K.log`` (like a pod log) and each rank's lines to ``rank-R.log``, keeps ``state.json``
 current (with the job's progress from records that carry a ``total``, at most once a second),
-and on SIGTERM (cancel) stops every process of the job. Like the Training Operator,
-the job fails as soon as one node fails: the other nodes get a short grace period, then are
-stopped, because surviving ranks would otherwise block in a collective until a timeout.
+and on SIGTERM (cancel) stops every process of the job. When one node fails, the other nodes
+get a short grace period, then are stopped, because surviving ranks would otherwise block in a
+collective until a timeout. Then, like the Training Operator's ``ExitCode`` restart policy
+(:mod:`jupyter_ktrain.exits`): a bug (a node or rank exit code 1-127) fails the job; a fault
+(every failing node's code >= 128: a rank killed, OOM, a lost peer) starts every node again, up
+to ``max_restarts`` times (``plan.json``), because the survivors of a static torchrun rendezvous
+cannot take one new node in. Each restart is counted per node in ``state.json`` with its cause
+and said in every node's log; logs are appended to, so the earlier attempts' lines stay.
 
 Nothing of a job outlives its supervisor. Its parent is a small watchdog that only waits for
 it: if the supervisor dies before the job ended (``kill -9``, the kernel's OOM killer), the
@@ -25,6 +30,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..exits import PEER_LOST
+from ..exits import PEER_LOST, describe_exit, restart_cause, retryable
 from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
 from ..monitor.progress import ProgressTracker
 from ..monitor.protocol import format_agent_line, parse_line
@@ -44,6 +50,8 @@ from .procs import kill_marked, marked_pids, process_start, stop_marked
 __all__ = ["main", "watch"]
 
 GRACE_AFTER_FAILURE_S = 5.0
+RESTART_DELAY_S = 1.0  # plan.json's restart_delay_s, when it has none
+SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
 CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
 PROGRESS_SAVE_S = 1.0
 TERM_TIMEOUT_S = 10.0
@@ -97,12 +105,23 @@ class Supervisor:
         self.progress = ProgressTracker()
         self.progress_rank: int | None = None
         self.progress_saved = 0.0
+        # restarts: None in a plan from before restarts existed (never restarted)
+        limit = self.plan.get("max_restarts")
+        self.max_restarts: int | None = None if limit is None else int(limit)
+        self.restart_delay = float(self.plan.get("restart_delay_s", RESTART_DELAY_S))
+        self.restarts = 0
+        self.events = [""] * len(self.plan["nodes"])  # each node's last restart, in words
+        self.ended: list[int] = []  # nodes of this attempt that failed, in the order seen
+        self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
+        self.stop_error = ""  # processes of a failed attempt that could not be stopped
         self.state: dict[str, Any] = {
             "state": "Pending",
             "supervisor_pid": os.getpid(),
             "supervisor_start": process_start(os.getpid()),
             "created": time.time(),
             "nodes": [],
+            "restarts": 0,
+            "max_restarts": self.max_restarts,
         }
 
     def save(self, **changes: Any) -> None:
@@ -191,11 +210,19 @@ class Supervisor:
         self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
-        """A rank's own exit record. One that lost a peer (PEER_LOST) is a consequence of
-        another rank's end, never the first failure."""
+        """A rank's own exit record. A rank that lost a peer (143) reports at once, and the
+        rank whose bug broke the collective may report a moment later, from another node: within
+        the grace period a bug (or a kill) is the cause, not the lost peer."""
         with self.lock:
             self.exit_codes[rank] = code
-            if code not in (0, PEER_LOST) and self.first_failure is None:
+            first = self.first_failure
+            if code != 0 and (
+                first is None
+                or (
+                    _weight(code) > _weight(self.exit_codes.get(first[1]))
+                    and time.time() - first[0] <= GRACE_AFTER_FAILURE_S
+                )
+            ):
                 self.first_failure = (time.time(), rank)
         self.save()
 
@@ -209,19 +236,19 @@ class Supervisor:
 
     def _first_cause(self, ended: WorkerExit) -> bool:
         """Whether this entry is the job's first failure. A rank killed by a signal did not
-        choose to fail: the ranks that lost it fail a moment later ("Connection closed by
-        peer") and report before torchrun does, and torchrun's own "Root Cause" is often one
-        of them. So within the grace period a killed rank is the cause; SIGTERM only when
-        torchrun calls it the root (it sends SIGTERM itself to stop a failed node's ranks)."""
+        choose to fail: the ranks that lost it fail a moment later (a lost peer, 143, or 1 when
+        its error was not recognised) and report before torchrun does, and torchrun's own "Root
+        Cause" is often one of them. So within the grace period a killed rank is the cause;
+        143 (SIGTERM, or a lost peer) only when torchrun calls it the root and nothing failed
+        before (torchrun sends SIGTERM itself to stop a failed node's ranks)."""
         if ended.code == 0:
             return False
-        killed = signal_text(ended.code) is not None
-        if ended.code == _SIGNAL_BASE + signal.SIGTERM and not ended.root:
-            killed = False
+        killed = signal_text(ended.code) is not None and ended.code != PEER_LOST
         if self.first_failure is None:
             return killed or ended.root
         at, rank = self.first_failure
-        first_killed = signal_text(self.exit_codes.get(rank)) is not None
+        first = self.exit_codes.get(rank)
+        first_killed = signal_text(first) is not None and first != PEER_LOST
         return killed and not first_killed and time.time() - at <= GRACE_AFTER_FAILURE_S
 
     def _on_copy_error(self, exc: BaseException) -> None:
@@ -252,8 +279,8 @@ class Supervisor:
             pump = threading.Thread(target=self._pump, args=(node, proc.stdout), daemon=True)
             pump.start()
             self.pumps.append(pump)
-        nodes = [{"pid": p.pid, "exit_code": None} for p in self.procs]
-        self.save(state="Running", started=time.time(), nodes=nodes)
+        started = self.state.get("started") or time.time()  # the job's, not this attempt's
+        self.save(state="Running", started=started, nodes=self._nodes(), reason="", message="")
 
     def terminate(self, *_args: Any) -> None:
         for proc in self.procs:
@@ -264,6 +291,16 @@ class Supervisor:
         self.cancelled = True
         self.terminate()
 
+    def run(self) -> None:
+        """Start every node, follow them to the end; after a fault with restarts left, stop
+        whatever of the job still runs and start every node again."""
+        self.start()
+        while True:
+            self.wait()
+            fault = self._fault()
+            if fault is None or not self._restart(*fault):
+                return
+
     def wait(self) -> None:
         failed_at: float | None = None
         terminated_at: float | None = None
@@ -272,6 +309,9 @@ class Supervisor:
             if all(c is not None for c in codes):
                 break
             now = time.monotonic()
+            for node, c in enumerate(codes):
+                if c not in (None, 0) and node not in self.ended:
+                    self.ended.append(node)
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = now
                 self.save(nodes=self._nodes())
@@ -283,12 +323,144 @@ class Supervisor:
             if terminated_at and now - terminated_at > TERM_TIMEOUT_S:
                 kill_marked(self.marker, exclude={os.getpid()})
             time.sleep(0.05)
+        for node, proc in enumerate(self.procs):  # those that ended in the last poll
+            if proc.returncode not in (None, 0) and node not in self.ended:
+                self.ended.append(node)
         for pump in self.pumps:
             pump.join(timeout=5.0)
         kill_marked(self.marker, exclude={os.getpid()})  # nothing of the job outlives it
 
-    def _nodes(self) -> list[dict[str, Any]]:
-        return [{"pid": p.pid, "exit_code": _code(p.returncode)} for p in self.procs]
+    def _nodes(self, phase: str = "") -> list[dict[str, Any]]:
+        return [
+            {
+                "pid": p.pid,
+                "exit_code": _code(p.returncode),
+                "restarts": self.restarts,
+                "last_event": self.events[node],
+                **({"phase": phase} if phase else {}),
+            }
+            for node, p in enumerate(self.procs)
+        ]
+
+    # -- restarts -------------------------------------------------------------------------
+    def _fault(self) -> tuple[int, int] | None:
+        """(node, exit code) of the fault that ended this attempt, when every node is to start
+        again; None when the job ends: it succeeded, was cancelled, lost its output, failed
+        with a bug (any node or rank code 1-127: a bug fails again), or has no restart left."""
+        if self.cancelled or self.copy_error is not None:
+            return None
+        codes = [_code(p.returncode) or 0 for p in self.procs]
+        if all(c == 0 for c in codes):
+            return None
+        ranks = self.exit_codes.values()
+        if any(0 < c < _SIGNAL_BASE for c in [*codes, *ranks]):
+            return None
+        node = self._cause_node(codes)
+        if self.max_restarts is None or self.restarts >= self.max_restarts:
+            if self.max_restarts is not None:
+                self.no_restart = _out_of_restarts(self.restarts, self.max_restarts)
+            return None
+        return node, codes[node]
+
+    def _cause_node(self, codes: list[int]) -> int:
+        """The failing node that caused the others' end: the node of a rank killed by a signal
+        (not SIGTERM: that is how the others are stopped), else the first node seen failing
+        with another code than a lost peer's, else the first seen failing."""
+        nproc = self._nproc()
+        first = self.first_failure[1] if self.first_failure is not None else None
+        for rank in sorted(self.exit_codes, key=lambda r: (r != first, r)):
+            code, node = self.exit_codes[rank], rank // nproc
+            killed = code != PEER_LOST and retryable(code)
+            if killed and node < len(codes) and codes[node]:
+                return node
+        failed = [n for n in self.ended if codes[n]] or [n for n, c in enumerate(codes) if c]
+        return next((n for n in failed if codes[n] != PEER_LOST), failed[0])
+
+    def _nproc(self) -> int:
+        env = self.plan["nodes"][0]["env"]
+        try:
+            return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
+        except ValueError:
+            return 1
+
+    def _restart(self, node: int, code: int) -> bool:
+        """Stop what is left of the job, wait a moment, start every node again; False when a
+        cancel came meanwhile or the failed attempt's processes could not be stopped."""
+        self.restarts += 1
+        limit = self.max_restarts
+        cause = restart_cause(code)
+        rank = self._cause_rank(node)
+        why = f"node {node} exited {code}" + (f" ({rank})" if rank else f" ({describe_exit(code)})")
+        for k in range(len(self.events)):
+            self.events[k] = (
+                f"restarted after {cause}"
+                if k == node
+                else f"restarted with every node after node {node}'s {cause}"
+            )
+        text = f"restart {self.restarts} of at most {limit}: {why}; starting every node again"
+        nodes = self._nodes("Restarting")
+        self.save(reason="Restarting", message=text, restarts=self.restarts, nodes=nodes)
+        self._tell_nodes(text)
+        left = _sweep(self.marker)
+        if left:
+            self.stop_error = (
+                f"{len(left)} process(es) of the failed attempt (pids {', '.join(map(str, left))}) "
+                "ignore SIGKILL (stuck in the kernel), so the job could not start again"
+            )
+            return False
+        deadline = time.monotonic() + self.restart_delay
+        while time.monotonic() < deadline and not self.cancelled:
+            time.sleep(0.05)
+        if self.cancelled:
+            return False
+        self._free_port()
+        with self.lock:
+            self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
+            self.exit_codes.clear()
+            self.first_failure = None
+            self.state["failed_rank"] = None  # the new attempt's, once one fails
+        self.start()
+        return True
+
+    def _cause_rank(self, node: int) -> str:
+        """``rank 3 killed by signal 9 (SIGKILL)``: the rank of ``node`` that a signal killed
+        (the first failing rank first), else the first failing rank there that lost a peer."""
+        nproc = self._nproc()
+        mine = {r: c for r, c in self.exit_codes.items() if r // nproc == node and c}
+        first = self.first_failure[1] if self.first_failure is not None else None
+        order = sorted(mine, key=lambda r: (r != first, r))
+        for rank in order:
+            if mine[rank] != PEER_LOST and signal_text(mine[rank]):
+                return f"rank {rank} killed by {signal_text(mine[rank])}"
+        return next((f"rank {r} lost a peer" for r in order if mine[r] == PEER_LOST), "")
+
+    def _tell_nodes(self, text: str) -> None:
+        """An ``[agent]:`` line at the end of every node's log (and its time), where
+        ``%ktrain logs`` and the cell show it."""
+        line = (format_agent_line(text) + "\n").encode()
+        for node in range(len(self.plan["nodes"])):
+            with contextlib.suppress(OSError):
+                times = _Log(self.dir / f"node-{node}.times")
+                log = _Log(self.dir / f"node-{node}.log")
+                try:
+                    times.write(b"%.6f\n" % time.time())
+                    log.write(line)
+                finally:
+                    times.close()
+                    log.close()
+
+    def _free_port(self) -> None:
+        """The rendezvous port again, or a fresh one when something else took it meanwhile."""
+        port = int(self.plan.get("master_port") or 0)
+        if not port or _port_free(port):
+            return
+        port = _any_port()
+        for launch in self.plan["nodes"]:
+            for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+                if key in launch["env"]:
+                    launch["env"][key] = str(port)
+        self.plan["master_port"] = port
+        self.state["master_port"] = port
 
     def finish(self) -> None:
         nodes = self._nodes()
@@ -305,10 +477,14 @@ class Supervisor:
             )
         elif all(c == 0 for c in codes):
             state, reason = "Succeeded", "AllRanksSucceeded"
+        elif self.stop_error:
+            state, reason, message = "Failed", "RestartFailed", self.stop_error
         else:
             state = "Failed"
             reason = "RankFailed" if self.first_failure else "NodeFailed"
             message = self._killed_rank()
+            if self.no_restart:
+                message = f"{message}: {self.no_restart}" if message else self.no_restart
         if self.first_failure is None and state == "Failed" and not self.cancelled:
             bad = next((i for i, c in enumerate(codes) if c != 0), None)
             if bad is not None:
@@ -325,6 +501,44 @@ class Supervisor:
         rank = self.first_failure[1]
         how = signal_text(self.exit_codes.get(rank))
         return f"rank {rank} was killed by {how}" if how else ""
+
+
+def _weight(code: int | None) -> int:
+    """How surely an exit code is the cause of a job's failure: 2 for a bug or a kill, 1 for a
+    lost peer or a SIGTERM (how the others are stopped), 0 for none."""
+    if not code:
+        return 0
+    return 1 if code == PEER_LOST else 2
+
+
+def _out_of_restarts(done: int, limit: int) -> str:
+    """Why a fault failed the job: its restarts ran out (or none were allowed)."""
+    if limit == 0:
+        return "a fault, and --max-restarts 0 allows no restart"
+    times = "time" if done == 1 else "times"
+    return f"a fault, and the restarts ran out (restarted {done} {times}, --max-restarts {limit})"
+
+
+def _sweep(marker: str) -> list[int]:
+    """Stop every process of the job but this one and wait until they are gone (a restart must
+    not meet the last attempt's ranks on its port); the pids still there after a while."""
+    return stop_marked(marker, exclude={os.getpid()}, grace=1.0, timeout=SWEEP_TIMEOUT_S)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore binds
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _code(returncode: int | None) -> int | None:
@@ -420,8 +634,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, sup.on_cancel)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the kernel's terminal going away is fine
     try:
-        sup.start()
-        sup.wait()
+        sup.run()
     except Exception as exc:  # never leave a job in "Running" with nothing behind it
         sup.terminate()
         sup.save(state="Failed", reason="SupervisorError", message=str(exc), finished=time.time())

@@ -228,11 +228,14 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
     name = f"orphans-{front_end}"
     job = _start(shell, f"--nodes 2 --procs-per-node 2 --name {name}", "hold()\n", ranks=4)
     marker = _marker(name)
-    watchdog = _parent(_supervisor(name))
+    supervisor = _supervisor(name)
+    watchdog = _parent(supervisor)
     # the supervisor's whole process group (its watchdog, the agents, torchrun) at once, as
     # `kill -9 -PGID` does: torchrun's workers live in sessions of their own and run on
     os.killpg(os.getpgid(watchdog), signal.SIGKILL)
-    _wait(lambda: process_start(watchdog) is None, 10, "the group gone")
+    # both gone (a killed process with threads can take a moment longer than its parent)
+    gone = (watchdog, supervisor)
+    _wait(lambda: all(process_start(p) is None for p in gone), 10, "the group gone")
     # SIGKILL is delivered to each member on its own time: wait until only the ranks are left
     _wait(lambda: len(marked_pids(marker)) == 4, 10, "only the ranks left")
     ranks = _rank_pids(marker)
@@ -254,14 +257,18 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
 def test_a_killed_rank_is_named_with_its_signal_and_its_last_lines(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = _start(shell, "--nodes 2 --procs-per-node 2 --name rank-kill", "ring()\n", ranks=4)
+    flags = "--nodes 2 --procs-per-node 2 --name rank-kill --max-restarts 0"  # no restart
+    job = _start(shell, flags, "ring()\n", ranks=4)
     _wait(lambda: "rank 2 step 3" in job.logs(rank=2), 60, "rank 2 stepping")
     os.kill(_rank_pids(_marker(job.name))[2], signal.SIGKILL)
     assert job.wait(timeout=60) == "Failed"
     status = job.status()
     assert status.failed_rank == 2, status
     assert status.exit_codes[2] == 128 + 9
-    assert "rank 2 was killed by signal 9 (SIGKILL)" in status.message
+    assert status.message == (
+        "rank 2 was killed by signal 9 (SIGKILL): a fault, and --max-restarts 0 allows no restart"
+    )
+    assert [r.restarts for r in status.replicas] == [0, 0]
     capsys.readouterr()
     result = shell.run_cell("%ktrain attach rank-kill")
     assert isinstance(result.error_in_exec, JobFailed)

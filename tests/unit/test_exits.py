@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.exits import KILLED, PEER_LOST, describe_exit, node_exit, peer_lost
+from jupyter_ktrain.exits import (
+    KILLED,
+    PEER_LOST,
+    describe_exit,
+    node_exit,
+    peer_lost,
+    restart_cause,
+)
 from jupyter_ktrain.launch import node_command
 
 
@@ -42,6 +49,14 @@ def test_broken_connections_are_peers_lost_and_other_errors_are_bugs() -> None:
     assert not peer_lost(ValueError("rank 1 raised"))
     assert describe_exit(137) == "killed by signal 9 (SIGKILL)"
     assert describe_exit(1) == "exit code 1"
+
+
+def test_a_restart_says_how_the_replica_ended_before() -> None:
+    """One wording for a pod (the kubelet's reason) and a local node (no reason)."""
+    assert restart_cause(137) == "exit 137, killed by signal 9 (SIGKILL)"
+    assert restart_cause(137, "OOMKilled") == "exit 137, killed by signal 9 (SIGKILL) (OOMKilled)"
+    assert restart_cause(143, "Error") == "exit 143, killed by signal 15 (SIGTERM)"
+    assert restart_cause(None, "deleted") == "its pod was deleted while it ran"
 
 
 RANK_1 = """

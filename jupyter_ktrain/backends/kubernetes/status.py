@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...exits import PEER_LOST, describe_exit
+from ...exits import PEER_LOST, restart_cause
 from ...monitor.failures import classify, pod_problem
 from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
@@ -113,15 +113,6 @@ def _event_text(event: Mapping[str, Any] | None) -> str:
     if not event:
         return ""
     return f"{event.get('reason', '')}: {event.get('message', '')}".strip(": ")
-
-
-def restart_cause(exit_code: int | None, reason: str) -> str:
-    """Why a replica's previous instance ended: ``exit 137, killed by signal 9 (SIGKILL)``."""
-    if exit_code is None:
-        return "its pod was deleted while it ran" if reason == "deleted" else reason
-    why = describe_exit(exit_code)
-    text = f"exit {exit_code}" + (f", {why}" if exit_code >= 128 else "")
-    return f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
 
 
 def _ended(exit_code: int | None, reason: str) -> str:

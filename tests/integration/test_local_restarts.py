@@ -1,0 +1,192 @@
+"""Local jobs restart a fault and fail a bug at once, as the Training Operator's ``ExitCode``
+policy does on a cluster: real torchrun jobs through the ``%%ktrain`` magic (text monitor),
+with a rank that really kills itself with SIGKILL or really raises."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_ktrain.backends import local
+from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.backends.procs import marked_pids
+from jupyter_ktrain.errors import JobFailed
+
+pytestmark = pytest.mark.slow
+
+SETUP = """
+import os, signal
+import torch
+import torch.distributed as dist
+
+MARKS = None  # a folder, set by each test: what the ranks of earlier attempts left
+
+def flaky(steps, kill_rank=3, every_time=False, fail_rank=None):
+    mark = os.path.join(MARKS, "killed")
+    attempt = 2 if os.path.exists(mark) else 1
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    print(f"rank {rank} up (attempt {attempt})", flush=True)
+    total = 0.0
+    for step in range(steps):
+        t = torch.ones(1) * (rank + 1)
+        dist.all_reduce(t)
+        total += t.item()
+        if rank == fail_rank and step == 1:
+            raise ValueError("bad shard")
+        if rank == kill_rank and step == 2 and (every_time or not os.path.exists(mark)):
+            open(mark, "a").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    dist.destroy_process_group()
+    return attempt, total
+"""
+
+
+@pytest.fixture
+def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert sh.run_cell(SETUP + f"MARKS = {str(marks)!r}\n", store_history=True).success
+    yield sh
+    sh.reset(new_session=True)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _marker(name: str) -> str:
+    return str(json.loads((LocalBackend().job_dir(name) / "plan.json").read_text())["marker"])
+
+
+def _wait(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)
+
+
+def test_a_killed_rank_restarts_every_node_once_and_the_finished_run_is_the_result(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = shell.run_cell("%%ktrain --nodes 2 --procs-per-node 2 --name flaky\nr = flaky(5)\n")
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    # the cell's result is the second run's: it finished, the first never did
+    assert shell.user_ns["r"] == (2, 50.0)
+    status = LocalBackend().status("flaky")
+    assert status.state == "Succeeded"
+    assert status.max_restarts == 3
+    assert [r.restarts for r in status.replicas] == [1, 1]
+    node0, node1 = status.replicas
+    assert node1.last_event == "restarted after exit 137, killed by signal 9 (SIGKILL)"
+    assert node0.last_event.startswith("restarted with every node after node 1's exit 137")
+    assert status.exit_codes == {0: 0, 1: 0, 2: 0, 3: 0}  # the finished run's
+    # the restart as it happened: an alert in the cell, a line in every node's log
+    alert = (
+        "flaky-node-1 restarted after exit 137, killed by signal 9 (SIGKILL) "
+        "(restart 1 of at most 3)"
+    )
+    assert alert in out, out
+    said = (
+        "[agent]: restart 1 of at most 3: node 1 exited 137 (rank 3 killed by signal 9 "
+        "(SIGKILL)); starting every node again"
+    )
+    logs = LocalBackend().read_logs("flaky")
+    assert sum(said in line for _, line in logs) == 2
+    # the earlier attempt's lines are kept (appended to)
+    rank0 = (LocalBackend().job_dir("flaky") / "rank-0.log").read_text()
+    assert "rank 0 up (attempt 1)" in rank0
+    assert "rank 0 up (attempt 2)" in rank0
+    assert rank0.index("attempt 1") < rank0.index("attempt 2")
+    assert not marked_pids(_marker("flaky"))
+
+
+def test_a_raising_rank_fails_at_once_without_a_restart(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = shell.run_cell(
+        "%%ktrain --nodes 2 --procs-per-node 2 --name bug\nflaky(5, kill_rank=None, fail_rank=3)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert isinstance(result.error_in_exec, JobFailed)
+    assert "JobFailed: rank 3 raised ValueError: bad shard" in out, out
+    status = LocalBackend().status("bug")
+    assert status.state == "Failed"
+    assert status.failed_rank == 3
+    assert [r.restarts for r in status.replicas] == [0, 0]
+    assert "restart" not in status.message
+    assert "restarted after" not in out
+    assert "restart 1 of" not in out
+    logs = "\n".join(line for _, line in LocalBackend().read_logs("bug"))
+    assert "[agent]: restart" not in logs
+    assert logs.count("up (attempt 1)") == 4
+    assert "attempt 2" not in logs
+
+
+def test_a_rank_killed_every_time_fails_once_its_restarts_ran_out(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = shell.run_cell(
+        "%%ktrain --nodes 2 --procs-per-node 2 --name doomed --max-restarts 1\n"
+        "flaky(5, every_time=True)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert isinstance(result.error_in_exec, JobFailed)
+    status = LocalBackend().status("doomed")
+    assert status.state == "Failed"
+    assert status.failed_rank == 3
+    assert status.max_restarts == 1
+    assert [r.restarts for r in status.replicas] == [1, 1]
+    assert status.message == (
+        "rank 3 was killed by signal 9 (SIGKILL): a fault, and the restarts ran out "
+        "(restarted 1 time, --max-restarts 1)"
+    )
+    assert "doomed-node-1 restarted after exit 137" in out
+    assert "(restart 1 of at most 1)" in out
+    assert "the restarts ran out" in out
+    logs = "\n".join(line for _, line in LocalBackend().read_logs("doomed"))
+    assert logs.count("[agent]: restart 1 of at most 1: node 1 exited 137") == 2
+    assert "restart 2 " not in logs
+    assert logs.count("rank 0 up (attempt 1)") == 1
+    assert logs.count("rank 0 up (attempt 2)") == 1
+    assert not marked_pids(_marker("doomed"))
+
+
+def test_a_cancel_while_a_restart_waits_starts_nothing_more(
+    shell: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(local, "RESTART_DELAY_S", 60.0)  # a wait long enough to cancel in
+    job = shell.run_cell_magic(
+        "ktrain", "--nodes 2 --procs-per-node 2 --name waits --detach", "flaky(5)\n"
+    )
+    assert job is not None
+    backend = LocalBackend()
+    _wait(lambda: backend.status("waits").reason == "Restarting", 90, "the restart")
+    status = backend.status("waits")
+    assert status.state == "Running"
+    assert status.message.startswith("restart 1 of at most 3: node 1 exited 137")
+    assert [(r.phase, r.restarts) for r in status.replicas] == [("Restarting", 1)] * 2
+    marker = _marker("waits")
+    _wait(lambda: not marked_pids(marker), 15, "the failed attempt's processes gone")
+    started = time.monotonic()
+    shell.run_line_magic("ktrain", "cancel waits")
+    assert time.monotonic() - started < 10
+    status = backend.status("waits")
+    assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
+    time.sleep(3)  # nothing starts after the cancel
+    assert not marked_pids(marker)
+    logs = "\n".join(line for _, line in backend.read_logs("waits"))
+    assert "attempt 2" not in logs
+    assert backend.status("waits").state == "Cancelled"
