@@ -48,6 +48,17 @@ def follow(
                 raw = source.finish() if status.terminal else source.read()
                 if raw:
                     sink.lines(source.replica, [parse_line(line) for line in raw])
+            if status.terminal:
+                # the streams are drained: ask once more, so the final word includes what the
+                # watches learned meanwhile (how a replica's last container ended, a restart)
+                final = job.status()
+                if final.terminal and (final.state, final.replicas, final.message) != (
+                    status.state,
+                    status.replicas,
+                    status.message,
+                ):
+                    sink.status(final)
+                    status = final
             if tick is not None:
                 tick()
             if status.terminal:
