@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound
 
+# the job states: one list for backends and views (jupyter_ktrain.monitor.viewmodel)
+from ..monitor.viewmodel import CANCELLED as CANCELLED
+from ..monitor.viewmodel import FAILED as FAILED
+from ..monitor.viewmodel import PENDING as PENDING
+from ..monitor.viewmodel import RUNNING as RUNNING
+from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
+
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
     from ..monitor.progress import Progress
@@ -33,9 +40,7 @@ __all__ = [
     "complete_exit_codes",
 ]
 
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-CANCELLED = "Cancelled"  # stopped on a user's request: its own final state, not a failure
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})  # a backend's ends (a model adds Deleted)
 
 
 @dataclass(frozen=True)
