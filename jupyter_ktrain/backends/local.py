@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,7 @@ class LocalBackend(Backend):
         self.home = home or ktrain_home()
         self.python = python or sys.executable
         self._gpus = gpus or machine_gpus
+        self._log_index = LogIndex()
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
@@ -474,6 +476,83 @@ class LocalBackend(Backend):
                 stamps = []
             for k, line in enumerate(source.finish()):
                 yield (float(stamps[k]) if k < len(stamps) else None), source.replica, line
+
+    def read_logs_from(
+        self, name: str, start: Mapping[str, int]
+    ) -> Iterator[tuple[float | None, str, int, str]]:
+        """Only the new part of each node's log: seeks to where an earlier read ended
+        (:class:`LogIndex`), so a poll costs what was written since, not the whole log."""
+        self._state(name)
+        for i, source in enumerate(self.log_sources(name)):
+            assert isinstance(source, FileLogSource)
+            times = self.job_dir(name) / f"node-{i}.times"
+            for t, index, line in self._log_index.read(
+                source.path, times, start.get(source.replica, 0)
+            ):
+                yield t, source.replica, index, line
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Line ``lines`` of a node log starts at byte ``log_at`` (its stamp at ``times_at``)."""
+
+    lines: int
+    log_at: int
+    times_at: int
+    ident: tuple[int, int]  # (inode, device): a log written anew starts from 0 again
+
+
+class LogIndex:
+    """Where lines start in the node logs read so far, so the next read seeks past what the
+    reader already has. Thread-safe enough: marks are immutable, a lost update is a re-read."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._marks: dict[Path, list[_Mark]] = {}
+        self.bytes_read = 0  # what the reads cost, for the bench and tests
+
+    def read(self, log: Path, times: Path, start: int) -> Iterator[tuple[float | None, int, str]]:
+        """(time or None, index, line) of the lines from index ``start`` on, the last one also
+        when it has no newline yet (like ``FileLogSource.finish``)."""
+        try:
+            st = log.stat()
+        except FileNotFoundError:
+            return
+        ident = (st.st_ino, st.st_dev)
+        known = [m for m in self._marks.get(log, ()) if m.ident == ident and m.lines <= start]
+        mark = max(known, key=lambda m: m.lines, default=_Mark(0, 0, 0, ident))
+        with open(log, "rb") as f:
+            f.seek(mark.log_at)
+            data = f.read()
+        try:
+            with open(times, "rb") as f:
+                f.seek(mark.times_at)
+                stamp_data = f.read()
+        except OSError:
+            stamp_data = b""
+        self.bytes_read += len(data) + len(stamp_data)
+        *complete, partial = data.split(b"\n")
+        *stamps, _ = stamp_data.split(b"\n")
+        rows = [*complete, partial] if partial else complete
+        for k, raw in enumerate(rows):
+            index = mark.lines + k
+            if index >= start:
+                t = _stamp(stamps[k]) if k < len(stamps) else None
+                yield t, index, raw.decode("utf-8", "replace")
+        done = min(len(complete), len(stamps)) if stamps else 0
+        if done:  # the next read starts after the last whole line that has its stamp
+            log_at = mark.log_at + sum(len(r) + 1 for r in complete[:done])
+            times_at = mark.times_at + sum(len(r) + 1 for r in stamps[:done])
+            marks = [m for m in self._marks.get(log, ()) if m.ident == ident]
+            marks.append(_Mark(mark.lines + done, log_at, times_at, ident))
+            self._marks[log] = marks[-self.keep :]
+
+
+def _stamp(raw: bytes) -> float | None:
+    try:
+        return float(raw)
+    except ValueError:
+        return None
 
 
 def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
