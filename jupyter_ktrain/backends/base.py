@@ -200,17 +200,19 @@ class Backend(ABC):
             yield None, replica, line
 
     def read_logs_from(
-        self, name: str, start: Mapping[str, int]
+        self, name: str, start: Mapping[str, int], limit: int | None = None
     ) -> Iterator[tuple[float | None, str, int, str]]:
-        """Stored lines after the first ``start[replica]`` of each replica, as (time or None,
-        replica, index of the line in its replica, line). A reader that polls passes back how
-        far it got. This default reads everything and skips; a backend that can seek (the
-        local one: byte offsets in its log files) reads only the new part."""
+        """Stored lines after the first ``start[replica]`` of each replica (at most ``limit``
+        per replica), as (time or None, replica, index of the line in its replica, line). A
+        reader that polls passes back how far it got. This default reads everything and
+        skips; a backend that can seek (the local one: byte offsets in its log files) reads
+        only the new part."""
         counts: dict[str, int] = {}
         for t, replica, line in self.read_logs_timed(name):
             index = counts.get(replica, 0)
             counts[replica] = index + 1
-            if index >= start.get(replica, 0):
+            first = start.get(replica, 0)
+            if index >= first and (limit is None or index < first + limit):
                 yield t, replica, index, line
 
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:

@@ -278,7 +278,9 @@ class PanelCore:
         still being written); it comes with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
         seen = decode_offset(offset)
-        new = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
+        limit = 4 * self.max_lines  # raw lines per replica and call: a page's worth, filtered
+        lines = self._backend(b).read_logs_from(name, seen, limit)
+        new, cut = _new_lines(lines, status.terminal, limit)
         counts = dict(seen)  # replicas in the order first read: node@K is the K-th
         for replica in new:
             counts.setdefault(replica, 0)
@@ -291,10 +293,13 @@ class PanelCore:
         more = False
         # every replica's new lines, merged by the time they were written ("all ranks" reads
         # like one log); a backend without times keeps each replica's lines together
+        last = {replica: rows[-1][1] for replica, rows in new.items() if replica in cut and rows}
         for _t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
             if more:
                 break
             counts[replica] = index + 1
+            # a replica read only in part: its unread lines may come before the others' next
+            more = last.get(replica) == index
             line = parse_line(raw)
             if line.record is not None or (rank is not None and line.rank != rank):
                 continue
@@ -304,7 +309,7 @@ class PanelCore:
             out.append(
                 {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
             )
-            more = len(out) >= self.max_lines
+            more = more or len(out) >= self.max_lines
         return {
             "lines": out,
             "next_offset": encode_offset(counts),
@@ -320,7 +325,7 @@ class PanelCore:
         feed = self._feed(b, name, status.started)
         with feed.lock:
             seen = feed.counts
-            new = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
+            new, _ = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
             for replica, lines in new.items():
                 for _t, index, raw in lines:
                     if RECORD_MARK in raw:  # plain lines add nothing to the charts
@@ -364,17 +369,20 @@ class _MetricFeed:
 
 
 def _new_lines(
-    lines: Iterable[tuple[float | None, str, int, str]], terminal: bool
-) -> dict[str, list[tuple[float | None, int, str]]]:
-    """``read_logs_from`` lines grouped by replica (first-seen order). While the job runs,
-    each replica's last stored line is held back: it may be a line still being written."""
+    lines: Iterable[tuple[float | None, str, int, str]], terminal: bool, limit: int | None = None
+) -> tuple[dict[str, list[tuple[float | None, int, str]]], set[str]]:
+    """``read_logs_from`` lines grouped by replica (first-seen order), and the replicas read
+    only in part (``limit`` lines came). While the job runs, each replica's last stored line
+    is held back: it may be a line still being written (and a part's last line comes again
+    with the next part)."""
     groups: dict[str, list[tuple[float | None, int, str]]] = {}
     for t, replica, index, line in lines:
         groups.setdefault(replica, []).append((t, index, line))
-    if not terminal:
-        for rows in groups.values():
+    cut = {r for r, rows in groups.items() if limit is not None and len(rows) >= limit}
+    for replica, rows in groups.items():
+        if not terminal or replica in cut:
             rows.pop()
-    return groups
+    return groups, cut
 
 
 def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
