@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound
 
+# the job states: one list for backends and views (jupyter_ktrain.monitor.viewmodel)
+from ..monitor.viewmodel import CANCELLED as CANCELLED
+from ..monitor.viewmodel import FAILED as FAILED
+from ..monitor.viewmodel import PENDING as PENDING
+from ..monitor.viewmodel import RUNNING as RUNNING
+from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
+
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
     from ..monitor.progress import Progress
@@ -33,9 +40,7 @@ __all__ = [
     "complete_exit_codes",
 ]
 
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-CANCELLED = "Cancelled"  # stopped on a user's request: its own final state, not a failure
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})  # a backend's ends (a model adds Deleted)
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,22 @@ class Backend(ABC):
         needs it)."""
         for replica, line in self.read_logs(name):
             yield None, replica, line
+
+    def read_logs_from(
+        self, name: str, start: Mapping[str, int], limit: int | None = None
+    ) -> Iterator[tuple[float | None, str, int, str]]:
+        """Stored lines after the first ``start[replica]`` of each replica (at most ``limit``
+        per replica), as (time or None, replica, index of the line in its replica, line). A
+        reader that polls passes back how far it got. This default reads everything and
+        skips; a backend that can seek (the local one: byte offsets in its log files) reads
+        only the new part."""
+        counts: dict[str, int] = {}
+        for t, replica, line in self.read_logs_timed(name):
+            index = counts.get(replica, 0)
+            counts[replica] = index + 1
+            first = start.get(replica, 0)
+            if index >= first and (limit is None or index < first + limit):
+                yield t, replica, index, line
 
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
         return self.schedule(self.dryrun(spec, program))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..widgets.monitor import View
 
 __all__ = [
+    "LogReplay",
     "ModelSink",
     "model_for",
     "model_from_logs",
@@ -140,6 +141,31 @@ def _state_message(status: JobStatus) -> str:
     return (status.reason if not message else f"{status.reason}: {message}").strip(": ")
 
 
+class LogReplay:
+    """A model fed from stored lines as they come, replica by replica (the side panel feeds
+    each poll's new lines only: its cost grows with the new lines, not with the job's age).
+
+    Stored lines carry no arrival time: a record's is its ``t``, and a plain line gets the
+    time of the record before it (before any, ``start_time``), never 0, which would make
+    every series start in 1970. Without ``start_time``, the first record's time is the start.
+    """
+
+    def __init__(self, name: str, start_time: float | None = None, **options: Any) -> None:
+        self.model = MonitorModel(JobHeader(name=name, start_time=start_time), **options)
+        self._now = start_time
+        self._nodes: dict[str, int] = {}
+
+    def feed(self, replica: str, raw: str) -> None:
+        self.feed_line(replica, parse_line(raw))
+
+    def feed_line(self, replica: str, line: LogLine) -> None:
+        t = _record_time(line)
+        if t is not None:
+            self._now = t
+        now = self._now if self._now is not None else 0.0
+        self.model.feed(line, now, self._nodes.setdefault(replica, len(self._nodes)))
+
+
 def model_from_logs(
     name: str,
     lines: Iterable[tuple[str, str]],
@@ -148,25 +174,17 @@ def model_from_logs(
     **options: Any,
 ) -> MonitorModel:
     """A model rebuilt from a job's stored ``(replica, raw line)`` pairs (``read_logs``), for
-    reports after the fact. Metric x values are steps, or seconds since ``start_time`` (the
-    job's start; default: its earliest record), like GPU series.
-
-    Stored lines carry no arrival time: a record's is its ``t``, and a plain line gets the
-    time of the record before it (before any, ``start_time``), never 0, which would make
-    every series start in 1970.
-    """
+    reports after the fact (:class:`LogReplay` at once). Metric x values are steps, or
+    seconds since ``start_time`` (the job's start; default: its earliest record), like GPU
+    series."""
     parsed = [(replica, parse_line(raw)) for replica, raw in lines]
     if start_time is None:
         times = [t for _, line in parsed if (t := _record_time(line)) is not None]
         start_time = min(times) if times else None
-    model = MonitorModel(JobHeader(name=name, start_time=start_time), **options)
-    nodes: dict[str, int] = {}
-    now = start_time if start_time is not None else 0.0
+    replay = LogReplay(name, start_time, **options)
     for replica, line in parsed:
-        t = _record_time(line)
-        now = t if t is not None else now
-        model.feed(line, now, nodes.setdefault(replica, len(nodes)))
-    return model
+        replay.feed_line(replica, line)
+    return replay.model
 
 
 def _record_time(line: LogLine) -> float | None:

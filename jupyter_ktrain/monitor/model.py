@@ -22,6 +22,7 @@ Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,7 @@ from .downsample import StreamingDownsampler
 from .nccl import NcclTransportParser, Transport
 from .progress import Progress, ProgressTracker
 from .protocol import LogLine, parse_line
+from .viewmodel import PENDING, RUNNING, TERMINAL_STATES, log_label
 
 __all__ = [
     "GPU_FIELDS",
@@ -43,9 +45,15 @@ __all__ = [
     "ReplicaRow",
 ]
 
-TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled", "Deleted"})
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
 _RECORD_KEYS = frozenset({"type", "rank", "step", "t", "node", "total"})
+# Trainer's log dict as its PrinterCallback prints it ({'loss': 0.52, 'grad_norm': ...}): it
+# prints from every node's local process zero, so ranks 0, nproc, 2*nproc... print the same
+# (globally reduced) record. Shown once in the all-ranks view; each rank's own view keeps it.
+_TRAINER_LOG = re.compile(
+    r"^\{'(loss|eval_\w+|train_\w+|learning_rate|grad_norm|epoch|total_flos)'"
+)
+REPEAT_WINDOW_S = 10.0
 
 
 @dataclass
@@ -55,7 +63,7 @@ class JobHeader:
     name: str
     kind: str = "PyTorchJob"
     backend: str = "local"
-    state: str = "Pending"
+    state: str = PENDING
     message: str = ""
     nodes: int = 1
     procs_per_node: int = 1
@@ -99,9 +107,7 @@ class LogEntry:
     @property
     def label(self) -> str:
         """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
-        if self.rank is not None:
-            return f"rank{self.rank}"
-        return self.source if self.node is None else f"{self.source}@{self.node}"
+        return log_label(self.rank, self.source, self.node)
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,8 @@ class MonitorModel:
         self.version = 0
         self.line_count = 0
         self.record_count = 0
+        self.repeats_folded = 0  # Trainer log lines another rank had already printed
+        self._printed: dict[str, tuple[int, float]] = {}  # Trainer log line -> (rank, when)
         self._seq = 0
         self._nccl: dict[str, NcclTransportParser] = {}
         self._talkers: dict[int, _Talker] = {}
@@ -198,7 +206,7 @@ class MonitorModel:
             return
         self.version += 1
         h.state, h.message = state, message
-        if state == "Running" and h.start_time is None:
+        if state == RUNNING and h.start_time is None:
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
         if state in TERMINAL_STATES:
@@ -292,11 +300,26 @@ class MonitorModel:
         self._seq += 1
         self.line_count += 1
         entry = LogEntry(self._seq, now, line.text, line.source, line.rank, node)
-        self.logs.append(entry)
+        if self._repeat(line, now):
+            self.repeats_folded += 1
+        else:
+            self.logs.append(entry)
         buf = self.rank_logs.get(entry.label)
         if buf is None:
             buf = self.rank_logs[entry.label] = deque(maxlen=self._max_per_rank)
         buf.append(entry)
+
+    def _repeat(self, line: LogLine, now: float) -> bool:
+        """Whether ``line`` is a Trainer log record another rank printed just before."""
+        if line.rank is None or not _TRAINER_LOG.match(line.text):
+            return False
+        first = self._printed.get(line.text)
+        if first is not None and first[0] != line.rank and now - first[1] <= REPEAT_WINDOW_S:
+            return True
+        if len(self._printed) > 256:
+            self._printed = {k: v for k, v in self._printed.items() if now - v[1] <= 60}
+        self._printed[line.text] = (line.rank, now)
+        return False
 
     def _heard(self, rank: int, now: float) -> None:
         talker = self._talkers.get(rank)
@@ -384,11 +407,7 @@ class MonitorModel:
         if w.low_since is None:
             w.low_since = t
         low_for = t - w.low_since
-        if (
-            self.header.state == "Running"
-            and low_for >= self.low_util_s
-            and key not in self._alerts
-        ):
+        if self.header.state == RUNNING and low_for >= self.low_util_s and key not in self._alerts:
             self._alerts[key] = Alert(
                 "gpu-low-util",
                 key[1],
@@ -419,7 +438,7 @@ class MonitorModel:
 
     def check(self, now: float) -> list[Alert]:
         """Re-evaluate alerts that depend on time passing; returns :meth:`alerts`."""
-        if self.header.state == "Running":
+        if self.header.state == RUNNING:
             for rank, talker in self._talkers.items():
                 if talker.count < 3 or talker.gap is None:
                     continue  # a rank that never talked regularly is not "silent"

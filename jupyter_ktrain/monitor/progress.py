@@ -16,7 +16,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["MIN_INTERVALS", "STALE_S", "Progress", "ProgressTracker", "fmt_seconds"]
+__all__ = [
+    "MIN_INTERVALS",
+    "STALE_S",
+    "Progress",
+    "ProgressTracker",
+    "fmt_elapsed",
+    "fmt_seconds",
+]
 
 MIN_INTERVALS = 2
 ALPHA = 0.3  # weight of the newest seconds-per-step measurement
@@ -24,8 +31,16 @@ STALE_S = 60.0  # with no step for this long (and 5 step times), the ETA is unkn
 
 
 def fmt_seconds(seconds: float) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m``."""
-    s = round(seconds)
+    """``42s``, ``3m 05s``, ``2h 07m`` (rounded: a time left)."""
+    return _fmt(round(seconds))
+
+
+def fmt_elapsed(seconds: float) -> str:
+    """Like :func:`fmt_seconds`, whole seconds passed (a clock does not round up)."""
+    return _fmt(int(seconds))
+
+
+def _fmt(s: int) -> str:
     if s < 60:
         return f"{s}s"
     if s < 3600:

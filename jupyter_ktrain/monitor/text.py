@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from .model import LogEntry, MonitorModel
-from .progress import Progress
+from .progress import Progress, fmt_elapsed, fmt_seconds
+from .viewmodel import fmt_value, summary_values
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
@@ -24,19 +25,11 @@ __all__ = [
     "failure_summary",
     "fmt_elapsed",
     "header_text",
+    "progress_short",
     "progress_text",
     "status_text",
     "text_line",
 ]
-
-
-def fmt_elapsed(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 def _shape(model: MonitorModel) -> str:
@@ -77,6 +70,17 @@ def progress_text(progress: Progress, now: float, finished: bool = False) -> str
             return f"step {progress.step}"
         return f"{pct:g}% ({progress.step}/{progress.total})"
     return progress.describe(now)
+
+
+def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
+    """The job list's cell: ``42% · 1m 30s``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
+    pct = progress.percent
+    if pct is None:
+        return f"step {progress.step}"
+    if finished or progress.done:
+        return f"{pct:g}%"
+    left = progress.remaining(now)
+    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_seconds(left))
 
 
 def text_line(entry: LogEntry) -> str:
@@ -174,7 +178,7 @@ class TextView:
             return ""
         self._metric_at, self._metric_seen = now, self.model.record_count
         values = ", ".join(
-            f"{k} {v:.4g}"
+            f"{k} {fmt_value(v)}"
             for k, v in rec.items()
             if k not in ("type", "rank", "step", "t", "total") and isinstance(v, (int, float))
         )
@@ -190,6 +194,10 @@ class TextView:
         now = self.clock() if now is None else now
         self.update(now)
         h = self.model.header
+        once = summary_values(self.model)
+        if once:  # a run's closing numbers (Trainer's train_runtime...), reported once
+            values = " · ".join(f"{v.name} {fmt_value(v.value)}" for v in once)
+            self.out.write(f"[ktrain] reported once: {values}\n")
         tail = f" ({h.message})" if h.message else ""
         self.out.write(f"[ktrain] {h.name} {h.state} after {fmt_elapsed(h.elapsed(now))}{tail}\n")
         self.out.flush()

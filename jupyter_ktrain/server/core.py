@@ -20,7 +20,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..monitor.protocol import parse_line
+from ..monitor.protocol import RECORD_MARK, parse_line
+from ..monitor.viewmodel import fmt_value, log_label, plot_panels, summary_values
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
@@ -34,17 +35,26 @@ from .payloads import (
     MetricTrace,
     ProgressPayload,
     ReplicaPayload,
+    SummaryPayload,
 )
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, JobStatus
-    from ..monitor.downsample import StreamingDownsampler
+    from ..monitor.model import MonitorModel
 
-__all__ = ["DEFAULT_BACKENDS", "PanelCore", "decode_offset", "encode_offset", "http_status"]
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "PanelCore",
+    "decode_offset",
+    "encode_offset",
+    "http_status",
+    "metrics_payload",
+]
 
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
+MAX_FEEDS = 32  # jobs whose metrics model the server keeps between polls
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
@@ -97,7 +107,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
 
 
 def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
-    from ..monitor.text import progress_text
+    from ..monitor.text import progress_short, progress_text
 
     p = status.progress
     if p is None:
@@ -109,6 +119,7 @@ def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
         "percent": p.percent,
         "eta_s": None if left is None else round(left, 1),
         "text": progress_text(p, now, status.terminal),
+        "short": progress_short(p, now, status.terminal),
     }
 
 
@@ -139,6 +150,7 @@ class PanelCore:
             self._make = lambda name, _key: fixed[name]()
         self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
+        self._feeds: dict[tuple[str, str], _MetricFeed] = {}
         self.clock = clock
         self.max_lines = max_lines
         self.plot_points = plot_points
@@ -266,32 +278,38 @@ class PanelCore:
         still being written); it comes with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
         seen = decode_offset(offset)
-        per_replica = _by_replica(self._backend(b).read_logs_timed(name))
-        streams = []
-        for node, (replica, lines) in enumerate(per_replica.items()):
-            start = seen.get(replica, 0)
-            stop = len(lines) if status.terminal else max(start, len(lines) - 1)
-            streams.append([(t, node, index, replica, lines[index][1]) for index, t in
-                            ((i, lines[i][0]) for i in range(start, stop))])  # fmt: skip
-        counts = {replica: seen.get(replica, 0) for replica in per_replica}
+        limit = 4 * self.max_lines  # raw lines per replica and call: a page's worth, filtered
+        lines = self._backend(b).read_logs_from(name, seen, limit)
+        new, cut = _new_lines(lines, status.terminal, limit)
+        counts = dict(seen)  # replicas in the order first read: node@K is the K-th
+        for replica in new:
+            counts.setdefault(replica, 0)
+        nodes = {replica: k for k, replica in enumerate(counts)}
+        streams = [
+            [(t, nodes[replica], index, replica, raw) for t, index, raw in lines]
+            for replica, lines in new.items()
+        ]
         out: list[LogLinePayload] = []
         more = False
         # every replica's new lines, merged by the time they were written ("all ranks" reads
         # like one log); a backend without times keeps each replica's lines together
+        last = {replica: rows[-1][1] for replica, rows in new.items() if replica in cut and rows}
         for _t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
             if more:
                 break
             counts[replica] = index + 1
+            # a replica read only in part: its unread lines may come before the others' next
+            more = last.get(replica) == index
             line = parse_line(raw)
             if line.record is not None or (rank is not None and line.rank != rank):
                 continue
             if grep and grep not in line.text:
                 continue
-            label = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
+            label = log_label(line.rank, line.source, node)
             out.append(
                 {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
             )
-            more = len(out) >= self.max_lines
+            more = more or len(out) >= self.max_lines
         return {
             "lines": out,
             "next_offset": encode_offset(counts),
@@ -300,33 +318,33 @@ class PanelCore:
         }
 
     def metrics(self, name: str, backend: str | None = None) -> MetricsPayload:
-        """Metrics rebuilt from the stored logs (``ktrain.report`` and agent GPU records)."""
-        from ..monitor.live import model_from_logs
-
+        """The job's panels and values reported once (``ktrain.report`` and agent GPU
+        records), from a model kept per job and fed only the lines stored since the last
+        call: a poll costs the new lines, not the job's age."""
         b, status = self._find(name, backend)
-        model = model_from_logs(name, self._backend(b).read_logs(name), start_time=status.started)
-        panels: list[MetricPanel] = []
-        for metric in model.metric_names():
-            series = sorted((r, s) for (r, n), s in model.metrics.items() if n == metric)
-            panels.append(
-                {
-                    "name": metric,
-                    "x_title": "step",
-                    "traces": [_trace(f"rank {r}", s, self.plot_points) for r, s in series],
-                }
-            )
-        for field in sorted({f for _, _, f in model.gpus}):
-            gpus = sorted(((n, g), s) for (n, g, f), s in model.gpus.items() if f == field)
-            panels.append(
-                {
-                    "name": f"gpu {field}",
-                    "x_title": "seconds",
-                    "traces": [
-                        _trace(f"node {n} GPU {g}", s, self.plot_points) for (n, g), s in gpus
-                    ],
-                }
-            )
-        return {"panels": panels}
+        feed = self._feed(b, name, status.started)
+        with feed.lock:
+            seen = feed.counts
+            new, _ = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
+            for replica, lines in new.items():
+                for _t, index, raw in lines:
+                    if RECORD_MARK in raw:  # plain lines add nothing to the charts
+                        feed.replay.feed(replica, raw)
+                    seen[replica] = index + 1
+                feed.counts = seen
+            return metrics_payload(feed.replay.model, self.plot_points)
+
+    def _feed(self, backend: str, name: str, started: float | None) -> _MetricFeed:
+        """The job's model (a new one for a new job of that name), the least used dropped."""
+        key = (backend, name)
+        with self._lock:
+            feed = self._feeds.pop(key, None)
+            if feed is None or feed.started != started:
+                feed = _MetricFeed(name, started, self.plot_points)
+            self._feeds[key] = feed  # most recently used last
+            while len(self._feeds) > MAX_FEEDS:
+                del self._feeds[next(iter(self._feeds))]
+            return feed
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""
@@ -336,14 +354,35 @@ class PanelCore:
         return self.job(name, b)
 
 
-def _by_replica(
-    lines: Iterable[tuple[float | None, str, str]],
-) -> dict[str, list[tuple[float | None, str]]]:
-    """``read_logs_timed`` lines grouped by replica, replicas in first-seen order."""
-    groups: dict[str, list[tuple[float | None, str]]] = {}
-    for t, replica, line in lines:
-        groups.setdefault(replica, []).append((t, line))
-    return groups
+class _MetricFeed:
+    """One job's metrics model in the server, and how far into each replica's log it is."""
+
+    def __init__(self, name: str, started: float | None, plot_points: int) -> None:
+        from ..monitor.live import LogReplay
+
+        self.started = started
+        self.replay = LogReplay(
+            name, started, plot_points=max(plot_points, 500), max_lines=1, max_lines_per_rank=1
+        )
+        self.counts: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+
+def _new_lines(
+    lines: Iterable[tuple[float | None, str, int, str]], terminal: bool, limit: int | None = None
+) -> tuple[dict[str, list[tuple[float | None, int, str]]], set[str]]:
+    """``read_logs_from`` lines grouped by replica (first-seen order), and the replicas read
+    only in part (``limit`` lines came). While the job runs, each replica's last stored line
+    is held back: it may be a line still being written (and a part's last line comes again
+    with the next part)."""
+    groups: dict[str, list[tuple[float | None, int, str]]] = {}
+    for t, replica, index, line in lines:
+        groups.setdefault(replica, []).append((t, index, line))
+    cut = {r for r, rows in groups.items() if limit is not None and len(rows) >= limit}
+    for replica, rows in groups.items():
+        if not terminal or replica in cut:
+            rows.pop()
+    return groups, cut
 
 
 def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
@@ -351,6 +390,27 @@ def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
     return item[0] if item[0] is not None else float("-inf")
 
 
-def _trace(label: str, series: StreamingDownsampler, points: int) -> MetricTrace:
-    xs, ys = series.points(points)
-    return {"label": label, "x": list(xs), "y": list(ys)}
+def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
+    """The view-model's panels (:func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`) and
+    values reported once, downsampled to ``points`` per trace, as the panel draws them."""
+    panels: list[MetricPanel] = []
+    for panel in plot_panels(model):
+        key = panel.key
+        traces: list[MetricTrace] = []
+        for t in panel.traces:
+            xs, ys = t.series.points(points)
+            traces.append({"label": t.label, "colour": t.colour, "x": list(xs), "y": list(ys)})
+        panels.append(
+            {
+                "key": key.id,
+                "name": key.name,
+                "title": key.title,
+                "x_title": key.x_title,
+                "traces": traces,
+            }
+        )
+    values: list[SummaryPayload] = [
+        {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
+        for v in summary_values(model)
+    ]
+    return {"panels": panels, "values": values, "version": model.version}

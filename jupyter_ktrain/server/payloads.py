@@ -1,7 +1,9 @@
-"""Wire payloads of the ``/ktrain/api`` REST API, mirrored in ``labextension/src/payloads.ts``.
+"""Wire payloads of the ``/ktrain/api`` REST API: the one source of their shapes.
 
-Change both files together. Every error response is :class:`ErrorPayload` with the HTTP status
-chosen in one place (:func:`jupyter_ktrain.server.core.http_status`).
+``labextension/src/payloads.ts`` is generated from this module by ``scripts/gen_ts.py`` (run
+it after a change here; ``tests/unit/test_gen_ts.py`` fails while the two differ). Every
+error response is :class:`ErrorPayload` with the HTTP status chosen in one place
+(:func:`jupyter_ktrain.server.core.http_status`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "MetricsPayload",
     "ProgressPayload",
     "ReplicaPayload",
+    "SummaryPayload",
 ]
 
 
@@ -38,6 +41,7 @@ class ProgressPayload(TypedDict):
     percent: float | None
     eta_s: float | None
     text: str
+    short: str  # the job list's cell: ``42% · 1m 30s``, ``42% · ETA unknown``, ``step 12``
 
 
 class JobSummary(TypedDict):
@@ -110,19 +114,39 @@ class LogsPayload(TypedDict):
 
 
 class MetricTrace(TypedDict):
+    """One rank's (``rank 3``) or GPU's (``node 1 GPU 0``) series, in its colour."""
+
     label: str
+    colour: str
     x: list[float]
     y: list[float]
 
 
 class MetricPanel(TypedDict):
+    """``key``: ``metric:loss`` or ``gpu:util``; ``name`` what a user calls it (``loss``,
+    ``gpu util``); ``title`` the chart's title and y axis title."""
+
+    key: str
     name: str
+    title: str
     x_title: str
     traces: list[MetricTrace]
 
 
+class SummaryPayload(TypedDict):
+    """A metric reported once so far (a run's closing ``train_runtime``...): a value."""
+
+    name: str
+    value: float
+    text: str
+    rank: int
+
+
 class MetricsPayload(TypedDict):
-    """``GET /ktrain/api/jobs/NAME/metrics``: one panel per reported metric (a trace per
-    rank, x = step) and per GPU field (a trace per node/GPU, x = seconds), downsampled."""
+    """``GET /ktrain/api/jobs/NAME/metrics``: one panel per metric reported more than once
+    (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
+    downsampled; ``values``: metrics reported once. ``version`` changes when anything does."""
 
     panels: list[MetricPanel]
+    values: list[SummaryPayload]
+    version: int

@@ -32,6 +32,16 @@ from typing import IO, Any, Protocol
 
 from ..monitor.model import LogEntry, MonitorModel
 from ..monitor.text import TextView, header_text
+from ..monitor.viewmodel import (
+    PanelKey,
+    TraceView,
+    Who,
+    fmt_value,
+    plot_panels,
+    rank_colour,
+    state_colour,
+    summary_values,
+)
 
 __all__ = [
     "PANEL_BUTTON_CLASS",
@@ -45,30 +55,6 @@ __all__ = [
 
 PANEL_BUTTON_CLASS = "ktrain-open-panel"
 
-_COLOURS = (
-    "#1f77b4",
-    "#d62728",
-    "#2ca02c",
-    "#9467bd",
-    "#ff7f0e",
-    "#17becf",
-    "#8c564b",
-    "#e377c2",
-    "#bcbd22",
-    "#7f7f7f",
-)
-_STATE_COLOURS = {
-    "Running": "#2ca02c",
-    "Succeeded": "#1f77b4",
-    "Failed": "#d62728",
-    "Cancelled": "#7f7f7f",
-}
-_GPU_TITLES = {
-    "util": "GPU utilisation (%)",
-    "mem_used": "GPU memory used (MiB)",
-    "power": "GPU power (W)",
-    "temp": "GPU temperature (°C)",
-}
 Callback = Callable[[], None]
 
 
@@ -76,16 +62,6 @@ class View(Protocol):
     def show(self) -> None: ...
     def update(self, now: float | None = None) -> None: ...
     def close(self, now: float | None = None) -> None: ...
-
-
-def _colour(entry: LogEntry) -> str:
-    return _COLOURS[entry.rank % len(_COLOURS)] if entry.rank is not None else "#888888"
-
-
-def _series_colour(who: Any) -> str:
-    """A rank's colour (the same as its log label's); a GPU's by its index on the node."""
-    index = who if isinstance(who, int) else who[1]
-    return _COLOURS[index % len(_COLOURS)]
 
 
 def _matches(entry: LogEntry, needle: str) -> bool:
@@ -165,6 +141,7 @@ class MonitorView:
                 border="1px solid #ddd",
             )
         )
+        self.summary = w.HTML()  # metrics reported once (Trainer's train_runtime...): values
         self.plots = w.Box(layout=w.Layout(display="flex", flex_flow="row wrap"))
         self.widget = w.VBox(
             [
@@ -173,6 +150,7 @@ class MonitorView:
                 self.replicas,
                 w.HBox([self.rank_select, self.filter_text, self.follow, self.log_status]),
                 self.log_box,
+                self.summary,
                 self.plots,
             ]
         )
@@ -193,7 +171,8 @@ class MonitorView:
         self._labels: list[str] = []
         self._replica_rows: Any = None
         self._plot: Any = None  # PanelFigure, created with the first data point
-        self._pushed: dict[tuple[str, Any], int] = {}
+        self._pushed: dict[tuple[str, Who], int] = {}
+        self._summary_seen = -1
         self._closed = False
         # (time, points drawn per metric) at each plot redraw: how the plots grew
         self.plot_history: deque[tuple[float, dict[str, int]]] = deque(maxlen=1000)
@@ -261,7 +240,7 @@ class MonitorView:
     # -- header, replicas, alerts -------------------------------------------------------
     def _update_header(self, now: float) -> None:
         m = self.model
-        colour = _STATE_COLOURS.get(m.header.state, "#ff7f0e")
+        colour = state_colour(m.header.state)
         text = html.escape(header_text(m, now))
         pct = m.progress.percent if m.progress is not None else None
         bar = "" if pct is None else f' <progress value="{pct:g}" max="100"></progress>'
@@ -313,7 +292,11 @@ class MonitorView:
                 lines.append(_html_line(e))
         self._seq = entries[-1].seq
         self._append(lines)
-        self.log_status.value = f"{self.model.line_count} line(s)"
+        folded = self.model.repeats_folded
+        same = "" if not folded or self._label else (
+            f" · {folded} Trainer log line(s) other ranks repeated shown once"
+        )  # fmt: skip
+        self.log_status.value = f"{self.model.line_count} line(s){same}"
 
     def _reset_logs(self) -> None:
         self._chunks = []
@@ -372,6 +355,7 @@ class MonitorView:
 
     # -- plots --------------------------------------------------------------------------
     def _update_plots(self, now: float) -> None:
+        self._update_summary()
         dirty = self._dirty_series()
         if not dirty:
             return
@@ -382,46 +366,50 @@ class MonitorView:
             self._plot = PanelFigure()
             self.plots.children = (self._plot.fig,)
         plot = self._plot
-        for (panel, _who), _series in dirty:  # panels first: one relayout each, before data
-            kind, field = panel.split(":", 1)
-            title = _GPU_TITLES.get(field, field) if kind == "g" else field
-            plot.panel(panel, title, "seconds" if kind == "g" else "step")
+        for key, _t in dirty:  # panels first: one relayout each, before data
+            plot.panel(key.id, key.title, key.x_title)
         with plot.fig.batch_update():
-            for key, series in dirty:
-                panel, who = key
-                label = f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
-                trace = plot.trace(panel, who, label, _series_colour(who))
-                xs, ys = series.points(per_trace)
+            for key, t in dirty:
+                trace = plot.trace(key.id, t.who, t.label, t.colour)
+                xs, ys = t.series.points(per_trace)
                 trace.x, trace.y = _arrays(xs, ys)
-                self._pushed[key] = series.count
+                self._pushed[(key.id, t.who)] = t.series.count
         drawn: dict[str, int] = {}
         for (panel, _who), n in self._pushed.items():
-            drawn[panel[2:]] = drawn.get(panel[2:], 0) + n
+            name = PanelKey.parse(panel).field
+            drawn[name] = drawn.get(name, 0) + n
         self.plot_history.append((now, drawn))
 
-    def _dirty_series(self) -> list[tuple[tuple[str, Any], Any]]:
+    def _update_summary(self) -> None:
+        """Metrics reported once (a run's closing numbers): values in a row, not charts."""
+        if self.model.record_count == self._summary_seen:
+            return
+        self._summary_seen = self.model.record_count
+        values = summary_values(self.model)
+        self.summary.value = "".join(
+            f'<span style="margin-right:16px;font-size:12px" title="rank {v.rank}, at {v.x:g}">'
+            f"<b>{html.escape(v.name)}</b> {fmt_value(v.value)}</span>"
+            for v in values
+        )
+
+    def _dirty_series(self) -> list[tuple[PanelKey, TraceView]]:
         m = self.model
-        ranks = sorted({r for r, _ in m.metrics})
         if self._label.startswith("rank"):
             shown = {int(self._label[4:])}
         else:
-            shown = set(ranks[: self.max_plot_ranks])
-        out: list[tuple[tuple[str, Any], Any]] = []
-        for (rank, name), series in sorted(m.metrics.items()):
-            if rank in shown and self._pushed.get((f"m:{name}", rank)) != series.count:
-                out.append(((f"m:{name}", rank), series))
-        for (node, gpu, name), series in sorted(m.gpus.items()):
-            key = (f"g:{name}", (node, gpu))
-            if self._pushed.get(key) != series.count:
-                out.append((key, series))
+            shown = set(sorted({r for r, _ in m.metrics})[: self.max_plot_ranks])
+        out: list[tuple[PanelKey, TraceView]] = []
+        for panel in plot_panels(m, ranks=shown):
+            for t in panel.traces:
+                if self._pushed.get((panel.key.id, t.who)) != t.series.count:
+                    out.append((panel.key, t))
         return out
 
     def traces(self, name: str) -> list[Any]:
         """Plotted traces of metric ``name`` or GPU field ``gpu:util`` (what the user sees)."""
         if self._plot is None:
             return []
-        panel = f"g:{name[4:]}" if name.startswith("gpu:") else f"m:{name}"
-        traces: list[Any] = self._plot.traces(panel)
+        traces: list[Any] = self._plot.traces(PanelKey.parse(name).id)
         return traces
 
 
@@ -434,7 +422,7 @@ def _arrays(xs: list[float], ys: list[float]) -> tuple[Any, Any]:
 
 
 def _html_line(e: LogEntry) -> str:
-    return f'<span style="color:{_colour(e)}">[{e.label}]</span> {html.escape(e.text)}'
+    return f'<span style="color:{rank_colour(e.rank)}">[{e.label}]</span> {html.escape(e.text)}'
 
 
 def _marker(text: str) -> str:

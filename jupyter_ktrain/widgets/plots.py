@@ -53,23 +53,26 @@ class PanelFigure:
         return len(self.panels) - 1
 
     def _layout(self) -> None:
+        """Every panel's axes and legend, each set as a whole object in one update: plotly.js
+        refuses an update that sets ``xaxis2`` and ``xaxis2.domain`` together (what
+        ``update_layout`` sends for a new axis), and logs an error in the browser console."""
         n = len(self.panels)
         ph, gap = self.panel_height, self.gap
         total = n * ph + (n - 1) * gap
-        update: dict[str, Any] = {"height": total + 80}
-        for k, name in enumerate(self.panels):
-            top = 1 - k * (ph + gap) / total
-            bottom = max(0.0, top - ph / total)
-            title, x_title = self._titles[name]
-            xkey, xref = _axis(k, "x")
-            ykey, yref = _axis(k, "y")
-            update[xkey] = {"domain": [0, 1], "anchor": yref, "title": {"text": x_title}}
-            update[ykey] = {"domain": [bottom, top], "anchor": xref, "title": {"text": title}}
-            # one legend per panel, beside it (plotly's legend, legend2, ...)
-            update[_legend(k)] = {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
-                                  "title": {"text": title}}  # fmt: skip
+        layout = self.fig.layout
         with self.fig.batch_update():
-            self.fig.update_layout(update)
+            layout.height = total + 80
+            for k, name in enumerate(self.panels):
+                top = 1 - k * (ph + gap) / total
+                bottom = max(0.0, top - ph / total)
+                title, x_title = self._titles[name]
+                xkey, xref = _axis(k, "x")
+                ykey, yref = _axis(k, "y")
+                layout[xkey] = {"domain": [0, 1], "anchor": yref, "title": {"text": x_title}}
+                layout[ykey] = {"domain": [bottom, top], "anchor": xref, "title": {"text": title}}
+                # one legend per panel, beside it (plotly's legend, legend2, ...)
+                layout[_legend(k)] = {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
+                                      "title": {"text": title}}  # fmt: skip
 
     def trace(self, panel: str, key: Hashable, label: str, colour: str | None = None) -> Any:
         """The trace for ``key`` in ``panel`` (created empty on first use), drawn in
@@ -96,28 +99,31 @@ class PanelFigure:
 
 
 def metrics_figure(model: Any, title: str | None = None) -> Any:
-    """A static plotly ``Figure`` of a model's reported metrics (one panel per metric, one
-    trace per rank) and GPU series, downsampled like the live view; None when there is none."""
+    """A static plotly ``Figure`` of a model's panels (see
+    :func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`), downsampled like the live view,
+    with the values reported once in its title; None when there is no panel."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    panels: list[tuple[str, list[tuple[str, Any]]]] = []
-    for name in model.metric_names():
-        traces = [(f"rank {r}", s) for (r, n), s in sorted(model.metrics.items()) if n == name]
-        panels.append((name, traces))
-    for field in sorted({f for _, _, f in model.gpus}):
-        traces = [(f"node {n} GPU {g}", s) for (n, g, f), s in sorted(model.gpus.items())
-                  if f == field]  # fmt: skip
-        panels.append((f"gpu {field}", traces))
+    from ..monitor.viewmodel import fmt_value, plot_panels, summary_values
+
+    panels = plot_panels(model)
     if not panels:
         return None
-    fig = make_subplots(rows=len(panels), cols=1, subplot_titles=[p for p, _ in panels])
-    for row, (panel, traces) in enumerate(panels, start=1):
-        for label, series in traces:
-            xs, ys = series.points()
+    fig = make_subplots(rows=len(panels), cols=1, subplot_titles=[p.key.title for p in panels])
+    for row, panel in enumerate(panels, start=1):
+        for trace in panel.traces:
+            xs, ys = trace.series.points()
             fig.add_trace(
-                go.Scatter(x=xs, y=ys, mode="lines", name=f"{panel}: {label}"), row=row, col=1
-            )
-        fig.update_xaxes(title_text="seconds" if panel.startswith("gpu ") else "step", row=row)
-    fig.update_layout(height=260 * len(panels) + 80, title=title or model.header.name)
+                go.Scatter(x=xs, y=ys, mode="lines", name=f"{panel.key.name}: {trace.label}",
+                           line={"color": trace.colour}),
+                row=row,
+                col=1,
+            )  # fmt: skip
+        fig.update_xaxes(title_text=panel.key.x_title, row=row)
+    values = " · ".join(f"{v.name} {fmt_value(v.value)}" for v in summary_values(model))
+    head = title or model.header.name
+    fig.update_layout(
+        height=260 * len(panels) + 80, title=f"{head}<br><sub>{values}</sub>" if values else head
+    )
     return fig

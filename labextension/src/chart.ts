@@ -2,8 +2,7 @@
  * A small SVG line chart (one per metric panel): no plotting library in the bundle. The server
  * already downsampled every trace, so drawing is a polyline per trace.
  */
-import { traceColour } from './colours';
-import { MetricPanel } from './payloads';
+import { MetricPanel, SummaryPayload } from './payloads';
 
 const SVG = 'http://www.w3.org/2000/svg';
 
@@ -44,6 +43,7 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   const box = document.createElement('div');
   box.className = 'ktrain-Chart';
   box.dataset.metric = panel.name;
+  box.dataset.key = panel.key;
   const m = { l: 56, r: 10, t: 22, b: 34 };
   const svg = el('svg', { width, height, viewBox: `0 0 ${width} ${height}` });
   const xs = panel.traces.flatMap(t => t.x);
@@ -52,7 +52,7 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   const [y0, y1] = ys.length ? [Math.min(...ys), Math.max(...ys)] : [0, 1];
   const sx = (x: number) => m.l + ((x - x0) / (x1 - x0 || 1)) * (width - m.l - m.r);
   const sy = (y: number) => height - m.b - ((y - y0) / (y1 - y0 || 1)) * (height - m.t - m.b);
-  svg.appendChild(el('text', { x: width / 2, y: 14, 'text-anchor': 'middle', class: 'ktrain-ChartTitle' }, panel.name));
+  svg.appendChild(el('text', { x: width / 2, y: 14, 'text-anchor': 'middle', class: 'ktrain-ChartTitle' }, panel.title));
   svg.appendChild(el('rect', { x: m.l, y: m.t, width: width - m.l - m.r, height: height - m.t - m.b, class: 'ktrain-ChartFrame' }));
   // readable ticks: round values with grid lines, not just the two ends
   for (const y of niceTicks(y0, y1)) {
@@ -64,9 +64,9 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
     svg.appendChild(el('text', { x: sx(x), y: height - m.b + 14, 'text-anchor': 'middle', class: 'ktrain-Tick ktrain-XTick' }, fmt(x)));
   }
   svg.appendChild(el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title));
-  panel.traces.forEach((trace, i) => {
+  panel.traces.forEach(trace => {
     const points = trace.x.map((x, k) => `${sx(x).toFixed(1)},${sy(trace.y[k]).toFixed(1)}`).join(' ');
-    const line = el('polyline', { points, fill: 'none', stroke: traceColour(trace.label, i), 'stroke-width': 1.5 });
+    const line = el('polyline', { points, fill: 'none', stroke: trace.colour, 'stroke-width': 1.5 });
     line.dataset.label = trace.label;
     line.dataset.points = String(trace.x.length);
     svg.appendChild(line);
@@ -74,12 +74,29 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   box.appendChild(svg);
   const legend = document.createElement('div');
   legend.className = 'ktrain-ChartLegend'; // one legend per chart, under it
-  panel.traces.forEach((trace, i) => {
+  panel.traces.forEach(trace => {
     const item = document.createElement('span');
-    item.style.color = traceColour(trace.label, i);
+    item.style.color = trace.colour;
     item.textContent = `— ${trace.label}`;
     legend.appendChild(item);
   });
   box.appendChild(legend);
+  return box;
+}
+
+/** Metrics reported once (a run's closing train_runtime...): values in a row, not charts. */
+export function renderValues(values: SummaryPayload[]): HTMLElement {
+  const box = document.createElement('div');
+  box.className = 'ktrain-Values';
+  for (const v of values) {
+    const item = document.createElement('span');
+    item.className = 'ktrain-Value';
+    item.dataset.metric = v.name;
+    item.title = `reported once, by rank ${v.rank}`;
+    const name = document.createElement('b');
+    name.textContent = v.name;
+    item.append(name, ` ${v.text}`);
+    box.appendChild(item);
+  }
   return box;
 }

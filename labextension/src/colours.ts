@@ -1,19 +1,16 @@
 /**
- * One colour per rank everywhere: the log labels, every chart's traces, and (the same list in
- * jupyter_ktrain/widgets/monitor.py) the cell widget.
+ * One colour per rank everywhere: the log labels and every chart's traces (the server sends
+ * each trace's colour). The palette is generated from jupyter_ktrain/monitor/viewmodel.py
+ * (palette.ts), which the cell widget uses too.
  */
-export const COLOURS = [
-  '#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e',
-  '#17becf', '#8c564b', '#e377c2', '#bcbd22', '#7f7f7f'
-];
+import { NO_RANK_COLOUR, OTHER_STATE_COLOUR, PALETTE, STATE_COLOURS } from './palette';
 
 /** The colour of rank ``rank`` (grey for lines of no rank: the agent, torchrun). */
 export function rankColour(rank: number | null): string {
-  return rank === null ? '#888888' : COLOURS[rank % COLOURS.length];
+  return rank === null ? NO_RANK_COLOUR : PALETTE[rank % PALETTE.length];
 }
 
-/** The colour of a trace labelled ``rank N`` (by rank) or anything else (by position). */
-export function traceColour(label: string, index: number): string {
-  const m = /^rank (\d+)$/.exec(label);
-  return m ? rankColour(Number(m[1])) : COLOURS[index % COLOURS.length];
+/** A job state's colour (Running green, Failed red...), as in the cell's header. */
+export function stateColour(state: string): string {
+  return STATE_COLOURS[state] ?? OTHER_STATE_COLOUR;
 }

@@ -1,19 +1,23 @@
 /**
  * A job's main-area tab: header (state, replicas), Cancel, rank selector + filter, the log
- * pane and the metric charts. Logs are read incrementally (GET .../logs?offset=, the previous
- * response's next_offset) every LOG_POLL_MS until the job ended; changing the rank or filter
- * starts again from offset "" (the server filters). Metrics are redrawn every METRIC_POLL_MS
- * while the job runs, once more when it ends. Polling pauses while the tab is hidden.
+ * pane, the metric charts and the values reported once. Logs are read incrementally (GET
+ * .../logs?offset=, the previous response's next_offset) every LOG_POLL_MS until the job
+ * ended; changing the rank or filter starts again from offset "" (the server filters).
+ * Metrics come in the same poll (the server feeds its per-job model only the new lines), so
+ * the header's progress and the charts are of the same moment; they are redrawn only when
+ * their version changed. The header's state and progress are shared with the job list
+ * (progress.ts). Polling pauses while the tab is hidden.
  */
 import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
-import { renderChart } from './chart';
-import { rankColour } from './colours';
-import { JobDetail, MetricsPayload } from './payloads';
+import { renderChart, renderValues } from './chart';
+import { rankColour, stateColour } from './colours';
+import { JobDetail, JobSummary, MetricsPayload } from './payloads';
+import { publish, subscribe } from './progress';
 
 export const LOG_POLL_MS = 1000;
-export const METRIC_POLL_MS = 5000;
+export const METRIC_POLL_MS = LOG_POLL_MS;
 const MAX_SHOWN_LINES = 20000;
 
 export class JobView extends Widget {
@@ -23,6 +27,7 @@ export class JobView extends Widget {
   private rankSelect = document.createElement('select');
   private grepInput = document.createElement('input');
   private logBox = document.createElement('pre');
+  private values = document.createElement('div');
   private charts = document.createElement('div');
   private errorBox = document.createElement('div');
   private failureBox = document.createElement('pre');
@@ -33,8 +38,10 @@ export class JobView extends Widget {
   private logsDone = false;
   private timer: number | null = null;
   private lastMetrics = 0;
+  private metricsVersion = -1;
   private busy = false;
   private generation = 0;
+  private unsubscribe: () => void;
 
   constructor(readonly jobName: string) {
     super();
@@ -58,6 +65,12 @@ export class JobView extends Widget {
     this.grepInput.onchange = () => this.restartLogs();
     this.logBox.className = 'ktrain-Logs';
     this.charts.className = 'ktrain-Charts';
+    this.values.className = 'ktrain-ValuesBox';
+    this.unsubscribe = subscribe(job => {
+      if (job.name === this.jobName) {
+        this.renderHeader(job);
+      }
+    });
     const top = document.createElement('div');
     top.className = 'ktrain-JobBar';
     top.append(this.header, this.cancelButton);
@@ -65,7 +78,7 @@ export class JobView extends Widget {
     controls.className = 'ktrain-LogControls';
     controls.append('Show ', this.rankSelect, this.grepInput);
     // a failed job's tab opens with why it failed, before anything else
-    this.node.append(top, this.failureBox, this.errorBox, this.replicas, controls, this.logBox, this.charts);
+    this.node.append(top, this.failureBox, this.errorBox, this.replicas, controls, this.logBox, this.values, this.charts);
   }
 
   private restartLogs(): void {
@@ -94,14 +107,20 @@ export class JobView extends Widget {
     this.errorBox.textContent = error instanceof KtrainApiError ? error.message : String(error);
   }
 
-  private renderDetail(d: JobDetail): void {
-    this.terminal = d.terminal;
+  /** State and progress: from this tab's poll or the job list's, whichever came last. */
+  private renderHeader(d: JobSummary): void {
     this.header.dataset.state = d.state;
     const why = [d.reason, d.message].filter(Boolean).join(': ');
     const progress = d.progress ? ` · ${d.progress.text}` : '';
     const tail = `${progress}${why ? ` (${why})` : ''}`;
     this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
+    this.header.style.color = stateColour(d.state);
+  }
+
+  private renderDetail(d: JobDetail): void {
+    this.terminal = d.terminal;
+    publish(d); // the job list shows the same progress (renderHeader runs through it)
     // the button says what is true: Cancel while it runs, Cancelled (disabled) at the end
     // of a cancelled job, a disabled Cancel at any other end
     if (d.terminal) {
@@ -197,6 +216,11 @@ export class JobView extends Widget {
   }
 
   private renderCharts(payload: MetricsPayload): void {
+    if (payload.version === this.metricsVersion) {
+      return; // nothing new: keep the charts (and the user's hover) as they are
+    }
+    this.metricsVersion = payload.version;
+    this.values.replaceChildren(renderValues(payload.values));
     this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
   }
 
@@ -239,6 +263,7 @@ export class JobView extends Widget {
 
   dispose(): void {
     this.stop();
+    this.unsubscribe();
     super.dispose();
   }
 }

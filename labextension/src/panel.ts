@@ -6,7 +6,9 @@
 import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
+import { stateColour } from './colours';
 import { JobSummary, JobsPayload } from './payloads';
+import { publish, subscribe } from './progress';
 
 export const POLL_MS = 3000;
 
@@ -26,20 +28,9 @@ export function age(seconds: number | null): string {
   return `${Math.round(seconds / 86400)}d`;
 }
 
-/** The list's progress cell: `42% · 1m 30s`, `42% · ETA unknown`, `—` before any report. */
+/** The list's progress cell as the server words it (`42% · 1m 30s`), `—` before any report. */
 export function progressText(job: JobSummary): string {
-  const p = job.progress;
-  if (!p) {
-    return '—';
-  }
-  if (p.percent === null) {
-    return `step ${p.step}`;
-  }
-  const done = `${p.percent}%`;
-  if (p.percent >= 100 || job.finished !== null) {
-    return done;
-  }
-  return p.eta_s === null ? `${done} · ETA unknown` : `${done} · ${age(p.eta_s)}`;
+  return job.progress ? job.progress.short : '—';
 }
 
 export class JobsPanel extends Widget {
@@ -48,6 +39,8 @@ export class JobsPanel extends Widget {
   private status: HTMLElement;
   private highlighted = '';
   private inFlight = false;
+  private publishing = false;
+  private unsubscribe: () => void;
 
   constructor(private openJob: (name: string) => void) {
     super();
@@ -70,6 +63,19 @@ export class JobsPanel extends Widget {
     this.list = document.createElement('table');
     this.list.className = 'ktrain-JobTable';
     this.node.append(bar, this.status, this.list);
+    // an open job tab polls its job every second: its figures replace the row's at once
+    this.unsubscribe = subscribe(job => this.updateRow(job));
+  }
+
+  /** Redraw the row of ``job`` from a fresher summary (a job tab's poll). */
+  private updateRow(job: JobSummary): void {
+    if (this.publishing) {
+      return; // our own list, drawn already
+    }
+    const old = Array.from(this.list.querySelectorAll<HTMLElement>('.ktrain-JobRow')).find(
+      r => r.dataset.name === job.name && r.dataset.backend === job.backend
+    );
+    old?.replaceWith(this.row(job));
   }
 
   /** Mark a job (e.g. the one whose "Open in side panel" button was clicked). */
@@ -103,6 +109,14 @@ export class JobsPanel extends Widget {
       ? problems.join('\n')
       : ['No jobs yet: run a %%ktrain cell.', ...problems].join('\n');
     this.list.replaceChildren(this.headerRow(), ...payload.jobs.map(j => this.row(j)));
+    this.publishing = true;
+    try {
+      for (const job of payload.jobs) {
+        publish(job); // an open job tab shows the same progress
+      }
+    } finally {
+      this.publishing = false;
+    }
   }
 
   private headerRow(): HTMLElement {
@@ -110,6 +124,7 @@ export class JobsPanel extends Widget {
     for (const h of ['name', 'backend', 'state', 'progress', 'age']) {
       const th = document.createElement('th');
       th.textContent = h;
+      th.className = `ktrain-Col-${h}`;
       tr.appendChild(th);
     }
     return tr;
@@ -120,14 +135,21 @@ export class JobsPanel extends Widget {
     tr.className = 'ktrain-JobRow';
     tr.dataset.name = job.name;
     tr.dataset.state = job.state;
+    tr.dataset.backend = job.backend;
     tr.classList.toggle('ktrain-mod-highlighted', job.name === this.highlighted);
-    tr.title = [job.reason, job.message].filter(Boolean).join(': ') || `Open ${job.name}`;
+    const why = [job.reason, job.message].filter(Boolean).join(': ');
+    tr.title = `${job.name} on ${job.backend}${why ? `: ${why}` : ''}`;
     const cells = [job.name, job.backend, job.state, progressText(job), age(job.age_s)];
     cells.forEach((text, i) => {
       const td = document.createElement('td');
       td.textContent = text;
-      if (i === 2) {
+      if (i === 0) {
+        td.className = 'ktrain-Name';
+      } else if (i === 1) {
+        td.className = 'ktrain-Backend';
+      } else if (i === 2) {
         td.className = `ktrain-State ktrain-State-${job.state}`;
+        td.style.color = stateColour(job.state);
       }
       if (i === 3) {
         td.className = 'ktrain-Progress';
@@ -178,6 +200,7 @@ export class JobsPanel extends Widget {
 
   dispose(): void {
     this.stopPolling();
+    this.unsubscribe();
     super.dispose();
   }
 }

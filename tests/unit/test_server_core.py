@@ -255,6 +255,7 @@ def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Pat
         "percent": 25.0,
         "eta_s": 50.0,
         "text": "25% (10/40) · 50s left",
+        "short": "25% · 50s",  # the list's cell, worded by the server
     }
     assert rows["silent"]["progress"] is None
     assert core.job("halfway")["progress"] == rows["halfway"]["progress"]

@@ -1,0 +1,250 @@
+"""The monitor's view-model: what every view shows of a job, decided once.
+
+Three views render a :class:`~jupyter_ktrain.monitor.model.MonitorModel`: the cell widget
+(:mod:`jupyter_ktrain.widgets.monitor`, plotly), the text view (:mod:`.text`) and the side
+panel (:mod:`jupyter_ktrain.server.core` -> JSON -> ``labextension/src``). They all take from
+here, so they cannot drift:
+
+- job states (:data:`JobState`, :data:`TERMINAL_STATES`) and their colours;
+- the palette: one colour per rank (:func:`rank_colour`), the same in every panel and log label;
+- log labels (:func:`log_label`: ``rank3``, ``agent@1``, ``node@1``);
+- plot panels (:func:`plot_panels`): a typed :class:`PanelKey` per panel (a reported metric or
+  a GPU field), its title and axis titles, and one :class:`TraceView` per rank or GPU with its
+  label and colour;
+- summary values (:func:`summary_values`): a metric reported once (Trainer's ``train_runtime``,
+  ``total_flos``... at the end of a run) is one number, shown as a value, not as a chart of one
+  point. It becomes a chart when a second point comes.
+
+To add a plot: a record field becomes a metric panel by itself; a new GPU field goes in
+:data:`GPU_TITLES` (and the agent's sampler). The palette and the payload types reach
+TypeScript through ``scripts/gen_ts.py`` (``labextension/src/palette.ts``, ``payloads.ts``).
+Pure and stdlib only (the job-side runtime imports the states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .downsample import StreamingDownsampler
+    from .model import MonitorModel
+
+__all__ = [
+    "CANCELLED",
+    "FAILED",
+    "GPU_TITLES",
+    "JOB_STATES",
+    "NO_RANK_COLOUR",
+    "OTHER_STATE_COLOUR",
+    "PALETTE",
+    "PENDING",
+    "RUNNING",
+    "STATE_COLOURS",
+    "SUCCEEDED",
+    "TERMINAL_STATES",
+    "JobState",
+    "PanelKey",
+    "PanelView",
+    "SummaryValue",
+    "TraceView",
+    "Who",
+    "fmt_value",
+    "log_label",
+    "plot_panels",
+    "rank_colour",
+    "series_colour",
+    "state_colour",
+    "summary_values",
+    "trace_label",
+]
+
+# -- job states ----------------------------------------------------------------------------
+JobState = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Deleted"]
+PENDING: JobState = "Pending"
+RUNNING: JobState = "Running"
+SUCCEEDED: JobState = "Succeeded"
+FAILED: JobState = "Failed"
+CANCELLED: JobState = "Cancelled"  # stopped on a user's request: its own end, not a failure
+DELETED: JobState = "Deleted"  # gone from the cluster while followed
+JOB_STATES: tuple[JobState, ...] = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, DELETED)
+TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
+
+# -- colours -------------------------------------------------------------------------------
+PALETTE: tuple[str, ...] = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#7f7f7f",
+)
+NO_RANK_COLOUR = "#888888"  # lines of no rank: the agent, torchrun
+STATE_COLOURS: dict[str, str] = {
+    RUNNING: "#2ca02c",
+    SUCCEEDED: "#1f77b4",
+    FAILED: "#d62728",
+    CANCELLED: "#7f7f7f",
+    DELETED: "#7f7f7f",
+}
+OTHER_STATE_COLOUR = "#ff7f0e"  # Pending, and anything a backend may add
+
+
+def state_colour(state: str) -> str:
+    return STATE_COLOURS.get(state, OTHER_STATE_COLOUR)
+
+
+def rank_colour(rank: int | None) -> str:
+    """Rank ``rank``'s colour: its log label and its traces in every panel."""
+    return NO_RANK_COLOUR if rank is None else PALETTE[rank % len(PALETTE)]
+
+
+# A trace's owner: a rank (metric panels) or (node, GPU index) (GPU panels).
+Who = int | tuple[int, int]
+
+
+def series_colour(who: Who) -> str:
+    """A rank's colour (the same as its log label's); a GPU's by its index on the node."""
+    return rank_colour(who if isinstance(who, int) else who[1])
+
+
+def trace_label(who: Who) -> str:
+    """``rank 3``, ``node 1 GPU 0``."""
+    return f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
+
+
+def log_label(rank: int | None, source: str, node: int | None) -> str:
+    """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
+    if rank is not None:
+        return f"rank{rank}"
+    return source if node is None else f"{source}@{node}"
+
+
+# -- plot panels ---------------------------------------------------------------------------
+GPU_TITLES: dict[str, str] = {
+    "util": "GPU utilisation (%)",
+    "mem_used": "GPU memory used (MiB)",
+    "power": "GPU power (W)",
+    "temp": "GPU temperature (°C)",
+}
+PanelKind = Literal["metric", "gpu"]
+
+
+@dataclass(frozen=True, order=True)
+class PanelKey:
+    """One plot panel: a reported metric (``metric``, ``loss``) or a GPU field (``gpu``,
+    ``util``). ``id`` is its name on the wire and in the widget (``metric:loss``)."""
+
+    kind: PanelKind
+    field: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}:{self.field}"
+
+    @property
+    def name(self) -> str:
+        """What a user calls it: ``loss``, ``gpu util``."""
+        return self.field if self.kind == "metric" else f"gpu {self.field}"
+
+    @property
+    def title(self) -> str:
+        """The panel's title and y axis title."""
+        return self.field if self.kind == "metric" else GPU_TITLES.get(self.field, self.field)
+
+    @property
+    def x_title(self) -> str:
+        return "step" if self.kind == "metric" else "seconds"
+
+    @classmethod
+    def parse(cls, text: str) -> PanelKey:
+        """Inverse of :attr:`id`; also the views' shorthand ``loss`` and ``gpu:util``."""
+        kind, sep, field = text.partition(":")
+        if sep and kind in ("metric", "gpu"):
+            return cls("metric" if kind == "metric" else "gpu", field)
+        return cls("metric", text)
+
+
+@dataclass(frozen=True)
+class TraceView:
+    who: Who
+    series: StreamingDownsampler
+
+    @property
+    def label(self) -> str:
+        return trace_label(self.who)
+
+    @property
+    def colour(self) -> str:
+        return series_colour(self.who)
+
+
+@dataclass(frozen=True)
+class PanelView:
+    key: PanelKey
+    traces: tuple[TraceView, ...]
+
+
+@dataclass(frozen=True)
+class SummaryValue:
+    """A metric reported once so far: ``name`` = ``value`` (rank ``rank``'s, at ``x``)."""
+
+    name: str
+    value: float
+    rank: int
+    x: float
+
+
+def _metric_groups(model: MonitorModel) -> dict[str, list[tuple[int, StreamingDownsampler]]]:
+    groups: dict[str, list[tuple[int, StreamingDownsampler]]] = {}
+    for (rank, name), series in sorted(model.metrics.items()):
+        groups.setdefault(name, []).append((rank, series))
+    return groups
+
+
+def _charted(series: list[tuple[int, StreamingDownsampler]]) -> bool:
+    """A metric is a chart once some rank reported it twice; before, it is a value."""
+    return any(s.count > 1 for _, s in series)
+
+
+def plot_panels(model: MonitorModel, ranks: set[int] | None = None) -> list[PanelView]:
+    """Every panel in display order: metrics by name (a trace per rank, only ``ranks`` when
+    given), then GPU fields (a trace per node/GPU). A metric with one point is no panel (see
+    :func:`summary_values`)."""
+    panels: list[PanelView] = []
+    for name, series in _metric_groups(model).items():
+        if not _charted(series):
+            continue
+        traces = tuple(TraceView(r, s) for r, s in series if ranks is None or r in ranks)
+        if traces:
+            panels.append(PanelView(PanelKey("metric", name), traces))
+    fields: dict[str, list[TraceView]] = {}
+    for (node, gpu, field), s in sorted(model.gpus.items()):
+        fields.setdefault(field, []).append(TraceView((node, gpu), s))
+    for field, gpu_traces in sorted(fields.items()):
+        panels.append(PanelView(PanelKey("gpu", field), tuple(gpu_traces)))
+    return panels
+
+
+def summary_values(model: MonitorModel) -> list[SummaryValue]:
+    """Metrics reported once so far (by any rank), as values: the lowest rank's."""
+    out: list[SummaryValue] = []
+    for name, series in _metric_groups(model).items():
+        if _charted(series):
+            continue
+        rank, s = series[0]
+        xs, ys = s.points()
+        if ys:
+            out.append(SummaryValue(name, ys[-1], rank, xs[-1]))
+    return out
+
+
+def fmt_value(value: float) -> str:
+    """A metric value for reading: ``0.5213``, ``1.23e+15``, ``42``."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
