@@ -131,8 +131,13 @@ export class JobView extends Widget {
     }
     this.failureBox.hidden = !d.failure;
     this.failureBox.textContent = d.failure ?? '';
+    // a restart (a fault the job survived) is said where the replica is: how often, and why
     this.replicas.textContent = d.replicas
-      .map(r => `${r.name}: ${r.phase}${r.exit_code === null ? '' : ` (exit ${r.exit_code})`}`)
+      .map(r => {
+        const exit = r.exit_code === null ? '' : ` (exit ${r.exit_code})`;
+        const again = r.restarts ? ` · ${r.restarts} restart(s): ${r.last_event}` : '';
+        return `${r.name}: ${r.phase}${exit}${again}`;
+      })
       .join('   ');
   }
 

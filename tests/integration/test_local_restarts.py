@@ -109,6 +109,12 @@ def test_a_killed_rank_restarts_every_node_once_and_the_finished_run_is_the_resu
     assert "rank 0 up (attempt 2)" in rank0
     assert rank0.index("attempt 1") < rank0.index("attempt 2")
     assert not marked_pids(_marker("flaky"))
+    # the side panel's detail of the job (what its REST API serves) says it too
+    from jupyter_ktrain.server.core import PanelCore
+
+    rows = {r["name"]: r for r in PanelCore({"local": LocalBackend}).job("flaky")["replicas"]}
+    assert rows["flaky-node-1"]["restarts"] == 1
+    assert rows["flaky-node-1"]["last_event"] == node1.last_event
 
 
 def test_a_raising_rank_fails_at_once_without_a_restart(
