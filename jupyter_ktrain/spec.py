@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any
 
 from .errors import SpecError
+from .kinds import DEFAULT_KIND, KIND_TABLE, KINDS, JobKind
 from .spec_parts import (
     DeepSpeed,
     Elastic,
@@ -50,8 +52,6 @@ __all__ = [
     "validate_name",
 ]
 
-Kind = Literal["PyTorchJob", "TFJob", "MPIJob", "TrainJob"]
-KINDS: tuple[str, ...] = ("PyTorchJob", "TFJob", "MPIJob", "TrainJob")
 BACKENDS: tuple[str, ...] = ("local", "kubernetes")
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -65,15 +65,8 @@ def replica_suffixes(kind: str, nodes: int) -> list[str]:
     The longest one bounds the job name: ``{name}-worker-{nodes-1}`` must still be a valid
     DNS-1035 label (63 characters).
     """
-    last = max(nodes - 1, 0)
-    common = [f"-worker-{last}"]
-    extra = {
-        "PyTorchJob": ["-master-0"],
-        "TFJob": ["-chief-0", f"-ps-{last}"],
-        "MPIJob": ["-launcher"],
-        "TrainJob": [f"-node-0-{last}"],
-    }
-    return common + extra.get(kind, [])
+    known = KIND_TABLE.get(kind)
+    return known.pod_suffixes(nodes) if known else [f"-worker-{max(nodes - 1, 0)}"]
 
 
 def max_name_length(kind: str, nodes: int) -> int:
@@ -97,7 +90,7 @@ def check_job_name(name: object) -> str:
     return name
 
 
-def validate_name(name: str, kind: str = "PyTorchJob", nodes: int = 1) -> str:
+def validate_name(name: str, kind: str = DEFAULT_KIND, nodes: int = 1) -> str:
     """Return ``name`` if it is a DNS-1035 label with room for replica suffixes, else raise."""
     check_job_name(name)
     limit = max_name_length(kind, nodes)
@@ -105,7 +98,7 @@ def validate_name(name: str, kind: str = "PyTorchJob", nodes: int = 1) -> str:
         raise SpecError(
             f"Job name {name!r} is {len(name)} characters; with {nodes} node(s) a {kind} name "
             f"may have at most {limit} so that pod names like "
-            f"'{name[:8]}...{replica_suffixes(kind, nodes)[0]}' stay within 63. "
+            f"'{name[:8]}...{max(replica_suffixes(kind, nodes), key=len)}' stay within 63. "
             f"Pass a shorter --name."
         )
     return name
@@ -158,7 +151,7 @@ class JobSpec:
     name: str
     nodes: int = 1
     procs_per_node: int | None = None
-    kind: str = "PyTorchJob"
+    kind: str = DEFAULT_KIND
     backend: str = "local"
     resources: Resources = field(default_factory=Resources)
     env: tuple[tuple[str, str], ...] = ()
@@ -248,17 +241,18 @@ class JobSpec:
 
 def _check_cross_fields(spec: JobSpec) -> None:
     """Checks that involve more than one part of the spec: one SpecError each."""
-    kind = spec.kind
+    kind, info = spec.kind, KIND_TABLE[spec.kind]
     if spec.image is not None:
         from .packaging.reference import Reference
 
         Reference.parse(spec.image, what="--image")
     if spec.elastic is not None:
         e = spec.elastic
-        if kind != "PyTorchJob":
+        if not info.elastic:
+            able = _kinds_that(lambda k: k.elastic)
             raise SpecError(
-                f"--elastic needs --kind PyTorchJob (torchrun's c10d rendezvous); {kind} has no "
-                f"elastic policy. Drop --elastic or use --kind PyTorchJob."
+                f"--elastic needs --kind {able} (torchrun's c10d rendezvous); {kind} has no "
+                f"elastic policy. Drop --elastic or use --kind {able}."
             )
         if not e.min_nodes <= spec.nodes <= e.max_nodes:
             raise SpecError(
@@ -266,16 +260,17 @@ def _check_cross_fields(spec: JobSpec) -> None:
                 f"with a node count between the minimum and the maximum."
             )
     if spec.deepspeed is not None:
-        if kind not in ("PyTorchJob", "TrainJob"):
+        if info.launcher != "torchrun":
             raise SpecError(
                 f"--deepspeed runs under torchrun in every replica, which needs --kind "
-                f"PyTorchJob or TrainJob, not {kind}."
+                f"{_kinds_that(lambda k: k.launcher == 'torchrun')}, not {kind}."
             )
         spec.deepspeed.check_batch(spec.world_size, spec.describe_world())
-    if spec.ps_replicas < 0 or (spec.ps_replicas and kind != "TFJob"):
+    if spec.ps_replicas < 0 or (spec.ps_replicas and info.replica("PS") is None):
+        able = _kinds_that(lambda k: k.replica("PS") is not None)
         raise SpecError(
-            f"--ps {spec.ps_replicas}: parameter servers exist only in a TFJob and the count "
-            f"must be 0 or more; use --kind TFJob or drop --ps."
+            f"--ps {spec.ps_replicas}: parameter servers exist only in a {able} and the count "
+            f"must be 0 or more; use --kind {able} or drop --ps."
         )
     _check_env_secrets(spec)
     names = {k for k, _ in spec.env} | set(spec.pass_env)
@@ -292,17 +287,23 @@ def _check_cross_fields(spec: JobSpec) -> None:
         raise SpecError("--secret-env sets the same variable twice: keep one of them.")
     for secret in spec.env_from_secrets:
         check_dns_label("--env-from-secret", secret, "Secret name")
-    if kind == "TrainJob":
-        _check_trainjob(spec)
-    if kind == "MPIJob" and spec.run_policy.restart_policy == "ExitCode":
+    if info.trainer_runtime:
+        _check_trainer_runtime(spec)
+    fixed = [r for r in info.replicas if not r.exit_code_restarts]
+    if fixed and spec.run_policy.restart_policy == "ExitCode":
         raise SpecError(
-            "--restart-policy ExitCode is not supported for MPIJob launchers: use OnFailure "
-            "or Never."
+            f"--restart-policy ExitCode is not supported for {kind} {fixed[0].name.lower()}s: "
+            "use OnFailure or Never."
         )
 
 
-def _check_trainjob(spec: JobSpec) -> None:
-    """A TrainJob (Trainer v2) takes pod-level settings from its runtime, not from the job."""
+def _kinds_that(has: Callable[[JobKind], bool]) -> str:
+    """The kinds with a feature, for a message: ``PyTorchJob or TrainJob``."""
+    return " or ".join(k.name for k in KIND_TABLE.values() if has(k))
+
+
+def _check_trainer_runtime(spec: JobSpec) -> None:
+    """A Trainer v2 job (TrainJob) takes pod-level settings from its runtime, not the job."""
     r, s = spec.rdma, spec.scheduling
     unsupported = [
         ("--host-network", r is not None and r.host_network),
@@ -326,9 +327,9 @@ def _check_trainjob(spec: JobSpec) -> None:
     bad = [flag for flag, used in unsupported if used]
     if bad:
         raise SpecError(
-            f"--kind TrainJob cannot set {', '.join(bad)}: a TrainJob takes these from its "
+            f"--kind {spec.kind} cannot set {', '.join(bad)}: a {spec.kind} takes these from its "
             f"ClusterTrainingRuntime (--runtime {spec.runtime}). Put them in the runtime, or use "
-            f"--kind PyTorchJob."
+            f"--kind {DEFAULT_KIND}."
         )
     if not _DNS1035.match(spec.runtime):
         raise SpecError(f"--runtime {spec.runtime!r} is not a valid runtime name.")

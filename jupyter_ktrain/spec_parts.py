@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SpecError
+from .kinds import job_kind
 
 __all__ = [
     "CLEAN_POD_POLICIES",
@@ -33,9 +34,6 @@ __all__ = [
 RESTART_POLICIES = ("OnFailure", "Never", "Always", "ExitCode")
 # A fault (exit >= 128, a deleted pod) is restarted this many times by default; a bug never.
 DEFAULT_MAX_RESTARTS = 3
-# (kind, replica type) -> restart policy where ExitCode is not the default: an MPIJob's
-# launcher cannot be restarted by exit code (its agent re-runs mpirun after a fault)
-DEFAULT_RESTART_POLICY = {("MPIJob", "Launcher"): "Never"}
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 PRECISIONS = ("bf16", "fp16")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -568,7 +566,12 @@ class RunPolicy:
         return self == RunPolicy()
 
     def restart_policy_for(self, kind: str, replica: str) -> str:
-        return self.restart_policy or DEFAULT_RESTART_POLICY.get((kind, replica), "ExitCode")
+        """``--restart-policy``, else the kind's default for the replica type (its
+        :class:`~jupyter_ktrain.kinds.ReplicaType`; ExitCode for a kind ktrain does not know)."""
+        if self.restart_policy:
+            return self.restart_policy
+        known = job_kind(kind)
+        return known.restart_policy(replica) if known else "ExitCode"
 
     @property
     def max_restarts(self) -> int:

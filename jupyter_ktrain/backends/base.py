@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound
+from ..kinds import DEFAULT_KIND
 
 # the job states: one list for backends and views (jupyter_ktrain.monitor.viewmodel)
 from ..monitor.viewmodel import CANCELLED as CANCELLED
@@ -232,7 +233,7 @@ class Backend(ABC):
 class JobShape:
     """How a job was started: what its monitor's header shows, also after ``attach``."""
 
-    kind: str = "PyTorchJob"
+    kind: str = DEFAULT_KIND
     nodes: int = 1
     procs_per_node: int = 1
     gpus_per_node: int = 0

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, JobNotFound, SpecError
+from ..kinds import DEFAULT_KIND
 from ..launch import node_command, operator_env
 from ..monitor.progress import Progress
 from ..spec import check_job_name
@@ -463,7 +464,7 @@ class LocalBackend(Backend):
         except (OSError, ValueError):
             return None
         return JobShape(
-            kind=str(meta.get("kind", "PyTorchJob")),
+            kind=str(meta.get("kind", DEFAULT_KIND)),
             nodes=int(meta.get("nodes", 1)),
             procs_per_node=int(meta.get("nproc", 1)),
         )
@@ -680,7 +681,7 @@ def cluster_only_settings(spec: Any) -> list[str]:
             spec.scheduling != default.scheduling
         ),
         "--secret-env/--env-from-secret": spec.secret_env or spec.env_from_secrets,
-        "--kind " + spec.kind: spec.kind != "PyTorchJob",
+        "--kind " + spec.kind: spec.kind != DEFAULT_KIND,
     }
     return [flag for flag, given in checks.items() if given]
 

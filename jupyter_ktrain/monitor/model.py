@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..kinds import DEFAULT_KIND
 from .downsample import StreamingDownsampler
 from .nccl import NcclTransportParser, Transport
 from .progress import Progress, ProgressTracker
@@ -61,7 +62,7 @@ class JobHeader:
     """The header line of the monitor. ``start_time``/``end_time`` are epoch seconds."""
 
     name: str
-    kind: str = "PyTorchJob"
+    kind: str = DEFAULT_KIND
     backend: str = "local"
     state: str = PENDING
     message: str = ""

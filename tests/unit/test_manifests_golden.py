@@ -16,6 +16,7 @@ import yaml
 from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render, to_yaml
 from jupyter_ktrain.backends.kubernetes.validate import validate_objects
 from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.kinds import KINDS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 REGEN = os.environ.get("KTRAIN_REGEN_GOLDEN") == "1"
@@ -51,6 +52,8 @@ CASES = {
     "mpijob": f"--kind MPIJob --name hvd {COMMON} --rdma roce --priority-class high "
     "--image-pull-secret ngc "
     "--restart-policy OnFailure --clean-pod-policy Running --ttl 3600",
+    "xgboostjob": f"--kind XGBoostJob --name xgb {COMMON} --rdma tcp --priority-class high "
+    "--restart-policy ExitCode --backoff-limit 2",
     "trainjob": f"--kind TrainJob --name llama-ft {COMMON_NO_INIT} --rdma infiniband "
     "--image-pull-secret ngc --deepspeed zero3 "
     "--bf16 --micro-batch 1 --kueue-queue team-a --runtime torch-distributed",
@@ -83,4 +86,4 @@ def test_every_golden_file_validates(path: Path) -> None:
 
 def test_golden_files_cover_every_kind() -> None:
     kinds = {o["kind"] for p in GOLDEN.glob("*.yaml") for o in yaml.safe_load_all(p.read_text())}
-    assert kinds == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob"}
+    assert kinds == set(KINDS)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
+from ...kinds import KIND_TABLE, job_kind
 from ...launch import LIB_DIR
 from ...monitor.progress import Progress, ProgressTracker
 from ...monitor.protocol import parse_line
@@ -36,11 +37,11 @@ from ..base import (
     complete_exit_codes,
 )
 from .api import Api, ApiFailure, ns_path
-from .kinds import CONTAINER_NAMES, TRAINJOB_TARGET, use_fault_runtime
+from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
-from .preflight import KIND_API, Access, may, run_preflight, serves_service_monitors
+from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
 
@@ -124,7 +125,7 @@ class KubernetesBackend(Backend):
 
     # -- plan -------------------------------------------------------------------------------
     def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
-        if spec.kind not in KIND_API:
+        if spec.kind not in KIND_TABLE:
             raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
         notes: tuple[str, ...] = ()
         try:
@@ -142,7 +143,7 @@ class KubernetesBackend(Backend):
             objects, files = _render(spec, CodeSource(image=placeholder), program, cell, monitor)
         else:
             objects, files = _render_configmap(spec, program, cell, monitor)
-        if spec.kind == "TrainJob" and not notes:
+        if KIND_TABLE[spec.kind].trainer_runtime and not notes:
             objects, notes = self._fault_runtime(objects, spec)
         details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
         details["files"] = files
@@ -218,7 +219,7 @@ class KubernetesBackend(Backend):
         )
         for w in warnings:
             self.say(f"warning: {w}")
-        group, version, plural = KIND_API[spec.kind]
+        group, version, plural = KIND_TABLE[spec.kind].api
         if self.api.exists(ns_path(group, version, ns, plural, spec.name)):
             raise SpecError(
                 f"A {spec.kind} named {spec.name!r} already exists in {ns!r}. Pick another "
@@ -272,7 +273,7 @@ class KubernetesBackend(Backend):
             plan.details["cell"],
             bool(plan.details.get("service_monitor")),
         )
-        if spec.kind == "TrainJob":
+        if KIND_TABLE[spec.kind].trainer_runtime:
             objects, notes = self._fault_runtime(objects, spec)
             for note in notes:
                 self.say(f"warning: {note}")
@@ -317,8 +318,8 @@ class KubernetesBackend(Backend):
 
     def _list(self, selector: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for kind, (group, version, plural) in KIND_API.items():
-            path = ns_path(group, version, self.namespace, plural)
+        for kind, info in KIND_TABLE.items():
+            path = ns_path(*info.api[:2], self.namespace, info.plural)
             try:
                 items = self.api.get(path, {"labelSelector": selector}).get("items") or []
             except ApiFailure as exc:
@@ -333,7 +334,7 @@ class KubernetesBackend(Backend):
     def _watch(self, name: str) -> JobWatch:
         watch = self._watches.get(name)
         if watch is None:
-            group, version, plural = KIND_API[self._kind(name)]
+            group, version, plural = KIND_TABLE[self._kind(name)].api
             watch = JobWatch(self.api, self.namespace, group, version, plural, name).start()
             self._watches[name] = watch
         watch.wait_synced()
@@ -378,7 +379,8 @@ class KubernetesBackend(Backend):
                 recreations=dict(watch.recreations),
                 last_exits=dict(watch.last_exit),
             )
-        if job.get("kind") != "PyTorchJob":  # ranks map onto replicas only there
+        kind = job_kind(str(job.get("kind") or ""))
+        if kind is None or not kind.replica_ranks:  # ranks map onto replicas only there
             return status
         return complete_exit_codes(status, job_shape(job).procs_per_node)
 
@@ -425,7 +427,8 @@ class KubernetesBackend(Backend):
         """Progress from the last PROGRESS_TAIL_LINES lines of the job's first pod (the one
         holding rank 0; an MPIJob's launcher prints every rank)."""
         pods = replica_pods(job)
-        if not pods and job.get("kind") == "TrainJob":
+        kind = job_kind(str(job.get("kind") or ""))
+        if not pods and kind is not None and kind.trainer_runtime:
             selector = (
                 f"jobset.sigs.k8s.io/jobset-name={job['metadata']['name']},"
                 f"jobset.sigs.k8s.io/replicatedjob-name={TRAINJOB_TARGET},"
@@ -455,7 +458,7 @@ class KubernetesBackend(Backend):
         job = watch.job
         if job is None:
             raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
-        container = CONTAINER_NAMES[job.get("kind") or self._kind(name)]
+        container = KIND_TABLE[job.get("kind") or self._kind(name)].container
         pods = [p for p in replica_pods(job) or sorted(watch.pods) if p not in known]
         rt = self._runtime[name]
         return [PodLogSource(self.api, watch, pod, container, rt.on_line) for pod in pods]
@@ -503,7 +506,8 @@ class KubernetesBackend(Backend):
 
     def _log_request(self, job: dict[str, Any], pod: str) -> tuple[str, dict[str, Any]]:
         """Path and base query of one of the job's pods' logs (its training container)."""
-        container = CONTAINER_NAMES.get(job.get("kind", ""), "")
+        kind = job_kind(job.get("kind", ""))
+        container = kind.container if kind else ""
         path = ns_path("", "v1", self.namespace, "pods", pod) + "/log"
         return path, ({"container": container} if container else {})
 
@@ -529,7 +533,7 @@ class KubernetesBackend(Backend):
         deadline = time.monotonic() + DELETE_WAIT_S
         while True:
             left = self.api.get(pods, selector).get("items") or []
-            group, version, plural = KIND_API[kind]
+            group, version, plural = KIND_TABLE[kind].api
             job_left = self.api.exists(ns_path(group, version, ns, plural, name))
             if not left and not job_left:
                 break
@@ -546,7 +550,7 @@ class KubernetesBackend(Backend):
         self._runtime.pop(name, None)
 
     def _delete_job(self, kind: str, name: str, ns: str) -> None:
-        group, version, plural = KIND_API[kind]
+        group, version, plural = KIND_TABLE[kind].api
         path = ns_path(group, version, ns, plural, name)
         try:
             self.api.request("DELETE", path, {"propagationPolicy": "Background"})
@@ -578,7 +582,7 @@ def _collection(obj: dict[str, Any], ns: str) -> str:
     if kind in _OWNED:
         group, version, plural = _OWNED[kind]
         return ns_path(group, version, ns, plural)
-    group, version, plural = KIND_API[kind]
+    group, version, plural = KIND_TABLE[kind].api
     return ns_path(group, version, ns, plural)
 
 

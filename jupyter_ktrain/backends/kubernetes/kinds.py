@@ -1,10 +1,14 @@
-"""Per-kind wrappers around the shared pod template: PyTorchJob, TFJob, MPIJob (kubeflow.org/v1)
-and Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1). Pure functions of a spec.
+"""The builders of the job kinds in :data:`jupyter_ktrain.kinds.KIND_TABLE`, registered by
+name: PyTorchJob, TFJob, MPIJob, XGBoostJob (kubeflow.org/v1) and Kubeflow Trainer v2 TrainJob
+(trainer.kubeflow.org/v1alpha1), each a wrapper around the shared pod template. Pure functions
+of a spec; what a kind is (API, container, replica types and their restart policies) comes from
+the table.
 
 Every replica runs the same command (:func:`jupyter_ktrain.launch.node_command`: the agent
-wrapping torchrun, which reads the operator's ``PET_*`` environment) except where a framework
-needs otherwise: a TFJob replica runs one process (TensorFlow reads ``TF_CONFIG``), and an
-MPIJob's launcher runs ``mpirun``, which starts the ranks in the workers itself.
+wrapping what the kind's ``launcher`` names) except where a framework needs otherwise: a TFJob
+or XGBoostJob replica runs one process (TensorFlow reads ``TF_CONFIG``, XGBoost the operator's
+``MASTER_ADDR``/``RANK``), and an MPIJob's launcher runs ``mpirun``, which starts the ranks in
+the workers itself.
 """
 
 from __future__ import annotations
@@ -15,37 +19,45 @@ from typing import Any
 
 from ...agent.relaunch import MAX_RESTARTS_ENV
 from ...errors import SpecError
+from ...kinds import KIND_TABLE, JobKind
 from ...launch import node_command
 from ...spec import JobSpec
 from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
 
 __all__ = [
-    "API_VERSIONS",
-    "CONTAINER_NAMES",
-    "KIND_BUILDERS",
+    "BUILDERS",
     "LAUNCHER_RESOURCES",
+    "builder",
     "fault_runtime",
     "mpi_launcher_command",
+    "replica_command",
     "single_process_command",
     "use_fault_runtime",
 ]
 
-API_VERSIONS = {
-    "PyTorchJob": "kubeflow.org/v1",
-    "TFJob": "kubeflow.org/v1",
-    "MPIJob": "kubeflow.org/v1",
-    "TrainJob": "trainer.kubeflow.org/v1alpha1",
-}
-# The operator finds its container by these names (PyTorchJob/TFJob validation rejects a
-# replica without one; MPIJob defaults mainContainer to "mpi"; Trainer's runtimes use "node").
-CONTAINER_NAMES = {
-    "PyTorchJob": "pytorch",
-    "TFJob": "tensorflow",
-    "MPIJob": "mpi",
-    "TrainJob": "node",
-}
+Builder = Callable[[JobSpec, CodeSource, dict[str, str]], dict[str, Any]]
+BUILDERS: dict[str, Builder] = {}
+
+
+def _registered(build: Builder) -> Builder:
+    """Register ``build`` under its name (a :class:`~jupyter_ktrain.kinds.JobKind`'s
+    ``builder``)."""
+    BUILDERS[build.__name__] = build
+    return build
+
+
+def builder(kind: JobKind) -> Builder:
+    """The function that renders ``kind``'s job object."""
+    return BUILDERS[kind.builder]
+
+
 LAUNCHER_RESOURCES = {"limits": {"cpu": "2", "memory": "4Gi"}}
 TRAINJOB_TARGET = "node"
+
+
+def replica_command(kind: JobKind, code_dir: str, python: str = "python") -> list[str]:
+    """What every replica of ``kind`` runs: the agent and the kind's ``launcher``."""
+    return node_command(code_dir, python, launcher=kind.launcher)
 
 
 def single_process_command(code_dir: str, python: str = "python") -> list[str]:
@@ -72,7 +84,8 @@ def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
 
 def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
     """One replica type; each gets its own copy of the template (no shared dicts, no YAML
-    aliases, and a caller may edit one replica type without touching the others)."""
+    aliases, and a caller may edit one replica type without touching the others), and its
+    restart policy (``--restart-policy``, else the kind's default for the type)."""
     return {
         "replicas": replicas,
         "restartPolicy": spec.run_policy.restart_policy_for(spec.kind, rtype),
@@ -107,16 +120,18 @@ def _with_run_policy(body: dict[str, Any], spec: JobSpec, total: int) -> dict[st
 
 def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSIONS[spec.kind],
+        "apiVersion": KIND_TABLE[spec.kind].api_version,
         "kind": spec.kind,
         "metadata": _metadata(spec, labels),
         "spec": body,
     }
 
 
+@_registered
 def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """Master + Workers (static rendezvous), or Workers only with an elasticPolicy (c10d)."""
-    role = PodRole(container="pytorch", command=node_command(code.mount_path))
+    kind = KIND_TABLE[spec.kind]
+    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
     template = pod_template(spec, code, role, labels)
     body: dict[str, Any] = {}
     if spec.elastic is not None:
@@ -136,27 +151,48 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
             replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
     body["nprocPerNode"] = str(spec.nproc)
     body = _with_run_policy(body, spec, spec.nodes)
-    body["pytorchReplicaSpecs"] = replicas
+    body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
 
 
+@_registered
 def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """Chief + Workers (+ parameter servers with ``--ps N``)."""
-    role = PodRole(container="tensorflow", command=single_process_command(code.mount_path))
+    kind = KIND_TABLE[spec.kind]
+    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
     template = pod_template(spec, code, role, labels)
-    replicas = {"Chief": _replica(spec, "Chief", 1, template)}
-    if spec.nodes > 1:
-        replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
+    replicas = _head_and_workers(spec, "Chief", template)
     if spec.ps_replicas:
         ps_role = PodRole(
-            container="tensorflow", command=role.command, trains=False, resources=_cpu_only(spec)
+            container=kind.container, command=role.command, trains=False, resources=_cpu_only(spec)
         )
         replicas["PS"] = _replica(
             spec, "PS", spec.ps_replicas, pod_template(spec, code, ps_role, labels)
         )
     body = _with_run_policy({}, spec, spec.nodes + spec.ps_replicas)
-    body["tfReplicaSpecs"] = replicas
+    body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
+
+
+@_registered
+def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """Master (rank 0) + Workers, one process each: the operator gives every replica
+    ``MASTER_ADDR``/``MASTER_PORT`` (the Master's Service and its ``xgboostjob-port``, 9999 by
+    default), ``WORLD_SIZE`` and ``RANK``, where rank 0 starts XGBoost's collective tracker."""
+    kind = KIND_TABLE[spec.kind]
+    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    replicas = _head_and_workers(spec, "Master", pod_template(spec, code, role, labels))
+    body = _with_run_policy({}, spec, spec.nodes)
+    body[str(kind.replica_key)] = replicas
+    return _object(spec, labels, body)
+
+
+def _head_and_workers(spec: JobSpec, head: str, template: dict[str, Any]) -> dict[str, Any]:
+    """``head`` (one replica, rank 0) and ``nodes - 1`` Workers, all from ``template``."""
+    replicas = {head: _replica(spec, head, 1, template)}
+    if spec.nodes > 1:
+        replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
+    return replicas
 
 
 def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
@@ -167,21 +203,23 @@ def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
     return out
 
 
+@_registered
 def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each). The launcher's
     agent restarts mpirun after a fault (:mod:`jupyter_ktrain.agent.relaunch`)."""
+    kind = KIND_TABLE[spec.kind]
     launcher = PodRole(
-        container="mpi",
+        container=kind.container,
         command=mpi_launcher_command(spec, code.mount_path),
         trains=False,
         resources=LAUNCHER_RESOURCES,
         # the launcher pod is Never; its agent re-runs mpirun after a fault, this many times
         extra_env=((MAX_RESTARTS_ENV, str(spec.run_policy.max_restarts)),),
     )
-    worker = PodRole(container="mpi", command=None)
-    body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": "mpi"}
+    worker = PodRole(container=kind.container, command=None)
+    body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": kind.container}
     body = _with_run_policy(body, spec, spec.nodes + 1)
-    body["mpiReplicaSpecs"] = {
+    body[str(kind.replica_key)] = {
         "Launcher": _replica(spec, "Launcher", 1, pod_template(spec, code, launcher, labels)),
         "Worker": _replica(spec, "Worker", spec.nodes, pod_template(spec, code, worker, labels)),
     }
@@ -202,6 +240,7 @@ _PATCHABLE = (
 PATCH_MANAGER = "ktrain.io/notebook"
 
 
+@_registered
 def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """A Trainer v2 TrainJob referencing ``spec.runtime``; pod settings as a runtime patch.
 
@@ -212,7 +251,8 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     the runtime's ``node`` job (Trainer v2.2+: the only way they reach the pods; v2.0's
     ``podSpecOverrides`` and ``labels`` are gone).
     """
-    role = PodRole(container="node", command=node_command(code.mount_path))
+    kind = KIND_TABLE[spec.kind]
+    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
     template = pod_template(spec, code, role, labels)
     ps = template["spec"]
     container = ps.pop("containers")[0]
@@ -220,7 +260,7 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     if "envFrom" in container:
         leftover.append("envFrom")
     if leftover:  # spec validation rejects these first; this guards the mapping itself
-        raise SpecError(f"--kind TrainJob cannot express pod fields {', '.join(leftover)}.")
+        raise SpecError(f"--kind {kind.name} cannot express pod fields {', '.join(leftover)}.")
     trainer: dict[str, Any] = {"image": container["image"], "command": container["command"]}
     if container.get("env"):
         trainer["env"] = container["env"]
@@ -231,7 +271,7 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     pod: dict[str, Any] = {k: ps[k] for k in _PATCHABLE if k in ps}
     patched = {k: container[k] for k in ("volumeMounts", "securityContext") if k in container}
     if patched:
-        pod["containers"] = [{"name": "node", **patched}]
+        pod["containers"] = [{"name": kind.container, **patched}]
     meta = {"labels": dict(labels)}
     job_patch = {
         "name": TRAINJOB_TARGET,
@@ -246,7 +286,7 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     body: dict[str, Any] = {
         "runtimeRef": {
             "name": spec.runtime,
-            "apiGroup": "trainer.kubeflow.org",
+            "apiGroup": kind.group,
             "kind": "ClusterTrainingRuntime",
         },
         "trainer": trainer,
@@ -295,7 +335,7 @@ def fault_runtime(
     if spec.namespace:
         meta["namespace"] = spec.namespace
     return {
-        "apiVersion": API_VERSIONS["TrainJob"],
+        "apiVersion": KIND_TABLE[spec.kind].api_version,
         "kind": "TrainingRuntime",
         "metadata": meta,
         "spec": body,
@@ -313,15 +353,7 @@ def use_fault_runtime(
     notes[MAX_RESTARTS_ANNOTATION] = str(spec.run_policy.max_restarts)  # for the monitor
     job["spec"]["runtimeRef"] = {
         "name": runtime["metadata"]["name"],
-        "apiGroup": "trainer.kubeflow.org",
+        "apiGroup": KIND_TABLE[spec.kind].group,
         "kind": "TrainingRuntime",
     }
     return [runtime, *rest, job]
-
-
-KIND_BUILDERS: dict[str, Callable[[JobSpec, CodeSource, dict[str, str]], dict[str, Any]]] = {
-    "PyTorchJob": pytorchjob,
-    "TFJob": tfjob,
-    "MPIJob": mpijob,
-    "TrainJob": trainjob,
-}

@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from ...errors import SpecError
+from ...kinds import KIND_TABLE
 from ...spec import JobSpec
 from .deepspeed import CONFIG_FILE, config_bytes
-from .kinds import KIND_BUILDERS
+from .kinds import builder
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels
 
@@ -76,7 +77,7 @@ def render(
     if spec.deepspeed is not None:
         out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size, program_source)
     labels = job_labels(spec, cell)
-    job = KIND_BUILDERS[spec.kind](spec, code, labels)
+    job = builder(KIND_TABLE[spec.kind])(spec, code, labels)
     extra = metrics_objects(spec, labels, service_monitor=service_monitor)
     return Rendered(objects=[*extra, job], files=out_files)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...kinds import KIND_TABLE
 from ...spec import JobSpec
 
 __all__ = [
@@ -48,11 +49,16 @@ def metrics_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
 
 
 def _selector(spec: JobSpec) -> dict[str, str]:
-    if spec.kind == "TrainJob":
+    """The pods that serve metrics: the JobSet's (a Trainer job), else the operator's job's,
+    of the one replica type whose pods run the agent where the others do not (MPIJob)."""
+    kind = KIND_TABLE[spec.kind]
+    if kind.trainer_runtime:
         return {_JOBSET: spec.name}
     selector = {_OPERATOR_JOB: spec.name}
-    if spec.kind == "MPIJob":
-        selector["training.kubeflow.org/replica-type"] = "launcher"
+    serving = [r for r in kind.replicas if r.metrics]
+    if len(serving) < len(kind.replicas):
+        (only,) = serving
+        selector["training.kubeflow.org/replica-type"] = only.name.lower()
     return selector
 
 

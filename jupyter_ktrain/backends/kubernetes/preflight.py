@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import PreflightError
+from ...kinds import KIND_TABLE
 from ...spec import JobSpec
 from .api import Api, ApiFailure, ns_path
 from .metrics import SERVICE_MONITOR_API
 
 __all__ = [
-    "KIND_API",
     "Access",
     "multus_networks",
     "required_access",
@@ -31,13 +31,6 @@ __all__ = [
     "serves_service_monitors",
 ]
 
-# kind -> (group, version, plural)
-KIND_API = {
-    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
-    "TFJob": ("kubeflow.org", "v1", "tfjobs"),
-    "MPIJob": ("kubeflow.org", "v1", "mpijobs"),
-    "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-}
 INSTALL_HINT = {
     "kubeflow.org": "install the Kubeflow Training Operator (kubectl apply --server-side -k "
     '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.8.1")',
@@ -60,7 +53,7 @@ class Access:
 def required_access(
     spec: JobSpec, configmap: bool, service: bool = False, service_monitor: bool = False
 ) -> list[Access]:
-    group, _version, plural = KIND_API[spec.kind]
+    group, _version, plural = KIND_TABLE[spec.kind].api
     out = [Access("create", plural, group), Access("get", plural, group)]
     out += [Access("list", plural, group), Access("watch", plural, group)]
     if configmap:
@@ -125,7 +118,7 @@ def run_preflight(
 
 
 def _crd(api: Api, spec: JobSpec) -> list[str]:
-    group, version, plural = KIND_API[spec.kind]
+    group, version, plural = KIND_TABLE[spec.kind].api
     try:
         resources = api.get(f"/apis/{group}/{version}").get("resources") or []
     except ApiFailure as exc:

@@ -14,13 +14,13 @@ from datetime import datetime
 from typing import Any
 
 from ...exits import PEER_LOST, restart_cause
+from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
 from ...monitor.failures import classify, pod_problem
 from ...monitor.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
 from .podtemplate import MAX_RESTARTS_ANNOTATION
 
 __all__ = [
-    "RANK_ORDER",
     "build_status",
     "job_shape",
     "job_state",
@@ -29,8 +29,6 @@ __all__ = [
     "trainer_progress",
 ]
 
-RANK_ORDER = ("Master", "Chief", "Launcher", "Worker", "PS", "Evaluator")
-REPLICA_KEYS = ("pytorchReplicaSpecs", "tfReplicaSpecs", "mpiReplicaSpecs")
 _EVENT_REASONS = ("FailedScheduling", "Failed", "BackOff", "ErrImagePull", "FailedMount")
 STALL_S = 60.0
 # a TrainJob's pods: the JobSet's restart count (a fault restarts every Job, new pod names)
@@ -56,26 +54,19 @@ def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def replica_pods(job: Mapping[str, Any]) -> list[str]:
-    """Pod names the operator creates for a kubeflow.org/v1 job, in node-rank order (the MPI
-    controller names its one launcher ``<job>-launcher``, with no index)."""
+    """Pod names the operator creates for a job with replica specs, in node-rank order (each
+    replica type's names as :mod:`jupyter_ktrain.kinds` says: the MPI controller names its one
+    launcher ``<job>-launcher``, with no index); empty for a kind without (a TrainJob)."""
     name = job["metadata"]["name"]
-    spec = job.get("spec") or {}
-    for key in REPLICA_KEYS:
-        replicas = spec.get(key)
-        if replicas:
-            out = []
-            for rtype in sorted(replicas, key=_order):
-                count = int((replicas[rtype] or {}).get("replicas", 1))
-                if rtype == "Launcher":
-                    out.append(f"{name}-launcher")
-                else:
-                    out += [f"{name}-{rtype.lower()}-{i}" for i in range(count)]
-            return out
-    return []
-
-
-def _order(rtype: str) -> int:
-    return RANK_ORDER.index(rtype) if rtype in RANK_ORDER else len(RANK_ORDER)
+    kind = job_kind(str(job.get("kind") or ""))
+    replicas = (job.get("spec") or {}).get(kind.replica_key or "") if kind else None
+    if not kind or not replicas:
+        return []
+    out: list[str] = []
+    for rtype in sorted(replicas, key=kind.rank_order):
+        count = int((replicas[rtype] or {}).get("replicas", 1))
+        out += (kind.replica(rtype) or ReplicaType(rtype)).pods(name, count)
+    return out
 
 
 def node_rank(job: Mapping[str, Any], pod: str) -> int | None:
@@ -328,14 +319,15 @@ def job_shape(job: Mapping[str, Any]) -> JobShape:
     spec = job.get("spec") or {}
     nodes = len(replica_pods(job)) or 1
     gpus = 0
-    for key in REPLICA_KEYS:
-        for replica in (spec.get(key) or {}).values():
+    kind = job_kind(str(job.get("kind") or ""))
+    if kind is not None and kind.replica_key:
+        for replica in (spec.get(kind.replica_key) or {}).values():
             pod = ((replica or {}).get("template") or {}).get("spec") or {}
             for c in pod.get("containers") or []:
                 limits = (c.get("resources") or {}).get("limits") or {}
                 gpus = max(gpus, _int_or(limits.get("nvidia.com/gpu"), 0))
     nproc = _int_or(spec.get("nprocPerNode"), gpus or 1)
-    return JobShape(kind=str(job.get("kind") or "PyTorchJob"), nodes=nodes,
+    return JobShape(kind=str(job.get("kind") or DEFAULT_KIND), nodes=nodes,
                     procs_per_node=nproc, gpus_per_node=gpus)  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ...errors import SpecError
+from ...kinds import DEFAULT_KIND, KIND_TABLE, job_kind
 from ...spec import JobSpec
 
 __all__ = [
@@ -46,11 +47,10 @@ __all__ = [
 
 K8S_SCHEMA_VERSION = "1.33"
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+# (apiVersion, kind) -> its CRD in CRD_DIR: every job kind's, and the Trainer runtimes ktrain
+# derives a TrainJob's own from
 CRD_FILES = {
-    ("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
-    ("kubeflow.org/v1", "TFJob"): "kubeflow.org_tfjobs.yaml",
-    ("kubeflow.org/v1", "MPIJob"): "kubeflow.org_mpijobs.yaml",
-    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
+    **{(k.api_version, k.name): k.crd_file for k in KIND_TABLE.values()},
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
         "trainer.kubeflow.org_clustertrainingruntimes.yaml"
     ),
@@ -58,13 +58,6 @@ CRD_FILES = {
         "trainer.kubeflow.org_trainingruntimes.yaml"
     ),
 }
-REPLICA_KEYS = {
-    "PyTorchJob": "pytorchReplicaSpecs",
-    "TFJob": "tfReplicaSpecs",
-    "MPIJob": "mpiReplicaSpecs",
-}
-SINGLETONS = {"PyTorchJob": ("Master",), "TFJob": ("Chief", "Master"), "MPIJob": ("Launcher",)}
-REQUIRED_CONTAINER = {"PyTorchJob": "pytorch", "TFJob": "tensorflow"}
 
 # GPUs per node of well-known node types, by the label that names them. Data, not logic: a
 # platform team's node types are checked by the cluster preflight against real nodes.
@@ -254,18 +247,18 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
     A TrainJob has no full pod template; its trainer container and the pod spec of its
     runtime patches are assembled into one so the same Kubernetes schema checks them.
     """
-    kind, spec = obj.get("kind", ""), obj.get("spec") or {}
-    key = REPLICA_KEYS.get(kind)
-    if key:
+    kind, spec = job_kind(obj.get("kind", "")), obj.get("spec") or {}
+    if kind is not None and kind.replica_key:
+        key = kind.replica_key
         for rtype, replica in (spec.get(key) or {}).items():
             yield f"spec.{key}.{rtype}.template", (replica or {}).get("template") or {}
-    elif kind == "TrainJob":
-        yield "spec.trainer+runtimePatches", _trainjob_pod(spec)
+    elif kind is not None and kind.trainer_runtime:
+        yield "spec.trainer+runtimePatches", _trainjob_pod(spec, kind.container)
 
 
-def _trainjob_pod(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _trainjob_pod(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
     trainer = spec.get("trainer") or {}
-    container: dict[str, Any] = {"name": "node"}
+    container: dict[str, Any] = {"name": name}
     for src, dst in (
         ("image", "image"),
         ("command", "command"),
@@ -284,7 +277,7 @@ def _trainjob_pod(spec: Mapping[str, Any]) -> dict[str, Any]:
                 if k != "containers":
                     pod[k] = v
             for c in (pod_spec.get("spec") or {}).get("containers") or []:
-                if c.get("name") == "node":
+                if c.get("name") == name:
                     container.update({k: v for k, v in c.items() if k != "name"})
     return {"spec": pod}
 
@@ -366,18 +359,25 @@ def check_service_monitor(
 
 
 def check_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The operator's own webhook rules: one Master/Chief/Launcher, its container name,
-    elastic bounds. Returns problems (empty when fine)."""
+    """The operator's own webhook rules (:mod:`jupyter_ktrain.kinds`): one Master/Chief/
+    Launcher, the replica types it requires, its container name, elastic bounds. Returns
+    problems (empty when fine)."""
     problems: list[str] = []
     for obj in objects:
-        kind, spec = obj.get("kind", ""), obj.get("spec") or {}
-        replicas = spec.get(REPLICA_KEYS.get(kind, ""), {}) or {}
-        for rtype in SINGLETONS.get(kind, ()):
-            count = (replicas.get(rtype) or {}).get("replicas", 1)
-            if rtype in replicas and count != 1:
-                problems.append(f"{rtype} replicas must be 1 (got {count}); add Workers instead")
-        want = REQUIRED_CONTAINER.get(kind)
-        for rtype, replica in replicas.items():
+        kind, spec = job_kind(obj.get("kind", "")), obj.get("spec") or {}
+        if kind is None:
+            continue
+        replicas = spec.get(kind.replica_key or "", {}) or {}
+        for rtype in kind.replicas if kind.replica_key else ():
+            count = (replicas.get(rtype.name) or {}).get("replicas", 1)
+            if rtype.singleton and rtype.name in replicas and count != 1:
+                problems.append(
+                    f"{rtype.name} replicas must be 1 (got {count}); add Workers instead"
+                )
+            if rtype.required and rtype.name not in replicas:
+                problems.append(f"{rtype.name} is missing (the operator requires one)")
+        want = kind.container if kind.container_required else None
+        for rtype_name, replica in replicas.items():
             names = [
                 c.get("name")
                 for c in ((replica or {}).get("template") or {})
@@ -385,7 +385,9 @@ def check_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
                 .get("containers", [])
             ]
             if want and want not in names:
-                problems.append(f"{rtype} has no container named {want!r} (the operator needs one)")
+                problems.append(
+                    f"{rtype_name} has no container named {want!r} (the operator needs one)"
+                )
         elastic = spec.get("elasticPolicy") or {}
         lo, hi = elastic.get("minReplicas"), elastic.get("maxReplicas")
         if lo is not None and hi is not None and lo > hi:
@@ -415,7 +417,9 @@ def check_semantics(spec: JobSpec) -> None:
         )
 
 
-def warm_up(kinds: Sequence[tuple[str, str]] = (("kubeflow.org/v1", "PyTorchJob"),)) -> None:
+def warm_up(
+    kinds: Sequence[tuple[str, str]] = ((KIND_TABLE[DEFAULT_KIND].api_version, DEFAULT_KIND),),
+) -> None:
     """Import the schema libraries and compile the validators a first job will need.
 
     Importing ``jsonschema`` (with the optional format checkers a Jupyter install brings) and

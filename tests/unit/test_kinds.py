@@ -1,0 +1,91 @@
+"""The kind table (:mod:`jupyter_ktrain.kinds`) agrees with the CRDs it names and the
+builders it registers: adding a kind is one entry plus its builder, and this says when the
+entry is wrong."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from jupyter_ktrain.backends.kubernetes.kinds import BUILDERS, builder
+from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.status import job_shape, replica_pods
+from jupyter_ktrain.backends.kubernetes.validate import CRD_DIR, validate_objects
+from jupyter_ktrain.kinds import KIND_TABLE, KINDS, JobKind
+from jupyter_ktrain.spec import JobSpec
+
+KIND_LIST = list(KIND_TABLE.values())
+
+
+@pytest.mark.parametrize("kind", KIND_LIST, ids=lambda k: k.name)
+def test_each_kind_matches_its_crd(kind: JobKind) -> None:
+    crd = yaml.safe_load((CRD_DIR / kind.crd_file).read_text())
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["kind"], spec["names"]["plural"]) == (
+        kind.group,
+        kind.name,
+        kind.plural,
+    )
+    assert kind.version in [v["name"] for v in spec["versions"] if v.get("served")]
+    if kind.replica_key:
+        (version,) = [v for v in spec["versions"] if v["name"] == kind.version]
+        props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        assert kind.replica_key in props
+
+
+@pytest.mark.parametrize("kind", KIND_LIST, ids=lambda k: k.name)
+def test_each_kind_renders_valid_objects_with_its_pods_in_rank_order(kind: JobKind) -> None:
+    assert builder(kind) is BUILDERS[kind.builder]
+    spec = JobSpec(name="k", kind=kind.name, nodes=3, backend="kubernetes", image="py:3")
+    objects = render(spec, CodeSource()).objects
+    validate_objects(objects)
+    job = objects[-1]
+    assert (job["apiVersion"], job["kind"]) == (kind.api_version, kind.name)
+    if kind.replica_key:
+        pods = replica_pods(job)
+        heads = [r.pod("k", 0) for r in kind.replicas if r.singleton]
+        assert pods[0] in heads, pods
+        assert job_shape(job).kind == kind.name
+
+
+def test_the_kind_flag_takes_every_kind_by_its_name() -> None:
+    from jupyter_ktrain.cli_render import build_parser, spec_from_args
+
+    assert set(KINDS) == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob", "XGBoostJob"}
+    for name in KINDS:
+        args = build_parser().parse_args(["--kind", name, "--name", "k", "--image", "py:3"])
+        assert spec_from_args(args).kind == name
+
+
+def test_xgboostjob_is_a_master_and_workers_running_one_process_each() -> None:
+    spec = JobSpec(name="xgb", kind="XGBoostJob", nodes=3, backend="kubernetes", image="py:3")
+    job = render(spec, CodeSource()).job
+    replicas = job["spec"]["xgbReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Master": 1, "Worker": 2}
+    for replica in replicas.values():
+        (container,) = replica["template"]["spec"]["containers"]
+        assert container["name"] == "xgboost"
+        assert "torch.distributed.run" not in container["command"]
+        assert replica["restartPolicy"] == "ExitCode"
+    assert replica_pods(job) == ["xgb-master-0", "xgb-worker-0", "xgb-worker-1"]
+
+
+def test_a_master_missing_or_doubled_is_what_the_xgboost_webhook_rejects() -> None:
+    from jupyter_ktrain.backends.kubernetes.validate import check_objects
+
+    spec = JobSpec(name="xgb", kind="XGBoostJob", nodes=2, backend="kubernetes", image="py:3")
+    job = render(spec, CodeSource()).job
+    job["spec"]["xgbReplicaSpecs"]["Master"]["replicas"] = 2
+    assert any("Master replicas must be 1" in p for p in check_objects([job]))
+    del job["spec"]["xgbReplicaSpecs"]["Master"]
+    assert any("Master is missing" in p for p in check_objects([job]))
+
+
+@pytest.mark.parametrize("kind", ["TFJob", "MPIJob", "XGBoostJob"])
+def test_deepspeed_and_elastic_name_the_kinds_that_take_them(kind: str) -> None:
+    from jupyter_ktrain.errors import SpecError
+
+    with pytest.raises(SpecError, match="needs --kind PyTorchJob or TrainJob"):
+        JobSpec.create(name="d", kind=kind, deepspeed={"stage": 2})
+    with pytest.raises(SpecError, match=r"--elastic needs --kind PyTorchJob \("):
+        JobSpec.create(name="e", kind=kind, nodes=2, elastic="2:2")
