@@ -184,6 +184,7 @@ POD_MODULES = (
     "errors.py",
     "exits.py",
     "integrations.py",
+    "kinds.py",
     "launch.py",
     "report.py",
     "runtime.py",

@@ -1,5 +1,6 @@
 """Every kind the product renders runs to Succeeded on the real controllers, from %%ktrain:
-an elastic Worker-only PyTorchJob, a TFJob, and a TrainJob on Trainer's own
+an elastic Worker-only PyTorchJob, a TFJob, an XGBoostJob training with xgboost.collective,
+and a TrainJob on Trainer's own
 ``torch-distributed`` runtime whose volume, nodeSelector, toleration, RDMA settings and pull
 secret reach its pods, and whose progress reaches ``trainerStatus``; every
 rank's logs stream into the cell and rank 0's result comes back. A job that asks for more GPUs
@@ -54,6 +55,65 @@ def test_tfjob(k8s_shell, capsys):
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     assert k8s_shell.user_ns["result"] == 7
+
+
+XGBOOST_CELL = """
+import os
+
+import numpy as np
+import xgboost as xgb
+from xgboost import collective
+from xgboost.tracker import RabitTracker
+
+
+def train_xgb(rounds):
+    # the Training Operator's env: Master is rank 0, Worker i rank i+1
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    tracker = None
+    if rank == 0:
+        tracker = RabitTracker(n_workers=world, host_ip="0.0.0.0", port=port, sortby="task")
+        tracker.start()
+    with collective.CommunicatorContext(
+        dmlc_tracker_uri=addr, dmlc_tracker_port=port, dmlc_task_id=str(rank), dmlc_retry=10
+    ):
+        rng = np.random.default_rng(rank)  # each worker its own shard
+        x = rng.normal(size=(200, 4))
+        y = (x[:, 0] + 0.1 * rng.normal(size=200) > 0).astype(int)
+        params = {"objective": "binary:logistic", "tree_method": "hist", "nthread": 1}
+        booster = xgb.train(params, xgb.DMatrix(x, y), rounds)
+        rows = int(collective.allreduce(np.array([len(y)]), collective.Op.SUM)[0])
+        trees = booster.num_boosted_rounds()
+        print(f"xgboost rank {collective.get_rank()} of {collective.get_world_size()}: "
+              f"{trees} trees on {rows} rows", flush=True)
+    if tracker is not None:
+        tracker.wait_for()
+    return trees
+"""
+
+
+def test_xgboostjob_trains_with_xgboost_collective(k8s_shell, test_cluster, capsys):
+    """The real XGBoost controller: a Master and two Workers, one process each under the
+    agent; rank 0 runs the tracker at the operator's MASTER_ADDR:MASTER_PORT, every rank joins
+    it and trains on its own shard (histograms allreduced); each rank's line reaches the cell
+    and rank 0's tree count comes back."""
+    pytest.importorskip("xgboost")
+    assert k8s_shell.run_cell(XGBOOST_CELL, store_history=True).success
+    job = k8s_shell.run_cell_magic(
+        "ktrain",
+        f"--kind XGBoostJob --nodes 3 {IMAGE} --name xgb",
+        "trees = train_xgb(5)\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", (
+        out,
+        test_cluster.kubectl("get", "xgboostjob", "xgb", "-o", "yaml").stdout,
+    )
+    for rank in range(3):
+        assert f"[rank{rank}]: xgboost rank {rank} of 3: 5 trees on 600 rows" in out, out
+    assert k8s_shell.user_ns["trees"] == 5
+    pods = test_cluster.kubectl("get", "pods", "-l", "ktrain.io/job=xgb", "-o", "name").stdout
+    assert sorted(pods.split()) == [f"pod/xgb-{p}" for p in ("master-0", "worker-0", "worker-1")]
 
 
 def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
