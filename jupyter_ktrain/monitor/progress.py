@@ -35,6 +35,15 @@ def fmt_seconds(seconds: float) -> str:
     return _fmt(round(seconds))
 
 
+def fmt_age(seconds: float) -> str:
+    """One unit, for narrow columns (the side panel's list): ``42s``, ``3m``, ``2h``, ``4d``."""
+    s = round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{round(s / size)}{unit}"
+    return f"{s}s"
+
+
 def fmt_elapsed(seconds: float) -> str:
     """Like :func:`fmt_seconds`, whole seconds passed (a clock does not round up)."""
     return _fmt(int(seconds))

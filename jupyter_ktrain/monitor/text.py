@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from .model import LogEntry, MonitorModel
-from .progress import Progress, fmt_elapsed, fmt_seconds
+from .progress import Progress, fmt_age, fmt_elapsed
 from .viewmodel import fmt_value, summary_values
 
 if TYPE_CHECKING:
@@ -73,14 +73,14 @@ def progress_text(progress: Progress, now: float, finished: bool = False) -> str
 
 
 def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
-    """The job list's cell: ``42% · 1m 30s``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
+    """The job list's cell (narrow): ``42% · 2m``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
     pct = progress.percent
     if pct is None:
         return f"step {progress.step}"
     if finished or progress.done:
         return f"{pct:g}%"
     left = progress.remaining(now)
-    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_seconds(left))
+    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
 
 
 def text_line(entry: LogEntry) -> str:
