@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -50,3 +57,33 @@ def jupyter_app(
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@dataclass
+class PanelServer:
+    """A real Jupyter server with the side panel's REST API, on its own job store."""
+
+    url: str
+    token: str
+    home: Path
+
+    def client(self, token: bool = True) -> httpx.Client:
+        headers = {"Authorization": f"token {self.token}"} if token else {}
+        return httpx.Client(base_url=f"{self.url}/ktrain/api", headers=headers, timeout=60)
+
+
+@contextlib.contextmanager
+def panel_server(tmp: Path, home: Path) -> Iterator[PanelServer]:
+    """``jupyter server`` with this checkout's extension config, reading ``home`` as its
+    ``KTRAIN_HOME``."""
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "KTRAIN_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    with jupyter_app("server", tmp, env, tmp / "server.log", token) as url:
+        yield PanelServer(url, token, home)

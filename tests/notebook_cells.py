@@ -25,3 +25,16 @@ def paced(n, pause):
         ktrain.report(step=i, total=n, loss=1.0 / i)
     return n
 """
+
+
+def extension_shell(setup: str):  # type: ignore[no-untyped-def]
+    """Body of a ``shell`` fixture: the IPython shell with the extension loaded and ``setup``
+    run as a cell, reset afterwards (a generator: ``yield from extension_shell(CELLS)``)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    assert sh.run_cell(setup, store_history=True).success
+    yield sh
+    sh.reset(new_session=True)

@@ -16,11 +16,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -31,7 +29,9 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.procs import marked_pids, process_start
 from jupyter_ktrain.cli import main as ktrain_cli
 from jupyter_ktrain.errors import JobFailed, SpecError
-from tests.jupyter_process import jupyter_app
+from tests.jupyter_process import PanelServer as Server
+from tests.jupyter_process import panel_server
+from tests.notebook_cells import extension_shell
 
 pytestmark = pytest.mark.slow
 
@@ -67,12 +67,7 @@ def ring():
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    assert sh.run_cell(SETUP, store_history=True).success
-    yield sh
-    sh.reset(new_session=True)
+    yield from extension_shell(SETUP)
 
 
 def _wait(check: Callable[[], object], timeout: float, what: str) -> None:
@@ -168,33 +163,12 @@ def test_killed_supervisor_takes_every_rank_with_it_and_the_status_says_why(
     assert job.logs().count(f"[agent]: {said}") == 2
 
 
-@dataclass
-class Server:
-    url: str
-    token: str
-    home: Path
-
-    def client(self) -> httpx.Client:
-        headers = {"Authorization": f"token {self.token}"}
-        return httpx.Client(base_url=f"{self.url}/ktrain/api", headers=headers, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real Jupyter server with the panel's REST API, on its own job store."""
     tmp = tmp_path_factory.mktemp("faults-api")
-    home = tmp / "ktrain-home"
-    token = secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "KTRAIN_HOME": str(home),
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    with jupyter_app("server", tmp, env, tmp / "server.log", token) as url:
-        yield Server(url, token, home)
+    with panel_server(tmp, tmp / "ktrain-home") as server:
+        yield server
 
 
 def _cancel(front_end: str, name: str, server: Server) -> str:

@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.procs import marked_pids
 from jupyter_ktrain.errors import JobFailed
-from tests.notebook_cells import ALLREDUCE_TRAIN
+from tests.notebook_cells import ALLREDUCE_TRAIN, extension_shell
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +39,7 @@ def sleepy():
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    assert sh.run_cell(SETUP, store_history=True).success
-    yield sh
-    sh.reset(new_session=True)
+    yield from extension_shell(SETUP)
 
 
 def test_two_by_two_job_all_ranks_agree_and_result_returns(

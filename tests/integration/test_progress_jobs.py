@@ -14,19 +14,14 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.monitor.live import model_from_logs
 from jupyter_ktrain.monitor.text import header_text
 from jupyter_ktrain.server.core import PanelCore
-from tests.notebook_cells import PACED_LOOP
+from tests.notebook_cells import PACED_LOOP, extension_shell
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    assert sh.run_cell(PACED_LOOP, store_history=True).success
-    yield sh
-    sh.reset(new_session=True)
+    yield from extension_shell(PACED_LOOP)
 
 
 def test_a_hand_written_loop_shows_progress_everywhere(

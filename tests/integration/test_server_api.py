@@ -6,17 +6,14 @@ The extension is enabled by the very config file the package installs
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.jupyter_process import jupyter_app
+from tests.jupyter_process import PanelServer as Server
+from tests.jupyter_process import panel_server
 
 from ..panel_jobs import run_job, start_job
 
@@ -26,33 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DONE = "api-done"
 
 
-@dataclass
-class Server:
-    url: str
-    token: str
-    home: Path
-
-    def client(self, token: bool = True) -> httpx.Client:
-        headers = {"Authorization": f"token {self.token}"} if token else {}
-        return httpx.Client(base_url=f"{self.url}/ktrain/api", headers=headers, timeout=30)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("api")
     home = tmp / "ktrain-home"
     run_job(home, DONE, nodes=2, steps=4)
-    token = secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "KTRAIN_HOME": str(home),
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    with jupyter_app("server", tmp, env, tmp / "server.log", token) as url:
-        yield Server(url, token, home)
+    with panel_server(tmp, home) as server:
+        yield server
 
 
 def test_root_answers_and_jobs_lists_the_finished_job(server: Server) -> None:
