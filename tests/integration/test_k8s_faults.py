@@ -68,8 +68,9 @@ def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(k8s_shell, cap
     assert status.failed_rank == 1, status
 
 
-def _delete_when_running(test_cluster, job_name: str, pod: str, marker: str) -> threading.Thread:
-    """Delete ``pod`` once the job's logs show ``marker`` (a user's `kubectl delete pod`)."""
+def _delete_when_running(test_cluster, job_name: str, pod, marker: str) -> threading.Thread:
+    """Delete ``pod`` (a name, or a function giving it then) once the job's logs show
+    ``marker`` (a user's `kubectl delete pod`)."""
     backend = get_backend("kubernetes")
 
     def logs() -> str:
@@ -80,7 +81,7 @@ def _delete_when_running(test_cluster, job_name: str, pod: str, marker: str) -> 
 
     def run() -> None:
         wait_for(lambda: marker in logs(), timeout=90, every=0.3)
-        test_cluster.faults.delete_pod(test_cluster.namespace, pod)
+        test_cluster.faults.delete_pod(test_cluster.namespace, pod() if callable(pod) else pod)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -139,20 +140,7 @@ def test_a_deleted_trainjob_pod_restarts_the_jobset_and_the_cell_says_so(
             (p["metadata"]["name"] for p in pods if "-node-0-1-" in p["metadata"]["name"]), ""
         )
 
-    backend = get_backend("kubernetes")
-
-    def run() -> None:
-        def seen() -> bool:
-            try:
-                return "rank 1 step 3" in backend.attach(name).logs()
-            except JobNotFound:
-                return False
-
-        wait_for(seen, timeout=90, every=0.3)
-        test_cluster.faults.delete_pod(test_cluster.namespace, victim())
-
-    deleter = threading.Thread(target=run, daemon=True)
-    deleter.start()
+    deleter = _delete_when_running(test_cluster, name, victim, "rank 1 step 3")
     job = k8s_shell.run_cell_magic(
         "ktrain", f"{KINDS['TrainJob']} {BASE} --name {name}", "result = steps(10, 0.5)\n"
     )
@@ -185,20 +173,8 @@ def test_a_lost_mpi_rank_reruns_mpirun_and_the_cell_says_so(
             "    time.sleep(1)\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n"
         ) + cell
-    backend = get_backend("kubernetes")
-
-    def run() -> None:
-        def seen() -> bool:
-            try:
-                return "rank 1 step 3" in backend.attach(name).logs()
-            except JobNotFound:
-                return False
-
-        wait_for(seen, timeout=90, every=0.3)
-        test_cluster.faults.delete_pod(test_cluster.namespace, f"{name}-worker-1")
-
     if fault == "delete":
-        threading.Thread(target=run, daemon=True).start()
+        _delete_when_running(test_cluster, name, f"{name}-worker-1", "rank 1 step 3")
     job = k8s_shell.run_cell_magic("ktrain", f"{KINDS['MPIJob']} {BASE} --name {name}", cell)
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
