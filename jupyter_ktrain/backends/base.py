@@ -54,6 +54,9 @@ class ReplicaStatus:
     node: str = ""
     exit_code: int | None = None
     last_event: str = ""
+    # why it last restarted ("restarted after exit 137, ..."), kept apart from ``last_event``,
+    # which a newer state (e.g. PodInitializing) may take over
+    restart_cause: str = ""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def replica_row(r: ReplicaStatus) -> ReplicaRow:
     event = r.last_event
     if not event and r.exit_code is not None:
         event = f"exited with code {r.exit_code}"
-    return ReplicaRow(r.name, r.phase, r.restarts, r.node, event)
+    return ReplicaRow(r.name, r.phase, r.restarts, r.node, event, r.restart_cause)
 
 
 class ModelSink:

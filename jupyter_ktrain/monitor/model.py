@@ -92,6 +92,7 @@ class ReplicaRow:
     restarts: int = 0
     node: str = ""
     last_event: str = ""
+    restart_cause: str = ""  # "restarted after ...": why its restart count last grew
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ class MonitorModel:
         for r in rows:
             if r.restarts > before.get(r.name, 0):
                 limit = f" of at most {max_restarts}" if max_restarts is not None else ""
-                why = r.last_event.removeprefix("restarted").strip()
+                why = (r.restart_cause or r.last_event).removeprefix("restarted").strip()
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",

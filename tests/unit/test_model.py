@@ -150,3 +150,49 @@ def test_single_node_jobs_show_no_network_transport() -> None:
     assert two.transport is not None
     assert two.transport.describe() == "NET/Socket (TCP sockets)"
     assert [a.code for a in two.alerts()] == ["rdma-fallback"]
+
+
+def test_a_recreated_pod_seen_first_while_initializing_is_said_to_restart_for_its_cause() -> None:
+    """The operator made rank 1's pod anew after it was killed (exit 137); the watch may see
+    the new pod while its container still waits (PodInitializing): the alert still says why
+    it restarted, not the state it is in."""
+    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.monitor.live import replica_row
+
+    job = {
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kill-rank"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 1}}},
+        "status": {"conditions": [{"type": "Running", "status": "True"}]},
+    }
+    waiting = {
+        "metadata": {"name": "kill-rank-worker-0"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "PodInitializing"}},
+                }
+            ],
+        },
+    }
+    pods = {"kill-rank-worker-0": waiting}
+    status = build_status(
+        job,
+        pods,
+        {},
+        {},
+        {},
+        recreations={"kill-rank-worker-0": 1},
+        last_exits={"kill-rank-worker-0": (137, "Error")},
+    )
+    m = _model()
+    m.set_replicas([replica_row(r) for r in status.replicas], T0, max_restarts=3)
+    texts = [a.message for a in m.alerts()]
+    assert any(
+        "kill-rank-worker-0 restarted after exit 137, killed by signal 9 (SIGKILL)" in t
+        and "(restart 1 of at most 3)" in t
+        for t in texts
+    ), texts

@@ -129,7 +129,13 @@ def _replica(
     restarted = f"restarted after {restart_cause(*cause)}" if cause else "restarted"
     if pod is None:
         text = _event_text(event) or (restarted if recreations else "")
-        return ReplicaStatus(pod_name, "NotCreated", recreations, last_event=text)
+        return ReplicaStatus(
+            pod_name,
+            "NotCreated",
+            recreations,
+            last_event=text,
+            restart_cause=restarted if recreations else "",
+        )
     cs = _container(pod)
     problem = pod_problem(dict(pod))
     shown = event if event and event.get("reason") in _EVENT_REASONS else None
@@ -151,6 +157,7 @@ def _replica(
         or _event_text(shown)
         or (restarted if restarts else "")
         or _event_text(event),
+        restart_cause=restarted if restarts else "",
     )
 
 
