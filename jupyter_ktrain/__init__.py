@@ -68,14 +68,14 @@ def _warm_up_cluster_validation() -> None:
     import threading
 
     try:
-        from .backends import default_backend_name
+        from .backends import default_backend_name, warm_up
 
-        if default_backend_name() != "kubernetes":
+        name = default_backend_name()
+        if name != "kubernetes":
             return
-        from .backends.kubernetes.validate import warm_up
     except Exception:  # a broken config is reported when a job uses it, not at load time
         return
-    threading.Thread(target=warm_up, name="ktrain-warm-up", daemon=True).start()
+    threading.Thread(target=warm_up, args=(name,), name="ktrain-warm-up", daemon=True).start()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

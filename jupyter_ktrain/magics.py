@@ -184,7 +184,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         namespace,
         history,
         hidden,
-        allow_secrets=ns.allow_secret,
+        allow_secrets=ns.allow_secret or (),
         from_env=env_names(ns),
         cell_number=len(history) - 1 if len(history) > 1 else None,  # In[-1] is this cell
     )

@@ -1,8 +1,9 @@
 """The job description: pure, frozen dataclasses with validation and no I/O.
 
 A :class:`JobSpec` is what every backend consumes. The magic, the ``ktrain`` CLI and YAML files
-all build one through :func:`JobSpec.create`, which validates everything a user can get wrong
-before any process or Kubernetes object exists.
+all build one through :func:`JobSpec.create`, which converts their values once
+(:mod:`jupyter_ktrain.spec_values`) and validates everything a user can get wrong before any
+process or Kubernetes object exists.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import SpecError
@@ -204,18 +205,12 @@ class JobSpec:
         _check_cross_fields(self)
 
     @classmethod
-    def create(cls, **kwargs: Any) -> JobSpec:
-        """Build a spec from loose values (flags, YAML); unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise SpecError(
-                f"Unknown job option(s): {', '.join(unknown)}. Known: {', '.join(sorted(known))}."
-            )
-        for key, convert in _COERCE.items():
-            if key in kwargs and kwargs[key] is not None:
-                kwargs[key] = convert(kwargs[key])
-        return cls(**kwargs)
+    def create(cls, **values: Any) -> JobSpec:
+        """Build a spec from loose values (flags, YAML, Python): the one conversion, in
+        :func:`jupyter_ktrain.spec_values.convert`; unknown keys are an error."""
+        from .spec_values import convert
+
+        return cls(**convert(values))
 
     @property
     def nproc(self) -> int:
@@ -335,82 +330,6 @@ def _check_trainer_runtime(spec: JobSpec) -> None:
         raise SpecError(f"--runtime {spec.runtime!r} is not a valid runtime name.")
 
 
-def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
-    if isinstance(value, dict):
-        return tuple((str(k), str(v)) for k, v in value.items())
-    return tuple((str(k), str(v)) for k, v in value)
-
-
-def _many(convert: Any) -> Any:
-    def inner(value: Any) -> tuple[Any, ...]:
-        items = [value] if isinstance(value, (str, dict)) else list(value)
-        return tuple(convert(v) for v in items)
-
-    return inner
-
-
-def _obj(cls: Any, parse: Any = None) -> Any:
-    def inner(value: Any) -> Any:
-        if isinstance(value, dict):
-            return cls(**value)
-        if isinstance(value, str) and parse is not None:
-            return parse(value)
-        return value
-
-    return inner
-
-
-def _storage(value: Any) -> Storage:
-    if isinstance(value, dict):
-        value = dict(value)
-        value["mounts"] = _many(_obj(Mount, Mount.parse))(value.get("mounts", ()))
-        return Storage(**value)
-    if not isinstance(value, Storage):
-        raise SpecError("storage must be a mapping with 'mounts' and 'shm'.")
-    return value
-
-
-def _scheduling(value: Any) -> Scheduling:
-    if isinstance(value, dict):
-        value = dict(value)
-        if "node_selector" in value:
-            value["node_selector"] = _pairs(value["node_selector"])
-        if "tolerations" in value:
-            value["tolerations"] = _many(_obj(Toleration, Toleration.parse))(value["tolerations"])
-        if "init_containers" in value:
-            value["init_containers"] = _many(_obj(InitContainer, InitContainer.parse))(
-                value["init_containers"]
-            )
-        if "image_pull_secrets" in value:
-            value["image_pull_secrets"] = _many(str)(value["image_pull_secrets"])
-        return Scheduling(**value)
-    if not isinstance(value, Scheduling):
-        raise SpecError("scheduling must be a mapping (node_selector, tolerations, ...).")
-    return value
-
-
-def _rdma(value: Any) -> Rdma:
-    if isinstance(value, dict):
-        return Rdma.from_dict(value, name=str(value.get("name", "custom")))
-    if not isinstance(value, Rdma):
-        raise SpecError(
-            "rdma must be a profile mapping here; resolve profile names (infiniband, roce, tcp) "
-            "or files with jupyter_ktrain.backends.kubernetes.rdma.resolve_profile first."
-        )
-    return value
-
-
-def _deepspeed(value: Any) -> DeepSpeed:
-    if isinstance(value, dict):
-        return DeepSpeed(**value)
-    if not isinstance(value, DeepSpeed):
-        raise SpecError(
-            "deepspeed must be a mapping here; resolve 'zero3' or a file with "
-            "jupyter_ktrain.backends.kubernetes.deepspeed.resolve_deepspeed first."
-        )
-    return value
-
-
 def _check_env_secrets(spec: JobSpec) -> None:
     """An --env value that is a secret would be written into the pod spec, the job's plan
     and the dry run: refuse it and say how to pass it by reference instead."""
@@ -434,20 +353,3 @@ def _check_env_secrets(spec: JobSpec) -> None:
                 f"--env {name!r} is not a valid environment variable name: use letters, "
                 f"digits and '_' (e.g. --env HF_TOKEN)."
             )
-
-
-_COERCE: dict[str, Any] = {
-    "resources": _obj(Resources),
-    "env": _pairs,
-    "labels": _pairs,
-    "rdma": _rdma,
-    "deepspeed": _deepspeed,
-    "storage": _storage,
-    "scheduling": _scheduling,
-    "run_policy": _obj(RunPolicy),
-    "elastic": _obj(Elastic, Elastic.parse),
-    "secret_env": _many(_obj(SecretEnv, SecretEnv.parse)),
-    "env_from_secrets": _many(str),
-    "pass_env": _many(str),
-    "allow_secrets": _many(str),
-}

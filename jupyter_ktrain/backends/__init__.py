@@ -1,9 +1,19 @@
-"""Backends run a captured program as a job: ``local`` (torchrun here) and ``kubernetes``."""
+"""Backends run a captured program as a job: ``local`` (torchrun here) and ``kubernetes``.
+
+This registry is the one way into a backend's package from the rest of ``jupyter_ktrain``
+(a test holds every other module to it): front ends and views name a backend here.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SpecError
 from .base import Backend, Job, JobStatus, LaunchPlan
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..spec import JobSpec
 
 __all__ = [
     "Backend",
@@ -13,6 +23,8 @@ __all__ = [
     "default_backend_name",
     "get_backend",
     "listed_backends",
+    "render_kubernetes",
+    "warm_up",
 ]
 
 
@@ -23,8 +35,9 @@ def default_backend_name() -> str:
     return load_config().backend or "local"
 
 
-def get_backend(name: str | None = None) -> Backend:
-    """The backend called ``name`` (default: the configured one)."""
+def get_backend(name: str | None = None, config: Config | None = None) -> Backend:
+    """The backend called ``name`` (default: the configured one); ``config``: the settings a
+    cluster backend uses instead of the user's config file."""
     name = name or default_backend_name()
     if name == "local":
         from .local import LocalBackend
@@ -33,7 +46,7 @@ def get_backend(name: str | None = None) -> Backend:
     if name == "kubernetes":
         from .kubernetes.backend import KubernetesBackend
 
-        return KubernetesBackend()
+        return KubernetesBackend(config=config)
     raise SpecError(f"--backend {name!r} is not known; use --backend local or kubernetes.")
 
 
@@ -42,3 +55,36 @@ def listed_backends() -> list[str]:
     an unreachable cluster), then the configured backend when it is another one."""
     configured = default_backend_name()
     return ["local"] if configured == "local" else ["local", configured]
+
+
+def warm_up(name: str) -> None:
+    """Do now what the first job of backend ``name`` would wait for (the Kubernetes backend
+    compiles its manifest validators)."""
+    if name == "kubernetes":
+        from .kubernetes.validate import warm_up as compile_validators
+
+        compile_validators()
+
+
+def render_kubernetes(
+    spec: JobSpec,
+    *,
+    configmap: str | None = None,
+    cell: str | None = None,
+    service_monitor: bool = False,
+    validate: bool = True,
+) -> tuple[str, dict[str, bytes]]:
+    """``ktrain render``: the Kubernetes objects of ``spec`` as YAML, checked against the CRD
+    and pod schemas unless not ``validate``, and the files the job ships (``ds_config.json``).
+
+    ``configmap`` names a ConfigMap holding the code (default: the image holds it); ``cell``
+    labels the job ``ktrain.io/cell``; ``service_monitor`` adds a Prometheus operator
+    ServiceMonitor for ``--metrics-port``."""
+    from .kubernetes.manifests import CodeSource, render
+    from .kubernetes.validate import validate_objects
+
+    code = CodeSource.configmap(configmap) if configmap else CodeSource()
+    rendered = render(spec, code, cell=cell, service_monitor=service_monitor)
+    if validate:
+        validate_objects(rendered.objects)
+    return rendered.yaml(), rendered.files

@@ -638,7 +638,7 @@ def _deepspeed_files(spec: Any, program_source: str | None = None) -> dict[str, 
     against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
     if spec.deepspeed is None:
         return {}
-    from .kubernetes.deepspeed import CONFIG_FILE, config_bytes
+    from ..deepspeed import CONFIG_FILE, config_bytes
 
     return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 

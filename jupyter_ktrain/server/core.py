@@ -166,7 +166,7 @@ class PanelCore:
         """The backends ``names()`` lists, each set up from the user's config
         (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
         backend=kubernetes context=...` shows in the open panel at its next refresh."""
-        from ..backends.kubernetes.backend import KubernetesBackend
+        from ..backends import get_backend
         from ..config import Config, load_config
 
         def resolve() -> dict[str, Hashable]:
@@ -174,9 +174,7 @@ class PanelCore:
             return {n: (config if n == "kubernetes" else n) for n in names()}
 
         def make(name: str, key: Hashable) -> Backend:
-            if name == "kubernetes" and isinstance(key, Config):
-                return KubernetesBackend(config=key)
-            return get_backend_by_name(name)
+            return get_backend(name, config=key if isinstance(key, Config) else None)
 
         return cls(resolve, make=make)
 

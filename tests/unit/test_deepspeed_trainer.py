@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.deepspeed import (
+from jupyter_ktrain.deepspeed import (
     build_config,
     config_bytes,
     resolve_deepspeed,

@@ -11,9 +11,9 @@ import yaml
 
 from jupyter_ktrain.backends.kubernetes import validate
 from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.rdma import PROFILES_ENV
 from jupyter_ktrain.cli_render import render_main
 from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.rdma import PROFILES_ENV
 from jupyter_ktrain.spec import JobSpec
 
 SPECS = Path(__file__).resolve().parents[1] / "data" / "specs"

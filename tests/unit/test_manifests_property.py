@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from jupyter_ktrain.backends.kubernetes.deepspeed import resolve_deepspeed
 from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.backends.kubernetes.rdma import resolve_profile
 from jupyter_ktrain.backends.kubernetes.validate import validate_objects
+from jupyter_ktrain.deepspeed import resolve_deepspeed
 from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.rdma import resolve_profile
 from jupyter_ktrain.spec import JobSpec
 
 names = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
+from ...deepspeed import CONFIG_FILE, config_bytes
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
 from ...spec import JobSpec
-from .deepspeed import CONFIG_FILE, config_bytes
 from .kinds import builder
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels

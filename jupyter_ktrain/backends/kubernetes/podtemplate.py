@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...deepspeed import CONFIG_ENV, CONFIG_PATH
 from ...launch import CODE_DIR
 from ...spec import JobSpec
-from .deepspeed import CONFIG_ENV, CONFIG_PATH
 from .metrics import METRICS_PORT_NAME, metrics_env
 
 __all__ = [

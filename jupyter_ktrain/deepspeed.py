@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import SpecError
-from ...launch import CODE_DIR
-from ...spec import DeepSpeed
+from .errors import SpecError
+from .launch import CODE_DIR
+from .spec import DeepSpeed
 
 __all__ = [
     "CONFIG_ENV",
