@@ -103,7 +103,7 @@ def render_request(
     from .validate import validate_objects
 
     cell = cell_id(program)
-    namespace = str(spec.namespace)
+    namespace = spec.namespace or "default"
     if registry:
         image: str | None = f"{registry}@{PLACEHOLDER_DIGEST}"
         code = CodeSource(image=image)
