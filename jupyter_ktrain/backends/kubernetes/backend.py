@@ -1,11 +1,12 @@
 """The Kubernetes backend: preflight, package, create all-or-nothing, watch, stream, explain.
 
-``dryrun`` renders and validates every object (the text is their YAML; ConfigMap data is
-summarised). ``schedule`` runs the preflight, packages the code (a code image pushed to the
-configured registry and pinned by digest, else a ConfigMap), creates the ConfigMap then the
-job, and makes the job own the ConfigMap (deleted with it); if creating the job fails, what was
-made is deleted. Status comes from a watch cache (:mod:`.watch`), logs from per-pod streams
-(:mod:`.logs`). Jobs are found by label, so a fresh kernel can list and re-attach.
+``dryrun`` renders and validates every object once (:mod:`.plan`: a
+:class:`~.plan.KubernetesRequest`; the text is their YAML, ConfigMap data summarised).
+``schedule`` runs the preflight, packages the code (a code image pushed to the configured
+registry and pinned by digest into a new request, else a ConfigMap), creates the planned
+objects, the job last, and makes the job own the others (deleted with it); if creating the job
+fails, what was made is deleted. Status comes from a watch cache (:mod:`.watch`), logs from
+per-pod streams (:mod:`.logs`). Jobs are found by label, so a fresh kernel can list and re-attach.
 """
 
 from __future__ import annotations
