@@ -178,3 +178,6 @@ def test_each_submit_renders_its_objects_once_on_either_route(
     )  # fmt: skip
     assert pods.stdout.split() == [f"{host}/ktrain/code@{digest}"], pods.stdout
     assert "0" * 64 in job.plan.describe()  # what the dry run showed, kept as it was
+    from jupyter_ktrain.monitor.live import model_for
+
+    assert model_for(job).header.image_digest == digest  # what the monitor's header shows
