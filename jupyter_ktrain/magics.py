@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend, listed_backends
-from .backends.base import CANCELLED, FAILED, Job, JobStatus
+from .backends.base import CANCELLED, FAILED, Backend, Job, JobStatus
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
 from .monitor.cell_error import job_error
@@ -209,7 +209,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     return job if ns.detach else _watch(job, shell)
 
 
-def _replace(backend: Any, name: str) -> None:
+def _replace(backend: Backend, name: str) -> None:
     """``--replace``: remove an earlier job of this name (stopping it if it runs)."""
     try:
         backend.delete(name)

@@ -2,7 +2,15 @@
 
 Public methods live here and call a few hooks each backend implements (torchx's shape):
 ``submit`` is ``schedule(dryrun(...))``, and the dry run is the exact request a backend would
-make (argv and environment per local process, or the Kubernetes objects).
+make: a :class:`LaunchPlan` over the backend's own request dataclass (the local backend's
+:class:`~.local.LocalRequest`: argv and environment per node; the Kubernetes backend's
+:class:`~.kubernetes.plan.KubernetesRequest`: the objects to create). A plan is never changed
+after it is made: what is known only later (the code image's digest, after the push) goes into
+a new plan (``dataclasses.replace``).
+
+To add a backend: a frozen request dataclass (what ``schedule`` needs, and nothing else), a
+``Backend`` subclass whose ``dryrun`` returns ``LaunchPlan[YourRequest]`` and whose ``schedule``
+starts with ``plan.made_by(YourRequest)``, and a name in :func:`~.get_backend`.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
 from ..kinds import DEFAULT_KIND
@@ -38,6 +46,7 @@ __all__ = [
     "LaunchPlan",
     "LogSource",
     "ReplicaStatus",
+    "Request",
     "complete_exit_codes",
 ]
 
@@ -116,14 +125,32 @@ def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
     return replace(status, exit_codes=codes)
 
 
+class Request(Protocol):
+    """What any backend's request tells a reader that does not know the backend (the
+    monitor's header). Each backend's request is a frozen dataclass of its own."""
+
+    @property
+    def image_digest(self) -> str | None:
+        """The digest of the code image the job runs, once pushed; None without one."""
+        ...
+
+
+R = TypeVar("R", bound=Request)
+R_co = TypeVar("R_co", bound=Request, covariant=True)
+
+
 @dataclass(frozen=True)
-class LaunchPlan:
-    """The exact request a backend would make. ``describe()`` is what ``--dry-run`` prints."""
+class LaunchPlan(Generic[R_co]):
+    """The exact request a backend would make. ``describe()`` is what ``--dry-run`` prints.
+
+    ``request`` is the backend's own part (what its ``schedule`` needs); the rest is the same
+    for every backend. Frozen and never changed: a step that learns more returns a new plan.
+    """
 
     spec: JobSpec
     program: CapturedProgram
     backend: str
-    details: Mapping[str, Any]
+    request: R_co
     text: str
     files: Mapping[str, bytes] = field(default_factory=dict)  # everything shipped with the code
     notes: tuple[str, ...] = ()  # what the user should know before it starts
@@ -133,6 +160,16 @@ class LaunchPlan:
 
     def describe(self) -> str:
         return self.text
+
+    def made_by(self, request_type: type[R]) -> LaunchPlan[R]:
+        """This plan typed by its request: the first line of a backend's ``schedule``. A plan
+        another backend made raises :class:`BackendError`."""
+        if not isinstance(self.request, request_type):
+            raise BackendError(
+                f"This plan was made by the {self.backend} backend: start it with that backend "
+                f"(`%%ktrain --backend {self.backend}`)."
+            )
+        return cast("LaunchPlan[R]", self)
 
 
 class LogSource(ABC):
@@ -164,12 +201,13 @@ class Backend(ABC):
     rdma_capable: bool = True
 
     @abstractmethod
-    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan:
-        """Everything ``schedule`` would do, computed but not done."""
+    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[Request]:
+        """Everything ``schedule`` would do, computed but not done (a subclass returns its own
+        request type: ``LaunchPlan[LocalRequest]``)."""
 
     @abstractmethod
-    def schedule(self, plan: LaunchPlan) -> Job:
-        """Start the planned job; all-or-nothing."""
+    def schedule(self, plan: LaunchPlan[Request]) -> Job:
+        """Start the planned job, all-or-nothing: a plan this backend's ``dryrun`` made."""
 
     @abstractmethod
     def status(self, name: str) -> JobStatus: ...
@@ -251,7 +289,7 @@ class Job:
         self,
         name: str,
         backend: Backend,
-        plan: LaunchPlan | None = None,
+        plan: LaunchPlan[Request] | None = None,
         dry_run: bool = False,
         shape: JobShape | None = None,
     ):

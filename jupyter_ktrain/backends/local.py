@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
@@ -45,6 +45,7 @@ from .base import (
     LaunchPlan,
     LogSource,
     ReplicaStatus,
+    Request,
     complete_exit_codes,
 )
 from .jobstore import (
@@ -60,7 +61,12 @@ from .jobstore import (
 )
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 
-__all__ = ["FileLogSource", "LocalBackend", "ktrain_home"]
+if TYPE_CHECKING:
+    from ..agent.sampler import GpuInfo
+    from ..capture import CapturedProgram
+    from ..spec import JobSpec
+
+__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
 
 CANCEL_TIMEOUT_S = 15.0
 # between stopping every node after a fault and starting them all again: a moment for the
@@ -81,6 +87,43 @@ def _free_port(taken: set[int]) -> int:
         if port not in taken:
             return port
     raise BackendError("Could not find a free TCP port on 127.0.0.1 for the job's rendezvous.")
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One local node: the command, its full environment, and where it runs."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    """What the supervisor gets (``plan.json``): each node's launch, the rendezvous port, the
+    marker its processes carry (so a stop finds them all), and the restart policy."""
+
+    master_port: int
+    marker: str
+    nodes: tuple[NodeLaunch, ...]
+    max_restarts: int
+    restart_delay_s: float = 0.0
+
+    @property
+    def image_digest(self) -> None:
+        """Local nodes run this machine's Python: no image."""
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        """The supervisor's ``plan.json``."""
+        nodes = [{"argv": list(n.argv), "env": dict(n.env), "cwd": n.cwd} for n in self.nodes]
+        return {
+            "master_port": self.master_port,
+            "marker": self.marker,
+            "nodes": nodes,
+            "max_restarts": self.max_restarts,
+            "restart_delay_s": self.restart_delay_s,
+        }
 
 
 def _package_root() -> str:
@@ -124,7 +167,7 @@ class FileLogSource(LogSource):
         return self._eof
 
 
-def machine_gpus() -> list[Any]:
+def machine_gpus() -> list[GpuInfo]:
     """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
     ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
     from ..agent.sampler import list_gpus, select_gpus
@@ -140,7 +183,7 @@ def machine_gpus() -> list[Any]:
     return select_gpus(found, os.environ)
 
 
-def split_gpus(spec: Any, gpus: list[Any]) -> list[dict[str, str]]:
+def split_gpus(spec: JobSpec, gpus: list[GpuInfo]) -> list[dict[str, str]]:
     """Each node's share of ``gpus`` (NVML order) as environment: CUDA_VISIBLE_DEVICES by
     index in PCI bus order (CUDA's default order differs from NVML's) and the UUIDs for the
     agent's sampler. Raises :class:`SpecError` when the machine has too few."""
@@ -180,7 +223,7 @@ class LocalBackend(Backend):
         self,
         home: Path | None = None,
         python: str | None = None,
-        gpus: Callable[[], list[Any]] | None = None,
+        gpus: Callable[[], list[GpuInfo]] | None = None,
     ):
         self.home = home or ktrain_home()
         self.python = python or sys.executable
@@ -217,7 +260,7 @@ class LocalBackend(Backend):
         return ports
 
     # -- plan -----------------------------------------------------------------------------
-    def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
+    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
         port = _free_port(self._ports_in_use())
@@ -250,36 +293,37 @@ class LocalBackend(Backend):
             argv = node_command(str(code_dir), python=self.python)
             if spec.deepspeed is not None:
                 env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
-            nodes.append({"argv": argv, "env": env, "cwd": str(code_dir)})
-        details = {
-            "master_port": port,
-            "marker": marker,
-            "nodes": nodes,
-            "max_restarts": local_max_restarts(spec),
-            "restart_delay_s": RESTART_DELAY_S,
-        }
+            nodes.append(NodeLaunch(tuple(argv), env, str(code_dir)))
+        request = LocalRequest(
+            master_port=port,
+            marker=marker,
+            nodes=tuple(nodes),
+            max_restarts=local_max_restarts(spec),
+            restart_delay_s=RESTART_DELAY_S,
+        )
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
         notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}",)
         text = _describe(spec, nodes)
-        return LaunchPlan(spec, program, self.name, details, text, files, notes if ignored else ())
+        return LaunchPlan(spec, program, self.name, request, text, files, notes if ignored else ())
 
     # -- lifecycle ------------------------------------------------------------------------
-    def schedule(self, plan: LaunchPlan) -> Job:
-        name = plan.spec.name
+    def schedule(self, plan: LaunchPlan[Request]) -> Job:
+        made = plan.made_by(LocalRequest)
+        name = made.spec.name
         job_dir = create_job_dir(self.home / "jobs", check_job_name(name))  # exclusive
         try:
-            self._write(job_dir, plan)
-            self._start_supervisor(job_dir, plan)
+            self._write(job_dir, made)
+            self._start_supervisor(job_dir, made)
         except BaseException as exc:
             shutil.rmtree(job_dir, ignore_errors=True)  # ours alone: create_job_dir made it
             if isinstance(exc, OSError):
                 raise store_error(job_dir.parent, exc) from None
             raise
-        return Job(name, self, plan)
+        return Job(name, self, made)
 
-    def _start_supervisor(self, job_dir: Path, plan: LaunchPlan) -> None:
+    def _start_supervisor(self, job_dir: Path, plan: LaunchPlan[LocalRequest]) -> None:
         with open_append(job_dir / "supervisor.log") as log:
             subprocess.run(
                 [
@@ -292,7 +336,7 @@ class LocalBackend(Backend):
                 env={
                     **os.environ,
                     **plan.environ,  # --env NAME: through the environment, never a file
-                    "PYTHONPATH": plan.details["nodes"][0]["env"]["PYTHONPATH"],
+                    "PYTHONPATH": plan.request.nodes[0].env["PYTHONPATH"],
                 },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -301,7 +345,7 @@ class LocalBackend(Backend):
                 timeout=60,
             )
 
-    def _write(self, job_dir: Path, plan: LaunchPlan) -> None:
+    def _write(self, job_dir: Path, plan: LaunchPlan[LocalRequest]) -> None:
         """The job's files, private to this user (folders 0700, files 0600)."""
         code_dir = job_dir / "code"
         code_dir.mkdir(mode=0o700)
@@ -312,7 +356,7 @@ class LocalBackend(Backend):
         spec = plan.spec
         meta = {"name": spec.name, "kind": spec.kind, "nodes": spec.nodes, "nproc": spec.nproc}
         write_private(job_dir / "job.json", json.dumps(meta, indent=1).encode())
-        write_private(job_dir / "plan.json", json.dumps(dict(plan.details), indent=1).encode())
+        write_private(job_dir / "plan.json", json.dumps(plan.request.to_json(), indent=1).encode())
         write_private(job_dir / "dry-run.txt", plan.text.encode())
 
     def status(self, name: str) -> JobStatus:
@@ -622,7 +666,7 @@ def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
             yield entry.stat().st_mtime, entry
 
 
-def _metrics_env(spec: Any, node: int) -> dict[str, str]:
+def _metrics_env(spec: JobSpec, node: int) -> dict[str, str]:
     """The agent's Prometheus endpoint: node i on 127.0.0.1, port ``--metrics-port`` + i."""
     if spec.metrics_port is None:
         return {}
@@ -633,7 +677,7 @@ def _metrics_env(spec: Any, node: int) -> dict[str, str]:
     }
 
 
-def _deepspeed_files(spec: Any, program_source: str | None = None) -> dict[str, bytes]:
+def _deepspeed_files(spec: JobSpec, program_source: str | None = None) -> dict[str, bytes]:
     """The generated or given DeepSpeed config, checked against the world size already (and
     against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
     if spec.deepspeed is None:
@@ -643,7 +687,7 @@ def _deepspeed_files(spec: Any, program_source: str | None = None) -> dict[str, 
     return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 
 
-def local_max_restarts(spec: Any) -> int:
+def local_max_restarts(spec: JobSpec) -> int:
     """How often a local job restarts every node after a fault (``--max-restarts``, default
     :data:`~jupyter_ktrain.spec_parts.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
     policy = spec.run_policy
@@ -658,7 +702,7 @@ def _phase(exit_code: int | None, job_state: str) -> str:
     return job_state if job_state == "Cancelled" else "Failed"
 
 
-def cluster_only_settings(spec: Any) -> list[str]:
+def cluster_only_settings(spec: JobSpec) -> list[str]:
     """Settings that only mean something on a cluster; the local backend runs without them
     and says so before the job starts (a note), so the same cell runs here unchanged. CPU and
     memory requests and limits are among them: nothing limits a local job's memory (a
@@ -686,7 +730,7 @@ def cluster_only_settings(spec: Any) -> list[str]:
     return [flag for flag, given in checks.items() if given]
 
 
-def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
+def _describe(spec: JobSpec, nodes: list[NodeLaunch]) -> str:
     lines = [
         f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
         f"# a fault (a node exit code >= 128: a rank killed, OOM, a lost peer) stops every node "
@@ -702,7 +746,7 @@ def _describe(spec: Any, nodes: list[dict[str, Any]]) -> str:
         lines.append(f"# from the kernel's environment (never written down): {names}")
     for i, node in enumerate(nodes):
         lines.append(f"\n# node {i}")
-        lines.append(f"cd {shlex.quote(node['cwd'])}")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node["env"].items()))
-        lines.append(f"env {env} \\\n  {shlex.join(node['argv'])}")
+        lines.append(f"cd {shlex.quote(node.cwd)}")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node.env.items()))
+        lines.append(f"env {env} \\\n  {shlex.join(node.argv)}")
     return "\n".join(lines) + "\n"

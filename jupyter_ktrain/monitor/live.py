@@ -50,8 +50,7 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
         header.nodes = spec.nodes
         header.procs_per_node = spec.nproc
         header.gpus_per_node = spec.resources.gpus
-        digest = plan.details.get("image_digest") if hasattr(plan.details, "get") else None
-        header.image_digest = str(digest) if digest else None
+        header.image_digest = plan.request.image_digest
         rdma = rdma_requested(spec) and job.backend.rdma_capable
     elif job.shape is not None:  # attached later: the shape the backend stored
         header.kind = job.shape.kind

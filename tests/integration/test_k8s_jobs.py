@@ -137,3 +137,47 @@ def test_reattach_from_fresh_shell_then_delete_leaves_nothing(k8s_shell, test_cl
         assert left.stdout.strip() == "", (kind, left.stdout)
     assert test_cluster.kubectl("get", "configmap", "again-code").returncode != 0
     assert "again" not in test_cluster.kubectl("get", "pods", "-o", "name").stdout
+
+
+def test_each_submit_renders_its_objects_once_on_either_route(
+    k8s_shell, test_cluster, cluster_registry, monkeypatch, capsys
+):
+    """The dry run renders the objects; the submit creates exactly those: nothing is
+    rendered again after the code image is pushed (its digest is pinned into a new plan)."""
+    from jupyter_ktrain.backends.kubernetes import manifests
+
+    rendered: list[str] = []
+    real = manifests.job_objects
+
+    def counted(spec, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rendered.append(spec.name)
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(manifests, "job_objects", counted)
+    job = k8s_shell.run_cell_magic(
+        "ktrain", "--image local/python --name once-cm", "result = train(1)\n"
+    )
+    assert job.state == "Succeeded", capsys.readouterr().out
+    assert rendered == ["once-cm"]
+
+    host = cluster_registry.host
+    k8s_shell.run_line_magic(
+        "ktrain", f"config registry={host}/ktrain/code base_image={host}/base/py:1"
+    )
+    job = k8s_shell.run_cell_magic("ktrain", "--name once-reg", "result = train(2)\n")
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert rendered == ["once-cm", "once-reg"]
+    digest = job.plan.request.image_digest
+    assert digest is not None
+    assert digest.startswith("sha256:")
+    assert set(digest[7:]) != {"0"}  # the pushed image's, not the dry run's placeholder
+    pods = test_cluster.kubectl(
+        "get", "pods", "-l", "ktrain.io/job=once-reg", "-o",
+        "jsonpath={.items[*].spec.containers[0].image}",
+    )  # fmt: skip
+    assert pods.stdout.split() == [f"{host}/ktrain/code@{digest}"], pods.stdout
+    assert "0" * 64 in job.plan.describe()  # what the dry run showed, kept as it was
+    from jupyter_ktrain.monitor.live import model_for
+
+    assert model_for(job).header.image_digest == digest  # what the monitor's header shows

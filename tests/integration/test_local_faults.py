@@ -316,7 +316,7 @@ while not go.exists():
     time.sleep(0.001)
 try:
     backend.schedule(plan)
-    print(json.dumps({"won": True, "marker": plan.details["marker"]}))
+    print(json.dumps({"won": True, "marker": plan.request.marker}))
 except KtrainError as exc:
     print(json.dumps({"won": False, "error": str(exc)}))
 """

@@ -25,7 +25,7 @@ def test_dry_run_needs_no_cluster(
     job = sh.run_cell_magic("ktrain", FLAGS, 'train(model="meta-llama/Llama-2-13b-hf", epochs=3)')
     out = capsys.readouterr().out
     assert job.dry_run
-    kinds = [o["kind"] for o in job.plan.details["objects"]]
+    kinds = [o["kind"] for o in job.plan.request.objects]
     assert kinds == ["ConfigMap", "PyTorchJob"]
     assert "namespace shown as 'default'" in out
     for text in (

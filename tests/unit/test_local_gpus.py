@@ -29,7 +29,7 @@ def _plan(tmp_path: Path, **spec: object) -> tuple[LocalBackend, object]:
 
 def test_each_local_node_gets_its_own_gpus_and_samples_only_those(tmp_path: Path) -> None:
     _, plan = _plan(tmp_path, nodes=2, resources={"gpus": 2})
-    envs = [n["env"] for n in plan.details["nodes"]]  # type: ignore[attr-defined]
+    envs = [n.env for n in plan.request.nodes]  # type: ignore[attr-defined]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "2,3"]
     assert {e["CUDA_DEVICE_ORDER"] for e in envs} == {"PCI_BUS_ID"}
     assert [e["PET_NPROC_PER_NODE"] for e in envs] == ["2", "2"]  # one process per GPU
@@ -51,14 +51,14 @@ def test_no_gpus_asked_means_no_split_and_no_nvml_call(tmp_path: Path) -> None:
         raise AssertionError("NVML asked for a CPU job")
 
     plan = LocalBackend(tmp_path, gpus=boom).dryrun(JobSpec.create(name="c", nodes=2), PROGRAM)
-    assert all("CUDA_VISIBLE_DEVICES" not in n["env"] for n in plan.details["nodes"])
+    assert all("CUDA_VISIBLE_DEVICES" not in n.env for n in plan.request.nodes)
 
 
 def test_rdma_on_the_local_backend_is_only_a_note(tmp_path: Path) -> None:
     backend, plan = _plan(tmp_path, nodes=2, rdma=resolve_profile("infiniband"))
     assert plan.notes == ("local run: --rdma apply on --backend kubernetes only",)  # type: ignore[attr-defined]
-    for node in plan.details["nodes"]:  # type: ignore[attr-defined]
-        assert "KTRAIN_RDMA" not in node["env"]  # so the agent sets no NCCL_DEBUG=INFO
-        assert "NCCL_IB_HCA" not in node["env"]
+    for node in plan.request.nodes:  # type: ignore[attr-defined]
+        assert "KTRAIN_RDMA" not in node.env  # so the agent sets no NCCL_DEBUG=INFO
+        assert "NCCL_IB_HCA" not in node.env
     model = model_for(Job("g", backend, plan))  # type: ignore[arg-type]
     assert model.rdma_requested is False

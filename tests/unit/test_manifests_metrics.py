@@ -143,7 +143,7 @@ def test_offline_dry_run_shows_the_service_and_says_why_no_monitor(
     job = sh.run_cell_magic("ktrain", flags, "train()")
     out = capsys.readouterr().out
     sh.reset(new_session=True)
-    assert [o["kind"] for o in job.plan.details["objects"]] == [
+    assert [o["kind"] for o in job.plan.request.objects] == [
         "ConfigMap",
         "Service",
         "PyTorchJob",

@@ -7,7 +7,7 @@ import base64
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -374,7 +374,7 @@ def _rendered(plan: Any) -> bytes:
     return b"".join(
         [
             plan.describe().encode(),
-            json.dumps(plan.details, default=str).encode(),
+            json.dumps(asdict(plan.request), default=str).encode(),
             *plan.files.values(),
             *plan.program.files.values(),
             base64.b64decode(stream.group(1)) if stream else b"",

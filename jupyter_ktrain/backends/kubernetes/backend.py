@@ -1,28 +1,28 @@
 """The Kubernetes backend: preflight, package, create all-or-nothing, watch, stream, explain.
 
-``dryrun`` renders and validates every object (the text is their YAML; ConfigMap data is
-summarised). ``schedule`` runs the preflight, packages the code (a code image pushed to the
-configured registry and pinned by digest, else a ConfigMap), creates the ConfigMap then the
-job, and makes the job own the ConfigMap (deleted with it); if creating the job fails, what was
-made is deleted. Status comes from a watch cache (:mod:`.watch`), logs from per-pod streams
-(:mod:`.logs`). Jobs are found by label, so a fresh kernel can list and re-attach.
+``dryrun`` renders and validates every object once (:mod:`.plan`: a
+:class:`~.plan.KubernetesRequest`; the text is their YAML, ConfigMap data summarised).
+``schedule`` runs the preflight, packages the code (a code image pushed to the configured
+registry and pinned by digest into a new request, else a ConfigMap), creates the planned
+objects, the job last, and makes the job own the others (deleted with it); if creating the job
+fails, what was made is deleted. Status comes from a watch cache (:mod:`.watch`), logs from
+per-pod streams (:mod:`.logs`). Jobs are found by label, so a fresh kernel can list and re-attach.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...kinds import KIND_TABLE, job_kind
-from ...launch import LIB_DIR
 from ...monitor.progress import Progress, ProgressTracker
 from ...monitor.protocol import parse_line
 from ..base import (
@@ -34,16 +34,22 @@ from ..base import (
     JobStatus,
     LaunchPlan,
     LogSource,
+    Request,
     complete_exit_codes,
 )
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
-from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
+from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
+from .podtemplate import JOB_LABEL, MANAGED_BY
 from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
+
+if TYPE_CHECKING:
+    from ...capture import CapturedProgram
+    from ...spec import JobSpec
 
 __all__ = ["KubernetesBackend"]
 
@@ -120,11 +126,13 @@ class KubernetesBackend(Backend):
     def namespace(self) -> str:
         return self.config.namespace or self.api.namespace
 
-    def _ns(self, spec: Any) -> str:
+    def _ns(self, spec: JobSpec) -> str:
         return str(spec.namespace or self.config.namespace or self.api.namespace)
 
     # -- plan -------------------------------------------------------------------------------
-    def dryrun(self, spec: Any, program: Any) -> LaunchPlan:
+    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[KubernetesRequest]:
+        """The request, rendered once: ``schedule`` creates exactly these objects (on the
+        registry route, with the pushed image's digest in place of the placeholder)."""
         if spec.kind not in KIND_TABLE:
             raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
         notes: tuple[str, ...] = ()
@@ -135,25 +143,17 @@ class KubernetesBackend(Backend):
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
         if not spec.image and self.config.base_image:
             spec = spec.evolve(image=self.config.base_image)
-        route = "registry" if self.config.registry else "configmap"
-        cell = _cell_id(program)
         monitor, notes = self._service_monitor(spec, notes)
-        if route == "registry":
-            placeholder = f"{self.config.registry}@sha256:{'0' * 64}"
-            objects, files = _render(spec, CodeSource(image=placeholder), program, cell, monitor)
-        else:
-            objects, files = _render_configmap(spec, program, cell, monitor)
+        registry = self.config.registry or None
+        request, files = render_request(spec, program, registry=registry, service_monitor=monitor)
         if KIND_TABLE[spec.kind].trainer_runtime and not notes:
-            objects, notes = self._fault_runtime(objects, spec)
-        details = {"namespace": spec.namespace, "route": route, "objects": objects, "cell": cell}
-        details["files"] = files
-        details["service_monitor"] = monitor
-        text = _describe(objects, route)
-        return LaunchPlan(spec, program, self.name, details, text, notes=notes)
+            request, notes = self._fault_runtime(request, spec)
+        text = describe(request)
+        return LaunchPlan(spec, program, self.name, request, text, files, notes)
 
     def _fault_runtime(
-        self, objects: list[dict[str, Any]], spec: Any
-    ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+        self, request: KubernetesRequest, spec: JobSpec
+    ) -> tuple[KubernetesRequest, tuple[str, ...]]:
         """A TrainJob runs on a TrainingRuntime of its own, derived from its
         ClusterTrainingRuntime with the failure policy of every other kind
         (:func:`.kinds.fault_runtime`); where the cluster runtime cannot be read (RBAC), on it
@@ -177,23 +177,25 @@ class KubernetesBackend(Backend):
                 ) from None
             if exc.status != 403:
                 raise
-            return objects, (f"cannot read it (RBAC): {as_it_is}",)
+            return request, (f"cannot read it (RBAC): {as_it_is}",)
         group = "trainer.kubeflow.org"
         wanted = (
             Access("create", "trainingruntimes", group),
             Access("patch", "trainingruntimes", group),
         )
-        if not may(self.api, spec.namespace, *wanted):
-            return objects, (
-                f"you may not create TrainingRuntimes in {spec.namespace!r}: {as_it_is}",
+        if not may(self.api, request.namespace, *wanted):
+            return request, (
+                f"you may not create TrainingRuntimes in {request.namespace!r}: {as_it_is}",
             )
         from .validate import validate_objects
 
-        out = use_fault_runtime(objects, spec, cluster_runtime)
+        out = use_fault_runtime([dict(o) for o in request.objects], spec, cluster_runtime)
         validate_objects(out[:1])
-        return out, ()
+        return replace(request, objects=tuple(out)), ()
 
-    def _service_monitor(self, spec: Any, notes: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+    def _service_monitor(
+        self, spec: JobSpec, notes: tuple[str, ...]
+    ) -> tuple[bool, tuple[str, ...]]:
         """Whether to render a ServiceMonitor: metrics asked and the Prometheus operator's
         API served (discovery); without a cluster, not, with a note saying so."""
         if spec.metrics_port is None:
@@ -204,18 +206,19 @@ class KubernetesBackend(Backend):
         return serves_service_monitors(self.api), notes
 
     # -- submit -------------------------------------------------------------------------------
-    def schedule(self, plan: LaunchPlan) -> Job:
-        spec, details = plan.spec, plan.details
-        ns = details["namespace"]
-        route = details["route"]
-        kinds = {o["kind"] for o in details["objects"]}
+    def schedule(self, plan: LaunchPlan[Request]) -> Job:
+        """Preflight, push the code image (registry route), then create the planned objects,
+        all-or-nothing. The Job holds the plan as started (with the image digest)."""
+        made = plan.made_by(KubernetesRequest)
+        spec, request = made.spec, made.request
+        ns = request.namespace
         warnings = run_preflight(
             self.api,
             spec,
             ns,
-            configmap=route == "configmap",
-            service="Service" in kinds,
-            service_monitor="ServiceMonitor" in kinds,
+            configmap=request.route == "configmap",
+            service="Service" in request.kinds,
+            service_monitor="ServiceMonitor" in request.kinds,
         )
         for w in warnings:
             self.say(f"warning: {w}")
@@ -225,15 +228,15 @@ class KubernetesBackend(Backend):
                 f"A {spec.kind} named {spec.name!r} already exists in {ns!r}. Pick another "
                 f"--name, or remove it with `%ktrain delete {spec.name}`."
             )
-        objects = details["objects"]
-        if route == "registry":
-            objects = self._push(plan)
+        if request.route == "registry":
+            made = replace(made, request=self._push(made))
+        *owned, job_object = made.request.objects
         created: list[tuple[str, str]] = []
         try:
-            for obj in objects[:-1]:
+            for obj in owned:
                 self._create(obj, ns)
-                created.append((obj["kind"], obj["metadata"]["name"]))
-            job = self._create(objects[-1], ns)
+                created.append(kind_and_name(obj))
+            job = self._create(job_object, ns)
             self._own(job, created, ns)
         except Exception:
             for kind, name in created:
@@ -241,9 +244,10 @@ class KubernetesBackend(Backend):
             raise
         self._kinds[spec.name] = spec.kind
         self._watch(spec.name)
-        return Job(spec.name, self, plan)
+        return Job(spec.name, self, made)
 
-    def _push(self, plan: LaunchPlan) -> list[dict[str, Any]]:
+    def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
+        """Push the code image; the plan's request with its reference pinned by digest."""
         from ...packaging.progress import auto_progress
         from ...packaging.push import push_code_image
 
@@ -254,32 +258,19 @@ class KubernetesBackend(Backend):
                 "The registry route needs a base image: pass --image or set "
                 "`%ktrain config base_image=IMAGE`."
             )
-        files = {**program.files, **plan.details["files"]}
         result = push_code_image(
             base,
             f"{cfg.registry}",
-            files,
+            plan.files,
             requirements=program.requirements,
             offline=cfg.offline_requirements,
             insecure=cfg.insecure_registries,
             progress=auto_progress(),
         )
         self.say(result.message())
-        plan.details["image_digest"] = result.digest  # type: ignore[index]
-        objects, _files = _render(
-            spec,
-            CodeSource(image=result.reference),
-            program,
-            plan.details["cell"],
-            bool(plan.details.get("service_monitor")),
-        )
-        if KIND_TABLE[spec.kind].trainer_runtime:
-            objects, notes = self._fault_runtime(objects, spec)
-            for note in notes:
-                self.say(f"warning: {note}")
-        return objects
+        return plan.request.pinned(result.reference, result.digest)
 
-    def _create(self, obj: dict[str, Any], ns: str) -> dict[str, Any]:
+    def _create(self, obj: Manifest, ns: str) -> dict[str, Any]:
         path = _collection(obj, ns)
         created: dict[str, Any] = self.api.request("POST", path, body=obj)
         return created
@@ -577,68 +568,10 @@ _OWNED = {
 }
 
 
-def _collection(obj: dict[str, Any], ns: str) -> str:
-    kind = obj["kind"]
+def _collection(obj: Manifest, ns: str) -> str:
+    kind = kind_and_name(obj)[0]
     if kind in _OWNED:
         group, version, plural = _OWNED[kind]
         return ns_path(group, version, ns, plural)
     group, version, plural = KIND_TABLE[kind].api
     return ns_path(group, version, ns, plural)
-
-
-def _cell_id(program: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(program.cell.encode()).hexdigest()[:12]
-
-
-def _render(
-    spec: Any, code: CodeSource, program: Any, cell: str, service_monitor: bool = False
-) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    from .manifests import render
-    from .validate import validate_objects
-
-    rendered = render(
-        spec, code, cell=cell, service_monitor=service_monitor, program_source=program.source
-    )
-    validate_objects(rendered.objects)
-    return [copy.deepcopy(o) for o in rendered.objects], dict(rendered.files)
-
-
-def _render_configmap(
-    spec: Any, program: Any, cell: str, service_monitor: bool = False
-) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    from ...packaging.configmap import code_volume, render_code_configmap
-    from .manifests import render
-
-    name = f"{spec.name}-code"
-    # the files shipped beside the program (ds_config.json) do not depend on the code route;
-    # the objects are validated once, below, with the real ConfigMap volume
-    extra = dict(
-        render(spec, CodeSource.configmap(name), cell=cell, program_source=program.source).files
-    )
-    labels = job_labels(spec, cell)
-    cm = render_code_configmap(name, spec.namespace, {**program.files, **extra}, labels=labels)
-    volume, _mount, _env = code_volume(cm)
-    code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
-    objects, files = _render(spec, code, program, cell, service_monitor)
-    return [cm, *objects], files
-
-
-def _describe(objects: list[dict[str, Any]], route: str) -> str:
-    from .manifests import to_yaml
-
-    shown = []
-    for obj in objects:
-        if obj["kind"] == "ConfigMap":
-            obj = copy.deepcopy(obj)
-            for key in ("data", "binaryData"):
-                if key in obj:
-                    obj[key] = {k: f"<{len(v)} bytes>" for k, v in obj[key].items()}
-        shown.append(obj)
-    head = (
-        "# code: pushed as an image layer to the registry at submit (digest pinned below)\n"
-        if route == "registry"
-        else "# code: the ConfigMap below, mounted at /ktrain (data summarised)\n"
-    )
-    return head + to_yaml(shown)

@@ -26,7 +26,7 @@ from .kinds import builder
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels
 
-__all__ = ["CodeSource", "Rendered", "render", "to_yaml"]
+__all__ = ["CodeSource", "Rendered", "job_objects", "render", "shipped_files", "to_yaml"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,24 @@ def render(
     ``TrainingArguments`` when it has them. Raises :class:`SpecError` for what the schema
     cannot express (see :mod:`.validate`).
     """
+    code = code or CodeSource()
+    shipped = shipped_files(spec, code, files, program_source)
+    objects = job_objects(spec, code, cell=cell, service_monitor=service_monitor)
+    return Rendered(objects=objects, files=shipped)
+
+
+def shipped_files(
+    spec: JobSpec,
+    code: CodeSource,
+    files: Mapping[str, bytes] | None = None,
+    program_source: str | None = None,
+) -> dict[str, bytes]:
+    """The first half of :func:`render`: check ``spec`` (one :class:`SpecError` before
+    anything else), then ``files`` merged with the generated ones (``ds_config.json``). A
+    route whose code source depends on the files (the ConfigMap's items) calls this, then
+    :func:`job_objects` once."""
     from .validate import check_semantics
 
-    code = code or CodeSource()
     if not (code.image or spec.image):
         raise SpecError(
             "The kubernetes backend needs a container image: pass --image (e.g. --image "
@@ -76,10 +91,17 @@ def render(
     out_files = dict(files or {})
     if spec.deepspeed is not None:
         out_files[CONFIG_FILE] = config_bytes(spec.deepspeed, spec.world_size, program_source)
+    return out_files
+
+
+def job_objects(
+    spec: JobSpec, code: CodeSource, *, cell: str | None = None, service_monitor: bool = False
+) -> list[dict[str, Any]]:
+    """The second half of :func:`render`: the objects, in creation order (the job last)."""
     labels = job_labels(spec, cell)
     job = builder(KIND_TABLE[spec.kind])(spec, code, labels)
     extra = metrics_objects(spec, labels, service_monitor=service_monitor)
-    return Rendered(objects=[*extra, job], files=out_files)
+    return [*extra, job]
 
 
 class _Dumper(yaml.SafeDumper):

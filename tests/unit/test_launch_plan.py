@@ -1,0 +1,59 @@
+"""The launch plan: typed by its backend's request, never changed after it is made, and
+started only by the backend that made it; the pushed code image is pinned into a new request
+that equals rendering with that image (nothing is rendered twice)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
+from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, job_objects
+from jupyter_ktrain.backends.kubernetes.plan import PLACEHOLDER_DIGEST, cell_id, render_request
+from jupyter_ktrain.backends.local import LocalBackend, LocalRequest
+from jupyter_ktrain.capture import capture
+from jupyter_ktrain.config import Config
+from jupyter_ktrain.errors import BackendError
+from jupyter_ktrain.kinds import KIND_TABLE
+from jupyter_ktrain.spec import JobSpec
+
+PROGRAM = capture("train(2)\n", {"train": None}, ["", "def train(n):\n    return n\n"], {})
+REF = "reg.example/ktrain/code@sha256:" + "ab" * 32
+
+
+class _NoApi:
+    """An API server that must not be asked anything."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the API was asked ({name}) for a plan of another backend")
+
+
+def test_a_plan_starts_only_on_the_backend_that_made_it(tmp_path: Path) -> None:
+    plan = LocalBackend(tmp_path).dryrun(JobSpec.create(name="here", nodes=2), PROGRAM)
+    assert isinstance(plan.request, LocalRequest)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.request.master_port = 1  # type: ignore[misc]
+    cluster = KubernetesBackend(Config(namespace="ml"), api=_NoApi())  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="made by the local backend"):
+        cluster.schedule(plan)
+    assert not (tmp_path / "jobs" / "here").exists()
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_TABLE))
+def test_pinning_the_pushed_image_equals_rendering_with_it(kind: str) -> None:
+    spec = JobSpec.create(
+        name="pin", kind=kind, nodes=2, namespace="ml", image="base:1", metrics_port=9400
+    )
+    request, _files = render_request(spec, PROGRAM, registry="reg.example/ktrain/code",
+                                     service_monitor=True)  # fmt: skip
+    placeholder = f"reg.example/ktrain/code@{PLACEHOLDER_DIGEST}"
+    assert (request.route, request.image, request.image_digest) == ("registry", placeholder, None)
+    pinned = request.pinned(REF, "sha256:" + "ab" * 32)
+    expected = job_objects(spec, CodeSource(image=REF), cell=cell_id(PROGRAM), service_monitor=True)
+    assert list(pinned.objects) == expected
+    assert pinned.image_digest == "sha256:" + "ab" * 32
+    assert placeholder in repr(request.objects)  # the dry run's request is as it was
+    assert placeholder not in repr(pinned.objects)
