@@ -192,7 +192,7 @@ class MonitorModel:
         self._progress_rank: int | None = None  # the lowest rank that reports a total
         self.markers: list[Marker] = []  # restarts, in the metric plots (x = step)
         self.resumes = 0
-        self._world_size: int | None = None  # as the last resume found it
+        self._world_size: int | None = None  # as the last checkpoint or resume said
         self._rewinds: set[tuple[int, str]] = set()  # series that went back since the marker
         self._marker_is_resume = False
 
@@ -367,6 +367,8 @@ class MonitorModel:
             self._alerts[("restart", key)] = Alert("restart", key, text, now)
         elif kind == "resume":
             self._resumed(rec, now)
+        elif kind == "checkpoint" and isinstance(rec.get("world_size"), int):
+            self._world_size = rec["world_size"]
 
     def _metric(self, line: LogLine, rec: dict[str, Any], now: float) -> None:
         rank = line.rank if line.rank is not None else rec.get("rank")
@@ -407,8 +409,8 @@ class MonitorModel:
         size = rec.get("world_size")
         text = f"resumed from step {step} (checkpoint {rec.get('file', '?')})"
         if isinstance(size, int):
-            before = self._world_size or self.header.nodes * self.header.procs_per_node
-            if before != size:
+            before = self._world_size  # the ranks that saved checkpoints before
+            if before is not None and before != size:
                 text += f"; the world size changed from {before} to {size}"
             self._world_size = size
         key = f"#{self.resumes}"

@@ -263,7 +263,7 @@ def _world_size() -> int:
 
 def _emit_saved(step: int, size: int, seconds: float, name: str) -> None:
     _emit({"type": "checkpoint", "step": step, "bytes": size, "seconds": round(seconds, 4),
-           "file": name})  # fmt: skip
+           "file": name, "world_size": _world_size()})  # fmt: skip
 
 
 def _emit_resumed(step: int, name: str) -> None:

@@ -236,6 +236,8 @@ def test_a_restart_without_a_checkpoint_starts_the_series_over_with_a_marker() -
 
 def test_a_resume_with_fewer_ranks_says_the_world_size_changed() -> None:
     m = _model()
+    saved = {"type": "checkpoint", "rank": 0, "step": 3, "bytes": 9, "world_size": 4}
+    m.feed_text(format_rank_line(0, format_record(saved)), T0, node=0)
     resume = {"type": "resume", "rank": 0, "step": 3, "file": "step-3.pt", "world_size": 2}
     m.feed_text(format_rank_line(0, format_record(resume)), T0, node=0)
     assert m.alerts()[0].message == (
