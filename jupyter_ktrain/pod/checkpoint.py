@@ -36,8 +36,9 @@ Contract:
   folder, then rank 0 points ``deepspeed/latest`` at it atomically; ``load(engine)`` calls
   ``engine.load_checkpoint`` and returns ``(client_state, step)``, or None.
 
-Standard library only at import; torch is imported when a checkpoint is written or read.
-Checkpoints are pickles (``torch.load(weights_only=False)``): load only the job's own.
+Standard library only: a checkpoint is written with ``torch.save`` when the program imported
+torch (this package never imports it), else with ``pickle``. Checkpoints are pickles
+(``torch.load(weights_only=False)``): load only the job's own.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import re
 import shutil
 import sys
@@ -100,7 +102,7 @@ class Checkpoints:
         if _rank() == 0:
             started = time.perf_counter()
             self.folder.mkdir(parents=True, exist_ok=True)
-            size = _write_atomic(path, lambda f: _torch().save(state, f))
+            size = _write_atomic(path, lambda f: _save(state, f))
             self._prune()
             seconds = time.perf_counter() - started
             _emit_saved(step, size, seconds, path.name)
@@ -114,7 +116,9 @@ class Checkpoints:
             return self._load_engine(engine)
         for step, path in reversed(self.steps()):
             try:
-                state = _torch().load(path, map_location=map_location, weights_only=False)
+                state = _load(path, map_location)
+            except _NeedsTorch:
+                raise
             except Exception as exc:  # a storage that lost data: the one before will do
                 _warn(f"checkpoint {path.name} cannot be read ({exc!r}); trying the one before")
                 continue
@@ -217,10 +221,29 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _torch() -> Any:
-    import torch
+class _NeedsTorch(RuntimeError):
+    pass
 
-    return torch
+
+def _save(state: Any, f: Any) -> None:
+    """``torch.save`` when the program uses torch (it imported it: this package never does),
+    else a plain pickle."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.save(state, f)
+    else:
+        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load(path: Path, map_location: Any) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    with open(path, "rb") as f:
+        if f.read(2) == b"PK":  # torch.save's zip format
+            raise _NeedsTorch(f"checkpoint {path.name} was saved by torch: import torch first")
+        f.seek(0)
+        return pickle.load(f)
 
 
 def _is_engine(state: Any) -> bool:
