@@ -7,7 +7,8 @@ In a notebook::
     %%ktrain --nodes 2 --procs-per-node 2
     result = train(epochs=3)
 
-and inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live.
+and inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live and
+``jupyter_ktrain.checkpoint()`` saves and resumes training state across restarts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .errors import (
     SecretError,
     SpecError,
 )
+from .pod.checkpoint import Checkpoints, checkpoint
 from .report import report
 from .spec import JobSpec, Resources
 
@@ -34,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "CaptureError",
+    "Checkpoints",
     "ClusterError",
     "JobNotFound",
     "JobSpec",
@@ -45,6 +48,7 @@ __all__ = [
     "SecretError",
     "SpecError",
     "__version__",
+    "checkpoint",
     "load_ipython_extension",
     "report",
 ]

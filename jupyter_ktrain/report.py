@@ -33,7 +33,7 @@ from typing import Any
 
 from .monitor.protocol import RECORD_MARK, format_record
 
-__all__ = ["RESERVED", "add_listener", "report"]
+__all__ = ["RESERVED", "add_listener", "emit", "report"]
 
 RESERVED = frozenset({"type", "rank", "step", "t", "node", "total"})
 _lock = threading.Lock()
@@ -157,16 +157,29 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
             v = _number(name, value)
             if v is not None:
                 record[name] = v
-        line = format_record(record) + "\n"
-        with _lock:
-            out = sys.stdout
-            out.write(line)
-            out.flush()
-        sink = _sink()
-        if sink is not None:
-            with contextlib.suppress(OSError):  # the agent is gone or its buffer is full
-                sink[0].sendto(line[len(RECORD_MARK) :].encode(), sink[1])
+        _write(record)
         for listener in _listeners:
             listener(record)
     except Exception as exc:
         _warn_once("__error__", f"could not write a metric record ({exc!r})")
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Write one record of another ``type`` (a checkpoint saved, a resume) from the calling
+    rank the way :func:`report` writes metrics, with ``rank`` and ``t`` added; a no-op outside
+    a job. Raises what writing raises (the caller decides what a failure means)."""
+    rank = _rank()
+    if rank is not None:
+        _write({**record, "rank": rank, "t": round(time.time(), 3)})
+
+
+def _write(record: dict[str, object]) -> None:
+    line = format_record(record) + "\n"
+    with _lock:
+        out = sys.stdout
+        out.write(line)
+        out.flush()
+    sink = _sink()
+    if sink is not None:
+        with contextlib.suppress(OSError):  # the agent is gone or its buffer is full
+            sink[0].sendto(line[len(RECORD_MARK) :].encode(), sink[1])

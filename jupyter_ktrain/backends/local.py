@@ -31,6 +31,7 @@ from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
 from ..launch import node_command, operator_env
 from ..monitor.progress import Progress
+from ..pod.checkpoint import CHECKPOINTS_ENV
 from ..spec import check_job_name
 from .base import (
     CANCELLED,
@@ -285,6 +286,8 @@ class LocalBackend(Backend):
                 # banner about it; a value from --env or the kernel's environment wins
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                 "KTRAIN_JOB_NAME": spec.name,
+                # ktrain.checkpoint(): in the job's folder, so a restarted node finds it
+                CHECKPOINTS_ENV: str(job_dir / "checkpoints"),
                 **gpu_env[node],
                 **_metrics_env(spec, node),
                 MARKER_ENV: marker,

@@ -128,6 +128,7 @@ class StreamingDownsampler:
         "count",
         "first",
         "last",
+        "revision",
         "target",
         "width",
     )
@@ -136,7 +137,11 @@ class StreamingDownsampler:
         if target < 4:
             raise ValueError("target must be at least 4 points")
         self.target = target
-        self._max_buckets = (target - 2) // 2
+        self.revision = 0  # grows on every change: a view redraws when it differs
+        self._reset()
+
+    def _reset(self) -> None:
+        self._max_buckets = (self.target - 2) // 2
         self.width = 1
         self.count = 0
         self.first: tuple[float, float] | None = None
@@ -156,6 +161,7 @@ class StreamingDownsampler:
             return
         i = self.count
         self.count += 1
+        self.revision += 1
         if self.first is None:
             self.first = (x, y)
             self._first_i = i
@@ -176,6 +182,18 @@ class StreamingDownsampler:
             self._fill = 0
             if len(self._buckets) >= self._max_buckets:
                 self._halve()
+
+    def truncate(self, x: float) -> None:
+        """Drop the points at ``x`` and after it: what a job restarted from a checkpoint at an
+        earlier step reports again replaces what it reported the first time. The points kept
+        are those drawn (a long series is downsampled already); ``count`` becomes theirs."""
+        xs, ys = self._candidates()
+        revision = self.revision
+        self._reset()
+        for a, b in zip(xs, ys, strict=True):
+            if a < x:
+                self.append(a, b)
+        self.revision = revision + 1
 
     def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         for x, y in zip(xs, ys, strict=True):

@@ -42,6 +42,7 @@ __all__ = [
     "Alert",
     "JobHeader",
     "LogEntry",
+    "Marker",
     "MonitorModel",
     "ReplicaRow",
 ]
@@ -124,6 +125,14 @@ class Alert:
     since: float
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A restart in the metric plots: at step ``x``, ``text`` says what happened there."""
+
+    x: float
+    text: str
+
+
 @dataclass
 class _Talker:
     last: float
@@ -181,6 +190,11 @@ class MonitorModel:
         self._t0: float | None = header.start_time
         self._progress = ProgressTracker()
         self._progress_rank: int | None = None  # the lowest rank that reports a total
+        self.markers: list[Marker] = []  # restarts, in the metric plots (x = step)
+        self.resumes = 0
+        self._world_size: int | None = None  # as the last checkpoint or resume said
+        self._rewinds: set[tuple[int, str]] = set()  # series that went back since the marker
+        self._marker_is_resume = False
 
     # -- feeding ------------------------------------------------------------------------
     def feed_text(self, raw: str, now: float, node: int | None = None) -> None:
@@ -351,6 +365,10 @@ class MonitorModel:
             key, why = f"launcher#{n}", rec.get("why")
             text = f"the launcher started the ranks again: {why} (restart {n}{of})"
             self._alerts[("restart", key)] = Alert("restart", key, text, now)
+        elif kind == "resume":
+            self._resumed(rec, now)
+        elif kind == "checkpoint" and isinstance(rec.get("world_size"), int):
+            self._world_size = rec["world_size"]
 
     def _metric(self, line: LogLine, rec: dict[str, Any], now: float) -> None:
         rank = line.rank if line.rank is not None else rec.get("rank")
@@ -367,7 +385,43 @@ class MonitorModel:
             series = self.metrics.get((rank, name))
             if series is None:
                 series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
+            elif isinstance(step, int) and series.last is not None and x <= series.last[0]:
+                series.truncate(x)  # a restarted run reports this step again: it replaces
+                self._rewound((rank, name), x)
             series.append(x, float(value))
+
+    def _rewound(self, series: tuple[int, str], x: float) -> None:
+        """One marker per restart: every series goes back once in a restart, so a series that
+        goes back a second time since the last marker (or the first one ever) is a new one."""
+        if self.markers and series not in self._rewinds:
+            self._rewinds.add(series)
+            return
+        self.markers.append(Marker(x, f"restarted: step {x:g} again"))
+        self._rewinds, self._marker_is_resume = {series}, False
+
+    def _resumed(self, rec: dict[str, Any], now: float) -> None:
+        """A ``resume`` record (``ktrain.checkpoint().load()`` on rank 0): an alert that says
+        from which step (and a changed world size), and the plots' marker there."""
+        step = rec.get("step")
+        if not isinstance(step, int):
+            return
+        self.resumes += 1
+        size = rec.get("world_size")
+        text = f"resumed from step {step} (checkpoint {rec.get('file', '?')})"
+        if isinstance(size, int):
+            before = self._world_size  # the ranks that saved checkpoints before
+            if before is not None and before != size:
+                text += f"; the world size changed from {before} to {size}"
+            self._world_size = size
+        key = f"#{self.resumes}"
+        self._alerts[("resume", key)] = Alert("resume", key, text, now)
+        marker = Marker(float(step), f"resumed from step {step}")
+        if self.markers and not self._marker_is_resume and self.markers[-1].x > step:
+            self.markers[-1] = marker  # the restart some ranks' repeated steps marked first
+        else:
+            self.markers.append(marker)
+            self._rewinds = set()
+        self._marker_is_resume = True
 
     def _track(self, rank: int, step: int, total: int, t: float) -> None:
         """Progress comes from one rank: the lowest that reports it (rank 0 as a rule)."""

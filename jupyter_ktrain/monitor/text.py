@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 from .model import LogEntry, MonitorModel
 from .progress import Progress, fmt_age, fmt_elapsed
-from .viewmodel import fmt_value, summary_values
+from .viewmodel import NOTICES, fmt_value, summary_values
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
@@ -143,7 +143,8 @@ class TextView:
         for alert in self.model.alerts():
             if (alert.code, alert.key) not in self._alerted:
                 self._alerted.add((alert.code, alert.key))
-                chunks.append(f"[ktrain] warning: {alert.message}")
+                warning = "" if alert.code in NOTICES else "warning: "
+                chunks.append(f"[ktrain] {warning}{alert.message}")
         chunks.extend(self._new_lines())
         metric = self._metrics(now)
         if metric:

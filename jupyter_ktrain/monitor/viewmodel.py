@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .downsample import StreamingDownsampler
-    from .model import MonitorModel
+    from .model import Marker, MonitorModel
 
 __all__ = [
     "CANCELLED",
     "FAILED",
     "GPU_TITLES",
     "JOB_STATES",
+    "NOTICES",
     "NO_RANK_COLOUR",
     "OTHER_STATE_COLOUR",
     "PALETTE",
@@ -124,6 +125,11 @@ def log_label(rank: int | None, source: str, node: int | None) -> str:
     return source if node is None else f"{source}@{node}"
 
 
+# -- alerts --------------------------------------------------------------------------------
+# alert codes that say what happened (a resume from a checkpoint), not that something is wrong
+NOTICES: frozenset[str] = frozenset({"resume"})
+
+
 # -- plot panels ---------------------------------------------------------------------------
 GPU_TITLES: dict[str, str] = {
     "util": "GPU utilisation (%)",
@@ -185,8 +191,11 @@ class TraceView:
 
 @dataclass(frozen=True)
 class PanelView:
+    """``markers``: the restarts of the job (a metric panel's, x = step): a line each."""
+
     key: PanelKey
     traces: tuple[TraceView, ...]
+    markers: tuple[Marker, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,7 +230,7 @@ def plot_panels(model: MonitorModel, ranks: set[int] | None = None) -> list[Pane
             continue
         traces = tuple(TraceView(r, s) for r, s in series if ranks is None or r in ranks)
         if traces:
-            panels.append(PanelView(PanelKey("metric", name), traces))
+            panels.append(PanelView(PanelKey("metric", name), traces, tuple(model.markers)))
     fields: dict[str, list[TraceView]] = {}
     for (node, gpu, field), s in sorted(model.gpus.items()):
         fields.setdefault(field, []).append(TraceView((node, gpu), s))

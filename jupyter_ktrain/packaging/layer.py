@@ -198,6 +198,7 @@ POD_MODULES = (
     "mpi.py",
     "packaging/__init__.py",
     "packaging/pod_install.py",
+    "pod/checkpoint.py",
 )
 
 

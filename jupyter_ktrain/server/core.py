@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..monitor.protocol import RECORD_MARK, parse_line
-from ..monitor.viewmodel import fmt_value, log_label, plot_panels, summary_values
+from ..monitor.viewmodel import NOTICES, fmt_value, log_label, plot_panels, summary_values
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
@@ -405,10 +405,12 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
                 "title": key.title,
                 "x_title": key.x_title,
                 "traces": traces,
+                "markers": [{"x": m.x, "text": m.text} for m in panel.markers],
             }
         )
     values: list[SummaryPayload] = [
         {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
         for v in summary_values(model)
     ]
-    return {"panels": panels, "values": values, "version": model.version}
+    notices = [a.message for a in model.alerts() if a.code in NOTICES]
+    return {"panels": panels, "values": values, "notices": notices, "version": model.version}

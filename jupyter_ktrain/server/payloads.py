@@ -18,6 +18,7 @@ __all__ = [
     "JobsPayload",
     "LogLinePayload",
     "LogsPayload",
+    "MarkerPayload",
     "MetricPanel",
     "MetricTrace",
     "MetricsPayload",
@@ -122,15 +123,24 @@ class MetricTrace(TypedDict):
     y: list[float]
 
 
+class MarkerPayload(TypedDict):
+    """A restart in a metric chart: a vertical line at step ``x`` (``resumed from step 40``)."""
+
+    x: float
+    text: str
+
+
 class MetricPanel(TypedDict):
     """``key``: ``metric:loss`` or ``gpu:util``; ``name`` what a user calls it (``loss``,
-    ``gpu util``); ``title`` the chart's title and y axis title."""
+    ``gpu util``); ``title`` the chart's title and y axis title; ``markers`` the job's
+    restarts (metric panels)."""
 
     key: str
     name: str
     title: str
     x_title: str
     traces: list[MetricTrace]
+    markers: list[MarkerPayload]
 
 
 class SummaryPayload(TypedDict):
@@ -145,8 +155,11 @@ class SummaryPayload(TypedDict):
 class MetricsPayload(TypedDict):
     """``GET /ktrain/api/jobs/NAME/metrics``: one panel per metric reported more than once
     (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
-    downsampled; ``values``: metrics reported once. ``version`` changes when anything does."""
+    downsampled; ``values``: metrics reported once; ``notices``: what the job's records said
+    happened (``resumed from step 40 (checkpoint step-40.pt)``), oldest first. ``version``
+    changes when anything does."""
 
     panels: list[MetricPanel]
     values: list[SummaryPayload]
+    notices: list[str]
     version: int

@@ -33,6 +33,7 @@ from typing import IO, Any, Protocol
 from ..monitor.model import LogEntry, MonitorModel
 from ..monitor.text import TextView, header_text
 from ..monitor.viewmodel import (
+    NOTICES,
     PanelKey,
     TraceView,
     Who,
@@ -171,7 +172,8 @@ class MonitorView:
         self._labels: list[str] = []
         self._replica_rows: Any = None
         self._plot: Any = None  # PanelFigure, created with the first data point
-        self._pushed: dict[tuple[str, Who], int] = {}
+        self._pushed: dict[tuple[str, Who], tuple[int, int]] = {}  # (revision, points)
+        self._markers: list[tuple[float, str]] = []
         self._summary_seen = -1
         self._closed = False
         # (time, points drawn per metric) at each plot redraw: how the plots grew
@@ -248,7 +250,10 @@ class MonitorView:
         self._update_cancel_button()
         alerts = m.alerts()
         self.alerts.value = "".join(
-            f'<div style="color:#b35900">⚠ {html.escape(a.message)}</div>' for a in alerts
+            f'<div style="color:#1f77b4">↻ {html.escape(a.message)}</div>'
+            if a.code in NOTICES
+            else f'<div style="color:#b35900">⚠ {html.escape(a.message)}</div>'
+            for a in alerts
         )
         if m.replicas != self._replica_rows:
             self._replica_rows = list(m.replicas)
@@ -373,12 +378,22 @@ class MonitorView:
                 trace = plot.trace(key.id, t.who, t.label, t.colour)
                 xs, ys = t.series.points(per_trace)
                 trace.x, trace.y = _arrays(xs, ys)
-                self._pushed[(key.id, t.who)] = t.series.count
+                self._pushed[(key.id, t.who)] = (t.series.revision, t.series.count)
+        self._update_markers()
         drawn: dict[str, int] = {}
-        for (panel, _who), n in self._pushed.items():
+        for (panel, _who), (_rev, n) in self._pushed.items():
             name = PanelKey.parse(panel).field
             drawn[name] = drawn.get(name, 0) + n
         self.plot_history.append((now, drawn))
+
+    def _update_markers(self) -> None:
+        """The job's restarts as lines in the metric panels drawn (sent when they change)."""
+        markers = [(m.x, m.text) for m in self.model.markers]
+        if markers == self._markers or self._plot is None:
+            return
+        self._markers = markers
+        metric_panels = [p for p in self._plot.panels if PanelKey.parse(p).kind == "metric"]
+        self._plot.set_markers({p: markers for p in metric_panels})
 
     def _update_summary(self) -> None:
         """Metrics reported once (a run's closing numbers): values in a row, not charts."""
@@ -401,7 +416,8 @@ class MonitorView:
         out: list[tuple[PanelKey, TraceView]] = []
         for panel in plot_panels(m, ranks=shown):
             for t in panel.traces:
-                if self._pushed.get((panel.key.id, t.who)) != t.series.count:
+                pushed = self._pushed.get((panel.key.id, t.who))
+                if pushed is None or pushed[0] != t.series.revision:
                     out.append((panel.key, t))
         return out
 

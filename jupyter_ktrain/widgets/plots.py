@@ -94,6 +94,32 @@ class PanelFigure:
             self._traces[(panel, key)] = trace
         return trace
 
+    def set_markers(self, markers: dict[str, list[tuple[float, str]]]) -> None:
+        """Vertical dotted lines (restarts) in the panels named, at each ``(x, text)``; the
+        text shows on hover. Every panel's markers in one layout update."""
+        shapes, notes = [], []
+        for name, marks in markers.items():
+            k = self.panels.index(name)
+            xref, yref = _axis(k, "x")[1], _axis(k, "y")[1] + " domain"
+            for x, text in marks:
+                shapes.append(
+                    {
+                        "type": "line",
+                        "xref": xref,
+                        "yref": yref,
+                        "x0": x,
+                        "x1": x,
+                        "y0": 0,
+                        "y1": 1,
+                        "line": {"dash": "dot", "color": "#888"},
+                    }
+                )
+                note = {"text": "↻", "hovertext": text, "showarrow": False, "yanchor": "bottom"}
+                notes.append({"xref": xref, "yref": yref, "x": x, "y": 1, **note})
+        with self.fig.batch_update():
+            self.fig.layout.shapes = shapes
+            self.fig.layout.annotations = notes
+
     def traces(self, panel: str) -> list[Any]:
         return [t for (p, _), t in self._traces.items() if p == panel]
 

@@ -64,6 +64,16 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
     svg.appendChild(el('text', { x: sx(x), y: height - m.b + 14, 'text-anchor': 'middle', class: 'ktrain-Tick ktrain-XTick' }, fmt(x)));
   }
   svg.appendChild(el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title));
+  // the job's restarts: a dotted line at each, its text on hover
+  for (const marker of panel.markers) {
+    if (marker.x < x0 || marker.x > x1) {
+      continue;
+    }
+    const line = el('line', { x1: sx(marker.x), x2: sx(marker.x), y1: m.t, y2: height - m.b, class: 'ktrain-ChartMarker' });
+    line.appendChild(el('title', {}, marker.text));
+    line.dataset.text = marker.text;
+    svg.appendChild(line);
+  }
   panel.traces.forEach(trace => {
     const points = trace.x.map((x, k) => `${sx(x).toFixed(1)},${sy(trace.y[k]).toFixed(1)}`).join(' ');
     const line = el('polyline', { points, fill: 'none', stroke: trace.colour, 'stroke-width': 1.5 });

@@ -28,6 +28,7 @@ export class JobView extends Widget {
   private grepInput = document.createElement('input');
   private logBox = document.createElement('pre');
   private values = document.createElement('div');
+  private notices = document.createElement('div');
   private charts = document.createElement('div');
   private errorBox = document.createElement('div');
   private failureBox = document.createElement('pre');
@@ -66,6 +67,7 @@ export class JobView extends Widget {
     this.logBox.className = 'ktrain-Logs';
     this.charts.className = 'ktrain-Charts';
     this.values.className = 'ktrain-ValuesBox';
+    this.notices.className = 'ktrain-Notices';
     this.unsubscribe = subscribe(job => {
       if (job.name === this.jobName) {
         this.renderHeader(job);
@@ -78,7 +80,7 @@ export class JobView extends Widget {
     controls.className = 'ktrain-LogControls';
     controls.append('Show ', this.rankSelect, this.grepInput);
     // a failed job's tab opens with why it failed, before anything else
-    this.node.append(top, this.failureBox, this.errorBox, this.replicas, controls, this.logBox, this.values, this.charts);
+    this.node.append(top, this.failureBox, this.errorBox, this.replicas, this.notices, controls, this.logBox, this.values, this.charts);
   }
 
   private restartLogs(): void {
@@ -226,6 +228,15 @@ export class JobView extends Widget {
     }
     this.metricsVersion = payload.version;
     this.values.replaceChildren(renderValues(payload.values));
+    // what the job's records said happened: "resumed from step 40 (checkpoint step-40.pt)"
+    this.notices.replaceChildren(
+      ...payload.notices.map(text => {
+        const line = document.createElement('div');
+        line.className = 'ktrain-Notice';
+        line.textContent = `↻ ${text}`;
+        return line;
+      })
+    );
     this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
   }
 

@@ -70,8 +70,17 @@ export interface LogsPayload {
 }
 
 /**
+ * A restart in a metric chart: a vertical line at step `x` (`resumed from step 40`).
+ */
+export interface MarkerPayload {
+  x: number;
+  text: string;
+}
+
+/**
  * `key`: `metric:loss` or `gpu:util`; `name` what a user calls it (`loss`,
- * `gpu util`); `title` the chart's title and y axis title.
+ * `gpu util`); `title` the chart's title and y axis title; `markers` the job's
+ * restarts (metric panels).
  */
 export interface MetricPanel {
   key: string;
@@ -79,6 +88,7 @@ export interface MetricPanel {
   title: string;
   x_title: string;
   traces: MetricTrace[];
+  markers: MarkerPayload[];
 }
 
 /**
@@ -94,11 +104,14 @@ export interface MetricTrace {
 /**
  * `GET /ktrain/api/jobs/NAME/metrics`: one panel per metric reported more than once
  * (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
- * downsampled; `values`: metrics reported once. `version` changes when anything does.
+ * downsampled; `values`: metrics reported once; `notices`: what the job's records said
+ * happened (`resumed from step 40 (checkpoint step-40.pt)`), oldest first. `version`
+ * changes when anything does.
  */
 export interface MetricsPayload {
   panels: MetricPanel[];
   values: SummaryPayload[];
+  notices: string[];
   version: number;
 }
 

@@ -92,6 +92,19 @@ def test_rdma_and_gang_notebook_renders_the_llm_job_without_a_cluster(tmp_path: 
     assert not (out / "jobs").exists()  # a dry run starts nothing
 
 
+def test_fault_tolerance_notebook_resumes_after_a_killed_node(tmp_path: Path) -> None:
+    out = tmp_path / "fault"
+    done = run_notebook(NOTEBOOKS / "04-fault-tolerance.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "04-fault-tolerance.ipynb")
+    assert "Succeeded after 1 restart(s)" in text, text
+    first = int(re.search(r"the finished run began at step (\d+)", text)[1])  # type: ignore[index]
+    assert 10 <= first < 60  # after the checkpoint the kill came after
+    shown = (out / "04-fault-tolerance.ipynb").read_text()  # the widget's state
+    assert f"resumed from step {first - 1} (checkpoint step-{first - 1}.pt)" in shown
+    assert "fault-demo-node-1 restarted after exit 137" in shown
+
+
 def test_run_notebook_fails_when_a_job_fails(tmp_path: Path) -> None:
     nb = new_notebook(
         cells=[

@@ -97,6 +97,8 @@ def test_llm_finetune_pytorchjob_from_flags_matches_the_seed() -> None:
         f"{c}.env[KTRAIN_DEEPSPEED_CONFIG]",
         # the agent reports NCCL's transport and warns when it fell back to sockets
         f"{c}.env[KTRAIN_RDMA]",
+        # where ktrain.checkpoint() saves: the --checkpoints mount
+        f"{c}.env[KTRAIN_CHECKPOINTS]",
     }
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert container["command"] == node_command()

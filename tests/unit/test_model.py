@@ -196,3 +196,50 @@ def test_a_recreated_pod_seen_first_while_initializing_is_said_to_restart_for_it
         and "(restart 1 of at most 3)" in t
         for t in texts
     ), texts
+
+
+def _metric(m: MonitorModel, rank: int, step: int, loss: float, now: float) -> None:
+    rec = {"type": "metric", "rank": rank, "step": step, "loss": loss}
+    m.feed_text(format_rank_line(rank, format_record(rec)), now, node=rank // 2)
+
+
+def test_a_resumed_run_continues_the_series_from_its_checkpoint_without_repeats() -> None:
+    m = _model()
+    for step in range(8):  # the first run: checkpoint at step 5, killed after step 7
+        for rank in range(4):
+            _metric(m, rank, step, 10.0 - step, T0 + step)
+    # the restarted ranks: rank 2 reports before rank 0's resume record comes (another node)
+    _metric(m, 2, 6, 4.4, T0 + 20)
+    resume = {"type": "resume", "rank": 0, "step": 5, "file": "step-5.pt", "world_size": 4}
+    m.feed_text(format_rank_line(0, format_record(resume)), T0 + 20.1, node=0)
+    for step in range(6, 10):
+        for rank in (0, 1, 3) if step == 6 else range(4):
+            _metric(m, rank, step, 5.0 - step / 10, T0 + 20 + step)
+    for rank in range(4):
+        xs, ys = m.metrics[(rank, "loss")].points()
+        assert xs == [float(s) for s in range(10)], rank  # every step once
+        assert ys[:6] == [10.0 - s for s in range(6)]  # the first run's, up to the checkpoint
+        assert ys[6:] == [5.0 - s / 10 for s in range(6, 10)]  # then the resumed run's
+    assert [(k.x, k.text) for k in m.markers] == [(5.0, "resumed from step 5")]
+    (alert,) = m.alerts()
+    assert (alert.code, alert.message) == ("resume", "resumed from step 5 (checkpoint step-5.pt)")
+
+
+def test_a_restart_without_a_checkpoint_starts_the_series_over_with_a_marker() -> None:
+    m = _model()
+    for step in (0, 1, 2, 0, 1):
+        _metric(m, 0, step, float(step), T0 + step)
+    assert m.metrics[(0, "loss")].points() == ([0.0, 1.0], [0.0, 1.0])
+    assert [(k.x, k.text) for k in m.markers] == [(0.0, "restarted: step 0 again")]
+    assert m.alerts() == []  # the replica table's restart alert says why
+
+
+def test_a_resume_with_fewer_ranks_says_the_world_size_changed() -> None:
+    m = _model()
+    saved = {"type": "checkpoint", "rank": 0, "step": 3, "bytes": 9, "world_size": 4}
+    m.feed_text(format_rank_line(0, format_record(saved)), T0, node=0)
+    resume = {"type": "resume", "rank": 0, "step": 3, "file": "step-3.pt", "world_size": 2}
+    m.feed_text(format_rank_line(0, format_record(resume)), T0, node=0)
+    assert m.alerts()[0].message == (
+        "resumed from step 3 (checkpoint step-3.pt); the world size changed from 4 to 2"
+    )

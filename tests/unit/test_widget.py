@@ -62,11 +62,13 @@ def _job() -> MonitorModel:
     return m
 
 
-def _feed(m: MonitorModel, n: int, t: float = T0) -> None:
+def _feed(m: MonitorModel, n: int, t: float = T0, first: int = 0) -> None:
+    """``n`` log lines and metric points over 4 ranks; steps from ``first`` on."""
     for i in range(n):
         r = i % 4
         m.feed_text(format_rank_line(r, f"step {i} <ok> & fine"), t + i * 0.01, node=r // 2)
-        rec = {"type": "metric", "rank": r, "step": i, "t": t, "loss": 1.0 / (i + 1)}
+        step = first + i
+        rec = {"type": "metric", "rank": r, "step": step, "t": t, "loss": 1.0 / (step + 1)}
         m.feed_text(format_rank_line(r, format_record(rec)), t + i * 0.01, node=r // 2)
 
 
@@ -123,7 +125,7 @@ def test_traffic_per_flush_is_bounded_and_does_not_grow(traffic: CommBytes) -> N
     per_update = []
     view.update(T0)
     for k in range(60):
-        _feed(m, 400, T0 + k)  # 400 lines and 400 metric points per update
+        _feed(m, 400, T0 + k, first=400 * k)  # 400 lines and 400 metric points per update
         before = traffic.bytes
         view.update(T0 + k)
         per_update.append(traffic.bytes - before)
@@ -229,3 +231,20 @@ def test_header_shows_percent_done_time_left_and_a_progress_bar() -> None:
     view.update(T0 + 25)  # 5 s after the step-10 record: 80 s left then, 75 s now
     assert "Running 25s · 20% (10/50) · 1m 15s left · 2 node(s)" in view.header.value
     assert '<progress value="20" max="100"></progress>' in view.header.value
+
+
+def test_a_resume_is_a_notice_and_a_marker_in_every_metric_panel(traffic: CommBytes) -> None:
+    m = _job()
+    view = MonitorView(m, flush_interval=0, plot_interval=0)
+    _feed(m, 40)  # steps 0-39
+    resume = {"type": "resume", "rank": 0, "step": 30, "file": "step-30.pt", "world_size": 4}
+    m.feed_text(format_rank_line(0, format_record(resume)), T0 + 5, node=0)
+    _feed(m, 20, T0 + 6, first=31)  # the resumed run reports steps 31-50
+    view.update(T0 + 7)
+    assert "↻ resumed from step 30 (checkpoint step-30.pt)" in view.alerts.value
+    assert "⚠" not in view.alerts.value.split("resumed")[0].rsplit("<div", 1)[-1]
+    xs = [list(t.x) for t in view.traces("loss")]
+    assert all(len(x) == len(set(x)) for x in xs)  # no step twice in any rank's trace
+    (line,) = view._plot.fig.layout.shapes
+    assert (line.x0, line.xref, line.line.dash) == (30, "x", "dot")
+    assert view._plot.fig.layout.annotations[0].hovertext == "resumed from step 30"

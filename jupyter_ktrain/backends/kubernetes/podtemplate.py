@@ -13,6 +13,7 @@ from typing import Any
 
 from ...deepspeed import CONFIG_ENV, CONFIG_PATH
 from ...launch import CODE_DIR
+from ...pod.checkpoint import CHECKPOINTS_ENV
 from ...spec import JobSpec
 from .metrics import METRICS_PORT_NAME, metrics_env
 
@@ -93,8 +94,12 @@ def job_labels(spec: JobSpec, cell: str | None) -> dict[str, str]:
 def env_list(
     spec: JobSpec, code: CodeSource, extra: tuple[tuple[str, str], ...] = ()
 ) -> list[dict[str, Any]]:
-    """Container env: RDMA profile, then ``--env`` (wins over the profile), secrets, ktrain."""
+    """Container env: RDMA profile, then ``--env`` (wins over the profile), secrets, ktrain.
+    ``ktrain.checkpoint()`` finds the ``--checkpoints`` mount through ``KTRAIN_CHECKPOINTS``."""
     values: dict[str, str] = {}
+    for m in spec.storage.mounts:
+        if m.name == "checkpoints":
+            values[CHECKPOINTS_ENV] = m.path
     if spec.rdma is not None:
         values.update(spec.rdma.nccl_env)
         # the agent reports NCCL's transport (and warns on a socket fallback) when set

@@ -1,0 +1,310 @@
+"""``ktrain.checkpoint()``: save training state on the job's storage and resume from it.
+
+Inside ``train()``::
+
+    ckpt = ktrain.checkpoint()
+    start = 0
+    found = ckpt.load()                  # None on a first run
+    if found is not None:
+        state, step = found
+        model.load_state_dict(state["model"]); start = step + 1
+    for step in range(start, steps):
+        ...
+        if step % 100 == 0:
+            ckpt.save({"model": model.state_dict(), ...}, step)
+
+The folder is the job's ``--checkpoints`` mount on a cluster (``KTRAIN_CHECKPOINTS``, set by
+the backend), a folder in the job's run directory on the local backend, and a temporary folder
+of this process when called outside a job (so running ``train()`` in the kernel never resumes
+from a run before). A restarted job (a killed pod, a preempted node, a killed local node) finds
+its checkpoints there again.
+
+Contract:
+
+- ``save(state, step)``: rank 0 writes ``step-{step}.pt`` with ``torch.save`` into a temporary
+  file, fsyncs it, renames it into place and fsyncs the folder; the other ranks wait at a
+  barrier (``torch.distributed``'s, when it is initialised) until it is there. ``step`` is the
+  last step done. The newest ``keep`` checkpoints are kept. Each save is reported to the
+  monitor as a ``checkpoint`` record (step, bytes, seconds).
+- ``load()``: the newest complete checkpoint as ``(state, step)``, or None. A checkpoint is
+  complete once renamed into place: a save killed half-way leaves only its temporary file, so
+  the one before stays the newest; a checkpoint that cannot be read (a storage that lost
+  data) is skipped with a warning for the one before. Rank 0 reports a ``resume`` record, so
+  the monitor says "resumed from step N".
+- A DeepSpeed engine instead of a state: ``save(engine, step)`` calls
+  ``engine.save_checkpoint`` (every rank writes its shards) into ``deepspeed/`` of the same
+  folder, then rank 0 points ``deepspeed/latest`` at it atomically; ``load(engine)`` calls
+  ``engine.load_checkpoint`` and returns ``(client_state, step)``, or None.
+
+Standard library only: a checkpoint is written with ``torch.save`` when the program imported
+torch (this package never imports it), else with ``pickle``. Checkpoints are pickles
+(``torch.load(weights_only=False)``): load only the job's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint"]
+
+CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
+KEEP = 3
+DEEPSPEED_DIR = "deepspeed"
+_FILE = re.compile(r"^step-(\d+)\.pt$")
+_TAG = re.compile(r"^step-(\d+)$")
+_TMP_MARK = ".tmp-"
+_outside_job: Path | None = None
+
+
+def checkpoint(folder: str | os.PathLike[str] | None = None, keep: int = KEEP) -> Checkpoints:
+    """The job's checkpoints (see module docstring); ``folder`` overrides where they live."""
+    if folder is None:
+        folder = os.environ.get(CHECKPOINTS_ENV) or _temporary_folder()
+    return Checkpoints(folder, keep=keep)
+
+
+def _temporary_folder() -> Path:
+    global _outside_job
+    if _outside_job is None:
+        _outside_job = Path(tempfile.mkdtemp(prefix="ktrain-checkpoints-"))
+    return _outside_job
+
+
+class Checkpoints:
+    """Checkpoints in one folder, written by rank 0 (see module docstring)."""
+
+    def __init__(self, folder: str | os.PathLike[str], keep: int = KEEP) -> None:
+        if int(keep) < 1:
+            raise ValueError(f"keep={keep!r}: keep at least the newest checkpoint (keep >= 1)")
+        self.folder = Path(folder)
+        self.keep = int(keep)
+
+    def __repr__(self) -> str:
+        return f"Checkpoints({str(self.folder)!r}, keep={self.keep})"
+
+    # -- public -------------------------------------------------------------------------
+    def save(self, state: Any, step: int) -> Path:
+        """Save ``state`` as the checkpoint of ``step`` (the last step done); its path."""
+        step = _check_step(step)
+        if _is_engine(state):
+            return self._save_engine(state, step)
+        path = self.folder / f"step-{step}.pt"
+        if _rank() == 0:
+            started = time.perf_counter()
+            self.folder.mkdir(parents=True, exist_ok=True)
+            size = _write_atomic(path, lambda f: _save(state, f))
+            self._prune()
+            seconds = time.perf_counter() - started
+            _emit_saved(step, size, seconds, path.name)
+        _barrier()
+        return path
+
+    def load(self, engine: Any = None, map_location: Any = "cpu") -> tuple[Any, int] | None:
+        """The newest complete checkpoint as ``(state, step)``, or None when there is none.
+        With a DeepSpeed ``engine``: loaded into it, ``(client_state, step)``."""
+        if engine is not None:
+            return self._load_engine(engine)
+        for step, path in reversed(self.steps()):
+            try:
+                state = _load(path, map_location)
+            except _NeedsTorch:
+                raise
+            except Exception as exc:  # a storage that lost data: the one before will do
+                _warn(f"checkpoint {path.name} cannot be read ({exc!r}); trying the one before")
+                continue
+            _emit_resumed(step, path.name)
+            return state, step
+        return None
+
+    def steps(self) -> list[tuple[int, Path]]:
+        """The complete checkpoints as ``(step, path)``, oldest first."""
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return []
+        found = ((_FILE.match(n), n) for n in names)
+        return sorted((int(m.group(1)), self.folder / n) for m, n in found if m)
+
+    # -- internals ----------------------------------------------------------------------
+    def _prune(self) -> None:
+        """Keep the newest ``keep`` checkpoints; remove temporary files of killed saves (rank 0
+        is the only writer, so any temporary file but its own is left over)."""
+        for _, path in self.steps()[: -self.keep]:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        for name in os.listdir(self.folder):
+            if _TMP_MARK in name and name.startswith("."):
+                with contextlib.suppress(OSError):
+                    (self.folder / name).unlink()
+
+    def _save_engine(self, engine: Any, step: int) -> Path:
+        root = self.folder / DEEPSPEED_DIR
+        tag = f"step-{step}"
+        started = time.perf_counter()
+        root.mkdir(parents=True, exist_ok=True)
+        engine.save_checkpoint(
+            str(root), tag=tag, client_state={"ktrain_step": step}, save_latest=False
+        )
+        _barrier()  # every rank's shards are written before "latest" names them
+        if _rank() == 0:
+            _write_atomic(root / "latest", lambda f: f.write(tag.encode()))
+            tags = sorted((int(m.group(1)), n) for n in os.listdir(root) if (m := _TAG.match(n)))
+            for _, old in tags[: -self.keep]:
+                shutil.rmtree(root / old, ignore_errors=True)
+            size = sum(p.stat().st_size for p in (root / tag).rglob("*") if p.is_file())
+            _emit_saved(step, size, time.perf_counter() - started, f"{DEEPSPEED_DIR}/{tag}")
+        _barrier()
+        return root / tag
+
+    def _load_engine(self, engine: Any) -> tuple[Any, int] | None:
+        root = self.folder / DEEPSPEED_DIR
+        if not (root / "latest").is_file():
+            return None
+        path, client_state = engine.load_checkpoint(str(root))
+        if path is None:
+            return None
+        client_state = dict(client_state or {})
+        step = int(client_state.pop("ktrain_step"))
+        _emit_resumed(step, f"{DEEPSPEED_DIR}/step-{step}")
+        return client_state, step
+
+
+def _check_step(step: object) -> int:
+    """``step`` as an int (numpy and torch integers too); one clear error otherwise."""
+    value: int | None = None
+    if not isinstance(step, (bool, float, str)):
+        with contextlib.suppress(TypeError, ValueError):
+            value = int(step)  # type: ignore[call-overload]
+    if value is None or value != step or value < 0:
+        raise ValueError(f"step={step!r}: a checkpoint's step is an integer >= 0")
+    return value
+
+
+def _write_atomic(path: Path, write: Any) -> int:
+    """Write ``path`` through ``write(file)`` into a temporary file, fsync, rename, fsync the
+    folder: after a crash at any point, ``path`` is the old file or the whole new one. The
+    number of bytes written."""
+    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_folder(path.parent)
+    return size
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable (some file systems cannot fsync a folder: then it is as
+    durable as they make it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _NeedsTorch(RuntimeError):
+    pass
+
+
+def _save(state: Any, f: Any) -> None:
+    """``torch.save`` when the program uses torch (it imported it: this package never does),
+    else a plain pickle."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.save(state, f)
+    else:
+        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load(path: Path, map_location: Any) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    with open(path, "rb") as f:
+        if f.read(2) == b"PK":  # torch.save's zip format
+            raise _NeedsTorch(f"checkpoint {path.name} was saved by torch: import torch first")
+        f.seek(0)
+        return pickle.load(f)
+
+
+def _is_engine(state: Any) -> bool:
+    """A DeepSpeed engine (or anything that saves and loads itself the same way)."""
+    return callable(getattr(state, "save_checkpoint", None)) and callable(
+        getattr(state, "load_checkpoint", None)
+    )
+
+
+def _dist() -> Any:
+    """``torch.distributed`` when the program initialised it, else None (torch not imported
+    by the program means no process group)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def _rank() -> int:
+    dist = _dist()
+    if dist is not None:
+        return int(dist.get_rank())
+    raw = os.environ.get("RANK", "")
+    return int(raw) if raw.isdigit() else 0
+
+
+def _barrier() -> None:
+    dist = _dist()
+    if dist is not None and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _world_size() -> int:
+    dist = _dist()
+    if dist is not None:
+        return int(dist.get_world_size())
+    raw = os.environ.get("WORLD_SIZE", "")
+    return int(raw) if raw.isdigit() else 1
+
+
+def _emit_saved(step: int, size: int, seconds: float, name: str) -> None:
+    _emit({"type": "checkpoint", "step": step, "bytes": size, "seconds": round(seconds, 4),
+           "file": name, "world_size": _world_size()})  # fmt: skip
+
+
+def _emit_resumed(step: int, name: str) -> None:
+    if _rank() == 0:
+        _emit({"type": "resume", "step": step, "file": name, "world_size": _world_size()})
+
+
+def _emit(record: dict[str, Any]) -> None:
+    """One record for the monitor, written as ``ktrain.report`` writes its own (in a job's
+    rank only; never raises into training)."""
+    try:
+        from ..report import emit
+
+        emit(record)
+    except Exception as exc:
+        _warn(f"could not report {json.dumps(record)} ({exc!r})")
+
+
+def _warn(message: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"ktrain.checkpoint: {message}\n")

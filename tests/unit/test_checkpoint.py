@@ -1,0 +1,230 @@
+"""ktrain.checkpoint(): atomic saves by rank 0, the newest K kept, load() only ever returns a
+whole checkpoint (also after a save killed half-way by a real SIGKILL), records for the
+monitor, DeepSpeed engines saved into the same folder."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import jupyter_ktrain as ktrain
+from jupyter_ktrain.monitor.protocol import format_rank_line, parse_line
+from jupyter_ktrain.pod import checkpoint as ckpt_mod
+
+report_mod = importlib.import_module("jupyter_ktrain.report")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In a job's rank 0 (records are written), outside torch.distributed."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(report_mod, "_rank_cache", None)
+    yield
+    report_mod._rank_cache = None
+
+
+def _records(out: str) -> list[dict[str, Any]]:
+    recs = [parse_line(format_rank_line(0, line)).record for line in out.splitlines()]
+    return [r for r in recs if r is not None]
+
+
+def _state(seed: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(64, 64, generator=g), "rng": g.get_state(), "epoch": seed}
+
+
+def test_save_then_load_gives_the_newest_state_and_step_and_reports_both(
+    tmp_path: Path, rank0: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = ktrain.checkpoint(tmp_path)
+    assert ckpt.load() is None  # a first run: nothing to resume from
+    ckpt.save(_state(1), 10)
+    path = ckpt.save(_state(2), 20)
+    assert path == tmp_path / "step-20.pt"
+    found = ckpt.load()
+    assert found is not None
+    state, step = found
+    assert step == 20
+    assert torch.equal(state["w"], _state(2)["w"])
+    assert torch.equal(state["rng"], _state(2)["rng"])
+    assert sorted(os.listdir(tmp_path)) == ["step-10.pt", "step-20.pt"]  # no temporary left
+    saved = [r for r in _records(capsys.readouterr().out) if r["type"] == "checkpoint"]
+    assert [r["step"] for r in saved] == [10, 20]
+    assert saved[1]["bytes"] == path.stat().st_size
+    assert 0 < saved[1]["seconds"] < 10
+    assert saved[1]["rank"] == 0
+    ckpt.load()
+    (resumed,) = _records(capsys.readouterr().out)
+    assert (resumed["type"], resumed["step"], resumed["file"]) == ("resume", 20, "step-20.pt")
+
+
+def test_the_newest_k_are_kept(tmp_path: Path) -> None:
+    ckpt = ktrain.checkpoint(tmp_path, keep=2)
+    for step in (1, 2, 3, 10):
+        ckpt.save({"step": step}, step)
+    assert [s for s, _ in ckpt.steps()] == [3, 10]  # by step, not by name (10 > 3)
+    assert ckpt.load() == ({"step": 10}, 10)
+
+
+def test_only_rank_0_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    ktrain.checkpoint(tmp_path).save({"x": 1}, 5)
+    assert not tmp_path.exists() or not os.listdir(tmp_path)
+
+
+def test_an_unreadable_newest_checkpoint_is_skipped_for_the_one_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = ktrain.checkpoint(tmp_path)
+    ckpt.save(_state(1), 1)
+    ckpt.save(_state(2), 2)
+    newest = tmp_path / "step-2.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # storage lost data
+    found = ckpt.load()
+    assert found is not None
+    assert found[1] == 1
+    assert "checkpoint step-2.pt cannot be read" in capsys.readouterr().err
+
+
+KILLED_SAVE = """
+import sys, torch
+import jupyter_ktrain as ktrain
+ckpt = ktrain.checkpoint(sys.argv[1])
+ckpt.save({"w": torch.zeros(4), "n": 1}, 1)
+print("saved", flush=True)
+ckpt.save({"w": torch.ones(200 * 1024 * 1024 // 4)}, 2)  # 200 MB: killed while it is written
+print("not reached", flush=True)
+"""
+
+
+def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SAVE, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "saved\n"
+    partial = folder / f".step-2.pt.tmp-{proc.pid}"
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and partial.stat().st_size > 1024 * 1024):
+        assert proc.poll() is None, "the save ended before it was caught"
+        assert time.monotonic() < deadline, "no temporary file grew"
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-write, as the OOM killer or a node loss would
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    proc.stdout.close()
+    written = partial.stat().st_size
+    assert 0 < written < 200 * 1024 * 1024  # it really was half-way
+    ckpt = ktrain.checkpoint(folder)
+    assert [s for s, _ in ckpt.steps()] == [1]  # the partial one is not a checkpoint
+    found = ckpt.load()
+    assert found is not None
+    state, step = found
+    assert (step, state["n"]) == (1, 1)
+    assert torch.equal(state["w"], torch.zeros(4))
+    ckpt.save({"n": 3}, 3)  # the next save clears what the killed one left
+    assert sorted(os.listdir(folder)) == ["step-1.pt", "step-3.pt"]
+
+
+class FakeEngine:
+    """What DeepSpeed's engine does with a checkpoint folder, on one rank: each save writes a
+    tag folder; ``load_checkpoint`` reads ``latest`` when no tag is given."""
+
+    def __init__(self, weights: float = 0.0) -> None:
+        self.weights = weights
+        self.latest_written: list[bool] = []
+
+    def save_checkpoint(
+        self, save_dir: str, tag: str, client_state: dict[str, Any], save_latest: bool = True
+    ) -> None:
+        self.latest_written.append(save_latest)
+        folder = Path(save_dir, tag)
+        folder.mkdir(parents=True)
+        torch.save({"weights": self.weights, "client": client_state}, folder / "model.pt")
+
+    def load_checkpoint(self, load_dir: str) -> tuple[str | None, dict[str, Any] | None]:
+        tag = Path(load_dir, "latest").read_text().strip()
+        saved = torch.load(Path(load_dir, tag, "model.pt"))
+        self.weights = saved["weights"]
+        return str(Path(load_dir, tag)), saved["client"]
+
+
+def test_a_deepspeed_engine_saves_and_loads_itself_in_the_same_folder(
+    tmp_path: Path, rank0: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = ktrain.checkpoint(tmp_path, keep=2)
+    assert ckpt.load(FakeEngine()) is None
+    engine = FakeEngine()
+    for step in (1, 2, 3):
+        engine.weights = float(step)
+        ckpt.save(engine, step)
+    assert engine.latest_written == [False] * 3  # "latest" is ours, written atomically
+    root = tmp_path / "deepspeed"
+    assert sorted(os.listdir(root)) == ["latest", "step-2", "step-3"]
+    assert (root / "latest").read_text() == "step-3"
+    fresh = FakeEngine()
+    assert ckpt.load(fresh) == ({}, 3)
+    assert fresh.weights == 3.0
+    records = _records(capsys.readouterr().out)
+    assert [(r["type"], r["step"]) for r in records] == [
+        ("checkpoint", 1),
+        ("checkpoint", 2),
+        ("checkpoint", 3),
+        ("resume", 3),
+    ]
+    assert records[0]["file"] == "deepspeed/step-1"
+    assert records[0]["bytes"] > 0
+
+
+def test_the_folder_is_the_jobs_or_a_private_one_outside_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ckpt_mod.CHECKPOINTS_ENV, str(tmp_path / "job"))
+    assert ktrain.checkpoint().folder == tmp_path / "job"
+    monkeypatch.delenv(ckpt_mod.CHECKPOINTS_ENV)
+    outside = ktrain.checkpoint().folder
+    assert outside.is_dir()
+    assert outside == ktrain.checkpoint().folder  # one per process
+    assert not os.listdir(outside)
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, "3", None, True])
+def test_a_bad_step_is_one_clear_error(tmp_path: Path, step: object) -> None:
+    with pytest.raises(ValueError, match="step is an integer >= 0"):
+        ktrain.checkpoint(tmp_path).save({}, step)  # type: ignore[arg-type]
+    assert not tmp_path.joinpath("step-3.pt").exists()
+
+
+def test_keep_must_keep_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep >= 1"):
+        ktrain.checkpoint(tmp_path, keep=0)
+
+
+def test_importing_it_imports_only_the_standard_library() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import jupyter_ktrain.pod.checkpoint
+        print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout  # fmt: skip
+    assert out.strip() == "[]"
