@@ -1,6 +1,6 @@
 """Step-time overhead of the agent's GPU sampling on a training loop.
 
-Each run: the agent (``jupyter_ktrain.agent.runner.main``, in its own process) starts a
+Each run: the agent (``jupyter_ktrain.pod.agent.runner.main``, in its own process) starts a
 child that trains and records every step's duration. Runs come in ABBA pairs (sampling
 off/on, then on/off) so a drift of the machine does not favour one side. The overhead is
 the relative difference of the median step time, taken as the median over run pairs.
@@ -112,7 +112,7 @@ class FakeNvml:
 
 def as_agent(argv: list[str]) -> int:
     """Child mode: run the real runner with the fake (or real) NVML; print agent CPU."""
-    from jupyter_ktrain.agent import runner
+    from jupyter_ktrain.pod.agent import runner
 
     real = argv[0] == "--real"
     argv = argv[1:] if real else argv
@@ -143,7 +143,7 @@ def one_run(sampling: str, steps: int, real: bool, gpu: bool) -> tuple[float, fl
 
 def tick_cost_us(real: bool) -> float:
     """CPU microseconds of one sampler tick (read 4 GPUs, format, write 4 lines)."""
-    from jupyter_ktrain.agent.sampler import Sampler
+    from jupyter_ktrain.pod.agent.sampler import Sampler
 
     fd = os.open(os.devnull, os.O_WRONLY)
     sampler = Sampler(None if real else FakeNvml(), env={}, emit=lambda t: os.write(fd, t.encode()))

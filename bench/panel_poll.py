@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.monitor.protocol import format_rank_line, format_record
+from jupyter_ktrain.pod.protocol import format_rank_line, format_record
 from jupyter_ktrain.server.core import PanelCore
 
 NEW_PER_POLL = 200

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import comm
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.protocol import LogLine
+from jupyter_ktrain.pod.protocol import LogLine
 from jupyter_ktrain.widgets.monitor import MonitorView
 
 BATCH = 1_000  # new points between two plot updates

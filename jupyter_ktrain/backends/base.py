@@ -25,7 +25,7 @@ from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
-    from ..monitor.progress import Progress
+    from ..pod.progress import Progress
     from ..spec import JobSpec
 
 __all__ = [
@@ -312,7 +312,7 @@ class Job:
 
     def logs(self, rank: int | None = None, grep: str | None = None) -> str:
         """Stored output so far; ``rank`` keeps one rank's lines (without prefix)."""
-        from ..monitor.protocol import parse_line
+        from ..pod.protocol import parse_line
 
         out = []
         for _replica, raw in self.backend.read_logs(self.name):

@@ -29,8 +29,8 @@ from typing import Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
-from ..launch import node_command, operator_env
-from ..monitor.progress import Progress
+from ..pod.launch import node_command, operator_env
+from ..pod.progress import Progress
 from ..spec import check_job_name
 from .base import (
     CANCELLED,
@@ -127,7 +127,7 @@ class FileLogSource(LogSource):
 def machine_gpus() -> list[Any]:
     """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
     ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
-    from ..agent.sampler import list_gpus, select_gpus
+    from ..pod.agent.sampler import list_gpus, select_gpus
 
     try:
         found = list_gpus()
@@ -154,7 +154,7 @@ def split_gpus(spec: Any, gpus: list[Any]) -> list[dict[str, str]]:
             f"machine has {len(gpus)} for the kernel: lower --nodes or --gpus-per-node "
             f"(local nodes share one machine), or run on --backend kubernetes."
         )
-    from ..agent.sampler import GPU_UUIDS_ENV
+    from ..pod.agent.sampler import GPU_UUIDS_ENV
 
     out = []
     for node in range(spec.nodes):

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..pod.progress import Progress, ProgressTracker
+from ..pod.protocol import LogLine, parse_line
 from .model import JobHeader, MonitorModel, ReplicaRow
-from .progress import Progress, ProgressTracker
-from .protocol import LogLine, parse_line
 from .torchrun import TorchrunFold
 
 if TYPE_CHECKING:

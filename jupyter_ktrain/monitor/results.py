@@ -7,14 +7,15 @@ import pickle
 from collections.abc import Iterable
 from typing import Any
 
-from .protocol import parse_line
+from ..pod.protocol import RESULT, parse_line, record_type
 
 __all__ = ["decode_results", "results_from_lines"]
 
 
 def decode_results(record: dict[str, Any]) -> dict[str, Any]:
-    """Unpickle a ``result`` record's values. Classes the notebook defined resolve to the
-    kernel's own (``__main__``), so instances come back as the user's types."""
+    """Unpickle a :data:`~jupyter_ktrain.pod.protocol.RESULT` record's values. Classes the
+    notebook defined resolve to the kernel's own (``__main__``), so instances come back as the
+    user's types."""
     values = record.get("values") or {}
     return {name: pickle.loads(base64.b64decode(data)) for name, data in values.items()}
 
@@ -24,6 +25,6 @@ def results_from_lines(lines: Iterable[str]) -> dict[str, Any] | None:
     found: dict[str, Any] | None = None
     for raw in lines:
         line = parse_line(raw)
-        if line.rank == 0 and line.record is not None and line.record.get("type") == "result":
+        if line.rank == 0 and record_type(line.record) == RESULT:
             found = line.record
     return decode_results(found) if found is not None else None

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
+from ..pod.progress import Progress, fmt_age, fmt_elapsed
+from ..pod.protocol import METRIC, metric_values
 from .model import LogEntry, MonitorModel
-from .progress import Progress, fmt_age, fmt_elapsed
 from .viewmodel import fmt_value, summary_values
 
 if TYPE_CHECKING:
@@ -171,17 +172,13 @@ class TextView:
         return lines
 
     def _metrics(self, now: float) -> str:
-        rec = self.model.last_records.get("metric")
+        rec = self.model.last_records.get(METRIC)
         if rec is None or self.model.record_count == self._metric_seen:
             return ""
         if now - self._metric_at < self.metric_every:
             return ""
         self._metric_at, self._metric_seen = now, self.model.record_count
-        values = ", ".join(
-            f"{k} {fmt_value(v)}"
-            for k, v in rec.items()
-            if k not in ("type", "rank", "step", "t", "total") and isinstance(v, (int, float))
-        )
+        values = ", ".join(f"{k} {fmt_value(v)}" for k, v in metric_values(rec).items())
         step = f" step {rec['step']}" if "step" in rec else ""
         progress = self.model.progress
         done = f" · {progress.describe(now)}" if progress is not None else ""

@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..monitor.protocol import RECORD_MARK, parse_line
 from ..monitor.viewmodel import fmt_value, log_label, plot_panels, summary_values
+from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,

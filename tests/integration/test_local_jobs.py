@@ -219,7 +219,7 @@ def test_dry_run_prints_every_process_launch_and_runs_nothing(
         "PET_MASTER_PORT=",
     ):
         assert var in out
-    assert out.count("-m torch.distributed.run -m jupyter_ktrain.runtime") == 2
+    assert out.count("-m torch.distributed.run -m jupyter_ktrain.pod.runtime") == 2
     assert not (ktrain_home / "jobs").exists()
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.launch import node_command
-from jupyter_ktrain.monitor.protocol import format_record
+from jupyter_ktrain.pod.launch import node_command
+from jupyter_ktrain.pod.protocol import format_record
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,7 +24,7 @@ PROGRAM = """
 import os
 import torch
 import torch.distributed as dist
-from jupyter_ktrain.runtime import run_cell
+from jupyter_ktrain.pod.runtime import run_cell
 
 def train():
     dist.init_process_group("gloo")  # env:// with nothing but what the runtime derived

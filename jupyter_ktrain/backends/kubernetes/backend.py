@@ -22,9 +22,9 @@ from typing import Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...kinds import KIND_TABLE, job_kind
-from ...launch import LIB_DIR
-from ...monitor.progress import Progress, ProgressTracker
-from ...monitor.protocol import parse_line
+from ...pod.launch import LIB_DIR
+from ...pod.progress import Progress, ProgressTracker
+from ...pod.protocol import EXIT, parse_line, record_type
 from ..base import (
     FAILED,
     RUNNING,
@@ -75,7 +75,7 @@ class _Runtime:
                 return
             if line.record is None:
                 self.tails[line.rank].append(line.text)
-            elif line.record.get("type") == "exit":
+            elif record_type(line.record) == EXIT:
                 self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
             elif "total" in line.record:
                 self._track(line.rank, line.record)
@@ -364,7 +364,7 @@ class KubernetesBackend(Backend):
                     parsed = split_stamped(raw.encode())
                     ts, line = parsed if parsed is not None else (0, raw)
                     record = parse_line(line).record if followed else None
-                    if not followed or (record is not None and record.get("type") == "exit"):
+                    if not followed or record_type(record) == EXIT:
                         rt.on_line(pod, ts, line)
         with rt.lock:
             status = build_status(

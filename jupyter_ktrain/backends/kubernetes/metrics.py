@@ -1,6 +1,6 @@
 """The objects that let Prometheus scrape a job's agents (``--metrics-port``). Pure.
 
-Every replica that runs the agent serves ``/metrics`` on the port (:mod:`jupyter_ktrain.agent
+Every replica that runs the agent serves ``/metrics`` on the port (:mod:`jupyter_ktrain.pod.agent
 .metrics`). The job gets a headless Service ``{job}-metrics`` over those pods and, where the
 Prometheus operator is installed (its ``monitoring.coreos.com`` API is served, found by
 discovery), a ServiceMonitor that scrapes each of the Service's endpoints. Both are created

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...launch import CODE_DIR
+from ...pod.launch import CODE_DIR
 from ...spec import JobSpec
 from .deepspeed import CONFIG_ENV, CONFIG_PATH
 from .metrics import METRICS_PORT_NAME, metrics_env
