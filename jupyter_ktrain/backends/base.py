@@ -94,7 +94,7 @@ class JobStatus:
         """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
         parts = [self.state]
         if self.progress is not None:
-            from ..monitor.text import progress_text
+            from ..pod.progress import progress_text
 
             parts.append(progress_text(self.progress, now or time.time(), self.terminal))
         if self.reason:
@@ -328,7 +328,7 @@ class Job:
 
     def progress_history(self) -> list[Progress]:
         """Every progress update so far (percent done, ETA as it was then), from the logs."""
-        from ..monitor.live import progress_from_logs
+        from ..monitor.results import progress_from_logs
 
         return progress_from_logs(self.backend.read_logs(self.name))
 

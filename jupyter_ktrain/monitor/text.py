@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from ..pod.progress import Progress, fmt_age, fmt_elapsed
+from ..pod.progress import fmt_elapsed, progress_text
 from ..pod.protocol import METRIC, metric_values
 from .model import LogEntry, MonitorModel
 from .viewmodel import fmt_value, summary_values
@@ -26,8 +26,6 @@ __all__ = [
     "failure_summary",
     "fmt_elapsed",
     "header_text",
-    "progress_short",
-    "progress_text",
     "status_text",
     "text_line",
 ]
@@ -61,27 +59,6 @@ def header_text(model: MonitorModel, now: float) -> str:
         parts.append(model.transport.describe())
     text = " · ".join(parts)
     return f"{text} · {h.message}" if h.message else text
-
-
-def progress_text(progress: Progress, now: float, finished: bool = False) -> str:
-    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA."""
-    if finished:
-        pct = progress.percent
-        if pct is None:
-            return f"step {progress.step}"
-        return f"{pct:g}% ({progress.step}/{progress.total})"
-    return progress.describe(now)
-
-
-def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
-    """The job list's cell (narrow): ``42% · 2m``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
-    pct = progress.percent
-    if pct is None:
-        return f"step {progress.step}"
-    if finished or progress.done:
-        return f"{pct:g}%"
-    left = progress.remaining(now)
-    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
 
 
 def text_line(entry: LogEntry) -> str:

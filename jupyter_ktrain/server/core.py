@@ -107,7 +107,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
 
 
 def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
-    from ..monitor.text import progress_short, progress_text
+    from ..pod.progress import progress_short, progress_text
 
     p = status.progress
     if p is None:

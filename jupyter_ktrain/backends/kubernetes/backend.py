@@ -38,9 +38,10 @@ from ..base import (
 )
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
+from .labels import JOB_LABEL, MANAGED_BY
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
-from .podtemplate import JOB_LABEL, MANAGED_BY, CodeSource, job_labels
+from .podtemplate import CodeSource, job_labels
 from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch

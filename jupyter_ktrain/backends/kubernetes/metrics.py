@@ -19,6 +19,7 @@ from typing import Any
 
 from ...kinds import KIND_TABLE
 from ...spec import JobSpec
+from .labels import JOB_LABEL
 
 __all__ = [
     "COMPONENT",
@@ -67,8 +68,6 @@ def metrics_objects(
 ) -> list[dict[str, Any]]:
     """``[Service, ServiceMonitor]`` (the monitor only with ``service_monitor``); empty when
     the spec asks for no metrics port."""
-    from .podtemplate import JOB_LABEL  # podtemplate imports this module
-
     if spec.metrics_port is None:
         return []
     name = metrics_service_name(spec.name)
