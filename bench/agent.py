@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -136,7 +138,7 @@ def one_run(sampling: str, steps: int, real: bool, gpu: bool) -> tuple[float, fl
         result = json.loads(out.read_text())
     times = result["times"]
     agent_cpu = float(done.stdout.split("AGENT_CPU ")[1].split()[0])
-    records = done.stdout.count('"type":"gpu"')
+    records = sum(record_type(parse_line(line).record) == GPU for line in done.stdout.splitlines())
     warm = times[len(times) // 10 :]  # skip warm-up steps
     return statistics.median(warm), agent_cpu / wall, records, str(result["device"])
 

@@ -142,9 +142,9 @@ def check_sampling(gpu: dict[str, Any], seconds: float = 10.0) -> dict[str, Any]
 def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[str, Any]:
     """Pure: the agent's output lines and one scrape of its endpoint against GPU 0's facts
     (``uuid``, ``power_limit_w``, ``mem_total_mib``) -> figures, ``failed`` checks, ``ok``."""
-    from jupyter_ktrain.pod.protocol import parse_line
+    from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type
 
-    recs = [r for r in (parse_line(x).record for x in lines) if r and r.get("type") == "gpu"]
+    recs = [r for r in (parse_line(x).record for x in lines) if r and record_type(r) == GPU]
     out: dict[str, Any] = {"records": len(recs)}
     if len(recs) < 3:
         return {**out, "ok": False, "failed": ["records"], "error": "\n".join(lines[-10:])}

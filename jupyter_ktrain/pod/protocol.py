@@ -18,8 +18,9 @@ to the node. This module is pure: no I/O.
 The record vocabulary lives here and nowhere else: producers and consumers import the record
 types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`) and
 :data:`RESERVED_KEYS`. To add a record: name its type here (who writes it, what it carries),
-write it with :func:`format_record` (``{TYPE: NEW, ...}``), and read it where
-:meth:`jupyter_ktrain.monitor.model.MonitorModel.feed` dispatches on :func:`record_type`.
+write it with :func:`format_record` (``{TYPE: NEW, ...}``), and read it where the monitor's
+model dispatches on :func:`record_type` (``MonitorModel._record`` in
+:mod:`jupyter_ktrain.monitor.model`).
 """
 
 from __future__ import annotations
