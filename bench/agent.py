@@ -1,6 +1,6 @@
 """Step-time overhead of the agent's GPU sampling on a training loop.
 
-Each run: the agent (``jupyter_ktrain.agent.runner.main``, in its own process) starts a
+Each run: the agent (``jupyter_ktrain.pod.agent.runner.main``, in its own process) starts a
 child that trains and records every step's duration. Runs come in ABBA pairs (sampling
 off/on, then on/off) so a drift of the machine does not favour one side. The overhead is
 the relative difference of the median step time, taken as the median over run pairs.
@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -112,7 +114,7 @@ class FakeNvml:
 
 def as_agent(argv: list[str]) -> int:
     """Child mode: run the real runner with the fake (or real) NVML; print agent CPU."""
-    from jupyter_ktrain.agent import runner
+    from jupyter_ktrain.pod.agent import runner
 
     real = argv[0] == "--real"
     argv = argv[1:] if real else argv
@@ -136,14 +138,14 @@ def one_run(sampling: str, steps: int, real: bool, gpu: bool) -> tuple[float, fl
         result = json.loads(out.read_text())
     times = result["times"]
     agent_cpu = float(done.stdout.split("AGENT_CPU ")[1].split()[0])
-    records = done.stdout.count('"type":"gpu"')
+    records = sum(record_type(parse_line(line).record) == GPU for line in done.stdout.splitlines())
     warm = times[len(times) // 10 :]  # skip warm-up steps
     return statistics.median(warm), agent_cpu / wall, records, str(result["device"])
 
 
 def tick_cost_us(real: bool) -> float:
     """CPU microseconds of one sampler tick (read 4 GPUs, format, write 4 lines)."""
-    from jupyter_ktrain.agent.sampler import Sampler
+    from jupyter_ktrain.pod.agent.sampler import Sampler
 
     fd = os.open(os.devnull, os.O_WRONLY)
     sampler = Sampler(None if real else FakeNvml(), env={}, emit=lambda t: os.write(fd, t.encode()))

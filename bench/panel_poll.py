@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.monitor.protocol import format_rank_line, format_record
+from jupyter_ktrain.pod.protocol import METRIC, TYPE, format_rank_line, format_record
 from jupyter_ktrain.server.core import PanelCore
 
 NEW_PER_POLL = 200
@@ -35,7 +35,7 @@ def _write(job_dir: Path, node: int, start: int, count: int, t0: float) -> None:
         for i in range(start, start + count):
             rank = node
             if i % 2:
-                rec = {"type": "metric", "step": i, "total": 10**7, "loss": 1 / (i + 1),
+                rec = {TYPE: METRIC, "step": i, "total": 10**7, "loss": 1 / (i + 1),
                        "t": t0 + i * 0.01}  # fmt: skip
                 line = format_rank_line(rank, format_record(rec))
             else:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import comm
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.protocol import LogLine
+from jupyter_ktrain.pod.protocol import METRIC, TYPE, LogLine
 from jupyter_ktrain.widgets.monitor import MonitorView
 
 BATCH = 1_000  # new points between two plot updates
@@ -69,7 +69,7 @@ def loss(i: int) -> float:
 
 
 def metric_line(i: int) -> LogLine:
-    rec = {"type": "metric", "rank": 0, "step": i, "t": 0.0, "loss": loss(i)}
+    rec = {TYPE: METRIC, "rank": 0, "step": i, "t": 0.0, "loss": loss(i)}
     return LogLine(text="", rank=0, source="rank", record=rec)
 
 

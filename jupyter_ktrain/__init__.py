@@ -13,23 +13,49 @@ and inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots me
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    BackendError,
-    CaptureError,
-    ClusterError,
-    JobNotFound,
-    KtrainError,
-    PackagingError,
-    PreflightError,
-    RegistryError,
-    SecretError,
-    SpecError,
-)
+# The pod side, eagerly: in a job only this file and jupyter_ktrain/pod/ are there
+# (packaging.layer.runner_files), so ``import jupyter_ktrain`` must need nothing else.
 from .pod.checkpoint import Checkpoints, checkpoint
-from .report import report
-from .spec import JobSpec, Resources
+from .pod.report import report
+
+if TYPE_CHECKING:
+    from .errors import (
+        BackendError,
+        CaptureError,
+        ClusterError,
+        JobNotFound,
+        KtrainError,
+        PackagingError,
+        PreflightError,
+        RegistryError,
+        SecretError,
+        SpecError,
+    )
+    from .spec import JobSpec, Resources
+
+# The notebook side, on first use (PEP 562): name -> its module
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "BackendError",
+            "CaptureError",
+            "ClusterError",
+            "JobNotFound",
+            "KtrainError",
+            "PackagingError",
+            "PreflightError",
+            "RegistryError",
+            "SecretError",
+            "SpecError",
+        ),
+        "errors",
+    ),
+    "JobSpec": "spec",
+    "Resources": "spec",
+}
 
 __version__ = "0.1.0"
 
@@ -52,6 +78,19 @@ __all__ = [
     "load_ipython_extension",
     "report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # found once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ipython: Any) -> None:

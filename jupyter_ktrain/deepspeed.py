@@ -13,7 +13,8 @@ accumulation, gradient clipping, bf16/fp16, ZeRO-3 bucket sizes), except where a
 :func:`trainer_arguments` reads the literal values of the call (or module constants it names)
 from the program, and :func:`check_trainer_batch` refuses a flag that contradicts one, and
 batch sizes that no world size can reach, before anything starts. In the job,
-``TrainingArguments`` without ``deepspeed=`` gets this config (:mod:`jupyter_ktrain.integrations`).
+``TrainingArguments`` without ``deepspeed=`` gets this config
+(:mod:`jupyter_ktrain.pod.integrations`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
-from .launch import CODE_DIR
+from .pod.launch import CODE_DIR
 from .spec import DeepSpeed
 
 __all__ = [

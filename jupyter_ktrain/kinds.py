@@ -50,7 +50,7 @@ class ReplicaType:
 class JobKind:
     """One kind: its API, its CRD, its replica types in node-rank order, and how it runs.
 
-    ``launcher`` is what the agent starts in each replica (:func:`jupyter_ktrain.launch.
+    ``launcher`` is what the agent starts in each replica (:func:`jupyter_ktrain.pod.launch.
     node_command`): ``torchrun`` (one rank per local process, from the ``PET_*`` env),
     ``single`` (one process; the framework reads the operator's env) or ``mpirun`` (a
     launcher replica starts every rank). ``replica_ranks``: replica *n* holds ranks

@@ -127,7 +127,7 @@ def check_sampling(gpu: dict[str, Any], seconds: float = 10.0) -> dict[str, Any]
         scrape = Path(tmp) / "metrics.txt"
         env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0",
                "KTRAIN_JOB_NAME": "gpu-check", "PYTHONPATH": str(ROOT)}  # fmt: skip
-        cmd = [sys.executable, "-m", "jupyter_ktrain.agent", "--gpu-sampling", "on",
+        cmd = [sys.executable, "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "on",
                "--interval", "1", "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
                "--", sys.executable, "-c", LOAD, str(seconds), str(port), str(scrape)]  # fmt: skip
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -142,9 +142,9 @@ def check_sampling(gpu: dict[str, Any], seconds: float = 10.0) -> dict[str, Any]
 def judge_sampling(lines: list[str], gpu: dict[str, Any], scraped: str) -> dict[str, Any]:
     """Pure: the agent's output lines and one scrape of its endpoint against GPU 0's facts
     (``uuid``, ``power_limit_w``, ``mem_total_mib``) -> figures, ``failed`` checks, ``ok``."""
-    from jupyter_ktrain.monitor.protocol import parse_line
+    from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type
 
-    recs = [r for r in (parse_line(x).record for x in lines) if r and r.get("type") == "gpu"]
+    recs = [r for r in (parse_line(x).record for x in lines) if r and record_type(r) == GPU]
     out: dict[str, Any] = {"records": len(recs)}
     if len(recs) < 3:
         return {**out, "ok": False, "failed": ["records"], "error": "\n".join(lines[-10:])}

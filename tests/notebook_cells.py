@@ -1,9 +1,14 @@
 """Notebook cells shared by the tests that run real jobs from a %%ktrain cell."""
 
+from __future__ import annotations
+
+from typing import Any
+
 ALLREDUCE_TRAIN = """
 import os, time
 import torch
 import torch.distributed as dist
+import jupyter_ktrain as ktrain
 
 def train(scale):
     dist.init_process_group("gloo")
@@ -11,6 +16,7 @@ def train(scale):
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     print(f"rank {rank} of {dist.get_world_size()} sum {t.item()}", flush=True)
+    ktrain.report(step=1, allreduced=t.item())
     dist.destroy_process_group()
     return t.item() * scale
 """
@@ -38,3 +44,16 @@ def extension_shell(setup: str):  # type: ignore[no-untyped-def]
     assert sh.run_cell(setup, store_history=True).success
     yield sh
     sh.reset(new_session=True)
+
+
+def reported(job: Any, name: str) -> dict[int, list[float]]:
+    """rank -> the values it gave ``name`` with ``ktrain.report``, as the monitor reads them
+    from the job's stored logs (``Job`` of any backend)."""
+    from jupyter_ktrain.monitor.live import model_from_logs
+
+    model = model_from_logs(job.name, job.backend.read_logs(job.name))
+    return {
+        rank: list(series.points()[1])
+        for (rank, metric), series in sorted(model.metrics.items())
+        if metric == name
+    }

@@ -33,7 +33,7 @@ from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
-    from ..monitor.progress import Progress
+    from ..pod.progress import Progress
     from ..spec import JobSpec
 
 __all__ = [
@@ -103,7 +103,7 @@ class JobStatus:
         """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
         parts = [self.state]
         if self.progress is not None:
-            from ..monitor.text import progress_text
+            from ..pod.progress import progress_text
 
             parts.append(progress_text(self.progress, now or time.time(), self.terminal))
         if self.reason:
@@ -350,7 +350,7 @@ class Job:
 
     def logs(self, rank: int | None = None, grep: str | None = None) -> str:
         """Stored output so far; ``rank`` keeps one rank's lines (without prefix)."""
-        from ..monitor.protocol import parse_line
+        from ..pod.protocol import parse_line
 
         out = []
         for _replica, raw in self.backend.read_logs(self.name):
@@ -366,7 +366,7 @@ class Job:
 
     def progress_history(self) -> list[Progress]:
         """Every progress update so far (percent done, ETA as it was then), from the logs."""
-        from ..monitor.live import progress_from_logs
+        from ..monitor.results import progress_from_logs
 
         return progress_from_logs(self.backend.read_logs(self.name))
 

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
-from ..launch import node_command, operator_env
-from ..monitor.progress import Progress
 from ..pod.checkpoint import CHECKPOINTS_ENV
+from ..pod.launch import node_command, operator_env
+from ..pod.progress import Progress
 from ..spec import check_job_name
 from .base import (
     CANCELLED,
@@ -63,8 +63,8 @@ from .jobstore import (
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 
 if TYPE_CHECKING:
-    from ..agent.sampler import GpuInfo
     from ..capture import CapturedProgram
+    from ..pod.agent.sampler import GpuInfo
     from ..spec import JobSpec
 
 __all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
@@ -171,7 +171,7 @@ class FileLogSource(LogSource):
 def machine_gpus() -> list[GpuInfo]:
     """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
     ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
-    from ..agent.sampler import list_gpus, select_gpus
+    from ..pod.agent.sampler import list_gpus, select_gpus
 
     try:
         found = list_gpus()
@@ -198,7 +198,7 @@ def split_gpus(spec: JobSpec, gpus: list[GpuInfo]) -> list[dict[str, str]]:
             f"machine has {len(gpus)} for the kernel: lower --nodes or --gpus-per-node "
             f"(local nodes share one machine), or run on --backend kubernetes."
         )
-    from ..agent.sampler import GPU_UUIDS_ENV
+    from ..pod.agent.sampler import GPU_UUIDS_ENV
 
     out = []
     for node in range(spec.nodes):

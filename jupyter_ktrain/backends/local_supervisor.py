@@ -7,7 +7,7 @@ current (with the job's progress from records that carry a ``total``, at most on
 and on SIGTERM (cancel) stops every process of the job. When one node fails, the other nodes
 get a short grace period, then are stopped, because surviving ranks would otherwise block in a
 collective until a timeout. Then, like the Training Operator's ``ExitCode`` restart policy
-(:mod:`jupyter_ktrain.exits`): a bug (a node or rank exit code 1-127) fails the job; a fault
+(:mod:`jupyter_ktrain.pod.exits`): a bug (a node or rank exit code 1-127) fails the job; a fault
 (every failing node's code >= 128: a rank killed, OOM, a lost peer) starts every node again, up
 to ``max_restarts`` times (``plan.json``), because the survivors of a static torchrun rendezvous
 cannot take one new node in. Each restart is counted per node in ``state.json`` with its cause
@@ -40,10 +40,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..exits import PEER_LOST, describe_exit, restart_cause, retryable
 from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
-from ..monitor.progress import ProgressTracker
-from ..monitor.protocol import format_agent_line, parse_line
+from ..pod.exits import PEER_LOST, describe_exit, restart_cause, retryable
+from ..pod.progress import ProgressTracker
+from ..pod.protocol import EXIT, format_agent_line, parse_line, record_type
 from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
 from .procs import kill_marked, marked_pids, process_start, stop_marked
 
@@ -187,7 +187,7 @@ class Supervisor:
         if line.record is None:
             with self.lock:
                 self._rank_file(line.rank).write(line.text.encode() + b"\n")
-        elif line.record.get("type") == "exit":
+        elif record_type(line.record) == EXIT:
             self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
         elif "total" in line.record:
             self._on_progress(line.rank, line.record)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
-from ..exits import describe_exit
+from ..pod.exits import describe_exit
 from .failures import classify
 
 if TYPE_CHECKING:

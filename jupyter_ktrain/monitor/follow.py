@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .protocol import LogLine, parse_line
+from ..pod.protocol import LogLine, parse_line
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus

@@ -11,9 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..pod.protocol import LogLine, parse_line
 from .model import JobHeader, MonitorModel, ReplicaRow
-from .progress import Progress, ProgressTracker
-from .protocol import LogLine, parse_line
 from .torchrun import TorchrunFold
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ __all__ = [
     "ModelSink",
     "model_for",
     "model_from_logs",
-    "progress_from_logs",
     "rdma_requested",
     "replica_row",
 ]
@@ -189,25 +187,3 @@ def model_from_logs(
 def _record_time(line: LogLine) -> float | None:
     t = line.record.get("t") if line.record is not None else None
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
-
-
-def progress_from_logs(lines: Iterable[tuple[str, str]]) -> list[Progress]:
-    """Every progress update of a job, replayed from its stored ``(replica, raw line)`` pairs
-    through the tracker the views use (the lowest reporting rank's records, in order)."""
-    records = []
-    for _replica, raw in lines:
-        line = parse_line(raw)
-        rec = line.record
-        if line.rank is None or rec is None or not isinstance(rec.get("total"), int):
-            continue
-        if isinstance(rec.get("step"), int) and isinstance(rec.get("t"), (int, float)):
-            records.append((line.rank, rec))
-    if not records:
-        return []
-    first = min(rank for rank, _ in records)
-    tracker = ProgressTracker()
-    return [
-        tracker.update(rec["step"], rec["total"], float(rec["t"]))
-        for rank, rec in records
-        if rank == first
-    ]

@@ -2,8 +2,8 @@
 
 One :class:`MonitorModel` per job. The backend's follow loop feeds it:
 
-- ``feed(line, now, node=None)`` with each :class:`~jupyter_ktrain.monitor.protocol.LogLine`
-  from :func:`~jupyter_ktrain.monitor.protocol.parse_line` (``feed_text`` parses for you);
+- ``feed(line, now, node=None)`` with each :class:`~jupyter_ktrain.pod.protocol.LogLine`
+  from :func:`~jupyter_ktrain.pod.protocol.parse_line` (``feed_text`` parses for you);
   ``node`` is the replica the stream came from, when the caller knows it;
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
 - ``set_replicas(rows)`` with the current replica table.
@@ -30,10 +30,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..kinds import DEFAULT_KIND
+from ..pod.progress import Progress, ProgressTracker
+from ..pod.protocol import (
+    GPU,
+    METRIC,
+    RESERVED_KEYS,
+    RESTART,
+    LogLine,
+    metric_values,
+    parse_line,
+    record_type,
+)
 from .downsample import StreamingDownsampler
 from .nccl import NcclTransportParser, Transport
-from .progress import Progress, ProgressTracker
-from .protocol import LogLine, parse_line
 from .viewmodel import PENDING, RUNNING, TERMINAL_STATES, log_label
 
 __all__ = [
@@ -48,7 +57,6 @@ __all__ = [
 ]
 
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
-_RECORD_KEYS = frozenset({"type", "rank", "step", "t", "node", "total"})
 # Trainer's log dict as its PrinterCallback prints it ({'loss': 0.52, 'grad_norm': ...}): it
 # prints from every node's local process zero, so ranks 0, nproc, 2*nproc... print the same
 # (globally reduced) record. Shown once in the all-ranks view; each rank's own view keeps it.
@@ -349,17 +357,17 @@ class MonitorModel:
         self._alerts.pop(("rank-silent", f"rank{rank}"), None)
 
     def _record(self, line: LogLine, rec: dict[str, Any], now: float, node: int | None) -> None:
-        kind = rec.get("type")
+        kind = record_type(rec)
         if line.rank is not None and "rank" not in rec:
             rec = {**rec, "rank": line.rank}
-        plotted = any(k not in _RECORD_KEYS for k in rec)
+        plotted = any(k not in RESERVED_KEYS for k in rec)
         # a progress-only record (step and total) does not hide the last metric values
-        self.last_records["progress" if kind == "metric" and not plotted else str(kind)] = rec
-        if kind == "metric":
+        self.last_records["progress" if kind == METRIC and not plotted else str(kind)] = rec
+        if kind == METRIC:
             self._metric(line, rec, now)
-        elif kind == "gpu":
+        elif kind == GPU:
             self._gpu(rec, now, node)
-        elif kind == "restart":  # a node restarted its ranks itself (an MPIJob's mpirun)
+        elif kind == RESTART:  # a node restarted its ranks itself (an MPIJob's mpirun)
             n, limit = rec.get("n"), rec.get("max")
             of = f" of at most {limit}" if isinstance(limit, int) else ""
             key, why = f"launcher#{n}", rec.get("why")
@@ -379,16 +387,14 @@ class MonitorModel:
         x = float(step) if isinstance(step, int) else self.elapsed_x(_num(t, now))
         if isinstance(step, int) and isinstance(rec.get("total"), int):
             self._track(rank, step, rec["total"], _num(t, now))
-        for name, value in rec.items():
-            if name in _RECORD_KEYS or not isinstance(value, (int, float)):
-                continue
+        for name, value in metric_values(rec).items():
             series = self.metrics.get((rank, name))
             if series is None:
                 series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
             elif isinstance(step, int) and series.last is not None and x <= series.last[0]:
                 series.truncate(x)  # a restarted run reports this step again: it replaces
                 self._rewound((rank, name), x)
-            series.append(x, float(value))
+            series.append(x, value)
 
     def _rewound(self, series: tuple[int, str], x: float) -> None:
         """One marker per restart: every series goes back once in a restart, so a series that

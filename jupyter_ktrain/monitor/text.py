@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
+from ..pod.progress import fmt_elapsed, progress_text
+from ..pod.protocol import METRIC, metric_values
 from .model import LogEntry, MonitorModel
-from .progress import Progress, fmt_age, fmt_elapsed
 from .viewmodel import NOTICES, fmt_value, summary_values
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ __all__ = [
     "failure_summary",
     "fmt_elapsed",
     "header_text",
-    "progress_short",
-    "progress_text",
     "status_text",
     "text_line",
 ]
@@ -60,27 +59,6 @@ def header_text(model: MonitorModel, now: float) -> str:
         parts.append(model.transport.describe())
     text = " · ".join(parts)
     return f"{text} · {h.message}" if h.message else text
-
-
-def progress_text(progress: Progress, now: float, finished: bool = False) -> str:
-    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA."""
-    if finished:
-        pct = progress.percent
-        if pct is None:
-            return f"step {progress.step}"
-        return f"{pct:g}% ({progress.step}/{progress.total})"
-    return progress.describe(now)
-
-
-def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
-    """The job list's cell (narrow): ``42% · 2m``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
-    pct = progress.percent
-    if pct is None:
-        return f"step {progress.step}"
-    if finished or progress.done:
-        return f"{pct:g}%"
-    left = progress.remaining(now)
-    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
 
 
 def text_line(entry: LogEntry) -> str:
@@ -172,17 +150,13 @@ class TextView:
         return lines
 
     def _metrics(self, now: float) -> str:
-        rec = self.model.last_records.get("metric")
+        rec = self.model.last_records.get(METRIC)
         if rec is None or self.model.record_count == self._metric_seen:
             return ""
         if now - self._metric_at < self.metric_every:
             return ""
         self._metric_at, self._metric_seen = now, self.model.record_count
-        values = ", ".join(
-            f"{k} {fmt_value(v)}"
-            for k, v in rec.items()
-            if k not in ("type", "rank", "step", "t", "total") and isinstance(v, (int, float))
-        )
+        values = ", ".join(f"{k} {fmt_value(v)}" for k, v in metric_values(rec).items())
         step = f" step {rec['step']}" if "step" in rec else ""
         progress = self.model.progress
         done = f" · {progress.describe(now)}" if progress is not None else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .protocol import LogLine
+from ..pod.protocol import LogLine
 
 __all__ = ["TorchrunFold", "child_failed_line"]
 

@@ -1,7 +1,7 @@
 """Ship a job's code: a deterministic layer appended to a base image through the registry API
 (:func:`push_code_image`), or a ConfigMap (:func:`render_code_configmap` + :func:`code_volume`).
 
-Submodules import lazily so the pod-side :mod:`.pod_install` needs only the standard library.
+Submodules import lazily.
 
     layer.py         deterministic tar.gz layer, runner files, blob cache
     image.py         pure manifest/config mutation (append_layer)
@@ -10,7 +10,6 @@ Submodules import lazily so the pod-side :mod:`.pod_install` needs only the stan
     registry.py      OCI distribution client over httpx
     push.py          push_code_image: the whole append-and-push
     requirements.py  which route the pinned requirements take (pod start or shipped wheels)
-    pod_install.py   pod-side installer run before torchrun
     configmap.py     the ConfigMap route
     progress.py      text and ipywidgets progress bars
 """

@@ -2,7 +2,7 @@
 
 Used when no registry is configured. ConfigMap keys must match ``[-._a-zA-Z0-9]+`` and cannot
 hold ``/``, so each file gets a flat key and the volume's ``items`` map keys back to nested
-paths (``lib/jupyter_ktrain/agent/runner.py``). UTF-8 text goes to ``data``, anything else to
+paths (``lib/jupyter_ktrain/pod/agent/runner.py``). UTF-8 text goes to ``data``, anything else to
 ``binaryData`` (base64). The whole object must stay under the API server's 1 MiB limit; past it
 a :class:`~jupyter_ktrain.errors.PackagingError` names the registry option.
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import PackagingError
-from ..launch import CODE_DIR, LIB_DIR
+from ..pod.launch import CODE_DIR, LIB_DIR
 from .layer import code_files
 from .progress import human_bytes
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PackagingError
-from ..launch import CODE_DIR, LIB_DIR
+from ..pod.launch import CODE_DIR, LIB_DIR
 from .layer import Layer, sha256_digest
 
 __all__ = [

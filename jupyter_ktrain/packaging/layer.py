@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import PackagingError
-from ..launch import CODE_DIR, LIB_DIR
+from ..pod.launch import CODE_DIR, LIB_DIR
 
 __all__ = [
     "MTIME",
@@ -177,46 +177,23 @@ class LayerCache:
         return layer
 
 
-# What runs inside a pod: the agent, the in-rank runtime, ktrain.report and what they import
-# (standard library only). The notebook side (capture, backends, widgets, server) stays home.
-POD_MODULES = (
-    "__init__.py",
-    "errors.py",
-    "exits.py",
-    "integrations.py",
-    "kinds.py",
-    "launch.py",
-    "report.py",
-    "runtime.py",
-    "spec.py",
-    "spec_parts.py",
-    "trainer_status.py",
-    "agent/",
-    "monitor/__init__.py",
-    "monitor/progress.py",
-    "monitor/protocol.py",
-    "mpi.py",
-    "packaging/__init__.py",
-    "packaging/pod_install.py",
-    "pod/checkpoint.py",
-)
+# What runs inside a pod: the package's __init__ (which imports only the pod side eagerly) and
+# everything under pod/ (standard library only). The notebook side stays home.
+POD_MODULES = ("__init__.py", "pod/")
 
 
 def runner_files(lib_dir: str = LIB_DIR) -> dict[str, bytes]:
     """The pod side of this package (:data:`POD_MODULES`) at ``{lib_dir}/jupyter_ktrain/...``.
 
-    With ``PYTHONPATH={lib_dir}`` the pod runs ``python -m jupyter_ktrain.agent`` without
+    With ``PYTHONPATH={lib_dir}`` the pod runs ``python -m jupyter_ktrain.pod.agent`` without
     installing us; user code can ``import jupyter_ktrain as ktrain; ktrain.report(...)``.
     """
-    out: dict[str, bytes] = {}
-    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
-        rel = path.relative_to(_PACKAGE_ROOT).as_posix()
-        if "__pycache__" in rel or not any(
-            rel == m or (m.endswith("/") and rel.startswith(m)) for m in POD_MODULES
-        ):
-            continue
-        out[f"{lib_dir}/jupyter_ktrain/{rel}"] = path.read_bytes()
-    return out
+    paths = [_PACKAGE_ROOT / "__init__.py", *sorted((_PACKAGE_ROOT / "pod").rglob("*.py"))]
+    return {
+        f"{lib_dir}/jupyter_ktrain/{path.relative_to(_PACKAGE_ROOT).as_posix()}": path.read_bytes()
+        for path in paths
+        if "__pycache__" not in path.parts
+    }
 
 
 def code_files(

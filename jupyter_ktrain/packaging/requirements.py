@@ -4,16 +4,17 @@ Routes (``RequirementsPlan.route``):
 
 - ``"none"``: nothing to install (no requirements, or all are ``provided`` by the base);
 - ``"pod-start"``: ``/ktrain/requirements.txt`` is shipped; at pod start
-  :mod:`.pod_install` installs the pins the image lacks from the package index (needs network);
+  :mod:`jupyter_ktrain.pod.install` installs the pins the image lacks from the package index
+  (needs network);
 - ``"wheels"`` (``offline=True``): the wheels are downloaded here (``pip download`` for the
   pod's platform and Python) into ``/ktrain/wheels``; at pod start the missing pins are
   installed from there with ``--no-index`` (no network needed).
 
 Whether the base already has a pin is decided cheaply in two places: ``provided`` names the
-user vouches for (a flag; nothing is shipped for them), and at pod start :mod:`.pod_install`
-compares each pin with ``importlib.metadata`` and installs only what is missing or differs, so
-a base that already carries ``torch==2.5.1`` costs nothing. We do not pull the base's layers to
-look: they are gigabytes.
+user vouches for (a flag; nothing is shipped for them), and at pod start
+:mod:`jupyter_ktrain.pod.install` compares each pin with ``importlib.metadata`` and installs
+only what is missing or differs, so a base that already carries ``torch==2.5.1`` costs nothing.
+We do not pull the base's layers to look: they are gigabytes.
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def _emit(record: dict[str, Any]) -> None:
     """One record for the monitor, written as ``ktrain.report`` writes its own (in a job's
     rank only; never raises into training)."""
     try:
-        from ..report import emit
+        from .report import emit
 
         emit(record)
     except Exception as exc:

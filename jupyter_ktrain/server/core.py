@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..monitor.protocol import RECORD_MARK, parse_line
 from ..monitor.viewmodel import NOTICES, fmt_value, log_label, plot_panels, summary_values
+from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
@@ -107,7 +107,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
 
 
 def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
-    from ..monitor.text import progress_short, progress_text
+    from ..pod.progress import progress_short, progress_text
 
     p = status.progress
     if p is None:

@@ -3,7 +3,8 @@ an elastic Worker-only PyTorchJob, a TFJob, an XGBoostJob training with xgboost.
 and a TrainJob on Trainer's own
 ``torch-distributed`` runtime whose volume, nodeSelector, toleration, RDMA settings and pull
 secret reach its pods, and whose progress reaches ``trainerStatus``; every
-rank's logs stream into the cell and rank 0's result comes back. A job that asks for more GPUs
+rank's logs stream into the cell, every rank's ``ktrain.report`` reaches the monitor and rank 0's
+result comes back. A job that asks for more GPUs
 than any node has stays Pending with the scheduler's reason, and cancel leaves nothing."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from tests.cluster import Node
-from tests.notebook_cells import PACED_LOOP
+from tests.notebook_cells import PACED_LOOP, reported
 
 from .k8s_helpers import configured_shell, wait_for
 
@@ -45,21 +46,39 @@ def test_elastic_worker_only_pytorchjob(k8s_shell, capsys):
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     _ranks(out, 2)
+    assert reported(job, "allreduced") == {0: [3.0], 1: [3.0]}
     assert k8s_shell.user_ns["result"] == 6.0
 
 
+TF_TASK = """
+import json
+
+def report_tf_task():
+    task = json.loads(os.environ["TF_CONFIG"])["task"]  # all a TFJob gives its replicas
+    ktrain.report(step=1, index=float(task["index"]))
+    return 7
+"""
+
+
 def test_tfjob(k8s_shell, capsys):
+    """Each replica finds its rank in TF_CONFIG alone: the chief's report is rank 0's, the
+    worker's rank 1's."""
+    assert k8s_shell.run_cell(TF_TASK, store_history=True).success
     job = k8s_shell.run_cell_magic(
-        "ktrain", f"--kind TFJob --nodes 2 --procs-per-node 1 {IMAGE} --name tf", "result = 7\n"
+        "ktrain",
+        f"--kind TFJob --nodes 2 --procs-per-node 1 {IMAGE} --name tf",
+        "result = report_tf_task()\n",
     )
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     assert k8s_shell.user_ns["result"] == 7
+    assert set(reported(job, "index")) == {0, 1}, out
 
 
 XGBOOST_CELL = """
 import os
 
+import jupyter_ktrain as ktrain
 import numpy as np
 import xgboost as xgb
 from xgboost import collective
@@ -84,6 +103,7 @@ def train_xgb(rounds):
         booster = xgb.train(params, xgb.DMatrix(x, y), rounds)
         rows = int(collective.allreduce(np.array([len(y)]), collective.Op.SUM)[0])
         trees = booster.num_boosted_rounds()
+        ktrain.report(step=trees, rows=float(rows))
         print(f"xgboost rank {collective.get_rank()} of {collective.get_world_size()}: "
               f"{trees} trees on {rows} rows", flush=True)
     if tracker is not None:
@@ -112,6 +132,7 @@ def test_xgboostjob_trains_with_xgboost_collective(k8s_shell, test_cluster, caps
     for rank in range(3):
         assert f"[rank{rank}]: xgboost rank {rank} of 3: 5 trees on 600 rows" in out, out
     assert k8s_shell.user_ns["trees"] == 5
+    assert reported(job, "rows") == {0: [600.0], 1: [600.0], 2: [600.0]}
     pods = test_cluster.kubectl("get", "pods", "-l", "ktrain.io/job=xgb", "-o", "name").stdout
     assert sorted(pods.split()) == [f"pod/xgb-{p}" for p in ("master-0", "worker-0", "worker-1")]
 
@@ -177,6 +198,7 @@ def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):
         out,
         test_cluster.kubectl("get", "trainjob", "tj", "-o", "yaml").stdout,
     )
+    assert reported(job, "allreduced") == {0: [3.0], 1: [3.0]}
     assert ns
 
 
@@ -270,4 +292,5 @@ def test_mpijob_ranks_use_torch_distributed(k8s_shell, capsys):
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     _ranks(out, 2)
+    assert reported(job, "allreduced") == {0: [3.0], 1: [3.0]}  # ranks mpirun started
     assert k8s_shell.user_ns["result"] == 6.0

@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.procs import marked_pids
 from jupyter_ktrain.errors import JobFailed
-from tests.notebook_cells import ALLREDUCE_TRAIN, extension_shell
+from tests.notebook_cells import ALLREDUCE_TRAIN, extension_shell, reported
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +54,7 @@ def test_two_by_two_job_all_ranks_agree_and_result_returns(
     assert shell.user_ns["result"] == 100.0
     assert job.result == 100.0
     assert job.logs(rank=2).strip() == "rank 2 of 4 sum 10.0"
+    assert reported(job, "allreduced") == {rank: [10.0] for rank in range(4)}  # ktrain.report
     # no pip noise: the kernel's own packages (torch 2.13.0+cu130 pinned as 2.13.0) are not
     # installed again, and nothing is said about it
     assert "torch==" in job.plan.program.files["requirements.txt"].decode()
@@ -219,7 +220,7 @@ def test_dry_run_prints_every_process_launch_and_runs_nothing(
         "PET_MASTER_PORT=",
     ):
         assert var in out
-    assert out.count("-m torch.distributed.run -m jupyter_ktrain.runtime") == 2
+    assert out.count("-m torch.distributed.run -m jupyter_ktrain.pod.runtime") == 2
     assert not (ktrain_home / "jobs").exists()
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.launch import node_command
-from jupyter_ktrain.monitor.protocol import format_record
+from jupyter_ktrain.pod.launch import node_command
+from jupyter_ktrain.pod.protocol import METRIC, format_record, parse_line, record_type
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,7 +24,8 @@ PROGRAM = """
 import os
 import torch
 import torch.distributed as dist
-from jupyter_ktrain.runtime import run_cell
+import jupyter_ktrain as ktrain
+from jupyter_ktrain.pod.runtime import run_cell
 
 def train():
     dist.init_process_group("gloo")  # env:// with nothing but what the runtime derived
@@ -33,6 +34,7 @@ def train():
     dist.all_reduce(t)
     where = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], os.environ["LOCAL_RANK"]
     print(f"rank {rank} of {dist.get_world_size()} sum {t.item()} via {where}", flush=True)
+    ktrain.report(step=1, allreduced=t.item())
     dist.destroy_process_group()
     return t.item()
 
@@ -62,6 +64,12 @@ def test_two_mpirun_ranks_all_reduce_over_env_init(tmp_path: Path) -> None:
         exit_line = f"[rank{rank}]: " + format_record({"type": "exit", "rank": rank, "code": 0})
         assert exit_line in out
     assert out.count('"type":"result"') == 1  # rank 0 alone sends the result back
+    metrics = [(p.rank, p.record) for p in map(parse_line, out.splitlines())
+               if record_type(p.record) == METRIC]  # fmt: skip
+    assert sorted((r, rec["rank"], rec["allreduced"]) for r, rec in metrics) == [
+        (0, 0, 3.0),
+        (1, 1, 3.0),
+    ]
     assert '[rank0]: @@ktrain {"type":"result"' in out
     # the launcher's agent found rank 0's host; an agent ran with each rank (requirements)
     assert f"[agent]: rank 0 runs on localhost: MASTER_ADDR=127.0.0.1 MASTER_PORT={port}" in out

@@ -27,7 +27,7 @@ from .registry_tools import FaultProxy, Registry, make_wheel, push_base_image
 PROGRAM = b"""\
 import json, os, sys
 import basemod                      # from the base image's layer (/opt/base)
-from jupyter_ktrain import launch   # from the code layer's lib dir (/ktrain/lib)
+from jupyter_ktrain.pod import launch   # from the code layer's lib dir (/ktrain/lib)
 cfg = json.load(open("ds_config.json"))
 try:
     import tinypkg

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyter_ktrain.agent import runner
-from jupyter_ktrain.agent.metrics import MetricsEndpoint, MetricsStore
+from jupyter_ktrain.pod.agent import runner
+from jupyter_ktrain.pod.agent.metrics import MetricsEndpoint, MetricsStore
 
 H100 = "GPU-3f1c2a9e-0000-0000-0000-000000000000"
 
@@ -28,7 +28,7 @@ def test_store_renders_what_prometheus_parses_with_every_label() -> None:
     store.gpu([{"type": "gpu", "node": 1, "gpu": 0, "uuid": H100, "t": 1795407399.1,
                 "util": 100.0, "power": 697.3, "temp": 68.0, "mem_used": 40960.0,
                 "mem_total": 81559.0}])  # fmt: skip
-    store.report({"type": "metric", "rank": 3, "t": 1.0, "step": 200, "loss": 1.25})
+    store.report({"type": "metric", "rank": 3, "t": 1.0, "step": 200, "total": 900, "loss": 1.25})
     store.report({"type": "metric", "rank": 3, "t": 2.0, "step": 300, "loss": 0.625,
                   'odd "name"\\x': 2.0})  # fmt: skip
     store.report({"type": "metric", "rank": "x", "loss": 9.0})  # not a rank: ignored
@@ -45,6 +45,7 @@ def test_store_renders_what_prometheus_parses_with_every_label() -> None:
     assert metrics["loss"].value == 0.625  # the latest report wins
     assert metrics["loss"].labels["rank"] == "3"
     assert metrics['odd "name"\\x'].value == 2.0  # escaped on the wire, intact when parsed
+    assert set(metrics) == {"loss", 'odd "name"\\x'}  # a progress record's total is no metric
     [step] = fams["ktrain_step"]
     assert (step.labels["rank"], step.value) == ("3", 300.0)
 
@@ -128,7 +129,7 @@ def test_a_taken_port_is_one_warning_and_the_job_still_runs(
 
 def test_metrics_are_off_unless_asked() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "jupyter_ktrain.agent", "--gpu-sampling", "off", "--",
+        [sys.executable, "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "off", "--",
          sys.executable, "-c", "import os; print(os.environ.get('KTRAIN_METRICS_UDP'))"],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."}, capture_output=True, text=True,
         timeout=60,

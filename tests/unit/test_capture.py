@@ -165,7 +165,7 @@ def run_program(program: CapturedProgram, tmp_path: Path) -> dict[str, Any]:
         (tmp_path / rel).write_bytes(data)
     env = {**os.environ, "RANK": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_ktrain.runtime", str(tmp_path / "program.py")],
+        [sys.executable, "-m", "jupyter_ktrain.pod.runtime", str(tmp_path / "program.py")],
         capture_output=True,
         env=env,
         timeout=120,
@@ -325,7 +325,7 @@ def test_a_chained_failure_names_notebook_cells_in_every_part(
     )
     (tmp_path / "program.py").write_text(program.source)
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_ktrain.runtime", str(tmp_path / "program.py")],
+        [sys.executable, "-m", "jupyter_ktrain.pod.runtime", str(tmp_path / "program.py")],
         capture_output=True,
         text=True,
         env={**os.environ, "RANK": "0"},

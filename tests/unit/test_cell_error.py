@@ -14,8 +14,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.base import JobStatus
 from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
 from jupyter_ktrain.monitor.cell_error import exception_line, job_error
-from jupyter_ktrain.monitor.protocol import LogLine, parse_line
 from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line
+from jupyter_ktrain.pod.protocol import LogLine, parse_line
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import jupyter_ktrain as ktrain
-from jupyter_ktrain.monitor.protocol import format_rank_line, parse_line
 from jupyter_ktrain.pod import checkpoint as ckpt_mod
+from jupyter_ktrain.pod.protocol import format_rank_line, parse_line
 
-report_mod = importlib.import_module("jupyter_ktrain.report")
+report_mod = importlib.import_module("jupyter_ktrain.pod.report")
 ROOT = Path(__file__).resolve().parents[2]
 
 

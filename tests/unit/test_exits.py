@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.exits import (
+from jupyter_ktrain.pod.exits import (
     KILLED,
     PEER_LOST,
     describe_exit,
@@ -18,7 +18,7 @@ from jupyter_ktrain.exits import (
     peer_lost,
     restart_cause,
 )
-from jupyter_ktrain.launch import node_command
+from jupyter_ktrain.pod.launch import node_command
 
 
 def test_a_raising_rank_decides_over_ranks_that_torchrun_stopped() -> None:
@@ -117,7 +117,7 @@ BUG = """print('[rank1]: @@ktrain {"type":"exit","rank":1,"code":1}', flush=True
 def _launch(tmp_path: Path, faults: int, bug: str, limit: int) -> tuple[int, list[str], int]:
     import io
 
-    from jupyter_ktrain.agent.relaunch import MAX_RESTARTS_ENV, relaunch_mpirun
+    from jupyter_ktrain.pod.agent.relaunch import MAX_RESTARTS_ENV, relaunch_mpirun
 
     script = tmp_path / "mpirun.py"
     script.write_text(FLAKY.format(faults=faults, bug=bug))

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.agent.metrics import MetricsStore
-from jupyter_ktrain.monitor.protocol import parse_line
+from jupyter_ktrain.pod.agent.metrics import MetricsStore
+from jupyter_ktrain.pod.protocol import parse_line
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "tests" / "data" / "logs" / "h100_1x1_node0.log"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.monitor.protocol import parse_line
+from jupyter_ktrain.pod.protocol import parse_line
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_ktrain"
 ROOT = PACKAGE.parent
@@ -43,7 +43,7 @@ def _run(program: str, tmp_path: Path, *python_args: str, env: dict[str, str]) -
     path = tmp_path / "program.py"
     path.write_text(program)
     done = subprocess.run(
-        [sys.executable, *python_args, "-m", "jupyter_ktrain.runtime", str(path)],
+        [sys.executable, *python_args, "-m", "jupyter_ktrain.pod.runtime", str(path)],
         capture_output=True,
         text=True,
         timeout=240,

@@ -10,13 +10,13 @@ import pytest
 from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.protocol import (
+from jupyter_ktrain.monitor.text import TextView
+from jupyter_ktrain.pod.protocol import (
     format_agent_line,
     format_rank_line,
     format_record,
     parse_line,
 )
-from jupyter_ktrain.monitor.text import TextView
 from jupyter_ktrain.widgets.plots import metrics_figure
 
 T0 = 1_763_700_000.0

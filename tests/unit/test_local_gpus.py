@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_ktrain.agent.sampler import GpuInfo, select_gpus
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.monitor.live import model_for
+from jupyter_ktrain.pod.agent.sampler import GpuInfo, select_gpus
 from jupyter_ktrain.rdma import resolve_profile
 from jupyter_ktrain.spec import JobSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
-from jupyter_ktrain.monitor.protocol import format_agent_line, format_rank_line, format_record
+from jupyter_ktrain.pod.protocol import format_agent_line, format_rank_line, format_record
 
 NCCL = Path(__file__).resolve().parents[1] / "data" / "nccl"
 T0 = 1_763_700_000.0

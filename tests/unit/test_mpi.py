@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain import mpi
-from jupyter_ktrain.agent import runner
-from jupyter_ktrain.launch import node_command
+from jupyter_ktrain.pod import mpi
+from jupyter_ktrain.pod.agent import runner
+from jupyter_ktrain.pod.launch import node_command
 from tests.unit.test_sampler import FakeNvml
 
 HOSTFILE = "job-worker-0 slots=2\n# a comment\n\njob-worker-1 slots=2\n"
@@ -177,13 +177,13 @@ def test_mpirun_starts_every_rank_through_the_agent() -> None:
     argv = node_command("/ktrain", launcher="mpirun", processes=8)
     cut = argv.index("mpirun")
     launcher, ranks = argv[:cut], argv[cut:]
-    assert launcher == ["python", "-m", "jupyter_ktrain.agent", "--gpu-sampling", "off",
+    assert launcher == ["python", "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "off",
                         "--mpi-launcher", "--"]  # fmt: skip
     assert ranks[ranks.index("-np") + 1] == "8"
     assert ranks[8:12] == ["-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
     rank = ranks[ranks.index("python") :]
-    assert rank == ["python", "-m", "jupyter_ktrain.agent", "--code-dir", "/ktrain", "--",
-                    "python", "-m", "jupyter_ktrain.runtime", "/ktrain/program.py"]  # fmt: skip
+    assert rank == ["python", "-m", "jupyter_ktrain.pod.agent", "--code-dir", "/ktrain", "--",
+                    "python", "-m", "jupyter_ktrain.pod.runtime", "/ktrain/program.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("rank", "local", "samples_node"), [(2, 0, 1), (3, 1, None)])

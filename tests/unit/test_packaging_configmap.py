@@ -38,7 +38,7 @@ def test_keys_are_valid_and_items_rebuild_the_code_dir(tmp_path: Path) -> None:
     want = {p.removeprefix("/ktrain/"): d for p, d in code_files(FILES).items()}
     got = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert got == want
-    assert "lib/jupyter_ktrain/agent/__main__.py" in got
+    assert "lib/jupyter_ktrain/pod/agent/__main__.py" in got
 
 
 def test_manifests_validate_against_the_kubernetes_schema() -> None:

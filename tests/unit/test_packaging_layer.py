@@ -104,21 +104,24 @@ def test_a_path_cannot_be_both_file_and_directory() -> None:
         build_layer({"/ktrain/a": b"x", "/ktrain/a/b": b"y"})
 
 
-def test_runner_files_place_the_package_sources_under_the_lib_dir() -> None:
+def test_runner_files_are_exactly_the_init_and_the_pod_package() -> None:
+    """What travels to the pod is ``jupyter_ktrain/__init__.py`` and ``jupyter_ktrain/pod/**``:
+    nothing of the notebook side, nothing of the pod side left behind."""
+    root = Path(__file__).resolve().parents[2] / "jupyter_ktrain"
+    pod = {p.relative_to(root).as_posix() for p in (root / "pod").rglob("*.py")}
+    want = {"__init__.py"} | {p for p in pod if "__pycache__" not in p}
     files = runner_files()
-    assert "/ktrain/lib/jupyter_ktrain/__init__.py" in files
-    assert "/ktrain/lib/jupyter_ktrain/agent/__main__.py" in files
-    assert "/ktrain/lib/jupyter_ktrain/packaging/pod_install.py" in files
-    assert all(p.endswith(".py") and "__pycache__" not in p for p in files)
-    here = Path(__file__).resolve().parents[2] / "jupyter_ktrain" / "launch.py"
-    assert files["/ktrain/lib/jupyter_ktrain/launch.py"] == here.read_bytes()
+    assert set(files) == {f"/ktrain/lib/jupyter_ktrain/{p}" for p in want}
+    assert "/ktrain/lib/jupyter_ktrain/pod/agent/__main__.py" in files
+    here = root / "pod" / "launch.py"
+    assert files["/ktrain/lib/jupyter_ktrain/pod/launch.py"] == here.read_bytes()
 
 
 def test_code_files_put_relative_paths_in_the_code_dir() -> None:
     files = code_files({"program.py": b"p", "/etc/extra.conf": b"e"})
     assert files["/ktrain/program.py"] == b"p"
     assert files["/etc/extra.conf"] == b"e"
-    assert "/ktrain/lib/jupyter_ktrain/launch.py" in files
+    assert "/ktrain/lib/jupyter_ktrain/pod/launch.py" in files
     assert code_files({"program.py": b"p"}, include_runner=False) == {"/ktrain/program.py": b"p"}
 
 
@@ -134,26 +137,41 @@ def test_cache_is_content_addressed_and_drops_corrupt_entries(tmp_path: Path) ->
 
 
 def test_runner_files_are_enough_for_the_pod_side(tmp_path: Path) -> None:
-    """Only the pod side travels, and it imports with nothing but the standard library."""
-    import subprocess
-    import sys
-
-    from jupyter_ktrain.packaging.layer import runner_files
+    """Only the pod side travels, and every module of it imports with nothing but the standard
+    library; ``import jupyter_ktrain`` there gives ``report``, which writes its record."""
+    import json
+    import os
 
     files = runner_files("/lib")
-    assert not any("/widgets/" in p or "/backends/" in p or "/server/" in p for p in files)
     for path, data in files.items():
         target = tmp_path / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    code = (
-        f"import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
-        f"sys.path.insert(0, {str(tmp_path / 'lib')!r}); "
-        "import jupyter_ktrain, jupyter_ktrain.runtime, jupyter_ktrain.agent.runner, "
-        "jupyter_ktrain.agent.sampler, jupyter_ktrain.packaging.pod_install, "
-        "jupyter_ktrain.integrations, jupyter_ktrain.trainer_status, "
-        "jupyter_ktrain.monitor.progress; "
-        "jupyter_ktrain.report(step=1, loss=0.5)"
+    lib = tmp_path / "lib"
+    modules = sorted(
+        ".".join(p.relative_to(lib).with_suffix("").parts).removesuffix(".__init__")
+        for p in (lib / "jupyter_ktrain" / "pod").rglob("*.py")
+        if p.name != "__main__.py"
     )
-    done = subprocess.run([sys.executable, "-s", "-c", code], capture_output=True, text=True)
+    code = (
+        "import sys; "
+        f"sys.path.insert(0, {str(lib)!r}); import importlib; "
+        f"[importlib.import_module(m) for m in {modules!r}]; "
+        "import jupyter_ktrain as ktrain; ktrain.report(step=1, loss=0.5); "
+        "import json; tops = {m.split('.')[0] for m in sys.modules}; "
+        "print(json.dumps({'ours': sorted(m for m in sys.modules if m.startswith('jupyter_')), "
+        "'other': sorted(tops - sys.stdlib_module_names - {'jupyter_ktrain', '__main__'})}))"
+    )
+    env = {**os.environ, "RANK": "0"}
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
+    assert '@@ktrain {"type":"metric","rank":0,' in done.stdout
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert loaded["other"] == [], loaded
+    assert all(m == "jupyter_ktrain" or m.startswith("jupyter_ktrain.pod") for m in loaded["ours"])

@@ -11,9 +11,9 @@ import pytest
 
 from jupyter_ktrain.errors import PackagingError
 from jupyter_ktrain.packaging.layer import LayerCache
-from jupyter_ktrain.packaging.pod_install import ensure_requirements, missing_pins
 from jupyter_ktrain.packaging.progress import TextProgress, human_bytes
 from jupyter_ktrain.packaging.requirements import plan_requirements
+from jupyter_ktrain.pod.install import ensure_requirements, missing_pins
 from tests.integration.registry_tools import make_wheel
 
 

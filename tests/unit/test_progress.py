@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.progress import MIN_INTERVALS, Progress, ProgressTracker
-from jupyter_ktrain.monitor.protocol import format_rank_line, format_record
 from jupyter_ktrain.monitor.text import header_text
+from jupyter_ktrain.pod.progress import MIN_INTERVALS, Progress, ProgressTracker
+from jupyter_ktrain.pod.protocol import format_rank_line, format_record
 
 T0 = 1_795_000_000.0
 

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_ktrain.monitor.protocol import format_rank_line, parse_line
-from jupyter_ktrain.report import report
+from jupyter_ktrain.pod.protocol import format_rank_line, parse_line
+from jupyter_ktrain.pod.report import report
 
 # the module, even once the package exports the function under the same name
-report_mod = importlib.import_module("jupyter_ktrain.report")
+report_mod = importlib.import_module("jupyter_ktrain.pod.report")
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_costs_microseconds_and_is_thread_safe(rank: int, monkeypatch: pytest.Mo
 
 
 def test_real_rank_process_writes_a_parseable_line() -> None:
-    code = "from jupyter_ktrain.report import report; report(step=5, loss=2)"
+    code = "from jupyter_ktrain.pod.report import report; report(step=5, loss=2)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={"RANK": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
@@ -149,3 +149,49 @@ def test_total_makes_a_progress_record_and_listeners_see_each_record(
     ]
     assert seen == recs
     assert captured.err.count("total=0 is not a positive integer") == 1
+
+
+_TF_CONFIG = (
+    '{"cluster": {"chief": ["tf-chief-0:2222"], "worker": ["tf-worker-0:2222", '
+    '"tf-worker-1:2222"]}, "task": {"type": "worker", "index": 1}}'
+)
+_OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+         "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "rank"),
+    [
+        pytest.param({"RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1"}, 3, id="torchrun"),
+        pytest.param({"RANK": "2", "WORLD_SIZE": "3"}, 2, id="xgboostjob"),
+        pytest.param({"TF_CONFIG": _TF_CONFIG}, 2, id="tfjob-worker-behind-a-chief"),
+        pytest.param({"OMPI_COMM_WORLD_RANK": "3", **_OMPI}, 3, id="mpijob-open-mpi"),
+        pytest.param({"PMI_RANK": "1"}, 1, id="mpich"),
+    ],
+)
+def test_report_finds_its_rank_in_every_kinds_environment(env: dict[str, str], rank: int) -> None:
+    """The environment each launcher gives a rank, and nothing more: the record names it."""
+    code = "from jupyter_ktrain.pod.report import report; report(step=5, loss=2)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rec = parse_line(format_rank_line(rank, out.strip())).record
+    assert rec is not None, out
+    assert (rec["rank"], rec["step"], rec["loss"]) == (rank, 5, 2.0)
+
+
+def test_outside_a_job_there_is_no_rank_and_no_record() -> None:
+    from jupyter_ktrain.pod.ranks import global_rank, node_index
+
+    assert global_rank({}) is None
+    assert global_rank({"TF_CONFIG": "not json"}) is None
+    evaluator = '{"cluster": {"worker": ["w:1"]}, "task": {"type": "evaluator", "index": 0}}'
+    assert global_rank({"TF_CONFIG": evaluator}) is None
+    assert node_index({}) == 0
+    assert node_index({"TF_CONFIG": _TF_CONFIG}) == 2  # one process per TFJob replica
+    assert node_index({"RANK": "7", "PET_NODE_RANK": "1"}) == 1  # torchrun's node, not its rank
+    assert node_index({"OMPI_COMM_WORLD_RANK": "3", **_OMPI}) == 1

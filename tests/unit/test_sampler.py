@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.agent import runner
-from jupyter_ktrain.agent.sampler import GpuInfo, Sampler, select_gpus
-from jupyter_ktrain.monitor.protocol import parse_line
+from jupyter_ktrain.pod.agent import runner
+from jupyter_ktrain.pod.agent.sampler import GpuInfo, Sampler, select_gpus
+from jupyter_ktrain.pod.protocol import parse_line
 
 UUIDS = [
     "GPU-1a2b3c4d-0000-1111-2222-333344445555",
@@ -237,7 +237,7 @@ def test_bad_options_say_what_to_fix(
 
 def _run_agent(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jupyter_ktrain.agent", *args],
+        [sys.executable, "-m", "jupyter_ktrain.pod.agent", *args],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ".", **env},
         capture_output=True,
         text=True,
@@ -264,7 +264,7 @@ def test_agent_forwards_sigterm_and_reports_128_plus_signal() -> None:
         [
             sys.executable,
             "-m",
-            "jupyter_ktrain.agent",
+            "jupyter_ktrain.pod.agent",
             "--gpu-sampling",
             "off",
             "--",
@@ -330,7 +330,7 @@ class FakePynvml:
 def test_memory_used_is_read_with_nvml_v2_where_the_driver_has_it(
     has_v2: bool, used_mib: float
 ) -> None:
-    from jupyter_ktrain.agent.sampler import PynvmlNvml
+    from jupyter_ktrain.pod.agent.sampler import PynvmlNvml
 
     module = FakePynvml(has_v2=has_v2)
     nvml = PynvmlNvml(module)

@@ -235,7 +235,7 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
 def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Path) -> None:
     """The panel's list and job tab get percent done and the time left now (the supervisor
     wrote the ETA as of its last update), worded as in the notebook."""
-    from jupyter_ktrain.monitor.progress import Progress
+    from jupyter_ktrain.pod.progress import Progress
 
     backend = LocalBackend(tmp_path / "home")
     for name, progress in (("halfway", Progress(10, 40, 1000.0, 60.0, 2.0)), ("silent", None)):

@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from jupyter_ktrain import trainer_status
 from jupyter_ktrain.backends.kubernetes.status import trainer_progress
-from jupyter_ktrain.trainer_status import StatusReporter, payload
+from jupyter_ktrain.pod import trainer_status
+from jupyter_ktrain.pod.trainer_status import StatusReporter, payload
 
 SCHEMA = json.loads(
     (
@@ -29,7 +29,7 @@ SCHEMA = json.loads(
         / "data/trainer/update-trainjob-status-v2.3.0.schema.json"
     ).read_text()
 )
-report_mod = importlib.import_module("jupyter_ktrain.report")  # the module, not the function
+report_mod = importlib.import_module("jupyter_ktrain.pod.report")  # the module, not the function
 PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/llm-ft/status"
 
 
@@ -146,7 +146,7 @@ def test_a_hand_written_loop_reaches_trainer_status_through_ktrain_report(
 
 
 def test_percent_stays_below_100_until_the_last_step_and_the_limits_hold() -> None:
-    from jupyter_ktrain.monitor.progress import Progress
+    from jupyter_ktrain.pod.progress import Progress
 
     almost = payload(Progress(999, 1000, 100.0, 3.0, 0.003), {}, 100.0)["trainerStatus"]
     assert almost["progressPercentage"] == 99
@@ -194,7 +194,7 @@ def test_transformers_own_kubeflow_callback_is_left_alone(
 def test_trainer_status_reads_back_as_progress() -> None:
     """What ``kubectl get trainjob`` shows becomes Job.status().progress (no logs needed)."""
     ours = payload(
-        __import__("jupyter_ktrain.monitor.progress", fromlist=["Progress"]).Progress(
+        __import__("jupyter_ktrain.pod.progress", fromlist=["Progress"]).Progress(
             30, 120, 1_795_000_000.0, 90.0, 3.0
         ),
         {"loss": 0.25},
@@ -213,7 +213,7 @@ def test_trainer_status_reads_back_as_progress() -> None:
 def test_a_trainjob_status_with_trainer_status_gives_job_status_progress() -> None:
     """``Job.status()`` of a TrainJob nobody followed the logs of: from trainerStatus."""
     from jupyter_ktrain.backends.kubernetes.status import build_status
-    from jupyter_ktrain.monitor.progress import Progress
+    from jupyter_ktrain.pod.progress import Progress
 
     sent = payload(Progress(45, 100, 1_795_000_000.0, 3600.0, 80.0), {}, 1_795_000_000.0)
     job = {

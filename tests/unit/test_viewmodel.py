@@ -9,7 +9,6 @@ from pathlib import Path
 
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.protocol import format_rank_line, format_record
 from jupyter_ktrain.monitor.viewmodel import (
     PALETTE,
     PanelKey,
@@ -17,6 +16,7 @@ from jupyter_ktrain.monitor.viewmodel import (
     rank_colour,
     summary_values,
 )
+from jupyter_ktrain.pod.protocol import format_rank_line, format_record
 from jupyter_ktrain.server.core import PanelCore
 
 T0 = 1_763_700_000.0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
-from jupyter_ktrain.monitor.protocol import format_agent_line, format_rank_line, format_record
+from jupyter_ktrain.pod.protocol import format_agent_line, format_rank_line, format_record
 from jupyter_ktrain.widgets.monitor import MonitorView, TextView, make_view
 
 T0 = 1_763_700_000.0

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...kinds import KIND_TABLE, job_kind
-from ...monitor.progress import Progress, ProgressTracker
-from ...monitor.protocol import parse_line
+from ...pod.progress import Progress, ProgressTracker
+from ...pod.protocol import EXIT, parse_line, record_type
 from ..base import (
     FAILED,
     RUNNING,
@@ -39,10 +39,10 @@ from ..base import (
 )
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
+from .labels import JOB_LABEL, MANAGED_BY
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
-from .podtemplate import JOB_LABEL, MANAGED_BY
 from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
 from .watch import JobWatch
@@ -81,7 +81,7 @@ class _Runtime:
                 return
             if line.record is None:
                 self.tails[line.rank].append(line.text)
-            elif line.record.get("type") == "exit":
+            elif record_type(line.record) == EXIT:
                 self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
             elif "total" in line.record:
                 self._track(line.rank, line.record)
@@ -355,7 +355,7 @@ class KubernetesBackend(Backend):
                     parsed = split_stamped(raw.encode())
                     ts, line = parsed if parsed is not None else (0, raw)
                     record = parse_line(line).record if followed else None
-                    if not followed or (record is not None and record.get("type") == "exit"):
+                    if not followed or record_type(record) == EXIT:
                         rt.on_line(pod, ts, line)
         with rt.lock:
             status = build_status(

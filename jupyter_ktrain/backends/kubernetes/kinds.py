@@ -4,7 +4,7 @@ name: PyTorchJob, TFJob, MPIJob, XGBoostJob (kubeflow.org/v1) and Kubeflow Train
 of a spec; what a kind is (API, container, replica types and their restart policies) comes from
 the table.
 
-Every replica runs the same command (:func:`jupyter_ktrain.launch.node_command`: the agent
+Every replica runs the same command (:func:`jupyter_ktrain.pod.launch.node_command`: the agent
 wrapping what the kind's ``launcher`` names) except where a framework needs otherwise: a TFJob
 or XGBoostJob replica runs one process (TensorFlow reads ``TF_CONFIG``, XGBoost the operator's
 ``MASTER_ADDR``/``RANK``), and an MPIJob's launcher runs ``mpirun``, which starts the ranks in
@@ -17,10 +17,10 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...agent.relaunch import MAX_RESTARTS_ENV
 from ...errors import SpecError
 from ...kinds import KIND_TABLE, JobKind
-from ...launch import node_command
+from ...pod.agent.relaunch import MAX_RESTARTS_ENV
+from ...pod.launch import node_command
 from ...spec import JobSpec
 from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
 
@@ -67,7 +67,8 @@ def single_process_command(code_dir: str, python: str = "python") -> list[str]:
 
 def mpi_launcher_command(spec: JobSpec, code_dir: str, python: str = "python") -> list[str]:
     """``mpirun`` for the launcher: one rank per slot, each through the agent in its worker pod
-    (its env comes from the pod; rank 0's address from the launcher, see ``jupyter_ktrain.mpi``)."""
+    (its env comes from the pod; rank 0's address from the launcher, see
+    ``jupyter_ktrain.pod.mpi``)."""
     return node_command(code_dir, python, launcher="mpirun", processes=spec.world_size)
 
 
@@ -206,7 +207,7 @@ def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
 @_registered
 def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each). The launcher's
-    agent restarts mpirun after a fault (:mod:`jupyter_ktrain.agent.relaunch`)."""
+    agent restarts mpirun after a fault (:mod:`jupyter_ktrain.pod.agent.relaunch`)."""
     kind = KIND_TABLE[spec.kind]
     launcher = PodRole(
         container=kind.container,

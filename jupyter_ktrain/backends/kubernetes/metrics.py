@@ -1,6 +1,6 @@
 """The objects that let Prometheus scrape a job's agents (``--metrics-port``). Pure.
 
-Every replica that runs the agent serves ``/metrics`` on the port (:mod:`jupyter_ktrain.agent
+Every replica that runs the agent serves ``/metrics`` on the port (:mod:`jupyter_ktrain.pod.agent
 .metrics`). The job gets a headless Service ``{job}-metrics`` over those pods and, where the
 Prometheus operator is installed (its ``monitoring.coreos.com`` API is served, found by
 discovery), a ServiceMonitor that scrapes each of the Service's endpoints. Both are created
@@ -19,6 +19,7 @@ from typing import Any
 
 from ...kinds import KIND_TABLE
 from ...spec import JobSpec
+from .labels import JOB_LABEL
 
 __all__ = [
     "COMPONENT",
@@ -67,8 +68,6 @@ def metrics_objects(
 ) -> list[dict[str, Any]]:
     """``[Service, ServiceMonitor]`` (the monitor only with ``service_monitor``); empty when
     the spec asks for no metrics port."""
-    from .podtemplate import JOB_LABEL  # podtemplate imports this module
-
     if spec.metrics_port is None:
         return []
     name = metrics_service_name(spec.name)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from ...launch import LIB_DIR
+from ...pod.launch import LIB_DIR
 from .podtemplate import CodeSource, job_labels
 
 if TYPE_CHECKING:

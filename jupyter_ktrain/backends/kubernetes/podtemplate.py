@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...deepspeed import CONFIG_ENV, CONFIG_PATH
-from ...launch import CODE_DIR
 from ...pod.checkpoint import CHECKPOINTS_ENV
+from ...pod.launch import CODE_DIR
 from ...spec import JobSpec
+from .labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
 from .metrics import METRICS_PORT_NAME, metrics_env
 
 __all__ = [
-    "CELL_LABEL",
-    "JOB_LABEL",
-    "MANAGED_BY",
     "MULTUS_ANNOTATION",
     "CodeSource",
     "PodRole",
@@ -29,10 +27,6 @@ __all__ = [
     "pod_template",
 ]
 
-JOB_LABEL = "ktrain.io/job"
-CELL_LABEL = "ktrain.io/cell"
-KIND_LABEL = "ktrain.io/kind"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "jupyter-ktrain")
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # on a TrainJob: its fault restarts limit (its runtime's JobSet maxRestarts), for the monitor
 MAX_RESTARTS_ANNOTATION = "ktrain.io/max-restarts"

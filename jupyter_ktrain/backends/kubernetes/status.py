@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...exits import PEER_LOST, restart_cause
 from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
 from ...monitor.failures import classify, pod_problem
-from ...monitor.progress import Progress
+from ...pod.exits import PEER_LOST, restart_cause
+from ...pod.progress import Progress
 from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
 from .podtemplate import MAX_RESTARTS_ANNOTATION
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...errors import ClusterError
 from .api import Api, ApiFailure
+from .labels import JOB_LABEL
 
 __all__ = ["Informer", "JobWatch"]
 
@@ -136,7 +137,6 @@ class JobWatch:
 
     def __init__(self, api: Api, namespace: str, group: str, version: str, plural: str, name: str):
         from .api import ns_path
-        from .podtemplate import JOB_LABEL
 
         self.name = name
         self.namespace = namespace

@@ -11,7 +11,7 @@ TrainJob's status, so ``kubectl get trainjob -o yaml`` shows it.
 
 With those variables set, the runtime of global rank 0 calls :func:`enable`: every
 ``ktrain.report`` record with a ``total`` (hand-written loops and the Transformers Trainer
-hook alike) feeds the same :class:`~jupyter_ktrain.monitor.progress.ProgressTracker` the
+hook alike) feeds the same :class:`~jupyter_ktrain.pod.progress.ProgressTracker` the
 notebook uses, and a background thread POSTs the latest state at most every
 :data:`MIN_INTERVAL_S` seconds (the last one when the job ends). Percent stays below 100 until
 the last step. Failures are said once on stderr and never reach training. Standard library
@@ -34,7 +34,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .monitor.progress import Progress, ProgressTracker
+from .progress import Progress, ProgressTracker
+from .protocol import metric_values
 from .report import add_listener
 
 __all__ = [
@@ -113,12 +114,7 @@ class StatusReporter:
     # -- the reporting side ---------------------------------------------------------------
     def offer(self, record: dict[str, Any]) -> None:
         step, total, t = record.get("step"), record.get("total"), record.get("t")
-        metrics = {
-            k: float(v)
-            for k, v in record.items()
-            if k not in ("type", "rank", "step", "t", "node", "total")
-            and isinstance(v, (int, float))
-        }
+        metrics = metric_values(record)
         with self._lock:
             self.metrics.update(metrics)
             if isinstance(step, int) and isinstance(total, int):

@@ -14,28 +14,59 @@ with :data:`RECORD_MARK` followed by one JSON object with a ``"type"`` key::
 
 Lines with neither prefix (torchrun's own messages, a crash before the runtime started) belong
 to the node. This module is pure: no I/O.
+
+The record vocabulary lives here and nowhere else: producers and consumers import the record
+types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`) and
+:data:`RESERVED_KEYS`. To add a record: name its type here (who writes it, what it carries),
+write it with :func:`format_record` (``{TYPE: NEW, ...}``), and read it where the monitor's
+model dispatches on :func:`record_type` (``MonitorModel._record`` in
+:mod:`jupyter_ktrain.monitor.model`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "AGENT_PREFIX",
+    "EXIT",
+    "GPU",
+    "METRIC",
     "RECORD_MARK",
+    "RECORD_TYPES",
+    "RESERVED_KEYS",
+    "RESTART",
+    "RESULT",
+    "TYPE",
     "LogLine",
     "format_agent_line",
     "format_rank_line",
     "format_record",
+    "metric_values",
     "parse_line",
+    "record_type",
 ]
 
 RECORD_MARK = "@@ktrain "
 AGENT_PREFIX = "[agent]: "
 _RANK_RE = re.compile(r"^\[rank(\d+)\]: ?")
+
+# -- the record vocabulary: every record is {TYPE: one of these, ...} ---------------------------
+TYPE = "type"
+METRIC = "metric"  # a rank's ktrain.report (pod.report): rank, t, [step, [total]], name=value...
+GPU = "gpu"  # one GPU's sample (pod.agent.sampler): node, gpu, uuid, t, util, mem_used, ...
+RESULT = "result"  # rank 0's cell results (pod.runtime): values = {name: base64 pickle}
+EXIT = "exit"  # a rank's last record (pod.runtime): rank, code
+RESTART = "restart"  # an MPIJob launcher re-ran mpirun (pod.agent.relaunch): n, max, why
+RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART)
+
+# The keys of a metric record that are not metrics: ktrain.report refuses them as names, and
+# no reader (the monitor, the Prometheus endpoint, trainerStatus) plots or exports them.
+RESERVED_KEYS = frozenset({TYPE, "rank", "step", "total", "t", "node"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +100,25 @@ def _record(text: str) -> dict[str, Any] | None:
         value = json.loads(text[len(RECORD_MARK) :])
     except ValueError:
         return None
-    return value if isinstance(value, dict) and "type" in value else None
+    return value if isinstance(value, dict) and TYPE in value else None
+
+
+def record_type(record: Mapping[str, Any] | None) -> str | None:
+    """The record's type (one of :data:`RECORD_TYPES`, or a newer one), None for no record."""
+    kind = record.get(TYPE) if record is not None else None
+    return kind if isinstance(kind, str) else None
+
+
+def metric_values(record: Mapping[str, Any]) -> dict[str, float]:
+    """The named numbers a metric record carries: every key but :data:`RESERVED_KEYS`, whose
+    value is a number (not a bool)."""
+    return {
+        name: float(value)
+        for name, value in record.items()
+        if name not in RESERVED_KEYS
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    }
 
 
 def parse_line(line: str) -> LogLine:

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["METRICS_UDP_ENV", "MetricsEndpoint", "MetricsStore", "ReportListener"]
+from ..protocol import METRIC, metric_values, record_type
 
-METRICS_UDP_ENV = "KTRAIN_METRICS_UDP"
+__all__ = ["MetricsEndpoint", "MetricsStore", "ReportListener"]
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _MIB = 1024 * 1024
 
@@ -41,7 +42,6 @@ GPU_FAMILIES: dict[str, tuple[str, str, float]] = {
     "power": ("ktrain_gpu_power_watts", "GPU power draw", 1.0),
     "temp": ("ktrain_gpu_temperature_celsius", "GPU core temperature", 1.0),
 }
-_REPORT_KEYS = frozenset({"type", "rank", "step", "t", "node"})
 
 
 def _escape(value: str) -> str:
@@ -73,7 +73,7 @@ class MetricsStore:
         self._step: dict[tuple[tuple[str, str], ...], float] = {}
 
     def gpu(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Take one sampler tick (``{"type": "gpu", ...}`` records)."""
+        """Take one sampler tick (:data:`~jupyter_ktrain.pod.protocol.GPU` records)."""
         with self._lock:
             for rec in records:
                 labels = (*self.base, ("gpu", str(rec.get("gpu"))), ("uuid", str(rec.get("uuid"))))
@@ -83,20 +83,18 @@ class MetricsStore:
                         self._gpu[(family, labels)] = float(value) * scale
 
     def report(self, rec: Mapping[str, Any]) -> None:
-        """Take one ``ktrain.report`` record (``{"type": "metric", "rank": 0, ...}``)."""
+        """Take one ``ktrain.report`` record (:data:`~jupyter_ktrain.pod.protocol.METRIC`);
+        its :data:`~jupyter_ktrain.pod.protocol.RESERVED_KEYS` (``total`` too) are no metrics."""
         rank = rec.get("rank")
-        if rec.get("type") != "metric" or not isinstance(rank, int):
+        if record_type(rec) != METRIC or not isinstance(rank, int):
             return
         who = (*self.base, ("rank", str(rank)))
         with self._lock:
             step = rec.get("step")
             if isinstance(step, int) and not isinstance(step, bool):
                 self._step[who] = float(step)
-            for name, value in rec.items():
-                if name in _REPORT_KEYS or isinstance(value, bool):
-                    continue
-                if isinstance(value, (int, float)):
-                    self._metric[(*who, ("name", str(name)))] = float(value)
+            for name, value in metric_values(rec).items():
+                self._metric[(*who, ("name", name))] = value
 
     def render(self) -> str:
         """Everything, in Prometheus text exposition format 0.0.4."""

@@ -21,8 +21,11 @@ __all__ = [
     "STALE_S",
     "Progress",
     "ProgressTracker",
+    "fmt_age",
     "fmt_elapsed",
     "fmt_seconds",
+    "progress_short",
+    "progress_text",
 ]
 
 MIN_INTERVALS = 2
@@ -138,6 +141,27 @@ class Progress:
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def progress_text(progress: Progress, now: float, finished: bool = False) -> str:
+    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA."""
+    if finished:
+        pct = progress.percent
+        if pct is None:
+            return f"step {progress.step}"
+        return f"{pct:g}% ({progress.step}/{progress.total})"
+    return progress.describe(now)
+
+
+def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
+    """The job list's cell (narrow): ``42% · 2m``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
+    pct = progress.percent
+    if pct is None:
+        return f"step {progress.step}"
+    if finished or progress.done:
+        return f"{pct:g}%"
+    left = progress.remaining(now)
+    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
 
 
 class ProgressTracker:

@@ -1,14 +1,14 @@
 """``ktrain.report(step=..., total=..., loss=...)``: training metrics and progress for the monitor.
 
-Inside a job's rank process (``RANK`` is set) each call writes one structured record line to
-``sys.stdout``::
+Inside a job's rank process (any kind: :func:`jupyter_ktrain.pod.ranks.global_rank` finds its
+rank) each call writes one structured record line to ``sys.stdout``::
 
     @@ktrain {"type":"metric","rank":0,"t":1763700000.123,"step":10,"loss":0.52}
 
 The in-rank runtime prefixes every stdout line with ``[rank{N}]: ``; the monitor separates
 these records from what the user prints. Outside a job (in the notebook kernel) ``report`` is
 a no-op. ``total`` (the step count the job will reach) makes the record a progress update too:
-the monitor shows percent done and time left from it (:mod:`jupyter_ktrain.monitor.progress`);
+the monitor shows percent done and time left from it (:mod:`jupyter_ktrain.pod.progress`);
 a call with only ``step`` and ``total`` updates progress without plotting anything.
 
 Contract: a call costs a few microseconds, is safe from any thread (one record is one
@@ -31,14 +31,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .monitor.protocol import RECORD_MARK, format_record
+from .protocol import METRIC, RECORD_MARK, RESERVED_KEYS, TYPE, format_record
+from .ranks import global_rank
 
-__all__ = ["RESERVED", "add_listener", "emit", "report"]
+__all__ = ["add_listener", "emit", "report"]
 
-RESERVED = frozenset({"type", "rank", "step", "t", "node", "total"})
 _lock = threading.Lock()
 _warned: set[str] = set()
-_rank_cache: tuple[int, int | None] | None = None  # (pid, rank) so a fork re-reads RANK
+_rank_cache: tuple[int, int | None] | None = None  # (pid, rank) so a fork reads it anew
 _sink_cache: tuple[int, tuple[socket.socket, tuple[str, int]] | None] | None = None
 METRICS_UDP_ENV = "KTRAIN_METRICS_UDP"
 
@@ -60,11 +60,7 @@ def _rank() -> int | None:
     cached = _rank_cache
     if cached is not None and cached[0] == pid:
         return cached[1]
-    raw = os.environ.get("RANK")
-    try:
-        rank = int(raw) if raw is not None else None
-    except ValueError:
-        rank = None
+    rank = global_rank()
     _rank_cache = (pid, rank)
     return rank
 
@@ -143,7 +139,7 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
     if rank is None:
         return
     try:
-        record: dict[str, object] = {"type": "metric", "rank": rank, "t": round(time.time(), 3)}
+        record: dict[str, object] = {TYPE: METRIC, "rank": rank, "t": round(time.time(), 3)}
         s = _step(step)
         if s is not None:
             record["step"] = s
@@ -151,7 +147,7 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
             if n is not None:
                 record["total"] = n
         for name, value in metrics.items():
-            if name in RESERVED:
+            if name in RESERVED_KEYS:
                 _warn_once(name, f"{name!r} is a reserved name; dropped")
                 continue
             v = _number(name, value)

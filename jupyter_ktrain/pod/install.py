@@ -1,4 +1,4 @@
-"""Pod-side requirement install: ``python -m jupyter_ktrain.packaging.pod_install [CODE_DIR]``.
+"""Pod-side requirement install: ``python -m jupyter_ktrain.pod.install [CODE_DIR]``.
 
 Runs in the job's container before torchrun (standard library only: the image may have
 nothing else). Reads ``CODE_DIR/requirements.txt`` (pins ``NAME==VERSION``), skips every pin the
@@ -20,8 +20,8 @@ import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..launch import CODE_DIR
-from ..monitor.protocol import format_agent_line
+from .launch import CODE_DIR
+from .protocol import format_agent_line
 
 __all__ = ["ensure_requirements", "install_command", "main", "missing_pins"]
 

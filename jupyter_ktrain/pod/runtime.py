@@ -1,4 +1,4 @@
-"""The in-rank entry point: ``python -m jupyter_ktrain.runtime PROGRAM``.
+"""The in-rank entry point: ``python -m jupyter_ktrain.pod.runtime PROGRAM``.
 
 torchrun starts one of these per local rank. It makes every line the rank writes (Python or C,
 stdout or stderr) start with ``[rank{N}]: `` so one node stream can be split by rank, runs the
@@ -27,8 +27,9 @@ import warnings
 from typing import Any
 
 from .exits import PEER_LOST, peer_lost, write_rank_code
-from .monitor.protocol import format_rank_line, format_record
 from .mpi import rank_env
+from .protocol import EXIT, RESULT, TYPE, format_rank_line, format_record
+from .ranks import global_rank
 
 __all__ = ["main", "run_cell"]
 
@@ -39,27 +40,9 @@ _CHUNK = 65536
 
 
 def _rank() -> int:
-    """Global rank: torchrun's RANK, MPI's, or the TF_CONFIG task (chief first)."""
-    for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        value = os.environ.get(key, "")
-        if value.isdigit():
-            return int(value)
-    tf_config = os.environ.get("TF_CONFIG")
-    if tf_config:
-        import json
-
-        try:
-            config = json.loads(tf_config)
-            task, cluster = config["task"], config.get("cluster", {})
-            order = [t for t in ("chief", "master") if t in cluster] + ["worker", "ps"]
-            rank = 0
-            for kind in order:
-                if kind == task["type"]:
-                    return rank + int(task["index"])
-                rank += len(cluster.get(kind, []))
-        except (ValueError, KeyError, TypeError):
-            return 0
-    return 0
+    """Global rank (:func:`.ranks.global_rank`); 0 for a program run by hand."""
+    rank = global_rank()
+    return rank if rank is not None else 0
 
 
 class _Prefixer:
@@ -200,10 +183,12 @@ def _emit_results(results: dict[str, Any]) -> None:
         return
     encoded = {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()}
     sys.stdout.flush()
-    print(format_record({"type": "result", "values": encoded}), flush=True)
+    print(format_record({TYPE: RESULT, "values": encoded}), flush=True)
 
 
-_OURS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.abspath(runpy.__file__))
+# the product's frames (jupyter_ktrain/...) and runpy's are left out of a notebook traceback
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OURS = (_PACKAGE_DIR + os.sep, os.path.abspath(runpy.__file__))
 
 
 def _line_map(program: str) -> list[tuple[int, int, int, int]]:
@@ -284,7 +269,7 @@ def notebook_traceback(exc: BaseException, program: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m jupyter_ktrain.runtime PROGRAM.py\n")
+        sys.stderr.write("usage: python -m jupyter_ktrain.pod.runtime PROGRAM.py\n")
         return 2
     program = os.path.abspath(argv[0])
     os.environ.update(rank_env(os.environ))  # an mpirun rank: RANK, MASTER_ADDR... for env://
@@ -307,7 +292,7 @@ def main(argv: list[str]) -> int:
         code = PEER_LOST if peer_lost(exc) else 1
     write_rank_code(rank, code)
     prefixer.stop()
-    record = format_record({"type": "exit", "rank": rank, "code": code})
+    record = format_record({TYPE: EXIT, "rank": rank, "code": code})
     prefixer.write_direct(format_rank_line(rank, record) + "\n")
     return code
 

@@ -24,7 +24,7 @@ from typing import IO
 
 from .. import mpi
 from ..exits import describe_exit
-from ..monitor.protocol import format_record, parse_line
+from ..protocol import EXIT, RESTART, TYPE, format_record, parse_line, record_type
 
 __all__ = ["MAX_RESTARTS_ENV", "forward_signals", "relaunch_mpirun"]
 
@@ -52,7 +52,7 @@ def bug_in(line: bytes) -> tuple[int, int] | None:
     """(rank, code) when ``line`` is a rank's exit record saying its code raised."""
     parsed = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
     rec = parsed.record
-    if rec is None or rec.get("type") != "exit" or parsed.rank is None:
+    if record_type(rec) != EXIT or rec is None or parsed.rank is None:
         return None
     code = rec.get("code")
     return (parsed.rank, code) if isinstance(code, int) and 0 < code < 128 else None
@@ -114,4 +114,4 @@ def relaunch_mpirun(
         attempt += 1
         why = f"mpirun {describe_exit(code)} and no rank reported a bug (a worker lost or killed)"
         say(f"restart {attempt} of at most {limit}: {why}; starting mpirun again")
-        say(format_record({"type": "restart", "n": attempt, "max": limit, "why": why}))
+        say(format_record({TYPE: RESTART, "n": attempt, "max": limit, "why": why}))

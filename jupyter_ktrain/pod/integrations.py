@@ -42,7 +42,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from .report import RESERVED, report
+from .protocol import RESERVED_KEYS
+from .ranks import global_rank
+from .report import report
 
 __all__ = ["PROGRESS_EVERY_S", "TARGETS", "install", "lightning_classes", "trainer_callback_class"]
 
@@ -62,7 +64,7 @@ def _numbers(logs: Any) -> dict[str, float]:
     for name, value in logs.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if isinstance(name, str) and name not in RESERVED:
+        if isinstance(name, str) and name not in RESERVED_KEYS:
             out[name] = float(value)
     return out
 
@@ -147,7 +149,7 @@ def _hook_training_args(module: ModuleType) -> None:
         path = os.environ.get("KTRAIN_DEEPSPEED_CONFIG")
         if getattr(self, "deepspeed", None) is None and path and os.path.isfile(path):
             self.deepspeed = path
-            if os.environ.get("RANK", "0") == "0":
+            if global_rank() in (None, 0):
                 _say(f"TrainingArguments: deepspeed={path} (the job's --deepspeed config)")
         post_init(self)
 

@@ -1,4 +1,4 @@
-"""``python -m jupyter_ktrain.agent [options] -- CMD...``: the per-replica runner."""
+"""``python -m jupyter_ktrain.pod.agent [options] -- CMD...``: the per-replica runner."""
 
 from __future__ import annotations
 

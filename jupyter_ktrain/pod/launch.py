@@ -3,8 +3,8 @@
 A replica (a pod, or a local "node") runs the agent, which wraps torchrun, which starts one
 runtime process per local rank::
 
-    python -m jupyter_ktrain.agent --code-dir {code_dir} -- python -m torch.distributed.run \\
-        -m jupyter_ktrain.runtime {code_dir}/program.py
+    python -m jupyter_ktrain.pod.agent --code-dir {code_dir} -- python -m torch.distributed.run \\
+        -m jupyter_ktrain.pod.runtime {code_dir}/program.py
 
 The agent first installs what ``{code_dir}/requirements.txt`` pins and the image lacks.
 
@@ -40,16 +40,16 @@ def node_command(
     hostfile the operator mounts). Under mpirun each rank starts through the agent too, so
     requirements are installed and GPUs sampled in the worker pods, where the ranks run; the
     launcher's agent only finds rank 0's address and mpirun passes it on (``-x``, see
-    :mod:`jupyter_ktrain.mpi`).
+    :mod:`jupyter_ktrain.pod.mpi`).
     """
-    agent = [python, "-m", "jupyter_ktrain.agent", "--code-dir", code_dir, "--"]
-    runtime = ["-m", "jupyter_ktrain.runtime", f"{code_dir}/{PROGRAM_FILE}"]
+    agent = [python, "-m", "jupyter_ktrain.pod.agent", "--code-dir", code_dir, "--"]
+    runtime = ["-m", "jupyter_ktrain.pod.runtime", f"{code_dir}/{PROGRAM_FILE}"]
     if launcher == "torchrun":
         return [*agent, python, "-m", "torch.distributed.run", *runtime]
     if launcher == "single":
         return [*agent, python, *runtime]
     if launcher == "mpirun":
-        head = [python, "-m", "jupyter_ktrain.agent", "--gpu-sampling", "off", "--mpi-launcher"]
+        head = [python, "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "off", "--mpi-launcher"]
         mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes), "-bind-to", "none",
                   "-map-by", "slot", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]  # fmt: skip
         return [*head, "--", *mpirun, *agent, python, *runtime]

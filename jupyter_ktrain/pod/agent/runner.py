@@ -2,7 +2,7 @@
 signals, returns the command's exit code. Everything it prints itself goes out as
 ``[agent]: `` lines.
 
-Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval S]
+Usage: ``python -m jupyter_ktrain.pod.agent [--gpu-sampling on|off|auto] [--interval S]
 [--metrics-port N [--metrics-host H]] -- CMD...``
 
 - ``--gpu-sampling auto`` (default) samples NVML when it is there and says so in one line
@@ -17,7 +17,7 @@ Usage: ``python -m jupyter_ktrain.agent [--gpu-sampling on|off|auto] [--interval
   Labels: ``job`` (``$KTRAIN_JOB_NAME``), ``replica`` (``$KTRAIN_REPLICA``, else the pod's
   host name), ``node``. A port that cannot be opened is one warning; the job runs anyway.
 - MPIJob: the launcher runs ``agent --mpi-launcher -- mpirun ... agent --code-dir D -- python -m
-  jupyter_ktrain.runtime ...``, so an agent runs where every rank runs. ``--mpi-launcher``
+  jupyter_ktrain.pod.runtime ...``, so an agent runs where every rank runs. ``--mpi-launcher``
   waits for the hostfile's pods and sets ``MASTER_ADDR``/``MASTER_PORT`` for mpirun to pass on
   (:mod:`..mpi`). Under mpirun, the ranks of a pod install requirements one at a time (a file
   lock: the first installs, the others find them there) and only local rank 0 samples the GPUs.
@@ -41,8 +41,10 @@ from typing import Any
 
 from .. import mpi
 from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
-from ..monitor.protocol import format_agent_line
-from .metrics import METRICS_UDP_ENV, MetricsEndpoint, MetricsStore, ReportListener
+from ..protocol import format_agent_line
+from ..ranks import node_index
+from ..report import METRICS_UDP_ENV
+from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
 
@@ -73,7 +75,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         raise ValueError("missing the node command after '--'")
     cut = argv.index("--")
-    parser = _Parser(prog="python -m jupyter_ktrain.agent", add_help=False)
+    parser = _Parser(prog="python -m jupyter_ktrain.pod.agent", add_help=False)
     parser.add_argument("--gpu-sampling", choices=("on", "off", "auto"), default="auto")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--code-dir", default=None, help="install its requirements.txt first")
@@ -107,17 +109,6 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _node_index(env: Mapping[str, str]) -> int:
-    under_mpirun = mpi.node_index(env)
-    if under_mpirun is not None:
-        return under_mpirun
-    for key in ("PET_NODE_RANK", "GROUP_RANK", "RANK"):
-        value = env.get(key, "")
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
 @dataclass
 class _Metrics:
     store: MetricsStore
@@ -135,7 +126,7 @@ def _start_metrics(port: int, host: str, env: Mapping[str, str]) -> _Metrics | N
         return None
     replica = env.get("KTRAIN_REPLICA") or env.get("HOSTNAME") or socket.gethostname()
     labels = {"job": env.get("KTRAIN_JOB_NAME", ""), "replica": replica}
-    store = MetricsStore({**labels, "node": str(_node_index(env))})
+    store = MetricsStore({**labels, "node": str(node_index(env))})
     try:
         endpoint = MetricsEndpoint(store, host, port).start()
     except OSError as exc:
@@ -163,7 +154,7 @@ def _start_sampler(
     sampler = Sampler(
         nvml,
         interval=interval,
-        node=_node_index(env),
+        node=node_index(env),
         env=env,
         emit=emit,
         on_sample=store.gpu if store is not None else None,
@@ -199,13 +190,13 @@ def main(
         opts, cmd = parse_args(argv)
     except ValueError as exc:
         sys.stderr.write(
-            f"jupyter_ktrain.agent: {exc}\nusage: python -m jupyter_ktrain.agent "
+            f"jupyter_ktrain.pod.agent: {exc}\nusage: python -m jupyter_ktrain.pod.agent "
             "[--gpu-sampling on|off|auto] [--interval SECONDS] [--code-dir DIR] "
             "[--metrics-port N] [--metrics-host HOST] [--mpi-launcher] -- CMD [ARGS...]\n"
         )
         return 2
     if opts.code_dir:
-        from ..packaging.pod_install import ensure_requirements
+        from ..install import ensure_requirements
 
         with _install_lock():
             code = ensure_requirements(opts.code_dir)

@@ -1,0 +1,23 @@
+"""Everything that runs in the job, standard library only; exactly this package (with
+``jupyter_ktrain/__init__.py``) travels to the pod (:func:`jupyter_ktrain.packaging.layer.
+runner_files`).
+
+    protocol.py        the line protocol and its record vocabulary (what a job writes, what
+                       the monitor reads): the lowest contract of the system
+    ranks.py           which rank and which node this process is, in every kind
+    report.py          ``ktrain.report()``: metric records from a rank
+    runtime.py         ``python -m jupyter_ktrain.pod.runtime PROGRAM``: one per rank
+    integrations.py    Transformers / Lightning report by themselves (import hooks)
+    trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
+    progress.py        percent done and time left from ``step``/``total``
+    exits.py           exit codes that tell a bug from a fault
+    mpi.py             what ranks started by ``mpirun`` need for ``env://``
+    launch.py          the one command every replica runs
+    install.py         installs the job's pinned requirements the image lacks
+    agent/             ``python -m jupyter_ktrain.pod.agent``: the per-replica runner (starts
+                       torchrun, samples GPUs, serves Prometheus metrics, re-runs mpirun)
+
+Nothing here imports the rest of ``jupyter_ktrain``, and nothing but the standard library at
+import time (torch, pynvml, transformers only inside the functions that use them); a unit test
+reads every module's imports to keep it so.
+"""
