@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .exits import EXIT_DIR_ENV
+
 __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint"]
 
 CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
@@ -77,7 +79,13 @@ def _temporary_folder() -> Path:
     global _outside_job
     if _outside_job is None:
         _outside_job = Path(tempfile.mkdtemp(prefix="ktrain-checkpoints-"))
+        if os.environ.get(EXIT_DIR_ENV) and _rank() == 0:  # in a job that has no storage for them
+            _warn(
+                "this job has no checkpoint storage: checkpoints go to a temporary folder that "
+                "a restarted pod will not find. Give the job --checkpoints PVC:/checkpoints."
+            )
     return _outside_job
+
 
 
 class Checkpoints:

@@ -228,3 +228,28 @@ def test_importing_it_imports_only_the_standard_library() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     ).stdout  # fmt: skip
     assert out.strip() == "[]"
+
+
+def test_a_job_without_checkpoint_storage_is_told_its_checkpoints_will_not_survive(
+    tmp_path: Path,
+) -> None:
+    """In a job (the agent set its exit folder) with no ``--checkpoints``: rank 0 is told where
+    its checkpoints went and what to give instead; outside a job nothing is said."""
+    code = (
+        "import jupyter_ktrain as ktrain\n"
+        "c = ktrain.checkpoint()\n"
+        "c.save({'w': 1}, 0)\n"
+        "print(c.load())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTRAIN_")}
+    env["PYTHONPATH"] = str(root)
+    outside = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert outside.returncode == 0, outside.stderr
+    assert "({'w': 1}, 0)" in outside.stdout
+    assert "checkpoint storage" not in outside.stderr
+    env.update({"KTRAIN_EXIT_DIR": str(tmp_path), "RANK": "0"})
+    inside = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert inside.returncode == 0, inside.stderr
+    assert "this job has no checkpoint storage" in inside.stderr
+    assert "--checkpoints PVC:/checkpoints" in inside.stderr
