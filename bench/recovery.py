@@ -15,7 +15,10 @@ in the same run; and checkpoint save throughput against a plain ``torch.save``.
      again and resume;
    - the peer: the same job with ``--max-restarts 0`` fails; a user who resubmits the same job
      (same cell, same claim) the moment the monitor says Failed, and whose code loads the last
-     checkpoint itself. No time for a person to notice is counted: the peer's best case.
+     checkpoint itself: the death to Failed shown, plus the resubmit to its first step. No
+     time for a person to notice is counted: the peer's best case.
+
+   Each three times, in turn; medians.
 
 2. Checkpoint save throughput: ``ktrain.checkpoint().save`` (temporary file, fsync, rename,
    folder fsync, prune) against a plain ``torch.save(state, path)`` into the same folder, a
@@ -53,6 +56,7 @@ from tests.resume_cells import SETUP
 FLAGS = "--backend kubernetes --nodes 2 --procs-per-node 1 --image local/python"
 SAVE_MB = 256
 SAVE_ROUNDS = 6
+REPEATS = 3  # recovery runs of each kind; medians
 TRIES = 3  # a run disturbed by another test cluster on this machine is tried again
 
 
@@ -100,9 +104,13 @@ def _claim(cluster: Cluster, ns: str, name: str) -> None:
 
 def _first_step_after_resume(records: list[dict[str, Any]]) -> tuple[float, float]:
     """(the resume record's time, the first report after it)."""
-    resumed = min(r["t"] for r in records if r.get("type") == "resume")
-    steps = [r["t"] for r in records if r.get("type") == "metric" and r["t"] > resumed]
-    return resumed, min(steps)
+    resumes = [r["t"] for r in records if r.get("type") == "resume"]
+    steps = [r["t"] for r in records if r.get("type") == "metric" and resumes]
+    after = [t for t in steps if t >= min(resumes)] if resumes else []
+    if not after:
+        kinds = sorted({str(r.get("type")) for r in records})
+        raise Disturbed(f"no step after a resume: {len(resumes)} resume(s), records {kinds}")
+    return min(resumes), min(after)
 
 
 def recovery(cluster: Cluster, tmp: Path, ns: str, how: str) -> dict[str, float]:
@@ -128,14 +136,32 @@ def recovery(cluster: Cluster, tmp: Path, ns: str, how: str) -> dict[str, float]
         if how == "resubmit":
             assert sink.failed_at is not None
             out["failed_seen_s"] = sink.failed_at - death
+            # here every pod shares this machine's ports: the new master can listen on its
+            # port only once the failed job's pods are gone (on a cluster each pod has its own
+            # address). That wait is not counted: the peer's clock starts again at its submit.
+            _wait_pods_gone(cluster, ns, "first")
+            submitted = time.time()
             state, sink = _run(backend, "again", flags, cell)  # by hand, the moment it failed
             _expect(how, state, "Succeeded", sink)
+            death = submitted - out["failed_seen_s"]
         resumed, first_step = _first_step_after_resume(sink.records)
         out["resumed_s"] = resumed - death
         out["first_step_s"] = first_step - death
         return out
     finally:
         cluster.delete_namespace(ns)
+
+
+def _wait_pods_gone(cluster: Cluster, ns: str, job: str, timeout: float = 120) -> None:
+    path = f"/api/v1/namespaces/{ns}/pods"
+    selector = f"training.kubeflow.org/job-name={job}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = cluster.admin.get(path, labelSelector=selector)["items"]
+        if all(p.get("status", {}).get("phase") in ("Succeeded", "Failed") for p in pods):
+            return
+        time.sleep(0.2)
+    raise Disturbed(f"the pods of {job} did not end in {timeout:.0f} s")
 
 
 class Disturbed(RuntimeError):
@@ -205,18 +231,25 @@ def main() -> None:
             flush=True,
         )
         with Cluster(tmp / "cluster") as cluster:
-            runs, retried = {}, 0
-            for how in ("master-worker", "elastic", "resubmit"):
-                for attempt in range(TRIES):
-                    try:
-                        runs[how] = recovery(cluster, tmp, f"r-{how}-{attempt}", how)
-                        break
-                    except Disturbed as exc:
-                        if attempt == TRIES - 1:
-                            raise
-                        print(f"run disturbed, once more: {exc}", flush=True)
-                        retried += 1
-                print(f"{how}: {json.dumps({k: round(v, 2) for k, v in runs[how].items()})}")
+            retried = 0
+            samples: dict[str, list[dict[str, float]]] = {}
+            for rep in range(REPEATS):  # the modes in turn, so a slow spell hits each alike
+                for how in ("master-worker", "elastic", "resubmit"):
+                    for attempt in range(TRIES):
+                        try:
+                            got = recovery(cluster, tmp, f"r-{how}-{rep}-{attempt}", how)
+                            break
+                        except Disturbed as exc:
+                            if attempt == TRIES - 1:
+                                raise
+                            print(f"run disturbed, once more: {exc}", flush=True)
+                            retried += 1
+                    samples.setdefault(how, []).append(got)
+                    print(f"{how}: {json.dumps({k: round(v, 2) for k, v in got.items()})}")
+            runs = {
+                how: {k: statistics.median(g[k] for g in got) for k in got[0]}
+                for how, got in samples.items()
+            }
     ours, elastic, peer = (
         runs[h]["first_step_s"] for h in ("master-worker", "elastic", "resubmit")
     )
