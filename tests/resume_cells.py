@@ -1,23 +1,26 @@
 """A deterministic CPU training function that checkpoints and resumes (``ktrain.checkpoint``),
 for the tests that kill a rank mid-run and compare with an uninterrupted run.
 
-``SETUP`` is a notebook cell: it defines ``train(steps, every, kill_at, marks)``. Each rank
+``SETUP`` is a notebook cell: it defines ``train(steps, every, kill_at, marks, hold_at)``. Each rank
 draws its batches from its own seeded generator; the model, the optimizer and every rank's
 generator state are saved every ``every`` steps, so a resumed run computes exactly what an
 uninterrupted one does. With ``kill_at``, the last rank kills itself with SIGKILL right after
-that step, once (a file in ``marks`` remembers it across the restart). It returns the final
-weights and the steps this run trained.
+that step, once (a file in ``marks`` remembers it across the restart). With ``hold_at``, the
+rank in the pod named ``*-worker-1`` (an elastic job's second pod: not the one that hosts
+torchrun's rendezvous store) stops after that step instead, once, and writes its pod's name
+(``$HOSTNAME``) to ``marks/held``: the test deletes that pod. It returns the final weights
+and the first step this run trained.
 """
 
 from __future__ import annotations
 
 SETUP = """
-import os, signal
+import os, signal, time
 import torch
 import torch.distributed as dist
 import jupyter_ktrain as ktrain
 
-def train(steps=12, every=3, kill_at=None, marks=None):
+def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -50,6 +53,13 @@ def train(steps=12, every=3, kill_at=None, marks=None):
         if kill_at == step and rank == world - 1 and not os.path.exists(mark):
             open(mark, "a").close()
             os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a lost node would
+        held = os.path.join(marks or ".", "held")
+        pod = os.environ.get("HOSTNAME", "")
+        if hold_at == step and pod.endswith("-worker-1") and not os.path.exists(held):
+            with open(held + ".tmp", "w") as f:
+                f.write(pod)
+            os.replace(held + ".tmp", held)
+            time.sleep(600)  # until the test deletes this pod
     weights = [p.detach().clone() for p in model.parameters()]
     dist.destroy_process_group()
     return weights, start

@@ -99,6 +99,11 @@ def test_llm_finetune_pytorchjob_from_flags_matches_the_seed() -> None:
         f"{c}.env[KTRAIN_RDMA]",
         # where ktrain.checkpoint() saves: the --checkpoints mount
         f"{c}.env[KTRAIN_CHECKPOINTS]",
+        # torchrun restarts the ranks of surviving pods (the job's limit) and a pod made
+        # anew rejoins them: one rendezvous store per round (tests/integration/
+        # test_k8s_elastic_resume.py)
+        "spec.elasticPolicy.maxRestarts",
+        f"{c}.env[TORCH_DISABLE_SHARE_RDZV_TCP_STORE]",
     }
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert container["command"] == node_command()

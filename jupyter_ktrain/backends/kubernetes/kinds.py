@@ -128,23 +128,34 @@ def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict
     }
 
 
+# torchrun's agent shares its rendezvous store with the ranks by default, and a rank-0 agent
+# that survives a restart never publishes that store's address in the next round: a
+# replacement pod waits for it until the read timeout and the job fails (pytorch/pytorch
+# issue 135712). With a store per round, the replacement rejoins.
+ELASTIC_ENV = (("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),)
+
+
 @_registered
 def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
-    """Master + Workers (static rendezvous), or Workers only with an elasticPolicy (c10d)."""
+    """Master + Workers (static rendezvous), or Workers only with an elasticPolicy (c10d):
+    torchrun restarts the ranks of the pods that live on (``--max-restarts``, default the
+    job's) and they rendezvous again with the pods made anew."""
     kind = KIND_TABLE[spec.kind]
-    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    extra = tuple(p for p in ELASTIC_ENV if p[0] not in dict(spec.env)) if spec.elastic else ()
+    role = PodRole(
+        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+    )
     template = pod_template(spec, code, role, labels)
     body: dict[str, Any] = {}
     if spec.elastic is not None:
         e = spec.elastic
-        elastic: dict[str, Any] = {
+        restarts = spec.run_policy.max_restarts if e.max_restarts is None else e.max_restarts
+        body["elasticPolicy"] = {
             "rdzvBackend": "c10d",
             "minReplicas": e.min_nodes,
             "maxReplicas": e.max_nodes,
+            "maxRestarts": restarts,
         }
-        if e.max_restarts is not None:
-            elastic["maxRestarts"] = e.max_restarts
-        body["elasticPolicy"] = elastic
         replicas = {"Worker": _replica(spec, "Worker", spec.nodes, template)}
     else:
         replicas = {"Master": _replica(spec, "Master", 1, template)}
