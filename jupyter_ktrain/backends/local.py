@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
+from ..pod.agent.warm import CONTROL_ENV
 from ..pod.checkpoint import CHECKPOINTS_ENV
 from ..pod.launch import node_command, operator_env
 from ..pod.progress import Progress
@@ -47,6 +48,7 @@ from .base import (
     LogSource,
     ReplicaStatus,
     Request,
+    WarmInfo,
     complete_exit_codes,
 )
 from .jobstore import (
@@ -61,6 +63,8 @@ from .jobstore import (
     write_private,
 )
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
+from .warm import check_warm, shape_changes, warm_shape
+from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -109,6 +113,9 @@ class LocalRequest:
     nodes: tuple[NodeLaunch, ...]
     max_restarts: int
     restart_delay_s: float = 0.0
+    warm: bool = False  # the nodes are warm agents (--warm): they stay for the next run
+    reuse: bool = False  # a run on a warm job that already runs: nothing new is started
+    replaces: str = ""  # a warm job of this name with another shape, deleted first
 
     @property
     def image_digest(self) -> None:
@@ -124,6 +131,7 @@ class LocalRequest:
             "nodes": nodes,
             "max_restarts": self.max_restarts,
             "restart_delay_s": self.restart_delay_s,
+            "warm": self.warm,
         }
 
 
@@ -262,6 +270,17 @@ class LocalBackend(Backend):
 
     # -- plan -----------------------------------------------------------------------------
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
+        if spec.warm:
+            return self._warm_dryrun(spec, program)
+        return self._dryrun(spec, program)
+
+    def _dryrun(
+        self,
+        spec: JobSpec,
+        program: CapturedProgram,
+        warm_notes: tuple[str, ...] = (),
+        replaces: str = "",
+    ) -> LaunchPlan[LocalRequest]:
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
         port = _free_port(self._ports_in_use())
@@ -294,6 +313,11 @@ class LocalBackend(Backend):
                 **spec.env_dict,
             }
             argv = node_command(str(code_dir), python=self.python)
+            if spec.warm:  # a warm agent: its runs' programs come through the job's folder
+                argv = [self.python, "-m", "jupyter_ktrain.pod.agent.warm"]
+                env["PYTHONPATH"] = python_path.split(os.pathsep, 1)[1]  # no code dir: per run
+                env[CONTROL_ENV] = str(job_dir)
+                env.pop("KTRAIN_METRICS_PORT", None)
             if spec.deepspeed is not None:
                 env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
             nodes.append(NodeLaunch(tuple(argv), env, str(code_dir)))
@@ -301,30 +325,207 @@ class LocalBackend(Backend):
             master_port=port,
             marker=marker,
             nodes=tuple(nodes),
-            max_restarts=local_max_restarts(spec),
+            max_restarts=0 if spec.warm else local_max_restarts(spec),
             restart_delay_s=RESTART_DELAY_S,
+            warm=spec.warm,
+            replaces=replaces,
         )
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
         notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}",)
         text = _describe(spec, nodes)
-        return LaunchPlan(spec, program, self.name, request, text, files, notes if ignored else ())
+        notes = (*warm_notes, *(notes if ignored else ()))
+        return LaunchPlan(spec, program, self.name, request, text, files, notes)
+
+    # -- warm jobs ------------------------------------------------------------------------
+    def _warm_jobs(self) -> list[tuple[JobStatus, dict[str, Any]]]:
+        """Every warm job the store holds (newest first), with its ``job.json``."""
+        out = []
+        for status in reversed(self.list_jobs()):
+            try:
+                meta = json.loads((self.job_dir(status.name) / "job.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("warm"):
+                out.append((status, meta))
+        return out
+
+    def _warm_dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
+        """A run on the live warm job of this shape (``--name``'s, else the newest), or a new
+        warm job, with a note saying why when one of another shape runs."""
+        check_warm(spec)
+        shape = warm_shape(spec)
+        jobs = self._warm_jobs()
+        live = [(st, meta) for st, meta in jobs if not st.terminal]
+        named = [(st, meta) for st, meta in live if st.name == spec.name]
+        same = [(st, meta) for st, meta in live if meta.get("warm_shape") == shape]
+        target = named[0] if named and named[0][1].get("warm_shape") == shape else None
+        target = target or (None if named else (same[0] if same else None))
+        if target is not None:
+            return self._run_plan(spec, program, target[0])
+        notes: list[str] = []
+        if named:
+            changes = ", ".join(shape_changes(named[0][1].get("warm_shape", {}), shape))
+            notes.append(
+                f"the warm job {spec.name!r} has another shape ({changes}): it is deleted and "
+                "a new warm job of this shape starts in its place"
+            )
+        elif live:
+            other = live[0][0].name
+            changes = ", ".join(shape_changes(live[0][1].get("warm_shape", {}), shape))
+            notes.append(
+                f"the warm job {other!r} has another shape ({changes}): starting a new warm "
+                f"job; {other!r} keeps its nodes until its idle limit (`%ktrain warm {other} "
+                "--idle 0` ends it now)"
+            )
+        gone = [st for st, meta in jobs if st.terminal and meta.get("warm_shape") == shape]
+        if gone and gone[0].reason == IDLE_LIMIT and not live:
+            notes.append(f"the warm job {gone[0].name!r} was ended: {gone[0].message}")
+        notes.append("warm job: its nodes stay up after this run for the next --warm cell")
+        return self._dryrun(spec, program, tuple(notes), spec.name if named else "")
+
+    def _run_plan(
+        self, spec: JobSpec, program: CapturedProgram, job: JobStatus
+    ) -> LaunchPlan[LocalRequest]:
+        """A run on the live warm job ``job``: only the program travels."""
+        if job.warm is not None and job.warm.active is not None:
+            raise SpecError(
+                f"The warm job {job.name!r} is busy with run {job.warm.active}: wait for it, or "
+                f"stop it with `%ktrain cancel {job.name} --run {job.warm.active}`."
+            )
+        plan = json.loads((self.job_dir(job.name) / "plan.json").read_text())
+        spec = spec.evolve(name=job.name)
+        request = LocalRequest(
+            master_port=int(plan["master_port"]),
+            marker=str(plan["marker"]),
+            nodes=(),
+            max_restarts=0,
+            warm=True,
+            reuse=True,
+        )
+        files = {**program.files, **_deepspeed_files(spec, program.source)}
+        runs = (job.warm.runs if job.warm else 0) + 1
+        text = (
+            f"# {job.name}: run {runs} on the warm job ({spec.nodes} node(s) x {spec.nproc} "
+            f"process(es), ready): only the program travels, to its runs/{runs}/code folder;\n"
+            "# each node's agent forks the ranks from its interpreter (torch already imported)\n"
+            + "".join(f"#   {rel} ({len(data)} bytes)\n" for rel, data in sorted(files.items()))
+        )
+        note = f"run on the warm job {job.name!r} (same shape: its nodes are ready)"
+        return LaunchPlan(spec, program, self.name, request, text, files, (note,))
+
+    def _order_run(self, job_dir: Path, files: Mapping[str, bytes]) -> int:
+        """Write the next run's program to ``runs/N/code`` and order it (``control.json``):
+        the nodes' agents start it at once. The run's number."""
+        runs = job_dir / "runs"
+        make_private_dirs(runs)
+        number = 1 + max((int(p.name) for p in runs.iterdir() if p.name.isdigit()), default=0)
+        while True:
+            try:
+                (runs / str(number)).mkdir(mode=0o700)
+                break
+            except FileExistsError:  # another kernel ordered one meanwhile
+                number += 1
+        code_dir = runs / str(number) / "code"
+        code_dir.mkdir(mode=0o700)
+        for rel, data in files.items():
+            make_private_dirs((code_dir / rel).parent)
+            write_private(code_dir / rel, data)
+        update_state(runs / str(number), {"state": PENDING, "run": number})
+        order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
+        write_private(job_dir / "control.json.tmp", order)
+        os.replace(job_dir / "control.json.tmp", job_dir / "control.json")
+        return number
+
+    def latest_run(self, name: str) -> int | None:
+        raw = self._state(name).get("warm")
+        if not isinstance(raw, dict):
+            try:
+                return max(int(p.name) for p in (self.job_dir(name) / "runs").iterdir())
+            except (OSError, ValueError):
+                return None
+        return int(raw.get("runs") or 0) or None
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        job = self.status(name)
+        run_dir = self.job_dir(name) / "runs" / str(run)
+        raw = read_state(run_dir)
+        if raw is None:
+            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
+        if raw.get("state") not in TERMINAL and job.terminal:
+            why = job.message or job.reason or job.state
+            ended = {"state": CANCELLED if job.state == CANCELLED else FAILED}
+            raw = {**raw, **ended, "reason": job.reason, "message": f"the warm job ended: {why}"}
+        return self._to_status(name, raw, raw.get("state", PENDING), self.shape(name))
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        nodes = json.loads((self.job_dir(name) / "job.json").read_text())["nodes"]
+        folder = self.job_dir(name) / "runs" / str(run)
+        return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        if not (self.job_dir(name) / "runs" / str(run)).is_dir():
+            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
+        for source in self.run_log_sources(name, run):
+            for line in source.finish():
+                yield source.replica, line
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Ask every node to stop the run, and wait until they did (the nodes stay warm)."""
+        job_dir = self.job_dir(name)
+        if self.run_status(name, run).terminal:
+            return
+        abort_run(job_dir, run, CANCEL_WORDS)
+        deadline = time.monotonic() + CANCEL_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.run_status(name, run).terminal:
+                return
+            time.sleep(0.05)
+        ended = {"state": CANCELLED, "reason": "CancelledByUser", "finished": time.time()}
+        update_state(job_dir / "runs" / str(run), {**ended, "message": "its nodes did not answer"})
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: the warm job's idle limit (0 ends it now)."""
+        status = self.status(name)
+        if status.warm is None:
+            raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
+        if status.terminal:
+            raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
+        data = json.dumps({"idle_limit_s": float(seconds)}).encode()
+        write_private(self.job_dir(name) / "warm.json.tmp", data)
+        os.replace(self.job_dir(name) / "warm.json.tmp", self.job_dir(name) / "warm.json")
+        if seconds <= 0:
+            deadline = time.monotonic() + CANCEL_TIMEOUT_S
+            while time.monotonic() < deadline and not self.status(name).terminal:
+                time.sleep(0.05)
+        return self.status(name)
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
         made = plan.made_by(LocalRequest)
         name = made.spec.name
+        if made.request.reuse:  # a run on a warm job: only the program travels
+            try:
+                number = self._order_run(self.job_dir(name), made.files or made.program.files)
+            except OSError as exc:
+                raise store_error(self.job_dir(name), exc) from None
+            return Job(name, self, made, run=number)
+        if made.request.replaces:
+            self.delete(made.request.replaces)
         job_dir = create_job_dir(self.home / "jobs", check_job_name(name))  # exclusive
+        run: int | None = None
         try:
             self._write(job_dir, made)
+            if made.request.warm:
+                run = self._order_run(job_dir, made.files or made.program.files)
             self._start_supervisor(job_dir, made)
         except BaseException as exc:
             shutil.rmtree(job_dir, ignore_errors=True)  # ours alone: create_job_dir made it
             if isinstance(exc, OSError):
                 raise store_error(job_dir.parent, exc) from None
             raise
-        return Job(name, self, made)
+        return Job(name, self, made, run=run)
 
     def _start_supervisor(self, job_dir: Path, plan: LaunchPlan[LocalRequest]) -> None:
         with open_append(job_dir / "supervisor.log") as log:
@@ -352,12 +553,20 @@ class LocalBackend(Backend):
         """The job's files, private to this user (folders 0700, files 0600)."""
         code_dir = job_dir / "code"
         code_dir.mkdir(mode=0o700)
-        for rel, data in (plan.files or plan.program.files).items():
+        for rel, data in () if plan.request.warm else (plan.files or plan.program.files).items():
             target = code_dir / rel
             make_private_dirs(target.parent)
             write_private(target, data)
         spec = plan.spec
-        meta = {"name": spec.name, "kind": spec.kind, "nodes": spec.nodes, "nproc": spec.nproc}
+        meta: dict[str, Any] = {
+            "name": spec.name,
+            "kind": spec.kind,
+            "nodes": spec.nodes,
+            "nproc": spec.nproc,
+            "gpus": spec.resources.gpus,
+        }
+        if plan.request.warm:
+            meta.update(warm=True, warm_shape=warm_shape(spec))
         write_private(job_dir / "job.json", json.dumps(meta, indent=1).encode())
         write_private(job_dir / "plan.json", json.dumps(plan.request.to_json(), indent=1).encode())
         write_private(job_dir / "dry-run.txt", plan.text.encode())
@@ -368,6 +577,12 @@ class LocalBackend(Backend):
         if state not in TERMINAL and not self._alive(raw):
             raw.update(self._without_supervisor(name, raw))
             state = raw["state"]
+        return self._to_status(name, raw, state, self.shape(name))
+
+    def _to_status(
+        self, name: str, raw: dict[str, Any], state: str, shape: JobShape | None
+    ) -> JobStatus:
+        """A job's (or a warm job's run's) ``state.json`` as a :class:`JobStatus`."""
         nodes = raw.get("nodes", [])
         replicas = tuple(
             ReplicaStatus(
@@ -380,7 +595,7 @@ class LocalBackend(Backend):
             )
             for i, n in enumerate(nodes)
         )
-        shape = self.shape(name)
+        warm = raw.get("warm")
         status = JobStatus(
             name=name,
             state=state,
@@ -393,6 +608,7 @@ class LocalBackend(Backend):
             failed_rank=raw.get("failed_rank"),
             progress=Progress.from_dict(raw.get("progress")),
             max_restarts=raw.get("max_restarts"),
+            warm=_warm_info(warm, shape) if isinstance(warm, dict) else None,
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
@@ -514,6 +730,7 @@ class LocalBackend(Backend):
             kind=str(meta.get("kind", DEFAULT_KIND)),
             nodes=int(meta.get("nodes", 1)),
             procs_per_node=int(meta.get("nproc", 1)),
+            gpus_per_node=int(meta.get("gpus", 0)),
         )
 
     def log_sources(self, name: str) -> list[LogSource]:
@@ -667,6 +884,17 @@ def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
     for entry in jobs_dir.iterdir():
         with contextlib.suppress(FileNotFoundError):  # deleted while listing
             yield entry.stat().st_mtime, entry
+
+
+def _warm_info(raw: dict[str, Any], shape: JobShape | None) -> WarmInfo:
+    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
+    return WarmInfo(
+        runs=int(raw.get("runs") or 0),
+        active=raw.get("active"),
+        idle_since=raw.get("idle_since"),
+        idle_limit_s=float(raw.get("idle_limit_s", DEFAULT_IDLE_S)),
+        gpus=gpus,
+    )
 
 
 def _metrics_env(spec: JobSpec, node: int) -> dict[str, str]:
