@@ -184,6 +184,10 @@ class WarmSupervisor(Supervisor):
         if run is None:
             return
         with self.lock:
+            ranks = record.get("ranks")
+            ranks = ranks if isinstance(ranks, dict) else {}
+            for rank, code in ranks.items():  # a killed rank's code; its own record wins
+                run.exit_codes.setdefault(int(rank), int(code))
             run.node_codes[node] = int(record.get("code", 1))
             if record.get("aborted"):
                 run.aborted[node] = str(record["aborted"])

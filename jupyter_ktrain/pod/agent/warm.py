@@ -206,7 +206,7 @@ class WarmNode:
             return self._end(n, code, why, None)
         exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
         pids = {self._fork(order, local, exit_dir): local for local in range(self.nproc)}
-        codes, aborted = self._wait(n, pids)
+        codes, by_rank, aborted = self._wait(n, pids)
         ranks = read_rank_codes(exit_dir)
         with contextlib.suppress(OSError):
             for name in os.listdir(exit_dir):
@@ -214,14 +214,17 @@ class WarmNode:
             os.rmdir(exit_dir)
         failed = [c for c in codes if c != 0]
         code, why = node_exit(failed[0] if failed else 0, ranks)
-        return self._end(n, code, why, aborted)
+        return self._end(n, code, why, aborted, by_rank)
 
-    def _end(self, run: int, code: int, why: str, aborted: str | None) -> int:
+    def _end(
+        self, run: int, code: int, why: str, aborted: str | None, ranks: Mapping[int, int] = {}
+    ) -> int:
         words = f"run {run} ended with code {code}" + (f": {why}" if why else "")
         if aborted:
             words = f"run {run} stopped ({aborted}); its ranks are gone"
         _say(words)
         record = {TYPE: RUN_END, "run": run, "node": self.node, "code": code, "why": why}
+        record["ranks"] = {str(r): c for r, c in sorted(ranks.items())}  # as each process ended
         _say(format_record({**record, "aborted": aborted or "", "t": time.time()}))
         return code
 
@@ -255,11 +258,13 @@ class WarmNode:
         finally:
             os._exit(code)
 
-    def _wait(self, run: int, pids: dict[int, int]) -> tuple[list[int], str | None]:
+    def _wait(self, run: int, pids: dict[int, int]) -> tuple[list[int], dict[int, int], str | None]:
         """Reap every rank; stop the rest after a failure's grace, an abort or a SIGTERM.
-        The ranks' codes in the order they ended, and the abort's reason."""
+        The ranks' codes in the order they ended, each global rank's code, and the abort's
+        reason."""
         alive = dict(pids)
         codes: list[int] = []
+        by_rank: dict[int, int] = {}
         failed_at = stop_at = None
         aborted: str | None = None
         next_check = 0.0
@@ -267,8 +272,9 @@ class WarmNode:
             for pid in list(alive):
                 got, status = os.waitpid(pid, os.WNOHANG)
                 if got:
-                    del alive[pid]
+                    local = alive.pop(pid)
                     codes.append(_status_code(status))
+                    by_rank[self.node * self.nproc + local] = codes[-1]
             now = time.monotonic()
             if failed_at is None and any(codes):
                 failed_at = now
@@ -286,7 +292,7 @@ class WarmNode:
             if alive:
                 time.sleep(POLL_S)
         _signal_groups(pids, signal.SIGKILL)  # whatever a rank started and left behind
-        return codes, aborted
+        return codes, by_rank, aborted
 
 
 def _signal_groups(pids: Mapping[int, int], sig: int) -> None:
