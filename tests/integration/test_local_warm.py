@@ -203,7 +203,7 @@ def test_warm_is_refused_where_it_is_not_supported_before_anything_starts(
 ) -> None:
     with pytest.raises(UsageError, match="--warm is not supported for kind TFJob yet"):
         shell.run_cell_magic("ktrain", "--warm --kind TFJob", "r = train()\n")
-    with pytest.raises(UsageError, match="--warm is not supported on the kubernetes backend"):
-        shell.run_cell_magic("ktrain", "--warm --backend kubernetes", "r = train()\n")
+    with pytest.raises(UsageError, match="--warm is not supported for kind MPIJob yet"):
+        shell.run_cell_magic("ktrain", "--warm --kind MPIJob --backend kubernetes", "r = train()\n")
     assert LocalBackend().list_jobs() == []
     assert os.environ.get("KTRAIN_HOME")

@@ -35,7 +35,11 @@ def test_the_shape_is_what_the_nodes_are_made_with_and_nothing_else() -> None:
     [
         ({"kind": "TFJob"}, "--warm is not supported for kind TFJob yet"),
         ({"kind": "MPIJob"}, "--warm is not supported for kind MPIJob yet"),
-        ({"backend": "kubernetes"}, "--warm is not supported on the kubernetes backend yet"),
+        ({"kind": "TrainJob"}, "--warm is not supported for kind TrainJob yet"),
+        (
+            {"backend": "kubernetes", "scheduling": {"service_account": "me"}},
+            "--warm and --service-account do not go together",
+        ),
         ({"elastic": "1:2"}, "--warm and --elastic do not go together"),
     ],
 )
@@ -85,11 +89,11 @@ def _order(folder: Path, run: int, program: str) -> None:
 def test_folder_control_orders_runs_and_aborts(tmp_path: Path) -> None:
     control = FolderControl(str(tmp_path), stopping=lambda: False)
     _order(tmp_path, 1, "")
-    assert control.next_run(0).number == 1  # type: ignore[union-attr]
+    assert control.next_run(0, time.time()).number == 1  # type: ignore[union-attr]
     assert control.abort_reason(1) is None
     (tmp_path / "runs" / "1" / "abort").write_text("cancelled by the user")
     assert control.abort_reason(1) == "cancelled by the user"
-    assert FolderControl(str(tmp_path), stopping=lambda: True).next_run(1) is None
+    assert FolderControl(str(tmp_path), stopping=lambda: True).next_run(1, 0) is None
 
 
 def test_the_warm_agent_runs_run_after_run_and_a_failure_leaves_it_ready(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import sys
 import threading
 import time
@@ -24,9 +25,10 @@ from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import Progress, ProgressTracker
-from ...pod.protocol import EXIT, parse_line, record_type
+from ...pod.protocol import EXIT, RUN, RUN_END, parse_line, record_type
 from ..base import (
     FAILED,
+    PENDING,
     RUNNING,
     Backend,
     Job,
@@ -37,6 +39,7 @@ from ..base import (
     Request,
     complete_exit_codes,
 )
+from ..warm import check_warm, shape_changes, warm_shape
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .labels import JOB_LABEL, MANAGED_BY
@@ -45,6 +48,15 @@ from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
 from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
+from .warm import (
+    CANCEL_WORDS,
+    SHAPE_ANNOTATION,
+    WARM_LABEL,
+    RunBook,
+    control_of,
+    order_run,
+    with_control,
+)
 from .watch import JobWatch
 
 if TYPE_CHECKING:
@@ -72,10 +84,14 @@ class _Runtime:
         self.progress_rank: int | None = None
         self.loaded = False
         self.lock = threading.Lock()
+        self.book = RunBook()  # a warm job's runs, from the same lines
+        self.followers = 0  # run streams that feed ``book`` now
+        self.aborted: set[int] = set()  # runs this process asked every node to stop
 
-    def on_line(self, _pod: str, ts: int, raw: str) -> None:
+    def on_line(self, pod: str, ts: int, raw: str) -> None:
         line = parse_line(raw)
         with self.lock:
+            self.book.feed(pod, line)
             self.last_progress = time.time()
             if line.rank is None:
                 return
@@ -136,6 +152,13 @@ class KubernetesBackend(Backend):
         if spec.kind not in KIND_TABLE:
             raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
         notes: tuple[str, ...] = ()
+        if spec.warm:
+            check_warm(spec)
+            if not spec.image and self.config.base_image:
+                spec = spec.evolve(image=self.config.base_image)
+            spec, found, notes = self._warm_target(spec.evolve(namespace=self._ns(spec)))
+            if found is not None:
+                return self._run_plan(spec, program, found)
         try:
             spec = spec.evolve(namespace=self._ns(spec))
         except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
@@ -205,11 +228,211 @@ class KubernetesBackend(Backend):
             return False, (*notes, note)
         return serves_service_monitors(self.api), notes
 
+    # -- warm jobs -----------------------------------------------------------------------------
+    def _warm_jobs(self) -> list[dict[str, Any]]:
+        """The live warm jobs of the namespace, newest first."""
+        jobs = [
+            j for j in self._list(f"{WARM_LABEL}=true") if job_state(j)[0] in (PENDING, RUNNING)
+        ]
+        return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
+
+    def _warm_target(self, spec: JobSpec) -> tuple[JobSpec, dict[str, Any] | None, tuple[str, ...]]:
+        """The live warm job this cell runs on (``--name``'s, else the newest of its shape),
+        or None with notes saying why a new one starts."""
+        shape = warm_shape(spec)
+
+        def shape_of(job: dict[str, Any]) -> dict[str, Any]:
+            raw = (job["metadata"].get("annotations") or {}).get(SHAPE_ANNOTATION, "{}")
+            return dict(json.loads(raw))
+
+        live = self._warm_jobs()
+        named = [j for j in live if j["metadata"]["name"] == spec.name]
+        same = [j for j in live if shape_of(j) == shape]
+        if named and shape_of(named[0]) == shape:
+            return spec, named[0], ()
+        if named:
+            changes = ", ".join(shape_changes(shape_of(named[0]), shape))
+            raise SpecError(
+                f"The warm job {spec.name!r} has another shape ({changes}): delete it first "
+                f"(`%ktrain delete {spec.name}`), or drop --name to start a new warm job."
+            )
+        if same:
+            return spec.evolve(name=same[0]["metadata"]["name"]), same[0], ()
+        notes = ["warm job: its pods stay up after this run for the next --warm cell"]
+        if live:
+            other = live[0]["metadata"]["name"]
+            changes = ", ".join(shape_changes(shape_of(live[0]), shape))
+            notes.insert(
+                0,
+                f"the warm job {other!r} has another shape ({changes}): starting a new warm "
+                f"job; {other!r} keeps its pods until its idle limit (`%ktrain warm {other} "
+                "--idle 0` ends it now)",
+            )
+        if self.config.registry:
+            notes.append("warm job: each run's program travels in its ConfigMap, not the registry")
+        return spec, None, tuple(notes)
+
+    def _run_plan(
+        self, spec: JobSpec, program: CapturedProgram, job: dict[str, Any]
+    ) -> LaunchPlan[KubernetesRequest]:
+        """A run on the live warm job ``job``: only its ConfigMap's data change."""
+        from ...packaging.configmap import render_code_configmap
+        from .manifests import shipped_files
+        from .podtemplate import CodeSource
+
+        name, ns = job["metadata"]["name"], spec.namespace or self.namespace
+        busy = self._active_run(name)
+        if busy is not None:
+            raise SpecError(
+                f"The warm job {name!r} is busy with run {busy}: wait for it, or stop it with "
+                f"`%ktrain cancel {name} --run {busy}`."
+            )
+        files = shipped_files(spec, CodeSource(), program.files, program.source)
+        cm = render_code_configmap(f"{name}-code", ns, files)
+        request = KubernetesRequest(ns, "configmap", (cm,), reuse=True)
+        text = (
+            f"# {name}: the next run on the warm job (its pods are ready): only the program "
+            f"travels, in ConfigMap {name}-code, which its pods watch\n" + describe(request)
+        )
+        note = f"run on the warm job {name!r} (same shape: its pods are ready)"
+        return LaunchPlan(spec, program, self.name, request, text, files, (note,))
+
+    def _configmap(self, name: str) -> dict[str, Any]:
+        path = ns_path("", "v1", self.namespace, "configmaps", f"{name}-code")
+        got: dict[str, Any] = self.api.get(path)
+        return got
+
+    def _put_configmap(self, name: str, body: dict[str, Any]) -> None:
+        path = ns_path("", "v1", self.namespace, "configmaps", f"{name}-code")
+        self.api.request("PUT", path, body=body)
+
+    def _change_control(self, name: str, change: Callable[[dict[str, Any]], None]) -> int:
+        """Apply ``change`` to the warm job's order (retried on a conflict); the run it names."""
+        for _ in range(5):
+            cm = self._configmap(name)
+            control = control_of(cm)
+            change(control)
+            try:
+                self._put_configmap(name, with_control(cm, control))
+                return int(control.get("run") or 0)
+            except ApiFailure as exc:
+                if exc.status != 409:
+                    raise
+        raise BackendError(f"Could not update the warm job {name!r}'s ConfigMap (conflicts).")
+
+    def _order(self, plan: LaunchPlan[KubernetesRequest]) -> Job:
+        name = plan.spec.name
+        for _ in range(5):
+            body, run = order_run(self._configmap(name), plan.request.objects[0])
+            try:
+                self._put_configmap(name, body)
+            except ApiFailure as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            self._kinds[name] = plan.spec.kind
+            return Job(name, self, plan, run=run)
+        raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
+
+    def _book(self, name: str) -> RunBook:
+        """The job's runs: as followed, or read from its pods' stored logs when no run is
+        followed in this process (a cancel from another cell, a new kernel)."""
+        rt = self._runtime[name]
+        if rt.followers:
+            return rt.book
+        book = RunBook()
+        watch = self._watch(name)
+        if watch.job is not None:
+            with contextlib.suppress(ClusterError):
+                for pod, raw in self._stored_logs(watch.job, watch.pods):
+                    book.feed(pod, parse_line(raw))
+        return book
+
+    def _active_run(self, name: str) -> int | None:
+        """The run ordered last, while some node has not ended it; None when idle."""
+        run = int(control_of(self._configmap(name)).get("run") or 0)
+        shape = self.shape(name)
+        nodes = shape.nodes if shape is not None else 1
+        return run if run and self._book(name).ended_nodes(run) < nodes else None
+
+    def latest_run(self, name: str) -> int | None:
+        job = self._watch(name).job
+        if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
+            return None
+        with contextlib.suppress(ApiFailure):
+            return int(control_of(self._configmap(name)).get("run") or 0) or None
+        return None
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        job = self.status(name)
+        shape = self.shape(name)
+        nodes = shape.nodes if shape is not None else 1
+        rt = self._runtime[name]
+        book = self._book(name)
+        with rt.lock:
+            status = book.status(name, run, nodes, job)
+            failed = book.failed_nodes(run)
+            ended = book.ended_nodes(run)
+        if failed and ended < nodes and run not in rt.aborted and rt.followers:
+            # a node's run failed: the others are stopped too (a rank blocked in a collective
+            # would hold the run), after a moment to end by themselves
+            rt.aborted.add(run)
+            why = f"node {failed[0]} failed"
+            self._change_control(
+                name, lambda c: c.setdefault("abort", {}).setdefault(str(run), why)
+            )
+        return status
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        rt = self._runtime[name]
+        return [_RunSource(s, run, rt) for s in self.log_sources(name)]
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        where: dict[str, int] = {}
+        for pod, raw in self.read_logs(name):
+            if _in_run(pod, raw, run, where):
+                yield pod, raw
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Ask every pod to stop the run (the ConfigMap's order) and wait until they did."""
+        if self.run_status(name, run).terminal:
+            return
+        self._change_control(
+            name, lambda c: c.setdefault("abort", {}).setdefault(str(run), CANCEL_WORDS)
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.run_status(name, run).terminal:
+                return
+            time.sleep(0.3)
+        raise BackendError(f"Run {run} of {name!r} did not stop within 30 s; its pods still run.")
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: the agents end after this long without a run (0: now);
+        the job then succeeds and is deleted with everything it owns."""
+        if self.latest_run(name) is None:
+            raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
+
+        def change(control: dict[str, Any]) -> None:
+            control["idle_limit_s"] = float(seconds)
+
+        self._change_control(name, change)
+        if seconds <= 0:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with contextlib.suppress(JobNotFound):
+                    if self.status(name).terminal:
+                        break
+                time.sleep(0.3)
+        return self.status(name)
+
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
         """Preflight, push the code image (registry route), then create the planned objects,
         all-or-nothing. The Job holds the plan as started (with the image digest)."""
         made = plan.made_by(KubernetesRequest)
+        if made.request.reuse:
+            return self._order(made)
         spec, request = made.spec, made.request
         ns = request.namespace
         warnings = run_preflight(
@@ -244,7 +467,7 @@ class KubernetesBackend(Backend):
             raise
         self._kinds[spec.name] = spec.kind
         self._watch(spec.name)
-        return Job(spec.name, self, made)
+        return Job(spec.name, self, made, run=1 if spec.warm else None)
 
     def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
         """Push the code image; the plan's request with its reference pinned by digest."""
@@ -557,6 +780,67 @@ class KubernetesBackend(Backend):
                 raise
 
 
+class _RunSource(LogSource):
+    """One pod's lines of one run of a warm job: from the agent's ``run`` record of that run
+    to its ``run_end`` (a pod's log holds every run)."""
+
+    def __init__(self, inner: LogSource, run: int, rt: _Runtime):
+        self.inner = inner
+        self.replica = inner.replica
+        self.run = run
+        self.rt = rt
+        self.inside = False
+        self.ended = False
+        with rt.lock:
+            rt.followers += 1
+        self._closed = False
+
+    def _keep(self, lines: list[str]) -> list[str]:
+        out = []
+        for raw in lines:
+            line = parse_line(raw)
+            kind = record_type(line.record) if line.source == "agent" else None
+            number = (line.record or {}).get("run")
+            if kind == RUN and number == self.run:
+                self.inside = True
+            if self.inside and not self.ended:
+                out.append(raw)
+            if kind == RUN_END and number == self.run:
+                self.ended = True
+        return out
+
+    def read(self) -> list[str]:
+        return self._keep(self.inner.read())
+
+    def finish(self) -> list[str]:
+        return self.read()  # the run ended (its records came): its pod keeps running
+
+    @property
+    def done(self) -> bool:
+        return self.ended
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self.rt.lock:
+                self.rt.followers -= 1
+        self.inner.close()
+
+
+def _in_run(pod: str, raw: str, run: int, state: dict[str, int]) -> bool:
+    """Whether ``raw`` (a stored line of ``pod``) belongs to ``run``; ``state`` keeps each
+    pod's current run as the lines go by."""
+    line = parse_line(raw)
+    kind = record_type(line.record) if line.source == "agent" else None
+    number = (line.record or {}).get("run")
+    if kind == RUN and isinstance(number, int):
+        state[pod] = number
+    inside = state.get(pod) == run
+    if kind == RUN_END and number == run:
+        state[pod] = 0
+    return inside
+
+
 # kinds made beside the job (created first, then owned by it): (group, version, plural)
 _OWNED = {
     "ConfigMap": ("", "v1", "configmaps"),
@@ -565,6 +849,9 @@ _OWNED = {
     "Service": ("", "v1", "services"),
     "ServiceMonitor": SERVICE_MONITOR_API,
     "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 

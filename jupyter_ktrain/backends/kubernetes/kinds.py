@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE, JobKind
 from ...pod.agent.relaunch import MAX_RESTARTS_ENV
-from ...pod.launch import node_command
+from ...pod.launch import node_command, warm_command
 from ...spec import JobSpec
 from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
 
@@ -133,6 +134,14 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     """Master + Workers (static rendezvous), or Workers only with an elasticPolicy (c10d)."""
     kind = KIND_TABLE[spec.kind]
     role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    if spec.warm:  # the warm agent; its runs come through the job's code ConfigMap
+        from .warm import IDLE_TTL_S, warm_env
+
+        role = replace(role, command=warm_command(), extra_env=warm_env(f"{spec.name}-code"))
+        if spec.run_policy.ttl_seconds_after_finished is None:
+            spec = spec.evolve(
+                run_policy=replace(spec.run_policy, ttl_seconds_after_finished=IDLE_TTL_S)
+            )
     template = pod_template(spec, code, role, labels)
     body: dict[str, Any] = {}
     if spec.elastic is not None:

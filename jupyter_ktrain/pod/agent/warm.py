@@ -30,10 +30,12 @@ Standard library only, like the whole pod package.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,8 +85,9 @@ class RunOrder:
 class Control(Protocol):
     """Where a warm node's orders come from."""
 
-    def next_run(self, after: int) -> RunOrder | None:
-        """Block until a run newer than ``after`` is ordered; None when the node should stop."""
+    def next_run(self, after: int, idle_since: float) -> RunOrder | None:
+        """Block until a run newer than ``after`` is ordered; None when the node should stop
+        (stopped, or idle since ``idle_since`` for longer than the ordered idle limit)."""
         ...
 
     def abort_reason(self, run: int) -> str | None:
@@ -93,26 +96,41 @@ class Control(Protocol):
 
 
 class FolderControl:
-    """The local backend's control: ``FOLDER/control.json`` (``{"run": N, "code_dir": D}``,
-    replaced atomically) and ``FOLDER/runs/N/abort`` (its text: why). ``stopping`` is asked
-    between polls, so a SIGTERM ends the wait."""
+    """The run folder: ``FOLDER/control.json`` (``{"run": N, "code_dir": D}``, replaced
+    atomically, and on Kubernetes ``"idle_limit_s"``) and ``FOLDER/runs/N/abort`` (its text:
+    why). The local backend writes it; on Kubernetes :mod:`.mirror` writes it from the job's
+    ConfigMap. ``stopping`` is asked between polls, so a SIGTERM ends the wait."""
 
     def __init__(self, folder: str, stopping: Callable[[], bool] = lambda: False):
         self.folder = Path(folder)
         self.stopping = stopping
+        self.idle_limit: float | None = None  # None: the backend ends an idle job itself
+        self._seen: tuple[int, RunOrder | None] = (-1, None)
 
-    def _read(self) -> RunOrder | None:
+    def read(self) -> RunOrder | None:
+        """The ordered run (re-read only when the file changed)."""
+        path = self.folder / "control.json"
         try:
-            raw = json.loads((self.folder / "control.json").read_text())
-            return RunOrder(int(raw["run"]), str(raw["code_dir"]))
+            stamp = path.stat().st_mtime_ns
+            if stamp == self._seen[0]:
+                return self._seen[1]
+            raw = json.loads(path.read_text())
+            order = RunOrder(int(raw["run"]), str(raw["code_dir"]))
+            limit = raw.get("idle_limit_s")
+            self.idle_limit = float(limit) if isinstance(limit, (int, float)) else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        self._seen = (stamp, order)
+        return order
 
-    def next_run(self, after: int) -> RunOrder | None:
+    def next_run(self, after: int, idle_since: float) -> RunOrder | None:
         while not self.stopping():
-            order = self._read()
+            order = self.read()
             if order is not None and order.number > after:
                 return order
+            if self.idle_limit is not None and time.time() - idle_since >= self.idle_limit:
+                _say(f"warm: idle for {self.idle_limit:.0f} s (the idle limit): ending")
+                return None
             time.sleep(POLL_S)
         return None
 
@@ -188,14 +206,22 @@ class WarmNode:
         what = ", ".join(names) or "nothing (no torch here)"
         _say(f"warm: ready, {what} imported in {took:.1f} s; waiting for runs")
         _say(format_record({TYPE: READY, "node": self.node, "s": round(took, 3)}))
-        last = 0
+        last = self._already_ordered()
+        idle_since = time.time()
         while not self.stopped:
-            order = self.control.next_run(last)
+            order = self.control.next_run(last, idle_since)
             if order is None:
                 break
             last = order.number
             self.run(order)
+            idle_since = time.time()
         return 128 + self.stopped[0] if self.stopped else 0
+
+    def _already_ordered(self) -> int:
+        """Runs a new agent must not run: all but the first. A node made anew (its pod
+        restarted) joins at the next run, never re-running one its peers ran or dropped."""
+        current = getattr(self.control, "read", lambda: None)()
+        return current.number if current is not None and current.number > 1 else 0
 
     def run(self, order: RunOrder) -> int:
         n = order.number
@@ -307,14 +333,38 @@ def _status_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def _start_mirror() -> subprocess.Popen[bytes] | None:
+    """On Kubernetes (``$KTRAIN_WARM_CONFIGMAP``): the process that mirrors the job's
+    ConfigMap into the run folder (:mod:`.mirror`); it dies with this agent."""
+    from .mirror import CONFIGMAP_ENV
+
+    if not os.environ.get(CONFIGMAP_ENV):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def die_with_agent() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    argv = [sys.executable, "-m", "jupyter_ktrain.pod.agent.mirror"]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=die_with_agent)
+
+
 def main(argv: list[str] | None = None) -> int:
     if CONTROL_ENV not in os.environ:
         sys.stderr.write(f"jupyter_ktrain.pod.agent.warm: {CONTROL_ENV} is not set\n")
         return 2
+    os.makedirs(os.environ[CONTROL_ENV], exist_ok=True)
     node = WarmNode(os.environ)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, node.on_signal)
-    return node.serve()
+    mirror = _start_mirror()
+    try:
+        return node.serve()
+    finally:
+        if mirror is not None:
+            mirror.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                mirror.wait(5)
 
 
 if __name__ == "__main__":
