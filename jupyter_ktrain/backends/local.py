@@ -58,6 +58,7 @@ from .jobstore import (
     open_append,
     read_state,
     release_reserve,
+    replace_private,
     store_error,
     update_state,
     write_private,
@@ -434,8 +435,7 @@ class LocalBackend(Backend):
             write_private(code_dir / rel, data)
         update_state(runs / str(number), {"state": PENDING, "run": number})
         order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
-        write_private(job_dir / "control.json.tmp", order)
-        os.replace(job_dir / "control.json.tmp", job_dir / "control.json")
+        replace_private(job_dir / "control.json", order)
         return number
 
     def latest_run(self, name: str) -> int | None:
@@ -493,8 +493,7 @@ class LocalBackend(Backend):
         if status.terminal:
             raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
         data = json.dumps({"idle_limit_s": float(seconds)}).encode()
-        write_private(self.job_dir(name) / "warm.json.tmp", data)
-        os.replace(self.job_dir(name) / "warm.json.tmp", self.job_dir(name) / "warm.json")
+        replace_private(self.job_dir(name) / "warm.json", data)
         if seconds <= 0:
             deadline = time.monotonic() + CANCEL_TIMEOUT_S
             while time.monotonic() < deadline and not self.status(name).terminal:

@@ -37,6 +37,7 @@ from ..base import (
     LaunchPlan,
     LogSource,
     Request,
+    WarmInfo,
     complete_exit_codes,
 )
 from ..warm import check_warm, shape_changes, warm_shape
@@ -130,6 +131,7 @@ class KubernetesBackend(Backend):
         self._kinds: dict[str, str] = {}
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
+        self._warm_seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -246,6 +248,7 @@ class KubernetesBackend(Backend):
             return dict(json.loads(raw))
 
         live = self._warm_jobs()
+        ended = _forget_ended(self._ns(spec), {j["metadata"]["name"] for j in live}, shape)
         named = [j for j in live if j["metadata"]["name"] == spec.name]
         same = [j for j in live if shape_of(j) == shape]
         if named and shape_of(named[0]) == shape:
@@ -270,6 +273,8 @@ class KubernetesBackend(Backend):
             )
         if self.config.registry:
             notes.append("warm job: each run's program travels in its ConfigMap, not the registry")
+        for gone in ended:
+            notes.insert(0, f"the warm job {gone!r} has ended (its idle limit, or it was deleted)")
         return spec, None, tuple(notes)
 
     def _run_plan(
@@ -467,6 +472,8 @@ class KubernetesBackend(Backend):
             raise
         self._kinds[spec.name] = spec.kind
         self._watch(spec.name)
+        if spec.warm:
+            _remember(ns, spec.name, warm_shape(spec))
         return Job(spec.name, self, made, run=1 if spec.warm else None)
 
     def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
@@ -611,10 +618,42 @@ class KubernetesBackend(Backend):
         for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
             state, reason, message = job_state(job)
             progress = self._progress(job, state)
+            warm = self._warm_info(job, state)
             out.append(
-                JobStatus(job["metadata"]["name"], state, reason, message, progress=progress)
+                JobStatus(
+                    job["metadata"]["name"], state, reason, message, progress=progress, warm=warm
+                )
             )
         return sorted(out, key=lambda s: s.name)
+
+    def _warm_info(self, job: dict[str, Any], state: str) -> WarmInfo | None:
+        """A warm job's runs and idle time: its ConfigMap's order and its pods' records (read
+        at most every PROGRESS_REFRESH_S per job, like a list's progress)."""
+        meta = job["metadata"]
+        if WARM_LABEL not in (meta.get("labels") or {}):
+            return None
+        name = meta["name"]
+        seen = self._warm_seen.get(name)
+        if seen is not None and time.monotonic() - seen[0] < PROGRESS_REFRESH_S:
+            return seen[1]
+        shape = job_shape(job)
+        control: dict[str, Any] = {}
+        with contextlib.suppress(ApiFailure):
+            control = control_of(self._configmap(name))
+        book = self._book(name) if state == RUNNING else RunBook()
+        last, ended, going = book.last_end()
+        ordered = int(control.get("run") or 0)
+        active = ordered if going or ordered > last else None
+        since = ended or _created(job)
+        info = WarmInfo(
+            runs=max(ordered, last),
+            active=active,
+            idle_since=None if active else since,
+            idle_limit_s=float(control.get("idle_limit_s") or 900.0),
+            gpus=shape.nodes * shape.gpus_per_node,
+        )
+        self._warm_seen[name] = (time.monotonic(), info)
+        return info
 
     def _progress(self, job: dict[str, Any], state: str) -> Progress | None:
         meta = job["metadata"]
@@ -825,6 +864,56 @@ class _RunSource(LogSource):
             with self.rt.lock:
                 self.rt.followers -= 1
         self.inner.close()
+
+
+def _warm_file() -> Any:
+    from ..local import ktrain_home
+
+    return ktrain_home() / "warm-kubernetes.json"
+
+
+def _remembered() -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        got = json.loads(_warm_file().read_text())
+        return got if isinstance(got, dict) else {}
+    return {}
+
+
+def _remember(ns: str, name: str, shape: dict[str, Any]) -> None:
+    """The warm jobs this machine started (on disk: a new kernel knows them too), so a later
+    cell can say that one of them ended meanwhile."""
+    from ..jobstore import make_private_dirs, replace_private
+
+    known = _remembered()
+    known[f"{ns}/{name}"] = {"shape": shape, "started": time.time()}
+    with contextlib.suppress(OSError):
+        make_private_dirs(_warm_file().parent)
+        replace_private(_warm_file(), json.dumps(known).encode())
+
+
+def _forget_ended(ns: str, live: set[str], shape: dict[str, Any]) -> list[str]:
+    """The remembered warm jobs of ``ns`` (of this shape) that are gone; forgotten now."""
+    from ..jobstore import replace_private
+
+    known = _remembered()
+    gone = [k for k in known if k.startswith(f"{ns}/") and k.split("/", 1)[1] not in live]
+    if not gone:
+        return []
+    said = [k.split("/", 1)[1] for k in gone if known[k].get("shape") == shape]
+    for key in gone:
+        known.pop(key)
+    with contextlib.suppress(OSError):
+        replace_private(_warm_file(), json.dumps(known).encode())
+    return said
+
+
+def _created(job: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    stamp = job["metadata"].get("creationTimestamp")
+    with contextlib.suppress(ValueError, TypeError):
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    return None
 
 
 def _in_run(pod: str, raw: str, run: int, state: dict[str, int]) -> bool:

@@ -207,6 +207,15 @@ class RunBook:
             return _ended(base, FAILED, reason, aborted[0] if aborted else why)
         return _ended(base, SUCCEEDED, "AllRanksSucceeded", "")
 
+    def last_end(self) -> tuple[int, float | None, bool]:
+        """(last run seen, when its last node ended it or None, whether it is still going)."""
+        if not self.runs:
+            return 0, None, False
+        number = max(self.runs)
+        run = self.runs[number]
+        ends = [float(e.get("t") or 0) for e in run.ends.values()]
+        return number, (max(ends) if ends else None), bool(run.started) and not ends
+
     def failed_nodes(self, run: int) -> list[int]:
         got = self.runs.get(run)
         return [k for k, e in got.ends.items() if e.get("code")] if got else []
