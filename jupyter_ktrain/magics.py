@@ -211,7 +211,11 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if job.run is not None and job.run > 1:
         _say(f"Run {job.run} on the warm job {job.name!r}: {world}")
     elif job.run is not None:
-        _say(f"Started the warm job {job.name!r}: {world}; run 1 starts once torch is imported")
+        _say(
+            f"Started the warm job {job.name!r}: {world}; run 1 starts once torch is imported. "
+            f"Its nodes stay up for the next --warm cell until 15 min without a run "
+            f"(`%ktrain warm {job.name} --idle 0` ends it now)."
+        )
     else:
         _say(f"Started {spec.name!r}: {world}")
     return job if ns.detach else _watch(job, shell)

@@ -114,38 +114,39 @@ class WarmSupervisor(Supervisor):
 
     # -- output, split by run --------------------------------------------------------------
     def _copy(self, node: int, stream: IO[bytes]) -> None:
-        base = (self.dir / f"node-{node}.log", self.dir / f"node-{node}.times")
-        log, times = _Log(base[0]), _Log(base[1])
+        """Every line to ``node-K.log`` (the node's whole history, as a pod log is), and a
+        run's lines also to ``runs/N/node-K.log``."""
+        log = _Log(self.dir / f"node-{node}.log")
+        times = _Log(self.dir / f"node-{node}.times")
+        in_run: tuple[_Log, _Log] | None = None  # the run's node log and times, during a run
         rank_files: dict[int, _Log] = {}
         try:
             for raw in iter(stream.readline, b""):
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
                 kind = record_type(line.record) if line.source == "agent" else None
                 if kind == RUN and line.record is not None:
-                    log.close()
-                    times.close()
                     run_dir = self._run_dir(int(line.record["run"]))
-                    log = _Log(run_dir / f"node-{node}.log")
-                    times = _Log(run_dir / f"node-{node}.times")
+                    in_run = (
+                        _Log(run_dir / f"node-{node}.log"),
+                        _Log(run_dir / f"node-{node}.times"),
+                    )
                     self._on_run(int(line.record["run"]))
-                times.write(b"%.6f\n" % time.time())
-                log.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                stamp = b"%.6f\n" % time.time()
+                data = raw if raw.endswith(b"\n") else raw + b"\n"
+                for out_log, out_times in [(log, times), *([in_run] if in_run else [])]:
+                    out_times.write(stamp)
+                    out_log.write(data)
                 if kind == RUN_END and line.record is not None:
-                    log.close()
-                    times.close()
-                    for f in rank_files.values():
+                    for f in (*(in_run or ()), *rank_files.values()):
                         f.close()
-                    rank_files.clear()
-                    log, times = _Log(base[0]), _Log(base[1])
+                    in_run, rank_files = None, {}
                     self._on_run_end(node, line.record)
                 elif kind == READY:
                     self.save(nodes=self._nodes())
                 elif line.rank is not None:
                     self._on_rank_line(line, rank_files)
         finally:
-            log.close()
-            times.close()
-            for f in rank_files.values():
+            for f in (log, times, *(in_run or ()), *rank_files.values()):
                 f.close()
 
     def _run_dir(self, run: int) -> Path:

@@ -114,6 +114,10 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
             line = f"rank {rank} of 4 sum {total} scale {scale}"
             assert third.logs(run=run, rank=rank).strip() == line
     assert (first.result, second.result, third.result) == (100.0, 120.0, 36.0)
+    whole = "\n".join(line for _, line in LocalBackend().read_logs(first.name))
+    assert "sum 10.0 scale 10" in whole
+    assert "sum 12.0 scale 3" in whole
+    assert LocalBackend().attach(first.name).run == 3  # a new kernel follows the last run
     assert max(took2, took3) < 5.0, (took2, took3)  # no torch import, no new interpreter
     status = LocalBackend().status(first.name)
     assert status.state == "Running"
