@@ -30,6 +30,7 @@ from ..base import (
     FAILED,
     PENDING,
     RUNNING,
+    SUCCEEDED,
     Backend,
     Job,
     JobShape,
@@ -422,14 +423,19 @@ class KubernetesBackend(Backend):
             control["idle_limit_s"] = float(seconds)
 
         self._change_control(name, change)
-        if seconds <= 0:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                with contextlib.suppress(JobNotFound):
-                    if self.status(name).terminal:
-                        break
-                time.sleep(0.3)
-        return self.status(name)
+        if seconds > 0:
+            return self.status(name)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                status = self.status(name)
+            except JobNotFound:  # ended, and already deleted with what it owned
+                why = "ended with --idle 0 and deleted with everything it owned"
+                return JobStatus(name, SUCCEEDED, "IdleLimit", why, finished=time.time())
+            if status.terminal:
+                return status
+            time.sleep(0.3)
+        raise BackendError(f"The warm job {name!r} still runs 60 s after --idle 0.")
 
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
