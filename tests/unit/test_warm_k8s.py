@@ -13,6 +13,7 @@ from jupyter_ktrain.backends.kubernetes.warm import (
     RunBook,
     control_of,
     order_run,
+    warm_port,
 )
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.packaging.configmap import render_code_configmap
@@ -61,6 +62,9 @@ def test_a_warm_job_brings_its_own_account_allowed_to_read_its_configmap_only() 
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert (env["KTRAIN_WARM_CONFIGMAP"], env["KTRAIN_WARM_CONTROL"]) == ("w-code", "/ktrain-warm")
     assert {"name": "ktrain-warm", "mountPath": "/ktrain-warm"} in container["volumeMounts"]
+    port = {"name": "pytorchjob-port", "containerPort": warm_port("w"), "protocol": "TCP"}
+    assert port in container["ports"]
+    assert 20000 <= warm_port("w") < 30000
 
 
 def test_a_run_is_ordered_by_replacing_the_configmaps_data_and_its_order(tmp_path: Path) -> None:

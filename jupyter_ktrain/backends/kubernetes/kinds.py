@@ -143,6 +143,11 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
                 run_policy=replace(spec.run_policy, ttl_seconds_after_finished=IDLE_TTL_S)
             )
     template = pod_template(spec, code, role, labels)
+    if spec.warm:
+        from .warm import warm_port
+
+        port = {"name": "pytorchjob-port", "containerPort": warm_port(spec.name), "protocol": "TCP"}
+        template["spec"]["containers"][0].setdefault("ports", []).append(port)
     body: dict[str, Any] = {}
     if spec.elastic is not None:
         e = spec.elastic

@@ -15,6 +15,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "rbac_objects",
     "warm_account",
     "warm_env",
+    "warm_port",
 ]
 
 WARM_LABEL = "ktrain.io/warm"
@@ -44,6 +46,13 @@ SHAPE_ANNOTATION = "ktrain.io/warm-shape"
 IDLE_TTL_S = 5  # after the idle limit ended the job: deleted, with what it owns, this soon
 RBAC = "rbac.authorization.k8s.io"
 CANCEL_WORDS = "cancelled by the user"
+
+
+def warm_port(job: str) -> int:
+    """The rendezvous port of warm job ``job`` (the operator's ``pytorchjob-port``): rank 0
+    binds it anew for every run, so jobs on one host network (``--host-network``) must not
+    share one; each warm job gets its own, from its name, in 20000-29999."""
+    return 20000 + int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % 10000
 
 
 def warm_account(job: str) -> str:
