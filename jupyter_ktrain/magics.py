@@ -218,7 +218,33 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         )
     else:
         _say(f"Started {spec.name!r}: {world}")
-    return job if ns.detach else _watch(job, shell)
+    if ns.detach:
+        return job
+    try:
+        return _watch(job, shell)
+    finally:
+        if job.run is not None and (line := _warm_line(backend, job.name)):
+            _say(line)
+
+
+def _warm_line(backend: Backend, name: str) -> str:
+    """After a run on a warm job: what it holds while it waits, and how to end it."""
+    try:
+        status = backend.status(name)
+    except KtrainError:
+        return ""
+    if status.terminal:
+        return f"The warm job {name!r} ended ({status.describe()})."
+    if status.warm is None:
+        return ""
+    w, shape = status.warm, backend.shape(name)
+    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
+    held = f"{gpus} GPU(s)" if gpus else "its nodes"
+    limit = w.idle_limit_s / 60
+    return (
+        f"The warm job {name!r} keeps {held} for the next --warm cell; it ends after "
+        f"{limit:g} min without a run (`%ktrain warm {name} --idle 0` ends it now)."
+    )
 
 
 def _replace(backend: Backend, name: str) -> None:

@@ -121,6 +121,9 @@ def test_warm_pytorchjob_runs_cells_on_the_same_pods(k8s_shell, test_cluster, ca
     assert (second.result, third.result) == (120.0, 36.0)
     assert max(took2, took3) < cold / 2, (cold, took2, took3)
 
+    out = capsys.readouterr().out
+    assert f"The warm job {name!r} keeps its nodes for the next --warm cell" in out
+
     # a failing run (rank 3 raises, the others hang in sleep), then a good one
     result = k8s_shell.run_cell(f"%%ktrain {WARM}\nfail_or_hang()\n")
     assert isinstance(result.error_in_exec, JobFailed)

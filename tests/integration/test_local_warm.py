@@ -108,6 +108,10 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     assert (third.name, third.run, shell.user_ns["r"]) == (first.name, 3, 36.0)
     out = capsys.readouterr().out
     assert f"Run 2 on the warm job {first.name!r}" in out
+    assert (
+        f"The warm job {first.name!r} keeps its nodes for the next --warm cell; it ends "
+        "after 15 min without a run" in out
+    )
     assert _agents(first.name) == agents  # the same nodes ran all three
     for run, (total, scale) in {1: (10.0, 10), 2: (12.0, 10), 3: (12.0, 3)}.items():
         for rank in range(4):  # every rank's lines, in its run only

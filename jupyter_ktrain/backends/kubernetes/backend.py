@@ -606,6 +606,8 @@ class KubernetesBackend(Backend):
                 recreations=dict(watch.recreations),
                 last_exits=dict(watch.last_exit),
             )
+        if WARM_LABEL in (job["metadata"].get("labels") or {}):
+            status = replace(status, warm=self._warm_info(job, status.state))
         kind = job_kind(str(job.get("kind") or ""))
         if kind is None or not kind.replica_ranks:  # ranks map onto replicas only there
             return status
