@@ -194,7 +194,16 @@ class WarmNode:
         self.node = int(env.get("PET_NODE_RANK", "0"))
         self.nproc = int(env.get("PET_NPROC_PER_NODE", "1"))
         self.stopped: list[int] = []
-        self.control = control or FolderControl(env[CONTROL_ENV], lambda: bool(self.stopped))
+        self.mirror: subprocess.Popen[bytes] | None = None  # on Kubernetes (see main)
+        self.control = control or FolderControl(env[CONTROL_ENV], self._stopping)
+
+    def _stopping(self) -> bool:
+        """A SIGTERM came, or the ConfigMap mirror ended: the job's ConfigMap is gone (the
+        job was deleted), so no run can come any more."""
+        if self.mirror is not None and self.mirror.poll() is not None and not self.stopped:
+            _say("warm: the job's ConfigMap is gone (the job was deleted): ending")
+            self.stopped.append(signal.SIGTERM)
+        return bool(self.stopped)
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopped.append(signum)
@@ -357,11 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     node = WarmNode(os.environ)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, node.on_signal)
-    mirror = _start_mirror()
+    mirror = node.mirror = _start_mirror()
     try:
         return node.serve()
     finally:
-        if mirror is not None:
+        if mirror is not None and mirror.poll() is None:
             mirror.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 mirror.wait(5)
