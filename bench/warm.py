@@ -27,10 +27,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -40,10 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_ktrain.backends.base import Backend, Job
 from jupyter_ktrain.capture import capture
+from jupyter_ktrain.errors import KtrainError
 from jupyter_ktrain.options import parse_flags, spec_from_args
 from jupyter_ktrain.pod.protocol import READY, parse_line, record_type
 
 ROUNDS = int(os.environ.get("KTRAIN_BENCH_ROUNDS", "5"))
+SDK_TIMEOUT_S = 90.0
 RANKS = 4
 SETUP = """
 import os
@@ -68,22 +72,44 @@ def _program(cell: str) -> Any:
     return capture(cell, sh.user_ns, sh.user_ns["In"], sh.user_ns_hidden)
 
 
+class Clash(Exception):
+    """A round's job failed before its ranks printed: on the test cluster every pod shares
+    this machine's network, so another job on the operator's default port 23456 (another
+    test, another bench) makes a cold job's rendezvous fail. The round is run again."""
+
+
 def _every_rank(job: Job, timeout: float = 300) -> float:
-    """Seconds until every rank's first line came (the caller started the clock)."""
+    """When every rank's first line came (the caller started the clock)."""
     seen: set[int] = set()
     sources = job.log_sources()
     deadline = time.monotonic() + timeout
+    checked = time.monotonic()
     try:
         while len(seen) < RANKS:
             for s in sources:
                 seen.update(p.rank for p in map(parse_line, s.read()) if p.rank is not None)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only ranks {sorted(seen)} printed in {timeout} s")
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                if job.status().state == "Failed":
+                    raise Clash(f"{job.name} failed before every rank printed")
             time.sleep(0.005)
         return time.monotonic()
     finally:
         for s in sources:
             s.close()
+
+
+def _retried(round_: Any, tries: int = 4) -> float:
+    """``round_()``, run again after a :class:`Clash` (at most ``tries`` times)."""
+    for attempt in range(tries):
+        try:
+            took: float = round_(attempt)
+            return took
+        except Clash as exc:
+            print(f"  (port clash, round run again: {exc})", flush=True)
+    raise RuntimeError(f"every try of the round clashed on the shared port ({tries})")
 
 
 def cell(backend: Backend, flags: str, name: str | None = None) -> tuple[float, Job]:
@@ -104,15 +130,19 @@ def _settle(job: Job, timeout: float = 120) -> None:
 
 
 class _EveryRank(io.TextIOBase):
+    """The SDK's printed logs (one thread per pod, so writes interleave): when every rank's
+    hello has come."""
+
     def __init__(self) -> None:
+        self.text = ""
         self.ranks: set[str] = set()
         self.at: float | None = None
 
     def write(self, text: str) -> int:
-        if "hello from rank " in text:
-            self.ranks.add(text.split("hello from rank ", 1)[1].split()[0])
-            if len(self.ranks) == RANKS and self.at is None:
-                self.at = time.monotonic()
+        self.text += text
+        self.ranks = set(re.findall(r"hello from rank (\d+)", self.text))
+        if len(self.ranks) == RANKS and self.at is None:
+            self.at = time.monotonic()
         return len(text)
 
 
@@ -128,14 +158,24 @@ def sdk_round(kubeconfig: Path, ns: str, name: str) -> float:
         num_procs_per_worker=2,
         base_image="local/python",
     )
-    tc.wait_for_job_conditions(name, expected_conditions={"Running", "Succeeded"})
     sink = _EveryRank()
-    with redirect_stdout(sink):  # type: ignore[type-var]
-        tc.get_job_logs(name, is_master=False, follow=True)
-    assert sink.at is not None, f"the SDK printed ranks {sorted(sink.ranks)} only"
-    took = sink.at - t0
-    tc.delete_job(name)
-    return took
+    try:
+        tc.wait_for_job_conditions(name, expected_conditions={"Running", "Succeeded"})
+
+        def follow() -> None:
+            with redirect_stdout(sink):  # type: ignore[type-var]
+                tc.get_job_logs(name, is_master=False, follow=True)
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        reader.join(SDK_TIMEOUT_S)  # a rank that joined another job's rendezvous never ends
+        if sink.at is None:
+            raise Clash(f"the SDK's job printed ranks {sorted(sink.ranks)} only")
+    except RuntimeError as exc:  # the SDK raises on a Failed job
+        raise Clash(str(exc)) from None
+    finally:
+        tc.delete_job(name)
+    return sink.at - t0
 
 
 def _wait_gone(kubectl: str, kubeconfig: Path, name: str) -> None:
@@ -205,13 +245,26 @@ def cluster_rounds() -> dict[str, Any]:
             took, job = cell(warm_backend, flags + " --warm")
             _settle(job)
             warm.append(took)
-            sdk.append(sdk_round(cfg["w2"], "w2", f"sdk-{r}"))
-            _wait_gone(kubectl, cfg["w2"], f"sdk-{r}")
-            ours = backend("w3")
-            took, job = cell(ours, flags, f"cold-{r}")
-            _settle(job)
-            cold.append(took)
-            ours.delete(job.name)
+
+            def sdk_try(attempt: int, r: int = r) -> float:
+                name = f"sdk-{r}-{attempt}"
+                try:
+                    return sdk_round(cfg["w2"], "w2", name)
+                finally:
+                    _wait_gone(kubectl, cfg["w2"], name)
+
+            def cold_try(attempt: int, r: int = r) -> float:
+                ours = backend("w3")
+                try:
+                    took, job = cell(ours, flags, f"cold-{r}-{attempt}")
+                    _settle(job)
+                    return took
+                finally:
+                    with contextlib.suppress(KtrainError):
+                        ours.delete(f"cold-{r}-{attempt}")
+
+            sdk.append(_retried(sdk_try))
+            cold.append(_retried(cold_try))
             print(f"round {r}: warm {warm[-1]:.2f} s, sdk {sdk[-1]:.2f} s, cold {cold[-1]:.2f} s",
                   flush=True)  # fmt: skip
         ready = _ready_import_s(warm_backend.attach("warm"))
