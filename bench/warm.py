@@ -321,7 +321,7 @@ def main() -> None:
         "NGC image), container start and the requirements install: the warm run skips them all",
     }
     with contextlib.suppress(Exception):
-        summary["medians_raw"] = {k: [round(x, 2) for x in got[k]] for k in ("warm", "sdk", "cold")}
+        summary["per_round_s"] = {k: [round(x, 2) for x in got[k]] for k in ("warm", "sdk", "cold")}
     print(json.dumps(summary))
 
 

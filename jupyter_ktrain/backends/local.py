@@ -48,7 +48,6 @@ from .base import (
     LogSource,
     ReplicaStatus,
     Request,
-    WarmInfo,
     complete_exit_codes,
 )
 from .jobstore import (
@@ -58,14 +57,13 @@ from .jobstore import (
     open_append,
     read_state,
     release_reserve,
-    replace_private,
     store_error,
     update_state,
     write_private,
 )
+from .local_warm import LocalWarm, warm_info
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
-from .warm import check_warm, shape_changes, warm_shape
-from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
+from .warm import warm_shape
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -239,6 +237,7 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self._gpus = gpus or machine_gpus
         self._log_index = LogIndex()
+        self.warm = LocalWarm(self)  # the runs of --warm jobs
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
@@ -272,7 +271,7 @@ class LocalBackend(Backend):
     # -- plan -----------------------------------------------------------------------------
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
         if spec.warm:
-            return self._warm_dryrun(spec, program)
+            return self.warm.dryrun(spec, program)
         return self._dryrun(spec, program)
 
     def _dryrun(
@@ -339,166 +338,25 @@ class LocalBackend(Backend):
         notes = (*warm_notes, *(notes if ignored else ()))
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
 
-    # -- warm jobs ------------------------------------------------------------------------
-    def _warm_jobs(self) -> list[tuple[JobStatus, dict[str, Any]]]:
-        """Every warm job the store holds (newest first), with its ``job.json``."""
-        out = []
-        for status in reversed(self.list_jobs()):
-            try:
-                meta = json.loads((self.job_dir(status.name) / "job.json").read_text())
-            except (OSError, ValueError):
-                continue
-            if meta.get("warm"):
-                out.append((status, meta))
-        return out
-
-    def _warm_dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
-        """A run on the live warm job of this shape (``--name``'s, else the newest), or a new
-        warm job, with a note saying why when one of another shape runs."""
-        check_warm(spec)
-        shape = warm_shape(spec)
-        jobs = self._warm_jobs()
-        live = [(st, meta) for st, meta in jobs if not st.terminal]
-        named = [(st, meta) for st, meta in live if st.name == spec.name]
-        same = [(st, meta) for st, meta in live if meta.get("warm_shape") == shape]
-        target = named[0] if named and named[0][1].get("warm_shape") == shape else None
-        target = target or (None if named else (same[0] if same else None))
-        if target is not None:
-            return self._run_plan(spec, program, target[0])
-        notes: list[str] = []
-        if named:
-            changes = ", ".join(shape_changes(named[0][1].get("warm_shape", {}), shape))
-            notes.append(
-                f"the warm job {spec.name!r} has another shape ({changes}): it is deleted and "
-                "a new warm job of this shape starts in its place"
-            )
-        elif live:
-            other = live[0][0].name
-            changes = ", ".join(shape_changes(live[0][1].get("warm_shape", {}), shape))
-            notes.append(
-                f"the warm job {other!r} has another shape ({changes}): starting a new warm "
-                f"job; {other!r} keeps its nodes until its idle limit (`%ktrain warm {other} "
-                "--idle 0` ends it now)"
-            )
-        gone = [st for st, meta in jobs if st.terminal and meta.get("warm_shape") == shape]
-        if gone and gone[0].reason == IDLE_LIMIT and not live:
-            notes.append(f"the warm job {gone[0].name!r} was ended: {gone[0].message}")
-        notes.append("warm job: its nodes stay up after this run for the next --warm cell")
-        return self._dryrun(spec, program, tuple(notes), spec.name if named else "")
-
-    def _run_plan(
-        self, spec: JobSpec, program: CapturedProgram, job: JobStatus
-    ) -> LaunchPlan[LocalRequest]:
-        """A run on the live warm job ``job``: only the program travels."""
-        if job.warm is not None and job.warm.active is not None:
-            raise SpecError(
-                f"The warm job {job.name!r} is busy with run {job.warm.active}: wait for it, or "
-                f"stop it with `%ktrain cancel {job.name} --run {job.warm.active}`."
-            )
-        plan = json.loads((self.job_dir(job.name) / "plan.json").read_text())
-        spec = spec.evolve(name=job.name)
-        request = LocalRequest(
-            master_port=int(plan["master_port"]),
-            marker=str(plan["marker"]),
-            nodes=(),
-            max_restarts=0,
-            warm=True,
-            reuse=True,
-        )
-        files = {**program.files, **_deepspeed_files(spec, program.source)}
-        runs = (job.warm.runs if job.warm else 0) + 1
-        text = (
-            f"# {job.name}: run {runs} on the warm job ({spec.nodes} node(s) x {spec.nproc} "
-            f"process(es), ready): only the program travels, to its runs/{runs}/code folder;\n"
-            "# each node's agent forks the ranks from its interpreter (torch already imported)\n"
-            + "".join(f"#   {rel} ({len(data)} bytes)\n" for rel, data in sorted(files.items()))
-        )
-        note = f"run on the warm job {job.name!r} (same shape: its nodes are ready)"
-        return LaunchPlan(spec, program, self.name, request, text, files, (note,))
-
-    def _order_run(self, job_dir: Path, files: Mapping[str, bytes]) -> int:
-        """Write the next run's program to ``runs/N/code`` and order it (``control.json``):
-        the nodes' agents start it at once. The run's number."""
-        runs = job_dir / "runs"
-        make_private_dirs(runs)
-        number = 1 + max((int(p.name) for p in runs.iterdir() if p.name.isdigit()), default=0)
-        while True:
-            try:
-                (runs / str(number)).mkdir(mode=0o700)
-                break
-            except FileExistsError:  # another kernel ordered one meanwhile
-                number += 1
-        code_dir = runs / str(number) / "code"
-        code_dir.mkdir(mode=0o700)
-        for rel, data in files.items():
-            make_private_dirs((code_dir / rel).parent)
-            write_private(code_dir / rel, data)
-        update_state(runs / str(number), {"state": PENDING, "run": number})
-        order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
-        replace_private(job_dir / "control.json", order)
-        return number
-
+    # -- warm jobs (the runs of a --warm job: .local_warm) ---------------------------------
     def latest_run(self, name: str) -> int | None:
-        raw = self._state(name).get("warm")
-        if not isinstance(raw, dict):
-            try:
-                return max(int(p.name) for p in (self.job_dir(name) / "runs").iterdir())
-            except (OSError, ValueError):
-                return None
-        return int(raw.get("runs") or 0) or None
+        return self.warm.latest_run(name)
 
     def run_status(self, name: str, run: int) -> JobStatus:
-        job = self.status(name)
-        run_dir = self.job_dir(name) / "runs" / str(run)
-        raw = read_state(run_dir)
-        if raw is None:
-            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
-        if raw.get("state") not in TERMINAL and job.terminal:
-            why = job.message or job.reason or job.state
-            ended = {"state": CANCELLED if job.state == CANCELLED else FAILED}
-            raw = {**raw, **ended, "reason": job.reason, "message": f"the warm job ended: {why}"}
-        return self._to_status(name, raw, raw.get("state", PENDING), self.shape(name))
+        return self.warm.run_status(name, run)
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        nodes = json.loads((self.job_dir(name) / "job.json").read_text())["nodes"]
-        folder = self.job_dir(name) / "runs" / str(run)
-        return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
+        return self.warm.run_log_sources(name, run)
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        if not (self.job_dir(name) / "runs" / str(run)).is_dir():
-            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
-        for source in self.run_log_sources(name, run):
-            for line in source.finish():
-                yield source.replica, line
+        return self.warm.read_run_logs(name, run)
 
     def cancel_run(self, name: str, run: int) -> None:
-        """Ask every node to stop the run, and wait until they did (the nodes stay warm)."""
-        job_dir = self.job_dir(name)
-        if self.run_status(name, run).terminal:
-            return
-        abort_run(job_dir, run, CANCEL_WORDS)
-        deadline = time.monotonic() + CANCEL_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.run_status(name, run).terminal:
-                return
-            time.sleep(0.05)
-        ended = {"state": CANCELLED, "reason": "CancelledByUser", "finished": time.time()}
-        update_state(job_dir / "runs" / str(run), {**ended, "message": "its nodes did not answer"})
+        self.warm.cancel_run(name, run)
 
     def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
-        """``%ktrain warm NAME --idle``: the warm job's idle limit (0 ends it now)."""
-        status = self.status(name)
-        if status.warm is None:
-            raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
-        if status.terminal:
-            raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
-        data = json.dumps({"idle_limit_s": float(seconds)}).encode()
-        replace_private(self.job_dir(name) / "warm.json", data)
-        if seconds <= 0:
-            deadline = time.monotonic() + CANCEL_TIMEOUT_S
-            while time.monotonic() < deadline and not self.status(name).terminal:
-                time.sleep(0.05)
-        return self.status(name)
+        """``%ktrain warm NAME --idle``: see :meth:`.local_warm.LocalWarm.set_idle_limit`."""
+        return self.warm.set_idle_limit(name, seconds)
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
@@ -506,7 +364,7 @@ class LocalBackend(Backend):
         name = made.spec.name
         if made.request.reuse:  # a run on a warm job: only the program travels
             try:
-                number = self._order_run(self.job_dir(name), made.files or made.program.files)
+                number = self.warm.order_run(self.job_dir(name), made.files or made.program.files)
             except OSError as exc:
                 raise store_error(self.job_dir(name), exc) from None
             return Job(name, self, made, run=number)
@@ -517,7 +375,7 @@ class LocalBackend(Backend):
         try:
             self._write(job_dir, made)
             if made.request.warm:
-                run = self._order_run(job_dir, made.files or made.program.files)
+                run = self.warm.order_run(job_dir, made.files or made.program.files)
             self._start_supervisor(job_dir, made)
         except BaseException as exc:
             shutil.rmtree(job_dir, ignore_errors=True)  # ours alone: create_job_dir made it
@@ -607,7 +465,7 @@ class LocalBackend(Backend):
             failed_rank=raw.get("failed_rank"),
             progress=Progress.from_dict(raw.get("progress")),
             max_restarts=raw.get("max_restarts"),
-            warm=_warm_info(warm, shape) if isinstance(warm, dict) else None,
+            warm=warm_info(warm, shape) if isinstance(warm, dict) else None,
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
@@ -883,17 +741,6 @@ def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
     for entry in jobs_dir.iterdir():
         with contextlib.suppress(FileNotFoundError):  # deleted while listing
             yield entry.stat().st_mtime, entry
-
-
-def _warm_info(raw: dict[str, Any], shape: JobShape | None) -> WarmInfo:
-    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
-    return WarmInfo(
-        runs=int(raw.get("runs") or 0),
-        active=raw.get("active"),
-        idle_since=raw.get("idle_since"),
-        idle_limit_s=float(raw.get("idle_limit_s", DEFAULT_IDLE_S)),
-        gpus=gpus,
-    )
 
 
 def _metrics_env(spec: JobSpec, node: int) -> dict[str, str]:
