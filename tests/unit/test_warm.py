@@ -131,3 +131,19 @@ def test_the_warm_agent_runs_run_after_run_and_a_failure_leaves_it_ready(tmp_pat
     assert (second["run"], second["code"], second["ranks"]) == (2, 0, {"0": 0, "1": 0})
     assert time.monotonic() - started < 5
     assert agent.returncode == 143  # stopped by SIGTERM between runs, and says so by its code
+
+
+def test_an_ordered_idle_limit_ends_the_wait_and_an_old_run_is_not_rerun(tmp_path: Path) -> None:
+    """On Kubernetes the order carries the idle limit (the agents end the job); a node made
+    anew joins at the next run, never re-running the one its peers ran."""
+    from jupyter_ktrain.pod.agent.warm import WarmNode
+
+    _order(tmp_path, 3, "")
+    order = json.loads((tmp_path / "control.json").read_text())
+    (tmp_path / "control.json").write_text(json.dumps({**order, "idle_limit_s": 0.2}))
+    control = FolderControl(str(tmp_path))
+    node = WarmNode({"KTRAIN_WARM_CONTROL": str(tmp_path)}, control)
+    assert node._already_ordered() == 3
+    started = time.monotonic()
+    assert control.next_run(3, time.time()) is None
+    assert 0.15 < time.monotonic() - started < 2
