@@ -17,6 +17,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend, listed_backends
 from .backends.base import CANCELLED, FAILED, Backend, Job, JobStatus
+from .backends.warm import check_warm
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
 from .monitor.cell_error import job_error
@@ -45,9 +46,11 @@ _last_monitor: tuple[MonitorModel, View] | None = None
 _LINE_HELP = """\
 %ktrain list                        jobs of the backend (local, or the namespace's ktrain jobs)
 %ktrain attach NAME                 follow a running job again (e.g. after a kernel restart)
-%ktrain logs NAME [--rank R] [--grep TEXT]
+%ktrain logs NAME [--rank R] [--grep TEXT] [--run N]
 %ktrain status NAME
-%ktrain cancel NAME                 stop the job (on Kubernetes: delete it and its pods)
+%ktrain cancel NAME [--run N]       stop the job (on Kubernetes: delete it and its pods);
+                                    --run N stops one run of a warm job (its nodes stay)
+%ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
 %ktrain delete NAME                 cancel, then remove everything it left (files, objects)
 %ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
                                     context, registry, base_image, insecure_registries,
@@ -189,6 +192,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
         cell_number=len(history) - 1 if len(history) > 1 else None,  # In[-1] is this cell
     )
     spec = spec_from_args(ns, program.entry)
+    check_warm(spec)
     for warning in program.warnings:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
@@ -203,10 +207,44 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if spec.pass_env:
         plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
-    _say(
-        f"Started {spec.name!r}: {spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
+    world = f"{spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
+    if job.run is not None and job.run > 1:
+        _say(f"Run {job.run} on the warm job {job.name!r}: {world}")
+    elif job.run is not None:
+        _say(
+            f"Started the warm job {job.name!r}: {world}; run 1 starts once torch is imported. "
+            f"Its nodes stay up for the next --warm cell until 15 min without a run "
+            f"(`%ktrain warm {job.name} --idle 0` ends it now)."
+        )
+    else:
+        _say(f"Started {spec.name!r}: {world}")
+    if ns.detach:
+        return job
+    try:
+        return _watch(job, shell)
+    finally:
+        if job.run is not None and (line := _warm_line(backend, job.name)):
+            _say(line)
+
+
+def _warm_line(backend: Backend, name: str) -> str:
+    """After a run on a warm job: what it holds while it waits, and how to end it."""
+    try:
+        status = backend.status(name)
+    except KtrainError:
+        return ""
+    if status.terminal:
+        return f"The warm job {name!r} ended ({status.describe()})."
+    if status.warm is None:
+        return ""
+    w, shape = status.warm, backend.shape(name)
+    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
+    held = f"{gpus} GPU(s)" if gpus else "its nodes"
+    limit = w.idle_limit_s / 60
+    return (
+        f"The warm job {name!r} keeps {held} for the next --warm cell; it ends after "
+        f"{limit:g} min without a run (`%ktrain warm {name} --idle 0` ends it now)."
     )
-    return job if ns.detach else _watch(job, shell)
 
 
 def _replace(backend: Backend, name: str) -> None:
@@ -287,7 +325,7 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _list(backend_name)
         return None
     backend = get_backend(backend_name)
-    if command not in ("attach", "status", "logs", "cancel", "delete"):
+    if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
         raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
@@ -299,6 +337,10 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         return None
     if command == "logs":
         return _logs(backend.attach(name), args[1:])
+    if command == "warm":
+        return _warm(backend, name, args[1:])
+    if command == "cancel" and args[1:]:
+        return _cancel_run(backend, name, args[1:])
     if command == "cancel":
         status = backend.status(name)
         if status.terminal:
@@ -315,6 +357,37 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
     backend.delete(name)
     _say(f"Deleted {name!r}.")
     return None
+
+
+def parse_duration(text: str) -> float:
+    """``15m`` -> 900.0; ``90s``, ``1h``, ``0``; a bare number is minutes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise SpecError(f"--idle {text!r} is not a duration: use e.g. 90s, 15m, 2h, or 0 (end).")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
+
+
+def _warm(backend: Backend, name: str, argv: list[str]) -> None:
+    """``%ktrain warm NAME --idle 15m``: change a warm job's idle limit; 0 ends it now."""
+    if len(argv) != 2 or argv[0] != "--idle":
+        raise SpecError("usage: %ktrain warm NAME --idle DURATION (e.g. 15m; 0 ends it now)")
+    seconds = parse_duration(argv[1])
+    setter = getattr(backend, "set_idle_limit", None)
+    if setter is None:
+        raise SpecError(f"The {backend.name} backend has no warm jobs yet.")
+    status = setter(name, seconds)
+    if seconds <= 0:
+        _say(f"Ended the warm job {name!r} ({status.describe()}).")
+    else:
+        _say(f"The warm job {name!r} now ends after {argv[1]} without a run.")
+
+
+def _cancel_run(backend: Backend, name: str, argv: list[str]) -> None:
+    if len(argv) != 2 or argv[0] != "--run" or not argv[1].isdigit():
+        raise SpecError("usage: %ktrain cancel NAME [--run N]")
+    run = int(argv[1])
+    backend.cancel_run(name, run)
+    _say(f"Run {run} of {name!r}: {backend.run_status(name, run).state}; its nodes stay warm.")
 
 
 def _cancelled(name: str, status: JobStatus | None) -> str:
@@ -380,11 +453,12 @@ def _logs(job: Job, argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
     p.add_argument("--rank", type=int)
     p.add_argument("--grep")
+    p.add_argument("--run", type=int)
     try:
         ns = p.parse_args(argv)
     except (argparse.ArgumentError, SystemExit):
-        raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT]") from None
-    text = job.logs(rank=ns.rank, grep=ns.grep)
+        raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT] [--run N]") from None
+    text = job.logs(rank=ns.rank, grep=ns.grep, run=ns.run)
     if text:
         _say(text)
         return None

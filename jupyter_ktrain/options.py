@@ -94,6 +94,14 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
                 metavar="KEY=VALUE|KEY",
                 help="set a variable in every process; KEY alone passes the kernel's value (local)",
             ),
+            _flag(
+                "--warm",
+                action="store_true",
+                default=None,
+                help="keep the nodes up after the run, each with torch imported: the next "
+                "--warm cell of the same shape runs on them in about a second (idle limit "
+                "15 min; `%%ktrain warm NAME --idle 30m` changes it, --idle 0 ends it)",
+            ),
         ),
     ),
     (

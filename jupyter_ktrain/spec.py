@@ -172,6 +172,7 @@ class JobSpec:
     ps_replicas: int = 0
     runtime: str = "torch-distributed"
     metrics_port: int | None = None  # the agent's Prometheus endpoint; None: off
+    warm: bool = False  # keep the nodes' agents after a run; the next same-shape cell reuses them
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

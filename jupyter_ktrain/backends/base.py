@@ -47,6 +47,7 @@ __all__ = [
     "LogSource",
     "ReplicaStatus",
     "Request",
+    "WarmInfo",
     "complete_exit_codes",
 ]
 
@@ -89,6 +90,9 @@ class JobStatus:
     failed_rank: int | None = None
     progress: Progress | None = None
     max_restarts: int | None = None  # how many fault restarts the job allows, when known
+    # a warm job (``--warm``): its runs so far, the run in progress, since when it is idle, its
+    # idle limit in seconds and its GPUs; None for any other job
+    warm: WarmInfo | None = None
 
     @property
     def restarts(self) -> int:
@@ -106,9 +110,49 @@ class JobStatus:
             from ..pod.progress import progress_text
 
             parts.append(progress_text(self.progress, now or time.time(), self.terminal))
+        if self.warm is not None:
+            parts.append(self.warm.describe(now or time.time(), self.terminal))
         if self.reason:
             parts.append(self.reason)
         return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class WarmInfo:
+    """A warm job between and during runs (what ``%ktrain list`` and the side panel show)."""
+
+    runs: int = 0
+    active: int | None = None
+    idle_since: float | None = None
+    idle_limit_s: float = 900.0
+    gpus: int = 0
+
+    def idle_s(self, now: float) -> float:
+        return 0.0 if self.idle_since is None else max(0.0, now - self.idle_since)
+
+    def idle_gpu_hours(self, now: float) -> float:
+        """GPU-hours held idle since the last run ended (the current idle stretch)."""
+        return self.gpus * self.idle_s(now) / 3600.0
+
+    def describe(self, now: float, ended: bool = False) -> str:
+        runs = f"warm, {self.runs} run(s)"
+        if ended:
+            return runs
+        if self.active is not None:
+            return f"{runs}, run {self.active} running"
+        idle = f"{runs}, idle {_short(self.idle_s(now))} of {_short(self.idle_limit_s)}"
+        if self.gpus:
+            idle += f", {self.gpus} GPU(s), {self.idle_gpu_hours(now):.2f} idle GPU-h"
+        return idle
+
+
+def _short(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
@@ -257,12 +301,35 @@ class Backend(ABC):
             if index >= first and (limit is None or index < first + limit):
                 yield t, replica, index, line
 
+    # -- the runs of a warm job (``--warm``): a backend that keeps warm jobs overrides these --
+    def run_status(self, name: str, run: int) -> JobStatus:
+        """Run ``run`` of warm job ``name``, as a job's status (its own state, codes, times)."""
+        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Stop run ``run``; the warm job's nodes stay, ready for the next."""
+        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+
+    def latest_run(self, name: str) -> int | None:
+        """The last run of warm job ``name``; None for a job that is not warm."""
+        return None
+
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
+        from .warm import check_warm
+
+        check_warm(spec)
         return self.schedule(self.dryrun(spec, program))
 
     def attach(self, name: str) -> Job:
+        """A handle on ``name``; on a warm job, on its last run."""
         self.status(name)  # raises JobNotFound
-        return Job(name, self, shape=self.shape(name))
+        return Job(name, self, shape=self.shape(name), run=self.latest_run(name))
 
     def shape(self, name: str) -> JobShape | None:
         """The shape the job was started with (kind, nodes, processes, GPUs), when the backend
@@ -292,12 +359,14 @@ class Job:
         plan: LaunchPlan[Request] | None = None,
         dry_run: bool = False,
         shape: JobShape | None = None,
+        run: int | None = None,
     ):
         self.name = name
         self.backend = backend
         self.plan = plan
         self.dry_run = dry_run
         self.shape = shape
+        self.run = run  # on a warm job: the run this handle follows
         self.cancelled = False  # this handle cancelled it (a deleted job then reads Cancelled)
         self._outputs: dict[str, Any] | None = None
 
@@ -315,6 +384,8 @@ class Job:
                 f"--dry-run to start it; `.plan` holds what would be created."
             )
         try:
+            if self.run is not None:
+                return self.backend.run_status(self.name, self.run)
             return self.backend.status(self.name)
         except JobNotFound:
             if not self.cancelled:
@@ -345,15 +416,33 @@ class Job:
             time.sleep(poll)
 
     def cancel(self) -> None:
+        """Stop the job; on a warm job, stop this handle's run (the nodes stay warm)."""
         self.cancelled = True
-        self.backend.cancel(self.name)
+        if self.run is not None:
+            self.backend.cancel_run(self.name, self.run)
+        else:
+            self.backend.cancel(self.name)
 
-    def logs(self, rank: int | None = None, grep: str | None = None) -> str:
-        """Stored output so far; ``rank`` keeps one rank's lines (without prefix)."""
+    def log_sources(self) -> list[LogSource]:
+        """Each replica's stream: of this handle's run, on a warm job."""
+        if self.run is not None:
+            return self.backend.run_log_sources(self.name, self.run)
+        return self.backend.log_sources(self.name)
+
+    def read_logs(self, run: int | None = None) -> Iterator[tuple[str, str]]:
+        """Every stored line as (replica, line): of run ``run`` (default this handle's)."""
+        run = self.run if run is None else run
+        if run is not None:
+            return self.backend.read_run_logs(self.name, run)
+        return self.backend.read_logs(self.name)
+
+    def logs(self, rank: int | None = None, grep: str | None = None, run: int | None = None) -> str:
+        """Stored output so far; ``rank`` keeps one rank's lines (without prefix); ``run``
+        picks a run of a warm job (default: this handle's run)."""
         from ..pod.protocol import parse_line
 
         out = []
-        for _replica, raw in self.backend.read_logs(self.name):
+        for _replica, raw in self.read_logs(run):
             line = parse_line(raw)
             if line.record is not None:
                 continue
@@ -368,7 +457,7 @@ class Job:
         """Every progress update so far (percent done, ETA as it was then), from the logs."""
         from ..monitor.results import progress_from_logs
 
-        return progress_from_logs(self.backend.read_logs(self.name))
+        return progress_from_logs(self.read_logs())
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -376,7 +465,7 @@ class Job:
         if self._outputs is None:
             from ..monitor.results import results_from_lines
 
-            lines = (raw for _replica, raw in self.backend.read_logs(self.name))
+            lines = (raw for _replica, raw in self.read_logs())
             found = results_from_lines(lines)
             if found is None:
                 return {}

@@ -107,6 +107,14 @@ def write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def replace_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically (mode 0600): readers see the old file or the new, whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    write_private(tmp, data)
+    os.replace(tmp, path)
+
+
 def open_append(path: Path) -> IO[bytes]:
     """``path`` opened for appending, unbuffered, created 0600 when missing."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)

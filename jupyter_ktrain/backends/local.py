@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
 from ..kinds import DEFAULT_KIND
+from ..pod.agent.warm import CONTROL_ENV
 from ..pod.checkpoint import CHECKPOINTS_ENV
 from ..pod.launch import node_command, operator_env
 from ..pod.progress import Progress
@@ -60,7 +61,9 @@ from .jobstore import (
     update_state,
     write_private,
 )
+from .local_warm import LocalWarm, warm_info
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
+from .warm import warm_shape
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -109,6 +112,9 @@ class LocalRequest:
     nodes: tuple[NodeLaunch, ...]
     max_restarts: int
     restart_delay_s: float = 0.0
+    warm: bool = False  # the nodes are warm agents (--warm): they stay for the next run
+    reuse: bool = False  # a run on a warm job that already runs: nothing new is started
+    replaces: str = ""  # a warm job of this name with another shape, deleted first
 
     @property
     def image_digest(self) -> None:
@@ -124,6 +130,7 @@ class LocalRequest:
             "nodes": nodes,
             "max_restarts": self.max_restarts,
             "restart_delay_s": self.restart_delay_s,
+            "warm": self.warm,
         }
 
 
@@ -230,6 +237,7 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self._gpus = gpus or machine_gpus
         self._log_index = LogIndex()
+        self.warm = LocalWarm(self)  # the runs of --warm jobs
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
@@ -262,6 +270,17 @@ class LocalBackend(Backend):
 
     # -- plan -----------------------------------------------------------------------------
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
+        if spec.warm:
+            return self.warm.dryrun(spec, program)
+        return self._dryrun(spec, program)
+
+    def _dryrun(
+        self,
+        spec: JobSpec,
+        program: CapturedProgram,
+        warm_notes: tuple[str, ...] = (),
+        replaces: str = "",
+    ) -> LaunchPlan[LocalRequest]:
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
         port = _free_port(self._ports_in_use())
@@ -294,6 +313,11 @@ class LocalBackend(Backend):
                 **spec.env_dict,
             }
             argv = node_command(str(code_dir), python=self.python)
+            if spec.warm:  # a warm agent: its runs' programs come through the job's folder
+                argv = [self.python, "-m", "jupyter_ktrain.pod.agent.warm"]
+                env["PYTHONPATH"] = python_path.split(os.pathsep, 1)[1]  # no code dir: per run
+                env[CONTROL_ENV] = str(job_dir)
+                env.pop("KTRAIN_METRICS_PORT", None)
             if spec.deepspeed is not None:
                 env.setdefault("KTRAIN_DEEPSPEED_CONFIG", str(code_dir / "ds_config.json"))
             nodes.append(NodeLaunch(tuple(argv), env, str(code_dir)))
@@ -301,30 +325,64 @@ class LocalBackend(Backend):
             master_port=port,
             marker=marker,
             nodes=tuple(nodes),
-            max_restarts=local_max_restarts(spec),
+            max_restarts=0 if spec.warm else local_max_restarts(spec),
             restart_delay_s=RESTART_DELAY_S,
+            warm=spec.warm,
+            replaces=replaces,
         )
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
         notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}",)
         text = _describe(spec, nodes)
-        return LaunchPlan(spec, program, self.name, request, text, files, notes if ignored else ())
+        notes = (*warm_notes, *(notes if ignored else ()))
+        return LaunchPlan(spec, program, self.name, request, text, files, notes)
+
+    # -- warm jobs (the runs of a --warm job: .local_warm) ---------------------------------
+    def latest_run(self, name: str) -> int | None:
+        return self.warm.latest_run(name)
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        return self.warm.run_status(name, run)
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        return self.warm.run_log_sources(name, run)
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        return self.warm.read_run_logs(name, run)
+
+    def cancel_run(self, name: str, run: int) -> None:
+        self.warm.cancel_run(name, run)
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: see :meth:`.local_warm.LocalWarm.set_idle_limit`."""
+        return self.warm.set_idle_limit(name, seconds)
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
         made = plan.made_by(LocalRequest)
         name = made.spec.name
+        if made.request.reuse:  # a run on a warm job: only the program travels
+            try:
+                number = self.warm.order_run(self.job_dir(name), made.files or made.program.files)
+            except OSError as exc:
+                raise store_error(self.job_dir(name), exc) from None
+            return Job(name, self, made, run=number)
+        if made.request.replaces:
+            self.delete(made.request.replaces)
         job_dir = create_job_dir(self.home / "jobs", check_job_name(name))  # exclusive
+        run: int | None = None
         try:
             self._write(job_dir, made)
+            if made.request.warm:
+                run = self.warm.order_run(job_dir, made.files or made.program.files)
             self._start_supervisor(job_dir, made)
         except BaseException as exc:
             shutil.rmtree(job_dir, ignore_errors=True)  # ours alone: create_job_dir made it
             if isinstance(exc, OSError):
                 raise store_error(job_dir.parent, exc) from None
             raise
-        return Job(name, self, made)
+        return Job(name, self, made, run=run)
 
     def _start_supervisor(self, job_dir: Path, plan: LaunchPlan[LocalRequest]) -> None:
         with open_append(job_dir / "supervisor.log") as log:
@@ -352,12 +410,20 @@ class LocalBackend(Backend):
         """The job's files, private to this user (folders 0700, files 0600)."""
         code_dir = job_dir / "code"
         code_dir.mkdir(mode=0o700)
-        for rel, data in (plan.files or plan.program.files).items():
+        for rel, data in () if plan.request.warm else (plan.files or plan.program.files).items():
             target = code_dir / rel
             make_private_dirs(target.parent)
             write_private(target, data)
         spec = plan.spec
-        meta = {"name": spec.name, "kind": spec.kind, "nodes": spec.nodes, "nproc": spec.nproc}
+        meta: dict[str, Any] = {
+            "name": spec.name,
+            "kind": spec.kind,
+            "nodes": spec.nodes,
+            "nproc": spec.nproc,
+            "gpus": spec.resources.gpus,
+        }
+        if plan.request.warm:
+            meta.update(warm=True, warm_shape=warm_shape(spec))
         write_private(job_dir / "job.json", json.dumps(meta, indent=1).encode())
         write_private(job_dir / "plan.json", json.dumps(plan.request.to_json(), indent=1).encode())
         write_private(job_dir / "dry-run.txt", plan.text.encode())
@@ -368,6 +434,12 @@ class LocalBackend(Backend):
         if state not in TERMINAL and not self._alive(raw):
             raw.update(self._without_supervisor(name, raw))
             state = raw["state"]
+        return self._to_status(name, raw, state, self.shape(name))
+
+    def _to_status(
+        self, name: str, raw: dict[str, Any], state: str, shape: JobShape | None
+    ) -> JobStatus:
+        """A job's (or a warm job's run's) ``state.json`` as a :class:`JobStatus`."""
         nodes = raw.get("nodes", [])
         replicas = tuple(
             ReplicaStatus(
@@ -380,7 +452,7 @@ class LocalBackend(Backend):
             )
             for i, n in enumerate(nodes)
         )
-        shape = self.shape(name)
+        warm = raw.get("warm")
         status = JobStatus(
             name=name,
             state=state,
@@ -393,6 +465,7 @@ class LocalBackend(Backend):
             failed_rank=raw.get("failed_rank"),
             progress=Progress.from_dict(raw.get("progress")),
             max_restarts=raw.get("max_restarts"),
+            warm=warm_info(warm, shape) if isinstance(warm, dict) else None,
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
@@ -514,6 +587,7 @@ class LocalBackend(Backend):
             kind=str(meta.get("kind", DEFAULT_KIND)),
             nodes=int(meta.get("nodes", 1)),
             procs_per_node=int(meta.get("nproc", 1)),
+            gpus_per_node=int(meta.get("gpus", 0)),
         )
 
     def log_sources(self, name: str) -> list[LogSource]:

@@ -630,6 +630,10 @@ def main(argv: list[str]) -> int:
             return watch(Path(argv[0]), child)
     job_dir = Path(argv[0])
     sup = Supervisor(job_dir)
+    if sup.plan.get("warm"):  # the nodes stay for the next run (--warm)
+        from .warm_supervisor import WarmSupervisor
+
+        sup = WarmSupervisor(job_dir)
     signal.signal(signal.SIGTERM, sup.on_cancel)
     signal.signal(signal.SIGINT, sup.on_cancel)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the kernel's terminal going away is fine

@@ -73,22 +73,33 @@ def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFaile
         )
     if status.message:
         body.append(status.message)
-    body.append(f"Rank {rank}'s whole log: %ktrain logs {job.name} --rank {rank}")
-    text = "\n".join([f"Job {job.name!r} failed: {headline}", *body])
+    body.append(f"Rank {rank}'s whole log: %ktrain logs {job.name} --rank {rank}{_run_flag(job)}")
+    text = "\n".join([f"Job {_who(job)} failed: {headline}", *body])
     return JobFailed(text, state=status.state, headline=headline)
+
+
+def _who(job: Job) -> str:
+    """``'train-1a2b3c'``, or ``'train-1a2b3c' run 2`` for a run of a warm job."""
+    run = getattr(job, "run", None)  # a job-like handle may have no runs
+    return f"{job.name!r}" + (f" run {run}" if run is not None else "")
+
+
+def _run_flag(job: Job) -> str:
+    run = getattr(job, "run", None)
+    return f" --run {run}" if run is not None else ""
 
 
 def job_error(job: Job, status: JobStatus, tail: int = 20) -> JobFailed:
     """The error for ``job``, which ended ``status`` (Failed or Cancelled)."""
     if status.state == "Cancelled":
-        headline = f"{job.name!r} was cancelled by the user; the cell set no names."
+        headline = f"{_who(job)} was cancelled by the user; the cell set no names."
         return JobCancelled(f"Job {headline}", headline=headline)
     if status.failed_rank is not None:
         return _rank_failure(job, status, status.failed_rank, tail)
     codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
     if status.message:  # what the backend knows of it (a supervisor killed, a full disk...)
-        headline = f"{job.name!r} failed: {_clip(status.message)}"
+        headline = f"{_who(job)} failed: {_clip(status.message)}"
     else:
-        headline = f"{job.name!r} failed before any rank reported ({codes or status.reason})"
-    lines = [f"Job {headline}", f"Its log: %ktrain logs {job.name}"]
+        headline = f"{_who(job)} failed before any rank reported ({codes or status.reason})"
+    lines = [f"Job {headline}", f"Its log: %ktrain logs {job.name}{_run_flag(job)}"]
     return JobFailed("\n".join(lines), state=status.state, headline=headline)

@@ -34,7 +34,7 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobStatus:
     """Stream ``job`` into ``sink`` until it ends; return the final status."""
-    sources = job.backend.log_sources(job.name)
+    sources = job.log_sources()
     tick: Callable[[], None] | None = getattr(sink, "tick", None)
     last_state = None
     try:
@@ -43,7 +43,8 @@ def follow(
             if (status.state, status.replicas) != last_state:
                 sink.status(status)
                 last_state = (status.state, status.replicas)
-            sources += job.backend.more_log_sources(job.name, {s.replica for s in sources})
+            if job.run is None:  # a warm job's run has its nodes from the start
+                sources += job.backend.more_log_sources(job.name, {s.replica for s in sources})
             for source in sources:
                 raw = source.finish() if status.terminal else source.read()
                 if raw:

@@ -87,7 +87,6 @@ def _temporary_folder() -> Path:
     return _outside_job
 
 
-
 class Checkpoints:
     """Checkpoints in one folder, written by rank 0 (see module docstring)."""
 

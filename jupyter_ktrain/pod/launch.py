@@ -18,11 +18,26 @@ image does not have it installed.
 
 from __future__ import annotations
 
-__all__ = ["CODE_DIR", "LIB_DIR", "PROGRAM_FILE", "node_command", "operator_env"]
+__all__ = [
+    "CODE_DIR",
+    "LIB_DIR",
+    "PROGRAM_FILE",
+    "WARM_DIR",
+    "node_command",
+    "operator_env",
+    "warm_command",
+]
 
 CODE_DIR = "/ktrain"
 LIB_DIR = "/ktrain/lib"
 PROGRAM_FILE = "program.py"
+WARM_DIR = "/ktrain-warm"  # a warm pod's run folder (an emptyDir): runs/N/code, control.json
+
+
+def warm_command(python: str = "python") -> list[str]:
+    """argv of a warm replica (``--warm``): the warm agent, which keeps a ready interpreter and
+    forks each run's ranks (:mod:`jupyter_ktrain.pod.agent.warm`)."""
+    return [python, "-m", "jupyter_ktrain.pod.agent.warm"]
 
 
 def node_command(

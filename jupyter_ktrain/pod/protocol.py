@@ -16,7 +16,8 @@ Lines with neither prefix (torchrun's own messages, a crash before the runtime s
 to the node. This module is pure: no I/O.
 
 The record vocabulary lives here and nowhere else: producers and consumers import the record
-types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`) and
+types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`, and a warm
+job's :data:`READY`, :data:`RUN`, :data:`RUN_END`) and
 :data:`RESERVED_KEYS`. To add a record: name its type here (who writes it, what it carries),
 write it with :func:`format_record` (``{TYPE: NEW, ...}``), and read it where the monitor's
 model dispatches on :func:`record_type` (``MonitorModel._record`` in
@@ -36,11 +37,14 @@ __all__ = [
     "EXIT",
     "GPU",
     "METRIC",
+    "READY",
     "RECORD_MARK",
     "RECORD_TYPES",
     "RESERVED_KEYS",
     "RESTART",
     "RESULT",
+    "RUN",
+    "RUN_END",
     "TYPE",
     "LogLine",
     "format_agent_line",
@@ -62,7 +66,10 @@ GPU = "gpu"  # one GPU's sample (pod.agent.sampler): node, gpu, uuid, t, util, m
 RESULT = "result"  # rank 0's cell results (pod.runtime): values = {name: base64 pickle}
 EXIT = "exit"  # a rank's last record (pod.runtime): rank, code
 RESTART = "restart"  # an MPIJob launcher re-ran mpirun (pod.agent.relaunch): n, max, why
-RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART)
+RUN = "run"  # a warm node's agent starts run N of its job (pod.agent.warm): run, node
+RUN_END = "run_end"  # a warm node's run ended (pod.agent.warm): run, node, code, why, aborted
+READY = "ready"  # a warm node's agent holds a ready interpreter (pod.agent.warm): node, s
+RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, RUN, RUN_END, READY)
 
 # The keys of a metric record that are not metrics: ktrain.report refuses them as names, and
 # no reader (the monitor, the Prometheus endpoint, trainerStatus) plots or exports them.

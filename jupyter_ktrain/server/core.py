@@ -36,6 +36,7 @@ from .payloads import (
     ProgressPayload,
     ReplicaPayload,
     SummaryPayload,
+    WarmPayload,
 )
 
 if TYPE_CHECKING:
@@ -103,6 +104,22 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
         "finished": status.finished,
         "age_s": None if started is None else round(max(0.0, now - started), 1),
         "progress": _progress(status, now),
+        "warm": _warm(status, now),
+    }
+
+
+def _warm(status: JobStatus, now: float) -> WarmPayload | None:
+    w = status.warm
+    if w is None:
+        return None
+    return {
+        "runs": w.runs,
+        "active": w.active,
+        "idle_s": round(w.idle_s(now), 1),
+        "idle_limit_s": w.idle_limit_s,
+        "gpus": w.gpus,
+        "idle_gpu_hours": round(w.idle_gpu_hours(now), 4),
+        "text": w.describe(now, status.terminal),
     }
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "ProgressPayload",
     "ReplicaPayload",
     "SummaryPayload",
+    "WarmPayload",
 ]
 
 
@@ -45,6 +46,20 @@ class ProgressPayload(TypedDict):
     short: str  # the job list's cell: ``42% · 1m 30s``, ``42% · ETA unknown``, ``step 12``
 
 
+class WarmPayload(TypedDict):
+    """A warm job (``--warm``): its runs so far, the run in progress (None: idle), seconds
+    idle and its idle limit, the GPUs it holds and the GPU-hours they sat idle (this idle
+    stretch); ``text`` as ``%ktrain list`` words it."""
+
+    runs: int
+    active: int | None
+    idle_s: float
+    idle_limit_s: float
+    gpus: int
+    idle_gpu_hours: float
+    text: str
+
+
 class JobSummary(TypedDict):
     """One row of the panel. Times are epoch seconds (server clock); ``age_s`` is seconds
     since the job started (None before it started); ``progress`` is None until the job
@@ -59,6 +74,7 @@ class JobSummary(TypedDict):
     finished: float | None
     age_s: float | None
     progress: ProgressPayload | None
+    warm: WarmPayload | None  # a warm job's runs and idle time; None for any other job
 
 
 class BackendProblem(TypedDict):

@@ -28,9 +28,29 @@ export function age(seconds: number | null): string {
   return `${Math.round(seconds / 86400)}d`;
 }
 
-/** The list's progress cell as the server words it (`42% · 1m 30s`), `—` before any report. */
+/** The list's progress cell as the server words it (`42% · 1m 30s`), `—` before any report;
+ * a warm job between runs: how long it has been idle, and the GPU-hours its GPUs sat idle. */
 export function progressText(job: JobSummary): string {
-  return job.progress ? job.progress.short : '—';
+  if (job.progress && !(job.warm && job.warm.active === null)) {
+    return job.progress.short;
+  }
+  if (job.warm) {
+    return warmText(job);
+  }
+  return '—';
+}
+
+/** `warm · idle 2m · 8 GPU · 0.27 GPU-h idle`, or `warm · run 3 running`. */
+export function warmText(job: JobSummary): string {
+  const w = job.warm;
+  if (!w) {
+    return '';
+  }
+  if (w.active !== null) {
+    return `warm · run ${w.active} running`;
+  }
+  const gpus = w.gpus ? ` · ${w.gpus} GPU · ${w.idle_gpu_hours.toFixed(2)} GPU-h idle` : '';
+  return `warm · idle ${age(w.idle_s)}${gpus}`;
 }
 
 export class JobsPanel extends Widget {
@@ -153,7 +173,7 @@ export class JobsPanel extends Widget {
       }
       if (i === 3) {
         td.className = 'ktrain-Progress';
-        td.title = job.progress?.text ?? 'no progress reported yet';
+        td.title = job.warm?.text ?? job.progress?.text ?? 'no progress reported yet';
       }
       tr.appendChild(td);
     });

@@ -35,6 +35,7 @@ export interface JobSummary {
   finished: number | null;
   age_s: number | null;
   progress: ProgressPayload | null;
+  warm: WarmPayload | null;
 }
 
 /**
@@ -146,4 +147,19 @@ export interface SummaryPayload {
   value: number;
   text: string;
   rank: number;
+}
+
+/**
+ * A warm job (`--warm`): its runs so far, the run in progress (None: idle), seconds
+ * idle and its idle limit, the GPUs it holds and the GPU-hours they sat idle (this idle
+ * stretch); `text` as `%ktrain list` words it.
+ */
+export interface WarmPayload {
+  runs: number;
+  active: number | null;
+  idle_s: number;
+  idle_limit_s: number;
+  gpus: number;
+  idle_gpu_hours: number;
+  text: string;
 }

@@ -37,6 +37,7 @@ from ..base import (
     Request,
     complete_exit_codes,
 )
+from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .labels import JOB_LABEL, MANAGED_BY
@@ -45,6 +46,11 @@ from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
 from .preflight import Access, may, run_preflight, serves_service_monitors
 from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
+from .warm import (
+    WARM_LABEL,
+    RunBook,
+)
+from .warm_backend import WarmJobs, remember
 from .watch import JobWatch
 
 if TYPE_CHECKING:
@@ -72,10 +78,14 @@ class _Runtime:
         self.progress_rank: int | None = None
         self.loaded = False
         self.lock = threading.Lock()
+        self.book = RunBook()  # a warm job's runs, from the same lines
+        self.followers = 0  # run streams that feed ``book`` now
+        self.aborted: set[int] = set()  # runs this process asked every node to stop
 
-    def on_line(self, _pod: str, ts: int, raw: str) -> None:
+    def on_line(self, pod: str, ts: int, raw: str) -> None:
         line = parse_line(raw)
         with self.lock:
+            self.book.feed(pod, line)
             self.last_progress = time.time()
             if line.rank is None:
                 return
@@ -114,6 +124,7 @@ class KubernetesBackend(Backend):
         self._kinds: dict[str, str] = {}
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
+        self.warm = WarmJobs(self)  # the runs of --warm jobs
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -136,6 +147,13 @@ class KubernetesBackend(Backend):
         if spec.kind not in KIND_TABLE:
             raise SpecError(f"--kind {spec.kind} is not supported by the kubernetes backend.")
         notes: tuple[str, ...] = ()
+        if spec.warm:
+            check_warm(spec)
+            if not spec.image and self.config.base_image:
+                spec = spec.evolve(image=self.config.base_image)
+            spec, found, notes = self.warm.target(spec.evolve(namespace=self._ns(spec)))
+            if found is not None:
+                return self.warm.run_plan(spec, program, found)
         try:
             spec = spec.evolve(namespace=self._ns(spec))
         except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
@@ -205,11 +223,33 @@ class KubernetesBackend(Backend):
             return False, (*notes, note)
         return serves_service_monitors(self.api), notes
 
+    # -- warm jobs (the runs of a --warm job: .warm_backend) -----------------------------------
+    def latest_run(self, name: str) -> int | None:
+        return self.warm.latest_run(name)
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        return self.warm.run_status(name, run)
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        return self.warm.run_log_sources(name, run)
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        return self.warm.read_run_logs(name, run)
+
+    def cancel_run(self, name: str, run: int) -> None:
+        self.warm.cancel_run(name, run)
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: see :meth:`.warm_backend.WarmJobs.set_idle_limit`."""
+        return self.warm.set_idle_limit(name, seconds)
+
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
         """Preflight, push the code image (registry route), then create the planned objects,
         all-or-nothing. The Job holds the plan as started (with the image digest)."""
         made = plan.made_by(KubernetesRequest)
+        if made.request.reuse:
+            return self.warm.order(made)
         spec, request = made.spec, made.request
         ns = request.namespace
         warnings = run_preflight(
@@ -244,7 +284,9 @@ class KubernetesBackend(Backend):
             raise
         self._kinds[spec.name] = spec.kind
         self._watch(spec.name)
-        return Job(spec.name, self, made)
+        if spec.warm:
+            remember(ns, spec.name, warm_shape(spec))
+        return Job(spec.name, self, made, run=1 if spec.warm else None)
 
     def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
         """Push the code image; the plan's request with its reference pinned by digest."""
@@ -370,6 +412,8 @@ class KubernetesBackend(Backend):
                 recreations=dict(watch.recreations),
                 last_exits=dict(watch.last_exit),
             )
+        if WARM_LABEL in (job["metadata"].get("labels") or {}):
+            status = replace(status, warm=self.warm.info(job, status.state))
         kind = job_kind(str(job.get("kind") or ""))
         if kind is None or not kind.replica_ranks:  # ranks map onto replicas only there
             return status
@@ -388,8 +432,11 @@ class KubernetesBackend(Backend):
         for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
             state, reason, message = job_state(job)
             progress = self._progress(job, state)
+            warm = self.warm.info(job, state)
             out.append(
-                JobStatus(job["metadata"]["name"], state, reason, message, progress=progress)
+                JobStatus(
+                    job["metadata"]["name"], state, reason, message, progress=progress, warm=warm
+                )
             )
         return sorted(out, key=lambda s: s.name)
 
@@ -565,6 +612,9 @@ _OWNED = {
     "Service": ("", "v1", "services"),
     "ServiceMonitor": SERVICE_MONITOR_API,
     "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE, JobKind
 from ...pod.agent.relaunch import MAX_RESTARTS_ENV
-from ...pod.launch import node_command
+from ...pod.launch import node_command, warm_command
 from ...spec import JobSpec
 from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
 
@@ -145,7 +146,20 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     role = PodRole(
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
     )
+    if spec.warm:  # the warm agent; its runs come through the job's code ConfigMap
+        from .warm import IDLE_TTL_S, warm_env
+
+        role = replace(role, command=warm_command(), extra_env=warm_env(f"{spec.name}-code"))
+        if spec.run_policy.ttl_seconds_after_finished is None:
+            spec = spec.evolve(
+                run_policy=replace(spec.run_policy, ttl_seconds_after_finished=IDLE_TTL_S)
+            )
     template = pod_template(spec, code, role, labels)
+    if spec.warm:
+        from .warm import warm_port
+
+        port = {"name": "pytorchjob-port", "containerPort": warm_port(spec.name), "protocol": "TCP"}
+        template["spec"]["containers"][0].setdefault("ports", []).append(port)
     body: dict[str, Any] = {}
     if spec.elastic is not None:
         e = spec.elastic

@@ -13,7 +13,7 @@ import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from ...pod.launch import LIB_DIR
 from .podtemplate import CodeSource, job_labels
@@ -53,6 +53,8 @@ class KubernetesRequest:
     objects: tuple[Manifest, ...]
     image: str | None = None
     image_digest: str | None = None
+    # a run on a live warm job: ``objects`` is only its new code ConfigMap (the data to put)
+    reuse: bool = False
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -104,6 +106,8 @@ def render_request(
 
     cell = cell_id(program)
     namespace = spec.namespace or "default"
+    if spec.warm:  # every run's program travels in the ConfigMap the warm pods watch
+        registry = None
     if registry:
         image: str | None = f"{registry}@{PLACEHOLDER_DIGEST}"
         code = CodeSource(image=image)
@@ -117,11 +121,43 @@ def render_request(
         volume, _mount, _env = code_volume(cm)
         code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
         before = [cm]
+        if spec.warm:
+            before = _warm_before(spec, cm, namespace, labels)
     rendered = job_objects(spec, code, cell=cell, service_monitor=service_monitor)
     validate_objects(rendered)
+    if spec.warm:
+        rendered = [*rendered[:-1], _warm_job(spec, rendered[-1])]
     objects = (*before, *(copy.deepcopy(o) for o in rendered))
     route: Route = "registry" if registry else "configmap"
     return KubernetesRequest(namespace, route, objects, image=image), files
+
+
+def _warm_before(
+    spec: JobSpec, cm: dict[str, object], namespace: str, labels: Mapping[str, str]
+) -> list[Manifest]:
+    """A warm job's ConfigMap ordering run 1, and the pods' ServiceAccount, Role, RoleBinding."""
+    from ..warm_supervisor import DEFAULT_IDLE_S
+    from .warm import rbac_objects, with_control
+
+    control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}
+    return [
+        with_control(cm, control),
+        *rbac_objects(spec.name, namespace, f"{spec.name}-code", labels),
+    ]
+
+
+def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
+    """The job labelled warm, with the shape a later cell compares its own with."""
+    import json
+
+    from ..warm import warm_shape
+    from .warm import SHAPE_ANNOTATION, WARM_LABEL
+
+    meta: dict[str, object] = dict(cast("Mapping[str, Mapping[str, object]]", job)["metadata"])
+    labels = cast("Mapping[str, str]", meta.get("labels") or {})
+    meta["labels"] = {**labels, WARM_LABEL: "true"}
+    meta["annotations"] = {SHAPE_ANNOTATION: json.dumps(warm_shape(spec), sort_keys=True)}
+    return {**job, "metadata": meta}
 
 
 def describe(request: KubernetesRequest) -> str:

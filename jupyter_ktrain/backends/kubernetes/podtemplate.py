@@ -13,7 +13,7 @@ from typing import Any
 
 from ...deepspeed import CONFIG_ENV, CONFIG_PATH
 from ...pod.checkpoint import CHECKPOINTS_ENV
-from ...pod.launch import CODE_DIR
+from ...pod.launch import CODE_DIR, WARM_DIR
 from ...spec import JobSpec
 from .labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
 from .metrics import METRICS_PORT_NAME, metrics_env
@@ -34,6 +34,7 @@ MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 ISTIO_ANNOTATION = "sidecar.istio.io/inject"
 CODE_VOLUME = "ktrain-code"
 SHM_VOLUME = "dshm"
+WARM_VOLUME = "ktrain-warm"  # a warm pod's run folder
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,8 @@ def _volumes(spec: JobSpec, code: CodeSource, shm: str | None) -> list[dict[str,
         vols.append({"name": m.volume_name, "persistentVolumeClaim": {"claimName": m.claim}})
     if shm is not None:
         vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
+    if spec.warm:
+        vols.append({"name": WARM_VOLUME, "emptyDir": {}})
     return vols
 
 
@@ -184,6 +187,8 @@ def _container(spec: JobSpec, code: CodeSource, role: PodRole, shm: str | None) 
     mounts += _pvc_mounts(spec)
     if shm is not None:
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if spec.warm:
+        mounts.append({"name": WARM_VOLUME, "mountPath": WARM_DIR})
     if mounts:
         c["volumeMounts"] = mounts
     return c
@@ -213,6 +218,9 @@ def pod_spec(spec: JobSpec, code: CodeSource, role: PodRole) -> dict[str, Any]:
         ps["dnsPolicy"] = "ClusterFirstWithHostNet"
     if s.service_account:
         ps["serviceAccountName"] = s.service_account
+    if spec.warm:  # reads its own ConfigMap, and nothing else (see .warm)
+        ps["serviceAccountName"] = f"{spec.name}-warm"
+        ps["automountServiceAccountToken"] = True
     if s.gang == "volcano":
         ps["schedulerName"] = "volcano"
     if s.priority_class:

@@ -1,0 +1,393 @@
+"""The runs of a warm PyTorchJob, for :class:`~.backend.KubernetesBackend` (which delegates its
+warm hooks here): find the live warm job a cell runs on, order a run through the job's code
+ConfigMap, follow a run from the agents' records in the pod logs (:class:`~.warm.RunBook`),
+cancel it, change the idle limit, and what ``%ktrain list`` shows of a warm job. The objects
+themselves and the pure parts are in :mod:`.warm`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ...errors import BackendError, ClusterError, JobNotFound, SpecError
+from ...pod.protocol import RUN, RUN_END, parse_line, record_type
+from ..base import PENDING, RUNNING, SUCCEEDED, Job, JobStatus, LaunchPlan, LogSource, WarmInfo
+from ..warm import shape_changes, warm_shape
+from .api import ApiFailure, ns_path
+from .plan import KubernetesRequest, describe
+from .status import job_shape, job_state
+from .warm import (
+    CANCEL_WORDS,
+    SHAPE_ANNOTATION,
+    WARM_LABEL,
+    RunBook,
+    control_of,
+    order_run,
+    with_control,
+)
+
+if TYPE_CHECKING:
+    from ...capture import CapturedProgram
+    from ...spec import JobSpec
+    from .backend import KubernetesBackend, _Runtime
+
+__all__ = ["WarmJobs", "forget_ended", "remember"]
+
+WARM_REFRESH_S = 10.0  # a listed warm job's runs and idle time: read at most this often
+
+
+class WarmJobs:
+    """The warm side of one :class:`~.backend.KubernetesBackend` (``backend.warm``)."""
+
+    def __init__(self, backend: KubernetesBackend):
+        self.b = backend
+        self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
+
+    def _warm_jobs(self) -> list[dict[str, Any]]:
+        """The live warm jobs of the namespace, newest first."""
+        jobs = [
+            j for j in self.b._list(f"{WARM_LABEL}=true") if job_state(j)[0] in (PENDING, RUNNING)
+        ]
+        return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
+
+    def target(self, spec: JobSpec) -> tuple[JobSpec, dict[str, Any] | None, tuple[str, ...]]:
+        """The live warm job this cell runs on (``--name``'s, else the newest of its shape),
+        or None with notes saying why a new one starts."""
+        shape = warm_shape(spec)
+
+        def shape_of(job: dict[str, Any]) -> dict[str, Any]:
+            raw = (job["metadata"].get("annotations") or {}).get(SHAPE_ANNOTATION, "{}")
+            return dict(json.loads(raw))
+
+        live = self._warm_jobs()
+        ended = forget_ended(self.b._ns(spec), {j["metadata"]["name"] for j in live}, shape)
+        named = [j for j in live if j["metadata"]["name"] == spec.name]
+        same = [j for j in live if shape_of(j) == shape]
+        if named and shape_of(named[0]) == shape:
+            return spec, named[0], ()
+        if named:
+            changes = ", ".join(shape_changes(shape_of(named[0]), shape))
+            raise SpecError(
+                f"The warm job {spec.name!r} has another shape ({changes}): delete it first "
+                f"(`%ktrain delete {spec.name}`), or drop --name to start a new warm job."
+            )
+        if same:
+            return spec.evolve(name=same[0]["metadata"]["name"]), same[0], ()
+        notes = ["warm job: its pods stay up after this run for the next --warm cell"]
+        if live:
+            other = live[0]["metadata"]["name"]
+            changes = ", ".join(shape_changes(shape_of(live[0]), shape))
+            notes.insert(
+                0,
+                f"the warm job {other!r} has another shape ({changes}): starting a new warm "
+                f"job; {other!r} keeps its pods until its idle limit (`%ktrain warm {other} "
+                "--idle 0` ends it now)",
+            )
+        if self.b.config.registry:
+            notes.append("warm job: each run's program travels in its ConfigMap, not the registry")
+        for gone in ended:
+            notes.insert(0, f"the warm job {gone!r} has ended (its idle limit, or it was deleted)")
+        return spec, None, tuple(notes)
+
+    def run_plan(
+        self, spec: JobSpec, program: CapturedProgram, job: dict[str, Any]
+    ) -> LaunchPlan[KubernetesRequest]:
+        """A run on the live warm job ``job``: only its ConfigMap's data change."""
+        from ...packaging.configmap import render_code_configmap
+        from .manifests import shipped_files
+        from .podtemplate import CodeSource
+
+        name, ns = job["metadata"]["name"], spec.namespace or self.b.namespace
+        busy = self._active_run(name)
+        if busy is not None:
+            raise SpecError(
+                f"The warm job {name!r} is busy with run {busy}: wait for it, or stop it with "
+                f"`%ktrain cancel {name} --run {busy}`."
+            )
+        files = shipped_files(spec, CodeSource(), program.files, program.source)
+        cm = render_code_configmap(f"{name}-code", ns, files)
+        request = KubernetesRequest(ns, "configmap", (cm,), reuse=True)
+        text = (
+            f"# {name}: the next run on the warm job (its pods are ready): only the program "
+            f"travels, in ConfigMap {name}-code, which its pods watch\n" + describe(request)
+        )
+        note = f"run on the warm job {name!r} (same shape: its pods are ready)"
+        return LaunchPlan(spec, program, self.b.name, request, text, files, (note,))
+
+    def _configmap(self, name: str) -> dict[str, Any]:
+        path = ns_path("", "v1", self.b.namespace, "configmaps", f"{name}-code")
+        got: dict[str, Any] = self.b.api.get(path)
+        return got
+
+    def _put_configmap(self, name: str, body: dict[str, Any]) -> None:
+        path = ns_path("", "v1", self.b.namespace, "configmaps", f"{name}-code")
+        self.b.api.request("PUT", path, body=body)
+
+    def _change_control(self, name: str, change: Callable[[dict[str, Any]], None]) -> int:
+        """Apply ``change`` to the warm job's order (retried on a conflict); the run it names."""
+        for _ in range(5):
+            cm = self._configmap(name)
+            control = control_of(cm)
+            change(control)
+            try:
+                self._put_configmap(name, with_control(cm, control))
+                return int(control.get("run") or 0)
+            except ApiFailure as exc:
+                if exc.status != 409:
+                    raise
+        raise BackendError(f"Could not update the warm job {name!r}'s ConfigMap (conflicts).")
+
+    def order(self, plan: LaunchPlan[KubernetesRequest]) -> Job:
+        name = plan.spec.name
+        for _ in range(5):
+            body, run = order_run(self._configmap(name), plan.request.objects[0])
+            try:
+                self._put_configmap(name, body)
+            except ApiFailure as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            self.b._kinds[name] = plan.spec.kind
+            return Job(name, self.b, plan, run=run)
+        raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
+
+    def _book(self, name: str) -> RunBook:
+        """The job's runs: as followed, or read from its pods' stored logs when no run is
+        followed in this process (a cancel from another cell, a new kernel)."""
+        rt = self.b._runtime[name]
+        if rt.followers:
+            return rt.book
+        book = RunBook()
+        watch = self.b._watch(name)
+        if watch.job is not None:
+            with contextlib.suppress(ClusterError):
+                for pod, raw in self.b._stored_logs(watch.job, watch.pods):
+                    book.feed(pod, parse_line(raw))
+        return book
+
+    def _active_run(self, name: str) -> int | None:
+        """The run ordered last, while some node has not ended it; None when idle."""
+        run = int(control_of(self._configmap(name)).get("run") or 0)
+        shape = self.b.shape(name)
+        nodes = shape.nodes if shape is not None else 1
+        return run if run and self._book(name).ended_nodes(run) < nodes else None
+
+    def latest_run(self, name: str) -> int | None:
+        job = self.b._watch(name).job
+        if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
+            return None
+        with contextlib.suppress(ApiFailure):
+            return int(control_of(self._configmap(name)).get("run") or 0) or None
+        return None
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        job = self.b.status(name)
+        shape = self.b.shape(name)
+        nodes = shape.nodes if shape is not None else 1
+        rt = self.b._runtime[name]
+        book = self._book(name)
+        with rt.lock:
+            status = book.status(name, run, nodes, job)
+            failed = book.failed_nodes(run)
+            ended = book.ended_nodes(run)
+        if failed and ended < nodes and run not in rt.aborted and rt.followers:
+            # a node's run failed: the others are stopped too (a rank blocked in a collective
+            # would hold the run), after a moment to end by themselves
+            rt.aborted.add(run)
+            why = f"node {failed[0]} failed"
+            self._change_control(
+                name, lambda c: c.setdefault("abort", {}).setdefault(str(run), why)
+            )
+        return status
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        rt = self.b._runtime[name]
+        return [_RunSource(s, run, rt) for s in self.b.log_sources(name)]
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        where: dict[str, int] = {}
+        for pod, raw in self.b.read_logs(name):
+            if _in_run(pod, raw, run, where):
+                yield pod, raw
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Ask every pod to stop the run (the ConfigMap's order) and wait until they did."""
+        if self.run_status(name, run).terminal:
+            return
+        self._change_control(
+            name, lambda c: c.setdefault("abort", {}).setdefault(str(run), CANCEL_WORDS)
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.run_status(name, run).terminal:
+                return
+            time.sleep(0.3)
+        raise BackendError(f"Run {run} of {name!r} did not stop within 30 s; its pods still run.")
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: the agents end after this long without a run (0: now);
+        the job then succeeds and is deleted with everything it owns."""
+        if self.latest_run(name) is None:
+            raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
+
+        def change(control: dict[str, Any]) -> None:
+            control["idle_limit_s"] = float(seconds)
+
+        self._change_control(name, change)
+        if seconds > 0:
+            return self.b.status(name)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                status = self.b.status(name)
+            except JobNotFound:  # ended, and already deleted with what it owned
+                why = "ended with --idle 0 and deleted with everything it owned"
+                return JobStatus(name, SUCCEEDED, "IdleLimit", why, finished=time.time())
+            if status.terminal:
+                return status
+            time.sleep(0.3)
+        raise BackendError(f"The warm job {name!r} still runs 60 s after --idle 0.")
+
+    def info(self, job: dict[str, Any], state: str) -> WarmInfo | None:
+        """A warm job's runs and idle time: its ConfigMap's order and its pods' records (read
+        at most every WARM_REFRESH_S per job, like a list's progress)."""
+        meta = job["metadata"]
+        if WARM_LABEL not in (meta.get("labels") or {}):
+            return None
+        name = meta["name"]
+        seen = self._seen.get(name)
+        if seen is not None and time.monotonic() - seen[0] < WARM_REFRESH_S:
+            return seen[1]
+        shape = job_shape(job)
+        control: dict[str, Any] = {}
+        with contextlib.suppress(ApiFailure):
+            control = control_of(self._configmap(name))
+        book = self._book(name) if state == RUNNING else RunBook()
+        last, ended, going = book.last_end()
+        ordered = int(control.get("run") or 0)
+        active = ordered if going or ordered > last else None
+        since = ended or _created(job)
+        info = WarmInfo(
+            runs=max(ordered, last),
+            active=active,
+            idle_since=None if active else since,
+            idle_limit_s=float(control.get("idle_limit_s") or 900.0),
+            gpus=shape.nodes * shape.gpus_per_node,
+        )
+        self._seen[name] = (time.monotonic(), info)
+        return info
+
+
+class _RunSource(LogSource):
+    """One pod's lines of one run of a warm job: from the agent's ``run`` record of that run
+    to its ``run_end`` (a pod's log holds every run)."""
+
+    def __init__(self, inner: LogSource, run: int, rt: _Runtime):
+        self.inner = inner
+        self.replica = inner.replica
+        self.run = run
+        self.rt = rt
+        self.inside = False
+        self.ended = False
+        with rt.lock:
+            rt.followers += 1
+        self._closed = False
+
+    def _keep(self, lines: list[str]) -> list[str]:
+        out = []
+        for raw in lines:
+            line = parse_line(raw)
+            kind = record_type(line.record) if line.source == "agent" else None
+            number = (line.record or {}).get("run")
+            if kind == RUN and number == self.run:
+                self.inside = True
+            if self.inside and not self.ended:
+                out.append(raw)
+            if kind == RUN_END and number == self.run:
+                self.ended = True
+        return out
+
+    def read(self) -> list[str]:
+        return self._keep(self.inner.read())
+
+    def finish(self) -> list[str]:
+        return self.read()  # the run ended (its records came): its pod keeps running
+
+    @property
+    def done(self) -> bool:
+        return self.ended
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self.rt.lock:
+                self.rt.followers -= 1
+        self.inner.close()
+
+
+def _warm_file() -> Any:
+    from ..local import ktrain_home
+
+    return ktrain_home() / "warm-kubernetes.json"
+
+
+def _remembered() -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        got = json.loads(_warm_file().read_text())
+        return got if isinstance(got, dict) else {}
+    return {}
+
+
+def remember(ns: str, name: str, shape: dict[str, Any]) -> None:
+    """The warm jobs this machine started (on disk: a new kernel knows them too), so a later
+    cell can say that one of them ended meanwhile."""
+    from ..jobstore import make_private_dirs, replace_private
+
+    known = _remembered()
+    known[f"{ns}/{name}"] = {"shape": shape, "started": time.time()}
+    with contextlib.suppress(OSError):
+        make_private_dirs(_warm_file().parent)
+        replace_private(_warm_file(), json.dumps(known).encode())
+
+
+def forget_ended(ns: str, live: set[str], shape: dict[str, Any]) -> list[str]:
+    """The remembered warm jobs of ``ns`` (of this shape) that are gone; forgotten now."""
+    from ..jobstore import replace_private
+
+    known = _remembered()
+    gone = [k for k in known if k.startswith(f"{ns}/") and k.split("/", 1)[1] not in live]
+    if not gone:
+        return []
+    said = [k.split("/", 1)[1] for k in gone if known[k].get("shape") == shape]
+    for key in gone:
+        known.pop(key)
+    with contextlib.suppress(OSError):
+        replace_private(_warm_file(), json.dumps(known).encode())
+    return said
+
+
+def _created(job: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    stamp = job["metadata"].get("creationTimestamp")
+    with contextlib.suppress(ValueError, TypeError):
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def _in_run(pod: str, raw: str, run: int, state: dict[str, int]) -> bool:
+    """Whether ``raw`` (a stored line of ``pod``) belongs to ``run``; ``state`` keeps each
+    pod's current run as the lines go by."""
+    line = parse_line(raw)
+    kind = record_type(line.record) if line.source == "agent" else None
+    number = (line.record or {}).get("run")
+    if kind == RUN and isinstance(number, int):
+        state[pod] = number
+    inside = state.get(pod) == run
+    if kind == RUN_END and number == run:
+        state[pod] = 0
+    return inside

@@ -1,0 +1,221 @@
+"""The runs of a local ``--warm`` job, for :class:`~.local.LocalBackend` (which delegates its
+warm hooks here): find the live warm job a cell runs on (or say why a new one starts), order a
+run through the job's folder (``runs/N/code``, then ``control.json``, which the nodes' warm
+agents watch), read a run's state and logs (``runs/N/``, written by
+:mod:`.warm_supervisor`), cancel a run, change the idle limit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobNotFound, SpecError
+from .base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    TERMINAL,
+    JobShape,
+    JobStatus,
+    LaunchPlan,
+    LogSource,
+    WarmInfo,
+)
+from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
+from .warm import check_warm, shape_changes, warm_shape
+from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
+
+if TYPE_CHECKING:
+    from ..capture import CapturedProgram
+    from ..spec import JobSpec
+    from .local import LocalBackend, LocalRequest
+
+__all__ = ["LocalWarm", "warm_info"]
+
+CANCEL_TIMEOUT_S = 15.0
+
+
+class LocalWarm:
+    """The warm side of one :class:`~.local.LocalBackend` (``backend.warm``)."""
+
+    def __init__(self, backend: LocalBackend):
+        self.b = backend
+
+    def jobs(self) -> list[tuple[JobStatus, dict[str, Any]]]:
+        """Every warm job the store holds (newest first), with its ``job.json``."""
+        out = []
+        for status in reversed(self.b.list_jobs()):
+            try:
+                meta = json.loads((self.b.job_dir(status.name) / "job.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("warm"):
+                out.append((status, meta))
+        return out
+
+    def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
+        """A run on the live warm job of this shape (``--name``'s, else the newest), or a new
+        warm job, with a note saying why when one of another shape runs."""
+        check_warm(spec)
+        shape = warm_shape(spec)
+        jobs = self.jobs()
+        live = [(st, meta) for st, meta in jobs if not st.terminal]
+        named = [(st, meta) for st, meta in live if st.name == spec.name]
+        same = [(st, meta) for st, meta in live if meta.get("warm_shape") == shape]
+        target = named[0] if named and named[0][1].get("warm_shape") == shape else None
+        target = target or (None if named else (same[0] if same else None))
+        if target is not None:
+            return self.run_plan(spec, program, target[0])
+        notes: list[str] = []
+        if named:
+            changes = ", ".join(shape_changes(named[0][1].get("warm_shape", {}), shape))
+            notes.append(
+                f"the warm job {spec.name!r} has another shape ({changes}): it is deleted and "
+                "a new warm job of this shape starts in its place"
+            )
+        elif live:
+            other = live[0][0].name
+            changes = ", ".join(shape_changes(live[0][1].get("warm_shape", {}), shape))
+            notes.append(
+                f"the warm job {other!r} has another shape ({changes}): starting a new warm "
+                f"job; {other!r} keeps its nodes until its idle limit (`%ktrain warm {other} "
+                "--idle 0` ends it now)"
+            )
+        gone = [st for st, meta in jobs if st.terminal and meta.get("warm_shape") == shape]
+        if gone and gone[0].reason == IDLE_LIMIT and not live:
+            notes.append(f"the warm job {gone[0].name!r} was ended: {gone[0].message}")
+        notes.append("warm job: its nodes stay up after this run for the next --warm cell")
+        return self.b._dryrun(spec, program, tuple(notes), spec.name if named else "")
+
+    def run_plan(
+        self, spec: JobSpec, program: CapturedProgram, job: JobStatus
+    ) -> LaunchPlan[LocalRequest]:
+        """A run on the live warm job ``job``: only the program travels."""
+        if job.warm is not None and job.warm.active is not None:
+            raise SpecError(
+                f"The warm job {job.name!r} is busy with run {job.warm.active}: wait for it, or "
+                f"stop it with `%ktrain cancel {job.name} --run {job.warm.active}`."
+            )
+        plan = json.loads((self.b.job_dir(job.name) / "plan.json").read_text())
+        spec = spec.evolve(name=job.name)
+        from .local import LocalRequest
+
+        request = LocalRequest(
+            master_port=int(plan["master_port"]),
+            marker=str(plan["marker"]),
+            nodes=(),
+            max_restarts=0,
+            warm=True,
+            reuse=True,
+        )
+        files = dict(program.files)  # (--deepspeed is refused on a warm job: check_warm)
+        runs = (job.warm.runs if job.warm else 0) + 1
+        text = (
+            f"# {job.name}: run {runs} on the warm job ({spec.nodes} node(s) x {spec.nproc} "
+            f"process(es), ready): only the program travels, to its runs/{runs}/code folder;\n"
+            "# each node's agent forks the ranks from its interpreter (torch already imported)\n"
+            + "".join(f"#   {rel} ({len(data)} bytes)\n" for rel, data in sorted(files.items()))
+        )
+        note = f"run on the warm job {job.name!r} (same shape: its nodes are ready)"
+        return LaunchPlan(spec, program, self.b.name, request, text, files, (note,))
+
+    def order_run(self, job_dir: Path, files: Mapping[str, bytes]) -> int:
+        """Write the next run's program to ``runs/N/code`` and order it (``control.json``):
+        the nodes' agents start it at once. The run's number."""
+        runs = job_dir / "runs"
+        make_private_dirs(runs)
+        number = 1 + max((int(p.name) for p in runs.iterdir() if p.name.isdigit()), default=0)
+        while True:
+            try:
+                (runs / str(number)).mkdir(mode=0o700)
+                break
+            except FileExistsError:  # another kernel ordered one meanwhile
+                number += 1
+        code_dir = runs / str(number) / "code"
+        code_dir.mkdir(mode=0o700)
+        for rel, data in files.items():
+            make_private_dirs((code_dir / rel).parent)
+            write_private(code_dir / rel, data)
+        update_state(runs / str(number), {"state": PENDING, "run": number})
+        order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
+        replace_private(job_dir / "control.json", order)
+        return number
+
+    def latest_run(self, name: str) -> int | None:
+        raw = self.b._state(name).get("warm")
+        if not isinstance(raw, dict):
+            try:
+                return max(int(p.name) for p in (self.b.job_dir(name) / "runs").iterdir())
+            except (OSError, ValueError):
+                return None
+        return int(raw.get("runs") or 0) or None
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        job = self.b.status(name)
+        run_dir = self.b.job_dir(name) / "runs" / str(run)
+        raw = read_state(run_dir)
+        if raw is None:
+            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
+        if raw.get("state") not in TERMINAL and job.terminal:
+            why = job.message or job.reason or job.state
+            ended = {"state": CANCELLED if job.state == CANCELLED else FAILED}
+            raw = {**raw, **ended, "reason": job.reason, "message": f"the warm job ended: {why}"}
+        return self.b._to_status(name, raw, raw.get("state", PENDING), self.b.shape(name))
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        nodes = json.loads((self.b.job_dir(name) / "job.json").read_text())["nodes"]
+        folder = self.b.job_dir(name) / "runs" / str(run)
+        from .local import FileLogSource
+
+        return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        if not (self.b.job_dir(name) / "runs" / str(run)).is_dir():
+            raise JobNotFound(f"The warm job {name!r} has no run {run}.")
+        for source in self.run_log_sources(name, run):
+            for line in source.finish():
+                yield source.replica, line
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Ask every node to stop the run, and wait until they did (the nodes stay warm)."""
+        job_dir = self.b.job_dir(name)
+        if self.run_status(name, run).terminal:
+            return
+        abort_run(job_dir, run, CANCEL_WORDS)
+        deadline = time.monotonic() + CANCEL_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.run_status(name, run).terminal:
+                return
+            time.sleep(0.05)
+        ended = {"state": CANCELLED, "reason": "CancelledByUser", "finished": time.time()}
+        update_state(job_dir / "runs" / str(run), {**ended, "message": "its nodes did not answer"})
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: the warm job's idle limit (0 ends it now)."""
+        status = self.b.status(name)
+        if status.warm is None:
+            raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
+        if status.terminal:
+            raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
+        data = json.dumps({"idle_limit_s": float(seconds)}).encode()
+        replace_private(self.b.job_dir(name) / "warm.json", data)
+        if seconds <= 0:
+            deadline = time.monotonic() + CANCEL_TIMEOUT_S
+            while time.monotonic() < deadline and not self.b.status(name).terminal:
+                time.sleep(0.05)
+        return self.b.status(name)
+
+
+def warm_info(raw: dict[str, Any], shape: JobShape | None) -> WarmInfo:
+    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
+    return WarmInfo(
+        runs=int(raw.get("runs") or 0),
+        active=raw.get("active"),
+        idle_since=raw.get("idle_since"),
+        idle_limit_s=float(raw.get("idle_limit_s", DEFAULT_IDLE_S)),
+        gpus=gpus,
+    )

@@ -1,0 +1,149 @@
+"""Warm jobs: the shape that decides reuse, what a difference says, the refusals, the idle
+wording, and the warm agent's run loop on real forked processes (no torch needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain.backends.base import WarmInfo
+from jupyter_ktrain.backends.warm import check_warm, shape_changes, warm_shape
+from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.magics import parse_duration
+from jupyter_ktrain.pod.agent.warm import FolderControl, rank_environ
+from jupyter_ktrain.pod.protocol import RUN_END, parse_line, record_type
+from jupyter_ktrain.spec import JobSpec
+
+
+def test_the_shape_is_what_the_nodes_are_made_with_and_nothing_else() -> None:
+    base = JobSpec.create(name="a", nodes=2, procs_per_node=2, warm=True)
+    assert warm_shape(base) == warm_shape(JobSpec.create(name="b", nodes=2, procs_per_node=2))
+    bigger = JobSpec.create(name="a", nodes=3, procs_per_node=2, env=[("LR", "1")])
+    assert shape_changes(warm_shape(base), warm_shape(bigger)) == [
+        "--nodes 2 -> 3",
+        "--env changed",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"kind": "TFJob"}, "--warm is not supported for kind TFJob yet"),
+        ({"kind": "MPIJob"}, "--warm is not supported for kind MPIJob yet"),
+        ({"kind": "TrainJob"}, "--warm is not supported for kind TrainJob yet"),
+        (
+            {"backend": "kubernetes", "scheduling": {"service_account": "me"}},
+            "--warm and --service-account do not go together",
+        ),
+        ({"elastic": "1:2"}, "--warm and --elastic do not go together"),
+    ],
+)
+def test_warm_where_it_cannot_run_is_one_clear_error(values: dict[str, str], words: str) -> None:
+    spec = JobSpec.create(name="a", warm=True, **values)
+    with pytest.raises(SpecError, match=words):
+        check_warm(spec)
+    check_warm(JobSpec.create(name="a", **values))  # without --warm: nothing to say
+
+
+def test_idle_wording_and_idle_gpu_hours() -> None:
+    info = WarmInfo(runs=3, idle_since=1000.0, idle_limit_s=900.0, gpus=8)
+    assert info.idle_gpu_hours(1000.0 + 1800) == pytest.approx(4.0)
+    assert (
+        info.describe(1000.0 + 120) == "warm, 3 run(s), idle 2m of 15m, 8 GPU(s), 0.27 idle GPU-h"
+    )
+    assert WarmInfo(runs=3, active=3).describe(0) == "warm, 3 run(s), run 3 running"
+    assert [parse_duration(t) for t in ("15m", "90s", "2h", "0", "5")] == [900, 90, 7200, 0, 300]
+    with pytest.raises(SpecError, match="--idle 'soon' is not a duration"):
+        parse_duration("soon")
+
+
+def test_each_rank_gets_what_torchrun_would_give_it() -> None:
+    env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
+           "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "23456"}  # fmt: skip
+    got = rank_environ(env, 1, run=4)
+    assert {k: got[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+    }
+    assert (got["MASTER_ADDR"], got["MASTER_PORT"], got["KTRAIN_WARM_RUN"]) == (
+        "10.0.0.1",
+        "23456",
+        "4",
+    )
+
+
+def _order(folder: Path, run: int, program: str) -> None:
+    code = folder / "runs" / str(run) / "code"
+    code.mkdir(parents=True)
+    (code / "program.py").write_text(program)
+    (folder / "control.json").write_text(json.dumps({"run": run, "code_dir": str(code)}))
+
+
+def test_folder_control_orders_runs_and_aborts(tmp_path: Path) -> None:
+    control = FolderControl(str(tmp_path), stopping=lambda: False)
+    _order(tmp_path, 1, "")
+    assert control.next_run(0, time.time()).number == 1  # type: ignore[union-attr]
+    assert control.abort_reason(1) is None
+    (tmp_path / "runs" / "1" / "abort").write_text("cancelled by the user")
+    assert control.abort_reason(1) == "cancelled by the user"
+    assert FolderControl(str(tmp_path), stopping=lambda: True).next_run(1, 0) is None
+
+
+def test_the_warm_agent_runs_run_after_run_and_a_failure_leaves_it_ready(tmp_path: Path) -> None:
+    """A real agent: run 1 fails on local rank 1 while rank 0 sleeps (stopped after the grace),
+    run 2 succeeds on the same agent; each run framed by its records."""
+    env = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0",
+           "KTRAIN_WARM_CONTROL": str(tmp_path), "KTRAIN_WARM_PREIMPORT": "json",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    _order(tmp_path, 1, "import os, time\nif os.environ['RANK'] == '1': raise SystemExit(5)\n"
+           "time.sleep(60)\n")  # fmt: skip
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_ktrain.pod.agent.warm"],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert agent.stdout is not None
+    ends = []
+    try:
+        for line in agent.stdout:
+            parsed = parse_line(line.rstrip("\n"))
+            if record_type(parsed.record) == RUN_END:
+                ends.append(parsed.record)
+                if len(ends) == 1:
+                    started = time.monotonic()
+                    _order(tmp_path, 2, "print('second run', flush=True)\n")
+                else:
+                    break
+    finally:
+        agent.terminate()
+        agent.wait(10)
+        agent.stdout.close()
+    first, second = ends
+    assert (first["run"], first["code"], first["ranks"]) == (1, 5, {"0": 143, "1": 5})
+    assert (second["run"], second["code"], second["ranks"]) == (2, 0, {"0": 0, "1": 0})
+    assert time.monotonic() - started < 5
+    assert agent.returncode == 143  # stopped by SIGTERM between runs, and says so by its code
+
+
+def test_an_ordered_idle_limit_ends_the_wait_and_an_old_run_is_not_rerun(tmp_path: Path) -> None:
+    """On Kubernetes the order carries the idle limit (the agents end the job); a node made
+    anew joins at the next run, never re-running the one its peers ran."""
+    from jupyter_ktrain.pod.agent.warm import WarmNode
+
+    _order(tmp_path, 3, "")
+    order = json.loads((tmp_path / "control.json").read_text())
+    (tmp_path / "control.json").write_text(json.dumps({**order, "idle_limit_s": 0.2}))
+    control = FolderControl(str(tmp_path))
+    node = WarmNode({"KTRAIN_WARM_CONTROL": str(tmp_path)}, control)
+    assert node._already_ordered() == 3
+    started = time.monotonic()
+    assert control.next_run(3, time.time()) is None
+    assert 0.15 < time.monotonic() - started < 2
