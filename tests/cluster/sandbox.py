@@ -259,7 +259,7 @@ SHIMS = Path(__file__).resolve().parent / "shims"
 
 
 def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
-    venv_bin = str(Path(sys.executable).parent)
+    venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # PATH may hold a relative venv
     return {
         "PATH": f"{SHIMS}:{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
