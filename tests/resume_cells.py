@@ -6,10 +6,11 @@ draws its batches from its own seeded generator; the model, the optimizer and ev
 generator state are saved every ``every`` steps, so a resumed run computes exactly what an
 uninterrupted one does. With ``kill_at``, the last rank kills itself with SIGKILL right after
 that step, once (a file in ``marks`` remembers it across the restart). With ``hold_at``, the
-rank in the pod named ``*-worker-1`` (an elastic job's second pod: not the one that hosts
-torchrun's rendezvous store) stops after that step instead, once, and writes its pod's name
-(``$HOSTNAME``) to ``marks/held``: the test deletes that pod. It returns the final weights
-and the first step this run trained.
+rank whose torchrun agent does not host the rendezvous store stops after that step instead,
+once, and writes its pod's name (``$HOSTNAME``) to ``marks/held``: the test deletes that pod.
+(On a cluster the store is on the endpoint's pod, worker-0; here every pod shares this
+machine's network, so whichever agent bound the port first hosts it: the rank asks.) It
+returns the final weights and the first step this run trained.
 """
 
 from __future__ import annotations
@@ -19,6 +20,26 @@ import os, signal, time
 import torch
 import torch.distributed as dist
 import jupyter_ktrain as ktrain
+
+def _hosts_store():
+    # does this rank's torchrun agent (its parent) listen on the rendezvous port?
+    port = "%04X" % int(os.environ.get("PET_RDZV_ENDPOINT", ":23456").rsplit(":", 1)[1])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.readlines()[1:]:
+                cols = row.split()
+                if cols[1].endswith(":" + port) and cols[3] == "0A":  # 0A: LISTEN
+                    inodes.add(cols[9])
+    fds = f"/proc/{os.getppid()}/fd"
+    for fd in os.listdir(fds):
+        try:
+            link = os.readlink(os.path.join(fds, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
 
 def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None):
     dist.init_process_group("gloo")
@@ -55,7 +76,7 @@ def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None):
             os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a lost node would
         held = os.path.join(marks or ".", "held")
         pod = os.environ.get("HOSTNAME", "")
-        if hold_at == step and pod.endswith("-worker-1") and not os.path.exists(held):
+        if hold_at == step and not os.path.exists(held) and not _hosts_store():
             with open(held + ".tmp", "w") as f:
                 f.write(pod)
             os.replace(held + ".tmp", held)

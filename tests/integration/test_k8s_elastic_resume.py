@@ -1,5 +1,6 @@
 """Elastic resume on the real Training Operator: a Worker-only PyTorchJob (``--elastic``) with
-``--checkpoints`` on a PersistentVolumeClaim whose second worker pod is deleted after step 7
+``--checkpoints`` on a PersistentVolumeClaim one of whose worker pods (not the one that hosts
+the rendezvous store) is deleted after step 7
 (a user's ``kubectl delete pod``, as a preemption does). The surviving pod keeps running:
 torchrun restarts its rank (``--max-restarts``, the job's limit by default), the operator makes
 the deleted pod anew, and the ranks rendezvous again and resume from the step-5 checkpoint.
@@ -56,9 +57,12 @@ def _claim(test_cluster: Any, tmp_path: Path) -> str:
     return claim
 
 
-def _delete_held_pod(test_cluster: Any, marks: Path, cordon: bool = False) -> threading.Thread:
+def _delete_held_pod(
+    test_cluster: Any, marks: Path, cordon: bool = False, cordoned: list[str] | None = None
+) -> threading.Thread:
     """Delete the pod whose rank stopped at ``hold_at`` (it names itself in ``marks/held``;
-    the pods' processes run on this machine), after cordoning its node when asked."""
+    the pods' processes run on this machine), after cordoning its node when asked (its name
+    goes into ``cordoned``)."""
 
     def run() -> None:
         held = marks / "held"
@@ -66,8 +70,11 @@ def _delete_held_pod(test_cluster: Any, marks: Path, cordon: bool = False) -> th
         pod = held.read_text()
         if cordon:
             node = json.loads(test_cluster.kubectl("get", "pod", pod, "-o", "json").stdout)
-            done = test_cluster.kubectl("cordon", node["spec"]["nodeName"], admin=True)
+            name = node["spec"]["nodeName"]
+            done = test_cluster.kubectl("cordon", name, admin=True)
             assert done.returncode == 0, done.stderr
+            if cordoned is not None:
+                cordoned.append(name)
         test_cluster.faults.delete_pod(test_cluster.namespace, pod)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -102,8 +109,10 @@ def test_a_deleted_elastic_worker_is_made_anew_rejoins_and_ends_as_an_uninterrup
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     assert "el: Running (PyTorchJobRestarting)" in out, out
-    assert "el-worker-1 restarted after exit 143, killed by signal 15 (SIGTERM)" in out, out
-    assert "el-worker-0 restarted" not in out, out  # its torchrun restarted its rank in place
+    held = (tmp_path / "held").read_text()
+    kept = "el-worker-0" if held == "el-worker-1" else "el-worker-1"
+    assert f"{held} restarted after exit 143, killed by signal 15 (SIGTERM)" in out, out
+    assert f"{kept} restarted" not in out, out  # its torchrun restarted its rank in place
     assert "resumed from step 5 (checkpoint step-5.pt)" in out, out
     assert "world size changed" not in out, out
     assert k8s_shell.user_ns["first"] == 6  # the run that finished began after the checkpoint
@@ -122,7 +131,8 @@ def test_an_elastic_job_with_no_room_for_the_new_pod_goes_on_with_one_worker(
     k8s_shell, test_cluster, tmp_path, capsys
 ):
     claim = _claim(test_cluster, tmp_path)
-    deleter = _delete_held_pod(test_cluster, tmp_path, cordon=True)
+    cordoned: list[str] = []
+    deleter = _delete_held_pod(test_cluster, tmp_path, cordon=True, cordoned=cordoned)
     cell = f"w, first = train(12, 3, None, {str(tmp_path)!r}, hold_at=7)\n"
     # torchrun waits last_call_timeout (30 s by default) for more nodes once it has the
     # minimum: 5 s here, where both pods start within a second of each other
@@ -135,7 +145,8 @@ def test_an_elastic_job_with_no_room_for_the_new_pod_goes_on_with_one_worker(
         )
     finally:
         deleter.join(timeout=5)
-        test_cluster.kubectl("uncordon", "node-0", admin=True)
+        for node in cordoned:
+            test_cluster.kubectl("uncordon", node, admin=True)
     out = capsys.readouterr().out
     assert job.state == "Succeeded", out
     text = "resumed from step 5 (checkpoint step-5.pt); the world size changed from 2 to 1"

