@@ -372,10 +372,7 @@ def _warm(backend: Backend, name: str, argv: list[str]) -> None:
     if len(argv) != 2 or argv[0] != "--idle":
         raise SpecError("usage: %ktrain warm NAME --idle DURATION (e.g. 15m; 0 ends it now)")
     seconds = parse_duration(argv[1])
-    setter = getattr(backend, "set_idle_limit", None)
-    if setter is None:
-        raise SpecError(f"The {backend.name} backend has no warm jobs yet.")
-    status = setter(name, seconds)
+    status = backend.set_idle_limit(name, seconds)
     if seconds <= 0:
         _say(f"Ended the warm job {name!r} ({status.describe()}).")
     else:

@@ -237,6 +237,18 @@ class LogSource(ABC):
         """Release what the source holds (threads, connections)."""
 
 
+class WarmRuns(Protocol):
+    """The runs of a backend's warm jobs (``--warm``): local ``local_warm.LocalWarm``,
+    Kubernetes ``kubernetes.warm_backend.WarmJobs``; :class:`Backend` hands these calls on."""
+
+    def latest_run(self, name: str) -> int | None: ...
+    def run_status(self, name: str, run: int) -> JobStatus: ...
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]: ...
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]: ...
+    def cancel_run(self, name: str, run: int) -> None: ...
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus: ...
+
+
 class Backend(ABC):
     """Runs jobs somewhere. Implementations provide the abstract hooks."""
 
@@ -301,24 +313,36 @@ class Backend(ABC):
             if index >= first and (limit is None or index < first + limit):
                 yield t, replica, index, line
 
-    # -- the runs of a warm job (``--warm``): a backend that keeps warm jobs overrides these --
+    # -- the runs of a warm job (``--warm``): a backend that keeps warm jobs sets ``warm`` --
+    #: what keeps this backend's warm jobs (see :class:`WarmRuns`); None: it has none
+    warm: WarmRuns | None = None
+
+    def _warm_runs(self, name: str) -> WarmRuns:
+        if self.warm is None:
+            raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+        return self.warm
+
     def run_status(self, name: str, run: int) -> JobStatus:
         """Run ``run`` of warm job ``name``, as a job's status (its own state, codes, times)."""
-        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+        return self._warm_runs(name).run_status(name, run)
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+        return self._warm_runs(name).run_log_sources(name, run)
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+        return self._warm_runs(name).read_run_logs(name, run)
 
     def cancel_run(self, name: str, run: int) -> None:
         """Stop run ``run``; the warm job's nodes stay, ready for the next."""
-        raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
+        self._warm_runs(name).cancel_run(name, run)
 
     def latest_run(self, name: str) -> int | None:
         """The last run of warm job ``name``; None for a job that is not warm."""
-        return None
+        return None if self.warm is None else self.warm.latest_run(name)
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: a warm job's idle limit; 0 ends it now."""
+        return self._warm_runs(name).set_idle_limit(name, seconds)
 
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
         from .warm import check_warm

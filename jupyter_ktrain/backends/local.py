@@ -237,7 +237,7 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self._gpus = gpus or machine_gpus
         self._log_index = LogIndex()
-        self.warm = LocalWarm(self)  # the runs of --warm jobs
+        self.warm: LocalWarm = LocalWarm(self)  # the runs of --warm jobs
 
     # -- registry -------------------------------------------------------------------------
     def job_dir(self, name: str) -> Path:
@@ -337,26 +337,6 @@ class LocalBackend(Backend):
         text = _describe(spec, nodes)
         notes = (*warm_notes, *(notes if ignored else ()))
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
-
-    # -- warm jobs (the runs of a --warm job: .local_warm) ---------------------------------
-    def latest_run(self, name: str) -> int | None:
-        return self.warm.latest_run(name)
-
-    def run_status(self, name: str, run: int) -> JobStatus:
-        return self.warm.run_status(name, run)
-
-    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        return self.warm.run_log_sources(name, run)
-
-    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        return self.warm.read_run_logs(name, run)
-
-    def cancel_run(self, name: str, run: int) -> None:
-        self.warm.cancel_run(name, run)
-
-    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
-        """``%ktrain warm NAME --idle``: see :meth:`.local_warm.LocalWarm.set_idle_limit`."""
-        return self.warm.set_idle_limit(name, seconds)
 
     # -- lifecycle ------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:

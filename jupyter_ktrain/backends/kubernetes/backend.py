@@ -124,7 +124,7 @@ class KubernetesBackend(Backend):
         self._kinds: dict[str, str] = {}
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
-        self.warm = WarmJobs(self)  # the runs of --warm jobs
+        self.warm: WarmJobs = WarmJobs(self)  # the runs of --warm jobs
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -222,26 +222,6 @@ class KubernetesBackend(Backend):
             note = "no ServiceMonitor rendered: it is added when the cluster serves it"
             return False, (*notes, note)
         return serves_service_monitors(self.api), notes
-
-    # -- warm jobs (the runs of a --warm job: .warm_backend) -----------------------------------
-    def latest_run(self, name: str) -> int | None:
-        return self.warm.latest_run(name)
-
-    def run_status(self, name: str, run: int) -> JobStatus:
-        return self.warm.run_status(name, run)
-
-    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        return self.warm.run_log_sources(name, run)
-
-    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        return self.warm.read_run_logs(name, run)
-
-    def cancel_run(self, name: str, run: int) -> None:
-        self.warm.cancel_run(name, run)
-
-    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
-        """``%ktrain warm NAME --idle``: see :meth:`.warm_backend.WarmJobs.set_idle_limit`."""
-        return self.warm.set_idle_limit(name, seconds)
 
     # -- submit -------------------------------------------------------------------------------
     def schedule(self, plan: LaunchPlan[Request]) -> Job:
