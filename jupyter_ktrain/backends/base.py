@@ -28,6 +28,7 @@ from ..kinds import DEFAULT_KIND
 from ..monitor.viewmodel import CANCELLED as CANCELLED
 from ..monitor.viewmodel import FAILED as FAILED
 from ..monitor.viewmodel import PENDING as PENDING
+from ..monitor.viewmodel import QUEUED as QUEUED
 from ..monitor.viewmodel import RUNNING as RUNNING
 from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
 
@@ -38,8 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCELLED",
+    "QUEUED",
     "TERMINAL",
     "Backend",
+    "Eviction",
     "Job",
     "JobShape",
     "JobStatus",
@@ -70,6 +73,16 @@ class ReplicaStatus:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """How often a queue (Kueue) took the job's pods back for one reason: preempted by a
+    higher-priority job, pods not ready in time, ... The job was requeued, not failed."""
+
+    reason: str
+    text: str  # the reason as a user reads it ("" when the queue gave none we know)
+    count: int
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
 
@@ -93,6 +106,10 @@ class JobStatus:
     # a warm job (``--warm``): its runs so far, the run in progress, since when it is idle, its
     # idle limit in seconds and its GPUs; None for any other job
     warm: WarmInfo | None = None
+    # a queued job (Kueue): each reason it was evicted and requeued for, with its count, and
+    # the queue that admitted it ("ClusterQueue 'x'"; "" while it waits or went through none)
+    evictions: tuple[Eviction, ...] = ()
+    admitted_by: str = ""
 
     @property
     def restarts(self) -> int:

@@ -39,10 +39,11 @@ def follow(
     last_state = None
     try:
         while True:
-            status = job.status()
-            if (status.state, status.replicas) != last_state:
+            status = _status(job)
+            seen = (status.state, status.replicas, status.message, status.evictions)
+            if seen != last_state:
                 sink.status(status)
-                last_state = (status.state, status.replicas)
+                last_state = seen
             if job.run is None:  # a warm job's run has its nodes from the start
                 sources += job.backend.more_log_sources(job.name, {s.replica for s in sources})
             for source in sources:
@@ -52,7 +53,7 @@ def follow(
             if status.terminal:
                 # the streams are drained: ask once more, so the final word includes what the
                 # watches learned meanwhile (how a replica's last container ended, a restart)
-                final = job.status()
+                final = _status(job)
                 if final.terminal and (final.state, final.replicas, final.message) != (
                     status.state,
                     status.replicas,
@@ -68,3 +69,21 @@ def follow(
     finally:
         for source in sources:
             source.close()
+
+
+def _status(job: Job) -> JobStatus:
+    """The job's status; a job deleted while followed (``%ktrain cancel``, the panel's or the
+    CLI's cancel, ``kubectl delete``: a cancel deletes a cluster job) ended Cancelled."""
+    from ..backends.base import CANCELLED, JobStatus
+    from ..errors import JobNotFound
+
+    try:
+        return job.status()
+    except JobNotFound as exc:
+        return JobStatus(
+            job.name,
+            CANCELLED,
+            "Deleted",
+            f"{str(exc).rstrip('.')}: it was cancelled (by %ktrain cancel, the side panel or "
+            "ktrain cancel) or deleted with kubectl while this cell followed it.",
+        )

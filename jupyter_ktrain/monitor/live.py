@@ -115,6 +115,10 @@ class ModelSink:
         self.model.set_replicas(
             (replica_row(r) for r in status.replicas), now, max_restarts=status.max_restarts
         )
+        for e in status.evictions:
+            self.model.evicted(e.reason, e.text, e.count, now)
+        if status.admitted_by:
+            self.model.admitted(status.admitted_by, now)
         if status.terminal:
             self.final = status
 
@@ -135,7 +139,8 @@ def _state_message(status: JobStatus) -> str:
     if status.state == "Failed" and rank is not None and not message:
         code = status.exit_codes.get(rank)
         return f"rank {rank} failed first" + (f" (exit code {code})" if code is not None else "")
-    return (status.reason if not message else f"{status.reason}: {message}").strip(": ")
+    reason = "" if status.reason == status.state else status.reason  # not "Queued (Queued: ...)"
+    return (reason if not message else f"{reason}: {message}").strip(": ")
 
 
 class LogReplay:

@@ -43,7 +43,7 @@ from ..pod.protocol import (
 )
 from .downsample import StreamingDownsampler
 from .nccl import NcclTransportParser, Transport
-from .viewmodel import PENDING, RUNNING, TERMINAL_STATES, log_label
+from .viewmodel import PENDING, QUEUED, RUNNING, TERMINAL_STATES, log_label
 
 __all__ = [
     "GPU_FIELDS",
@@ -124,8 +124,8 @@ class LogEntry:
 @dataclass(frozen=True)
 class Alert:
     """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
-    ``rank-silent``, ``restart``; ``key`` tells instances apart (a rank, a GPU, a replica's
-    n-th restart)."""
+    ``rank-silent``, ``restart``, ``resume``, ``admitted``, ``evicted``; ``key`` tells
+    instances apart (a rank, a GPU, a replica's n-th restart)."""
 
     code: str
     key: str
@@ -195,6 +195,7 @@ class MonitorModel:
         self._talkers: dict[int, _Talker] = {}
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
         self._alerts: dict[tuple[str, str], Alert] = {}
+        self._queued_since: float | None = None  # since when the job waits in a queue
         self._t0: float | None = header.start_time
         self._progress = ProgressTracker()
         self._progress_rank: int | None = None  # the lowest rank that reports a total
@@ -230,6 +231,8 @@ class MonitorModel:
             return
         self.version += 1
         h.state, h.message = state, message
+        if state == QUEUED and self._queued_since is None:
+            self._queued_since = now
         if state == RUNNING and h.start_time is None:
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
@@ -258,6 +261,32 @@ class MonitorModel:
                     now if now is not None else time.time(),
                 )
         self.replicas = rows
+        self.version += 1
+
+    def admitted(self, where: str, now: float) -> None:
+        """A queue admitted the job (Kueue, to ``where``): after it waited as ``Queued``, an
+        ``admitted`` alert says so and how long it waited."""
+        if self._queued_since is None:
+            return
+        waited = max(0.0, now - self._queued_since)
+        self._queued_since = None
+        key = str(sum(1 for k in self._alerts if k[0] == "admitted") + 1)
+        self._alerts[("admitted", key)] = Alert(
+            "admitted", key, f"admitted by Kueue to {where} after {waited:.0f}s in the queue", now
+        )
+        self.version += 1
+
+    def evicted(self, reason: str, text: str, count: int, now: float) -> None:
+        """A queue (Kueue) evicted the job for ``reason`` for the ``count``-th time and requeued
+        it: an ``evicted`` alert per eviction, kept for the rest of the run."""
+        key = f"{reason}#{count}"
+        if ("evicted", key) in self._alerts:
+            return
+        why = text or reason
+        times = "" if count == 1 else f" (eviction {count} for this reason)"
+        self._alerts[("evicted", key)] = Alert(
+            "evicted", key, f"evicted by Kueue: {why}; requeued, not failed{times}", now
+        )
         self.version += 1
 
     def set_header(self, **fields: Any) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "OTHER_STATE_COLOUR",
     "PALETTE",
     "PENDING",
+    "QUEUED",
     "RUNNING",
     "STATE_COLOURS",
     "SUCCEEDED",
@@ -61,14 +62,15 @@ __all__ = [
 ]
 
 # -- job states ----------------------------------------------------------------------------
-JobState = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Deleted"]
+JobState = Literal["Pending", "Queued", "Running", "Succeeded", "Failed", "Cancelled", "Deleted"]
 PENDING: JobState = "Pending"
+QUEUED: JobState = "Queued"  # waiting in a queue (Kueue) for quota: created, not yet admitted
 RUNNING: JobState = "Running"
 SUCCEEDED: JobState = "Succeeded"
 FAILED: JobState = "Failed"
 CANCELLED: JobState = "Cancelled"  # stopped on a user's request: its own end, not a failure
 DELETED: JobState = "Deleted"  # gone from the cluster while followed
-JOB_STATES: tuple[JobState, ...] = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, DELETED)
+JOB_STATES: tuple[JobState, ...] = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, DELETED)
 TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
 
 # -- colours -------------------------------------------------------------------------------
@@ -126,8 +128,9 @@ def log_label(rank: int | None, source: str, node: int | None) -> str:
 
 
 # -- alerts --------------------------------------------------------------------------------
-# alert codes that say what happened (a resume from a checkpoint), not that something is wrong
-NOTICES: frozenset[str] = frozenset({"resume"})
+# alert codes that say what happened (a resume from a checkpoint, a queue's eviction and
+# requeue), not that something is wrong with the job
+NOTICES: frozenset[str] = frozenset({"resume", "admitted", "evicted"})
 
 
 # -- plot panels ---------------------------------------------------------------------------

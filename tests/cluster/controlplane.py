@@ -1,6 +1,6 @@
 """The real control plane, as local processes: etcd, kube-apiserver (RBAC on), kube-controller-
-manager, kube-scheduler, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
-and JobSet, each with its webhooks served over TLS (built by ``build/build.sh``).
+manager, kube-scheduler, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller,
+JobSet and Kueue, each with its webhooks served over TLS (built by ``build/build.sh``).
 
 Webhooks are reached as on a cluster: the projects' own webhook configurations name a Service,
 whose endpoints (an EndpointSlice we write, as the endpoints controller would for the
@@ -40,6 +40,21 @@ NOTEBOOK_SA = "notebook"
 OPERATOR_NS = "kubeflow"
 TRAINER_NS = "kubeflow-system"
 JOBSET_NS = "jobset-system"
+KUEUE_NS = "kueue-system"
+# Kueue's pods-ready timeout here: a job whose pods are not all ready this long after admission
+# is evicted and requeued (Kueue's default is 5 min; short, so a test sees it)
+KUEUE_PODS_READY_TIMEOUT_S = 15
+# the kinds Kueue manages here (its frameworks whose CRDs this cluster serves)
+KUEUE_FRAMEWORKS = (
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/tfjob",
+    "kubeflow.org/mpijob",
+    "kubeflow.org/xgboostjob",
+    "trainer.kubeflow.org/trainjob",
+    "jobset.x-k8s.io/jobset",
+)
+# CRDs whose versions Kueue's webhook converts (its certificate rotator injects their CA)
+KUEUE_CONVERTED = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueueclusters")
 WEBHOOK_DIR = "/tmp/k8s-webhook-server"  # controller-runtime's default certificate folder
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -438,9 +453,10 @@ class ControlPlane:
             "multus",  # NetworkAttachmentDefinitions: an RDMA cluster's Multus networks
         ):
             self.apply_folder(m / folder)
-        for ns in (OPERATOR_NS, TRAINER_NS, JOBSET_NS):
+        self._kueue_crds()
+        for ns in (OPERATOR_NS, TRAINER_NS, JOBSET_NS, KUEUE_NS):
             self._namespace(ns)
-        procs = [self._training_operator(), self._jobset(), self._trainer()]
+        procs = [self._training_operator(), self._jobset(), self._trainer(), self._kueue()]
         for name, url, proc in procs:
             secret, namespace, certs = self._mounts[name]
 
@@ -624,6 +640,84 @@ class ControlPlane:
         )
         return "trainer-controller-manager", f"http://127.0.0.1:{health}/readyz", proc
 
+    def _kueue_crds(self) -> None:
+        """Kueue's CRDs with the conversion webhook its kustomization patches in (served by
+        its webhook Service; the controller injects the CA)."""
+        docs = []
+        for path in sorted((self.manifests / "kueue/crd/bases").glob("*.yaml")):
+            doc = yaml.safe_load(path.read_text())
+            if doc["spec"]["names"]["plural"] in KUEUE_CONVERTED:
+                doc["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {
+                            "service": {
+                                "namespace": KUEUE_NS,
+                                "name": "kueue-webhook-service",
+                                "path": "/convert",
+                                "port": 443,
+                            }
+                        },
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+            docs.append(doc)
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-",
+            stdin=yaml.safe_dump_all(docs),
+        )  # fmt: skip
+
+    def _kueue(self) -> tuple[str, str, Proc]:
+        port, health = free_port(), free_port()
+        hooks = self.manifests / "kueue/webhook"
+        merged = self.dir / "kueue-webhooks.yaml"
+        merged.write_text(yaml.safe_dump_all(_kustomize_webhooks(hooks)))
+        self._webhooks(
+            merged,
+            {
+                "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
+                "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
+                "Secret": "kueue-webhook-server-cert",
+            },
+            "kueue-webhook-service",
+            KUEUE_NS,
+            port,
+        )
+        config = self._config(
+            "kueue",
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "kind": "Configuration",
+                "namespace": KUEUE_NS,
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+                "metrics": {"bindAddress": "0"},
+                "webhook": {"port": port},
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": True},
+                "waitForPodsReady": {
+                    "timeout": f"{KUEUE_PODS_READY_TIMEOUT_S}s",
+                    # requeued again soon after an eviction (Kueue's default waits 60 s)
+                    "requeuingStrategy": {"backoffBaseSeconds": 1, "backoffMaxSeconds": 10},
+                },
+                "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            },
+        )
+        proc = self._start(
+            "kueue",
+            [
+                str(self.bin / "kueue"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--config",
+                str(config),
+                "--visibility-server-port",
+                str(free_port()),
+            ],
+            mounts=self._private("kueue", "kueue-webhook-server-cert", KUEUE_NS),
+            env={"POD_NAMESPACE": KUEUE_NS},
+        )
+        return "kueue", f"http://127.0.0.1:{health}/readyz", proc
+
     # -- users ------------------------------------------------------------------------------
 
     def notebook_token(self, namespace: str) -> str:
@@ -650,6 +744,26 @@ class ControlPlane:
 
     def component_logs(self) -> dict[str, str]:
         return {p.name: p.tail(40) for p in self.procs}
+
+
+def _kustomize_webhooks(folder: Path) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations with its kustomization's patches applied (the
+    namespaceSelectors that keep its pod, Deployment and StatefulSet webhooks out of
+    kube-system and its own namespace)."""
+    docs = [d for d in yaml.safe_load_all((folder / "manifests.yaml").read_text()) if d]
+    kustom = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    for item in kustom.get("patches") or []:
+        patch = yaml.safe_load(item["patch"])
+        for doc in docs:
+            if (doc["kind"], doc["metadata"]["name"]) != (
+                patch["kind"],
+                patch["metadata"]["name"],
+            ):
+                continue
+            changes = {w["name"]: w for w in patch.get("webhooks") or []}
+            for hook in doc.get("webhooks") or []:
+                hook.update({k: v for k, v in changes.get(hook["name"], {}).items() if k != "name"})
+    return docs
 
 
 def _die_with_parent() -> None:

@@ -13,6 +13,7 @@ defaults, namespace deleted by the real namespace controller)::
         test_cluster.set_nodes([Node("gpu-0", gpus=8, rdma={"rdma/rdma_shared_device_a": 1})])
         test_cluster.set_rbac([Rule(verbs=("get", "list"), resources=("pods",))])
         test_cluster.rdma_network("rdma-net")        # a Multus NetworkAttachmentDefinition
+        test_cluster.kueue_queue("team-a", cpu="2")  # a Kueue LocalQueue and its ClusterQueue
         test_cluster.kubectl("get", "pods")          # as the notebook user
         test_cluster.kubectl("get", "nodes", admin=True)
 """
@@ -31,6 +32,8 @@ import pytest
 
 from .cluster import Cluster, Node, Rule
 from .faults import Faults
+
+TEST_NS_LABEL = "ktrain.test/namespace"  # cluster-scoped objects a test made, by its namespace
 
 
 @dataclass
@@ -84,6 +87,57 @@ class ClusterHandle:
         if done.returncode != 0:
             raise RuntimeError(f"creating NetworkAttachmentDefinition {name}: {done.stderr}")
 
+    def kueue_queue(self, name: str = "team-a", cpu: str = "2") -> str:
+        """What a platform team sets up for Kueue: a ResourceFlavor, a ClusterQueue with a
+        ``cpu`` quota (and memory to spare) open to this test's namespace only, and a LocalQueue
+        ``name`` in the namespace pointing at it. Returns the ClusterQueue's name (deleted after
+        the test, by its label)."""
+        cq = f"{self.namespace}-{name}"
+        objects = [
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": "default-flavor"},
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq, "labels": {TEST_NS_LABEL: self.namespace}},
+                "spec": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
+                    },
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            "flavors": [
+                                {
+                                    "name": "default-flavor",
+                                    "resources": [
+                                        {"name": "cpu", "nominalQuota": cpu},
+                                        {"name": "memory", "nominalQuota": "64Gi"},
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"clusterQueue": cq},
+            },
+        ]
+        done = self.kubectl(
+            "apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1",
+            "kind": "List", "items": objects}), admin=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"creating Kueue queue {name}: {done.stderr}")
+        return cq
+
     def kubectl(
         self, *args: str, timeout: float = 60, stdin: str | None = None, admin: bool = False
     ) -> subprocess.CompletedProcess[str]:
@@ -121,6 +175,10 @@ def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[Cl
         yield ClusterHandle(cluster, kubeconfig, admin, ns, home)
     finally:
         cluster.faults.reset()
+        cluster.plane.kubectl(  # this test's Kueue ClusterQueues
+            "delete", "clusterqueues.kueue.x-k8s.io", "-l", f"{TEST_NS_LABEL}={ns}",
+            "--wait=false", check=False,
+        )  # fmt: skip
         # pods first, while their nodes' kubelets still run them: a pod on a node removed
         # before would stay Terminating until the pod garbage collector's orphan sweep (~50 s)
         cluster.delete_namespace(ns)

@@ -40,18 +40,26 @@ from ..base import (
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
+from .kueue import QueuePositions
 from .labels import JOB_LABEL, MANAGED_BY
 from .logs import PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
 from .preflight import Access, may, run_preflight, serves_service_monitors
-from .status import build_status, job_shape, job_state, replica_pods, trainer_progress
+from .status import (
+    build_status,
+    job_shape,
+    job_state,
+    queued_state,
+    replica_pods,
+    trainer_progress,
+)
 from .warm import (
     WARM_LABEL,
     RunBook,
 )
 from .warm_backend import WarmJobs, remember
-from .watch import JobWatch
+from .watch import JobWatch, owned_workload
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
@@ -120,6 +128,7 @@ class KubernetesBackend(Backend):
         self._api = api
         self.say = say or (lambda text: print(text, file=sys.stdout, flush=True))
         self._watches: dict[str, JobWatch] = {}
+        self._queue = QueuePositions()
         self._runtime: dict[str, _Runtime] = collections.defaultdict(_Runtime)
         self._kinds: dict[str, str] = {}
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
@@ -379,6 +388,8 @@ class KubernetesBackend(Backend):
                     record = parse_line(line).record if followed else None
                     if not followed or record_type(record) == EXIT:
                         rt.on_line(pod, ts, line)
+        workload = watch.workload
+        position = self._queue.position(self.api, self.namespace, workload)
         with rt.lock:
             status = build_status(
                 job,
@@ -391,6 +402,8 @@ class KubernetesBackend(Backend):
                 progress=rt.progress.progress,
                 recreations=dict(watch.recreations),
                 last_exits=dict(watch.last_exit),
+                workload=workload,
+                queue_position=position,
             )
         if WARM_LABEL in (job["metadata"].get("labels") or {}):
             status = replace(status, warm=self.warm.info(job, status.state))
@@ -409,8 +422,10 @@ class KubernetesBackend(Backend):
         last lines of its rank-0 pod (read at most every PROGRESS_REFRESH_S per running job), so
         the side panel and ``%ktrain list`` show percent and ETA for jobs no kernel follows."""
         out: list[JobStatus] = []
-        for job in self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}"):
-            state, reason, message = job_state(job)
+        jobs = self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}")
+        workloads = self._queue.workloads(self.api, self.namespace, jobs)
+        for job in jobs:
+            state, reason, message = queued_state(job, owned_workload(job, workloads))
             progress = self._progress(job, state)
             warm = self.warm.info(job, state)
             out.append(
@@ -474,8 +489,8 @@ class KubernetesBackend(Backend):
         creates them (and a replaced Job pod has a new name), so a follower asks again."""
         watch = self._watch(name)
         job = watch.job
-        if job is None:
-            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        if job is None:  # deleted: status() says so
+            return []
         container = KIND_TABLE[job.get("kind") or self._kind(name)].container
         pods = [p for p in replica_pods(job) or sorted(watch.pods) if p not in known]
         rt = self._runtime[name]

@@ -276,18 +276,40 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
                     "queues.scheduling.volcano.sh; the job waits if it does not exist."
                 )
     if s.kueue_queue:
-        path = ns_path("kueue.x-k8s.io", "v1beta1", namespace, "localqueues", s.kueue_queue)
-        try:
-            api.get(path)
-        except ApiFailure as exc:
-            if exc.status != 404:
-                raise
-            out.append(
-                f"Kueue LocalQueue {s.kueue_queue!r} (--kueue-queue) does not exist in "
-                f"{namespace!r} (or Kueue is not installed): ask an admin to create it, or "
-                "drop --kueue-queue."
-            )
+        problem = _kueue_queue_problem(api, namespace, s.kueue_queue)
+        if problem:
+            out.append(problem)
     return out
+
+
+def _kueue_queue_problem(api: Api, namespace: str, queue: str) -> str:
+    """Why ``--kueue-queue QUEUE`` would never be admitted, or "": Kueue not installed (its API
+    group not served), or no such LocalQueue in the namespace (with the ones there)."""
+    group = "kueue.x-k8s.io"
+    version = next((v for v in ("v1beta2", "v1beta1") if api.exists(f"/apis/{group}/{v}")), None)
+    if version is None:
+        return (
+            f"--kueue-queue {queue}: Kueue is not installed on this cluster (it serves no "
+            f"{group} API), so the job would never be admitted: drop --kueue-queue, or ask an "
+            "admin to install Kueue."
+        )
+    try:
+        api.get(ns_path(group, version, namespace, "localqueues", queue))
+        return ""
+    except ApiFailure as exc:
+        if exc.status != 404:
+            raise
+    try:
+        items = api.get(ns_path(group, version, namespace, "localqueues")).get("items") or []
+        names = sorted(str(i["metadata"]["name"]) for i in items)
+    except ApiFailure:
+        names = []
+    there = f"its LocalQueues are {', '.join(names)}" if names else "it has no LocalQueue"
+    return (
+        f"Kueue LocalQueue {queue!r} (--kueue-queue) does not exist in namespace "
+        f"{namespace!r} ({there}): pick one of them, ask an admin to create it, or drop "
+        "--kueue-queue."
+    )
 
 
 MULTUS_API = "/apis/k8s.cni.cncf.io/v1"

@@ -17,7 +17,17 @@ from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
 from ...monitor.failures import classify, pod_problem
 from ...pod.exits import PEER_LOST, restart_cause
 from ...pod.progress import Progress
-from ..base import FAILED, PENDING, RUNNING, SUCCEEDED, JobShape, JobStatus, ReplicaStatus
+from ..base import (
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    JobShape,
+    JobStatus,
+    ReplicaStatus,
+)
+from .kueue import queue_info, queued_message
 from .podtemplate import MAX_RESTARTS_ANNOTATION
 
 __all__ = [
@@ -25,6 +35,7 @@ __all__ = [
     "job_shape",
     "job_state",
     "node_rank",
+    "queued_state",
     "replica_pods",
     "trainer_progress",
 ]
@@ -51,6 +62,22 @@ def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
         if c.get("type") in ("Suspended", "Restarting"):
             return PENDING if c["type"] == "Suspended" else RUNNING, c.get("reason", ""), ""
     return PENDING, "", ""
+
+
+def queued_state(
+    job: Mapping[str, Any], workload: Mapping[str, Any] | None, position: int | None = None
+) -> tuple[str, str, str]:
+    """:func:`job_state`, except that a job its Kueue ``workload`` has not admitted (yet, or
+    again after an eviction) is ``Queued``, with Kueue's reason."""
+    state, reason, message = job_state(job)
+    if workload and state == PENDING:
+        queue = queue_info(workload, position)
+        if not queue.admitted:
+            return (QUEUED, *queued_message(queue))
+        if not reason or reason.endswith("Suspended"):  # admitted: its pods are on their way
+            where = f" to ClusterQueue {queue.cluster_queue!r}" if queue.cluster_queue else ""
+            return state, "Admitted", f"admitted by Kueue{where}"
+    return state, reason, message
 
 
 def replica_pods(job: Mapping[str, Any]) -> list[str]:
@@ -183,13 +210,18 @@ def build_status(
     progress: Progress | None = None,
     recreations: Mapping[str, int] | None = None,
     last_exits: Mapping[str, tuple[int | None, str]] | None = None,
+    workload: Mapping[str, Any] | None = None,
+    queue_position: int | None = None,
 ) -> JobStatus:
     """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
     its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
     when any rank last printed; ``progress``: what the logs said of it (else a TrainJob's
-    ``status.trainerStatus``, when the Trainer's progress feature filled it)."""
+    ``status.trainerStatus``, when the Trainer's progress feature filled it); ``workload``:
+    the job's Kueue Workload, when it was submitted to a queue (a job Kueue has not admitted
+    yet, or evicted and requeued, is ``Queued`` with Kueue's reason)."""
     name = job["metadata"]["name"]
-    state, reason, message = job_state(job)
+    state, reason, message = queued_state(job, workload, queue_position)
+    queue = queue_info(workload) if workload else None
     names = replica_pods(job) or sorted(pods)
     again, ended = recreations or {}, last_exits or {}
     replicas = tuple(
@@ -234,6 +266,10 @@ def build_status(
         failed_rank=failed_rank if state == FAILED else None,
         progress=progress or trainer_progress(status.get("trainerStatus")),
         max_restarts=_max_restarts(job),
+        evictions=queue.evictions if queue is not None else (),
+        admitted_by=f"ClusterQueue {queue.cluster_queue!r}"
+        if queue is not None and queue.admitted and queue.cluster_queue
+        else "",
     )
 
 

@@ -8,7 +8,9 @@ three open streams however many pods it has; readers get the cache with no reque
 
 :class:`JobWatch` is the three informers of one job (the job by name, its pods by the
 ``ktrain.io/job`` label, the namespace's events filtered to those objects) plus a condition
-variable readers can wait on for any change.
+variable readers can wait on for any change. A job submitted to a Kueue queue gets a fourth,
+started when the job is first seen with the queue label: the namespace's Workloads, of which
+the one the job owns says whether Kueue admitted it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...errors import ClusterError
-from .api import Api, ApiFailure
+from . import kueue
+from .api import Api, ApiFailure, ns_path
 from .labels import JOB_LABEL
 
 __all__ = ["Informer", "JobWatch"]
@@ -136,8 +139,7 @@ class JobWatch:
     """The cache of one job: ``job`` (or None), ``pods`` and ``events`` by object name."""
 
     def __init__(self, api: Api, namespace: str, group: str, version: str, plural: str, name: str):
-        from .api import ns_path
-
+        self.api = api
         self.name = name
         self.namespace = namespace
         self.changed = threading.Condition()
@@ -167,6 +169,7 @@ class JobWatch:
             api, ns_path("", "v1", namespace, "events"), {}, self._on_event, f"watch-{name}-ev"
         )
         self._informers = (self.job_informer, self.pod_informer, self.event_informer)
+        self.workload_informer: Informer | None = None
 
     def start(self) -> JobWatch:
         for informer in self._informers:
@@ -176,11 +179,15 @@ class JobWatch:
     def stop(self) -> None:
         for informer in self._informers:
             informer.stop()
+        if self.workload_informer is not None:
+            self.workload_informer.stop()
 
     def wait_synced(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         for informer in self._informers:
             informer.synced.wait(max(0.0, deadline - time.monotonic()))
+        if self.workload_informer is not None:  # started as the job was first listed
+            self.workload_informer.synced.wait(max(0.0, deadline - time.monotonic()))
         for informer in (self.job_informer, self.pod_informer):
             if not informer.synced.is_set() or (informer.error and not informer.relists):
                 raise informer.error or ClusterError(
@@ -195,6 +202,14 @@ class JobWatch:
     def pods(self) -> dict[str, dict[str, Any]]:
         return dict(self.pod_informer.objects)
 
+    @property
+    def workload(self) -> dict[str, Any] | None:
+        """The job's Kueue Workload (the newest one it owns), or None."""
+        job, informer = self.job, self.workload_informer
+        if job is None or informer is None:
+            return None
+        return owned_workload(job, informer.objects.values())
+
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until the cache changes after generation ``seen`` (or ``timeout``)."""
         with self.changed:
@@ -208,6 +223,15 @@ class JobWatch:
             self.changed.notify_all()
 
     def _on_job(self, kind: str, obj: dict[str, Any]) -> None:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if self.workload_informer is None and kueue.QUEUE_LABEL in labels:
+            self.workload_informer = Informer(
+                self.api,
+                ns_path(kueue.GROUP, kueue.VERSION, self.namespace, "workloads"),
+                {},
+                lambda _kind, _obj: self._bump(),
+                f"watch-{self.name}-wl",
+            ).start()
         self._bump()
 
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
@@ -241,6 +265,32 @@ class JobWatch:
         if current is None or _event_time(obj) >= _event_time(current):
             self.events[target] = obj
             self._bump()
+
+
+def owned_workload(
+    job: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The newest of ``workloads`` whose controller is ``job`` (Kueue makes a new one when the
+    job's pod sets change; the old one is deleted)."""
+    kind, name = str(job.get("kind") or ""), job["metadata"]["name"]
+    uid = job["metadata"].get("uid")
+    mine = [
+        w
+        for w in workloads
+        if (kueue.owner_of(w) or ("", ""))[1] == name
+        and (kueue.owner_of(w) or ("", ""))[0] in ("", kind)
+        and (uid is None or _owner_uid(w) in (None, uid))
+    ]
+    if not mine:
+        return None
+    return dict(max(mine, key=lambda w: str(w["metadata"].get("creationTimestamp") or "")))
+
+
+def _owner_uid(workload: Mapping[str, Any]) -> str | None:
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid")) if ref.get("uid") else None
+    return None
 
 
 _NOT_REPLICAS = frozenset({"Service", "Endpoints", "EndpointSlice", "ConfigMap"})

@@ -2,7 +2,7 @@
 # Builds the test cluster's real components from source through the Go module proxy, once per
 # machine, into a cache keyed by their versions: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
-# and JobSet, plus the CRDs, webhooks and runtimes from their own modules (and Multus's
+# JobSet and Kueue, plus the CRDs, webhooks and runtimes from their own modules (and Multus's
 # NetworkAttachmentDefinition CRD from its client module).
 # Prints the cache folder on its last line. Usage: build.sh [--print-dir]
 set -euo pipefail
@@ -10,7 +10,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
 key=$( (cat "$here/versions.env" "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/etcd/go.mod \
-        "$here"/etcd/go.sum "$here"/etcd/main.go "$here"/jobset/go.mod "$here"/jobset/go.sum; \
+        "$here"/etcd/go.sum "$here"/etcd/main.go "$here"/jobset/go.mod "$here"/jobset/go.sum \
+        "$here"/kueue/go.mod "$here"/kueue/go.sum; \
         go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/$key"
 if [ "${1:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
@@ -46,6 +47,9 @@ have trainer-controller-manager || GOBIN="$tmp/bin" go install -ldflags "-s -w" 
 step "JobSet $JOBSET_VERSION"
 have jobset || (cd "$here/jobset" && go build -ldflags "-s -w" -o "$tmp/bin/jobset" sigs.k8s.io/jobset)
 
+step "Kueue $KUEUE_VERSION"
+have kueue || (cd "$here/kueue" && go build -ldflags "-s -w" -o "$tmp/bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
+
 step "manifests (CRDs, webhooks, runtimes) from the modules"
 mod="$(go env GOMODCACHE)"
 nad="github.com/k8snetworkplumbingwg/network-attachment-definition-client"
@@ -54,6 +58,10 @@ rm -rf "$tmp/manifests"/*
 cp -r "$mod/github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION/manifests" "$tmp/manifests/training-operator"
 cp -r "$mod/github.com/kubeflow/trainer/v2@$TRAINER_VERSION/manifests" "$tmp/manifests/trainer"
 cp -r "$mod/sigs.k8s.io/jobset@$JOBSET_VERSION/config" "$tmp/manifests/jobset"
+mkdir -p "$tmp/manifests/kueue"
+for part in crd webhook visibility; do
+  cp -r "$mod/sigs.k8s.io/kueue@$KUEUE_VERSION/config/components/$part" "$tmp/manifests/kueue/"
+done
 mkdir -p "$tmp/manifests/multus"
 cp "$mod/$nad@$MULTUS_NAD_VERSION/artifacts/networks-crd.yaml" "$tmp/manifests/multus/"
 chmod -R u+w "$tmp/manifests"

@@ -1,0 +1,188 @@
+"""What Kueue says of a job, from its Workload. Pure, but for :class:`QueuePositions` (reads).
+
+A job with the ``kueue.x-k8s.io/queue-name`` label is created suspended by Kueue's webhook;
+Kueue makes a Workload for it (owned by the job) and unsuspends the job when its ClusterQueue
+has quota for every pod set at once. While it waits, the Workload's ``QuotaReserved``
+condition is False and its message is Kueue's own reason ("couldn't assign flavors to pod set
+worker: insufficient unused quota for cpu in flavor default, 1 more needed"). An admitted job
+can be evicted (``Evicted``: preempted by a higher-priority workload, pods not ready within
+``waitForPodsReady.timeout``, its queue stopped): Kueue suspends it again, deletes its pods and
+requeues it, counting each eviction in ``status.schedulingStats.evictions``. Such a job is
+queued again, not failed. The position in the queue comes from Kueue's visibility API
+(``pendingworkloads`` of the LocalQueue), when the cluster serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import Eviction
+
+__all__ = [
+    "GROUP",
+    "QUEUE_LABEL",
+    "VERSION",
+    "VISIBILITY_GROUP",
+    "QueueInfo",
+    "owner_of",
+    "pending_position",
+    "queue_info",
+    "queued_message",
+]
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+# why Kueue evicted a workload (Evicted condition reasons), as a user reads them
+_EVICTED = {
+    "Preempted": "preempted to make room for a higher-priority workload",
+    "PodsReadyTimeout": "its pods were not all ready within Kueue's waitForPodsReady timeout",
+    "AdmissionCheck": "an admission check was rejected or retried",
+    "ClusterQueueStopped": "its ClusterQueue was stopped",
+    "LocalQueueStopped": "its LocalQueue was stopped",
+    "NodeFailures": "a node it ran on failed",
+    "Deactivated": "it was deactivated",
+}
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A job's place in Kueue. ``admitted``: quota reserved and every admission check passed
+    (the job runs or may run); ``reason``/``message``: Kueue's own words for why it waits (or
+    was evicted, when ``evicted``); ``position``: its place in the LocalQueue (0 = next)."""
+
+    queue: str
+    cluster_queue: str = ""
+    admitted: bool = False
+    finished: bool = False
+    evicted: bool = False
+    reason: str = ""
+    message: str = ""
+    evictions: tuple[Eviction, ...] = ()
+    position: int | None = None
+
+
+def owner_of(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the job that owns ``workload`` (its controller reference)."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind", "")), str(ref.get("name", ""))
+    return None
+
+
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conds = (workload.get("status") or {}).get("conditions") or []
+    return {str(c.get("type")): c for c in conds if isinstance(c, Mapping)}
+
+
+def queue_info(workload: Mapping[str, Any], position: int | None = None) -> QueueInfo:
+    """The :class:`QueueInfo` of one Workload object (``kueue.x-k8s.io/v1beta2``)."""
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    conds = _conditions(workload)
+
+    def true(kind: str) -> bool:
+        return (conds.get(kind) or {}).get("status") == "True"
+
+    admission = status.get("admission") or {}
+    evictions = tuple(
+        Eviction(str(e.get("reason", "")), _EVICTED.get(str(e.get("reason")), ""), int(e["count"]))
+        for e in ((status.get("schedulingStats") or {}).get("evictions") or [])
+        if isinstance(e, Mapping) and isinstance(e.get("count"), int)
+    )
+    evicted = true("Evicted")
+    if evicted:
+        cond = conds["Evicted"]
+    elif true("QuotaReserved"):
+        cond = conds.get("Admitted") or conds["QuotaReserved"]
+    else:
+        cond = conds.get("QuotaReserved") or {}
+    return QueueInfo(
+        queue=str(spec.get("queueName", "")),
+        cluster_queue=str(admission.get("clusterQueue", "")),
+        admitted=true("Admitted") and not evicted,
+        finished=true("Finished"),
+        evicted=evicted,
+        reason=str(cond.get("reason", "")),
+        message=str(cond.get("message", "")),
+        evictions=evictions,
+        position=position,
+    )
+
+
+def queued_message(info: QueueInfo) -> tuple[str, str]:
+    """(reason, message) the cell and the panel show while the job waits in its queue."""
+    where = f"in LocalQueue {info.queue!r}"
+    place = "" if info.position is None else f"; position {info.position + 1} in the queue"
+    if info.evicted:
+        why = _EVICTED.get(info.reason) or info.reason or "evicted"
+        said = f" ({info.message})" if info.message else ""
+        return "Evicted", f"evicted by Kueue: {why}{said}; requeued {where}{place}"
+    said = info.message or "waiting for quota"
+    return "Queued", f"waiting {where}: {said}{place}"
+
+
+def pending_position(items: Sequence[Mapping[str, Any]], workload: Mapping[str, Any]) -> int | None:
+    """The workload's position in a visibility ``pendingworkloads`` answer
+    (``positionInLocalQueue``), or None when it is not listed."""
+    name = (workload.get("metadata") or {}).get("name")
+    for item in items:
+        if (item.get("metadata") or {}).get("name") == name:
+            pos = item.get("positionInLocalQueue")
+            return int(pos) if isinstance(pos, int) else None
+    return None
+
+
+class QueuePositions:
+    """The edge: reads a queued job's position from Kueue's visibility API (at most every
+    ``every_s`` per Workload), and the namespace's Workloads for lists. A cluster that does not
+    serve the visibility API (an older Kueue, the API not registered, no RBAC for it) is asked
+    once; positions are then left out."""
+
+    def __init__(self, every_s: float = 3.0) -> None:
+        self.every_s = every_s
+        self.served: bool | None = None
+        self._last: dict[str, tuple[float, int | None]] = {}
+
+    def position(self, api: Any, namespace: str, workload: Mapping[str, Any] | None) -> int | None:
+        import time
+
+        from ...errors import ClusterError
+        from .api import ns_path
+
+        if not workload or self.served is False:
+            return None
+        info = queue_info(workload)
+        if info.admitted or info.finished or not info.queue:
+            return None
+        name = str(workload["metadata"]["name"])
+        when, pos = self._last.get(name, (0.0, None))
+        if time.monotonic() - when < self.every_s:
+            return pos
+        path = ns_path(VISIBILITY_GROUP, VERSION, namespace, "localqueues")
+        try:
+            got = api.get(f"{path}/{info.queue}/pendingworkloads")
+        except ClusterError:
+            self.served = False if self.served is None else self.served
+            return None
+        self.served = True
+        pos = pending_position(got.get("items") or [], workload)
+        self._last[name] = (time.monotonic(), pos)
+        return pos
+
+    def workloads(
+        self, api: Any, namespace: str, jobs: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The namespace's Workloads, read only when one of ``jobs`` went to a queue."""
+        from ...errors import ClusterError
+        from .api import ns_path
+
+        if not any(QUEUE_LABEL in ((j.get("metadata") or {}).get("labels") or {}) for j in jobs):
+            return []
+        try:
+            got = api.get(ns_path(GROUP, VERSION, namespace, "workloads"))
+        except ClusterError:
+            return []
+        return list(got.get("items") or [])

@@ -1,0 +1,131 @@
+"""Kueue on the test cluster, for real: its controller (with its webhooks) admits, queues and
+evicts jobs submitted with ``--kueue-queue``; the cell says what Kueue says, as it happens."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from jupyter_ktrain.backends import get_backend
+from jupyter_ktrain.errors import JobCancelled, JobNotFound
+
+from ..cluster.cluster import Node
+from ..cluster.controlplane import KUEUE_PODS_READY_TIMEOUT_S
+from .k8s_helpers import configured_shell, wait_for
+
+pytestmark = pytest.mark.slow
+
+# 2 pods of 1 CPU each: a queue with a quota of 2 CPUs fits one such job at a time
+QUEUED = "--nodes 2 --procs-per-node 1 --image local/python --cpu 1 --kueue-queue team-a"
+CELLS = """
+def steps(n, pause):
+    rank = int(os.environ["RANK"])
+    for i in range(n):
+        print(f"rank {rank} step {i}", flush=True)
+        time.sleep(pause)
+    return rank
+"""
+
+
+@pytest.fixture
+def k8s_shell(test_cluster, tmp_path, monkeypatch):
+    for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
+        assert sh.run_cell(CELLS, store_history=True).success
+        yield sh
+
+
+def _status(name: str):
+    try:
+        return get_backend("kubernetes").attach(name).status()
+    except JobNotFound:
+        return None
+
+
+def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
+    k8s_shell, test_cluster, capsys
+):
+    test_cluster.kueue_queue("team-a", cpu="2")
+    k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name first --detach", "steps(16, 0.5)\n")
+    first = wait_for(lambda: (s := _status("first")) and s.state == "Running" and s, 90)
+    assert not first.evictions
+    capsys.readouterr()
+
+    k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name second", "steps(3, 0.1)\n")
+    out = capsys.readouterr().out
+
+    # the cell said it waited, in Kueue's own words: which resource is short, by how much
+    queued = [line for line in out.splitlines() if "second: Queued" in line]
+    assert queued, out
+    assert "waiting in LocalQueue 'team-a'" in queued[0], queued
+    assert "insufficient unused quota for cpu" in queued[0], queued
+    assert "admitted by Kueue to ClusterQueue 't-" in out, out
+    for rank in (0, 1):
+        assert f"rank {rank} step 2" in out, out
+    # it started only once the first had finished and given its quota back
+    done, second = _status("first"), _status("second")
+    assert done is not None
+    assert done.state == "Succeeded", done
+    assert second is not None
+    assert second.state == "Succeeded", second
+    assert done.finished is not None
+    assert second.started is not None
+    assert second.started >= done.finished - 1, (done.finished, second.started)
+    logs = get_backend("kubernetes").attach("first").logs()
+    for rank in (0, 1):
+        assert f"rank {rank} step 15" in logs, logs[-2000:]
+
+
+def test_pods_not_ready_in_time_are_evicted_requeued_and_followed_not_failed(
+    k8s_shell, test_cluster, capsys
+):
+    # the queue's quota (4 CPUs) promises more than the one node has (1 CPU): Kueue admits the
+    # job, the scheduler places neither 2-CPU pod, and Kueue's waitForPodsReady timeout evicts
+    # it and requeues it. (For a Kubeflow v1 job Kueue reads "pods ready" from the operator's
+    # Running condition, which a running master alone sets: only a job none of whose master
+    # could start is evicted.)
+    test_cluster.set_nodes([Node(cpu="1")])
+    test_cluster.kueue_queue("team-a", cpu="4")
+    outcome: dict[str, BaseException] = {}
+
+    def cell() -> None:
+        try:
+            opts = f"{QUEUED} --cpu 2 --name stuck"
+            k8s_shell.run_cell_magic("ktrain", opts, "steps(3, 0.1)\n")
+        except BaseException as exc:  # what the cell raised, looked at below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=cell)
+    runner.start()
+    seen: list[str] = []
+
+    def evicted() -> bool:
+        seen.append(capsys.readouterr().out)
+        return "evicted by Kueue" in "".join(seen)
+
+    started = time.monotonic()
+    try:
+        wait_for(evicted, KUEUE_PODS_READY_TIMEOUT_S + 60, every=0.5)
+    except AssertionError:
+        raise AssertionError(("".join(seen), outcome, _status("stuck"))) from None
+    took = time.monotonic() - started
+    status = _status("stuck")
+    get_backend("kubernetes").cancel("stuck")
+    runner.join(60)
+    seen.append(capsys.readouterr().out)
+    out = "".join(seen)
+
+    assert took >= KUEUE_PODS_READY_TIMEOUT_S - 5, took
+    assert "pods were not all ready within Kueue's waitForPodsReady timeout" in out, out
+    assert "requeued" in out, out
+    # followed, never called failed: the job ends only when it is cancelled
+    assert status is not None
+    assert status.state != "Failed", status
+    assert [e.reason for e in status.evictions] == ["PodsReadyTimeout"], status
+    assert "stuck: Failed" not in out, out
+    # cancelled from elsewhere (a cancel deletes a cluster job): the cell says so
+    assert isinstance(outcome.get("error"), JobCancelled), outcome
+    assert "stuck: Cancelled" in out, out
