@@ -59,6 +59,8 @@ class JobKind:
     (Cluster)TrainingRuntime ``--runtime`` names: its pods are a JobSet's, it takes pod-level
     settings from the runtime, and ktrain gives it a runtime of its own with the failure policy
     every other kind gets. ``elastic``: it takes ``--elastic`` (torchrun's c10d rendezvous).
+    ``kueue_ignores``: why Kueue does not manage this kind ("": it does, so ``--kueue-queue``
+    holds the job until admitted; a kind Kueue ignores would run at once, unqueued).
     """
 
     name: str  # "PyTorchJob"
@@ -75,6 +77,7 @@ class JobKind:
     replica_ranks: bool = False
     trainer_runtime: bool = False
     elastic: bool = False
+    kueue_ignores: str = ""
 
     @property
     def api_version(self) -> str:
@@ -169,6 +172,8 @@ KIND_TABLE: dict[str, JobKind] = {
                 ReplicaType("Worker", metrics=False),
             ),
             container_required=False,
+            kueue_ignores="its MPIJob integration is the MPI Operator's kubeflow.org/v2beta1, not "
+            "the Training Operator's kubeflow.org/v1",
         ),
         # Kubeflow Trainer v2: the JobSet's "node" Job, pods <job>-node-0-<i>-<hash>
         JobKind(

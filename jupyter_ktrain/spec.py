@@ -255,6 +255,12 @@ def _check_cross_fields(spec: JobSpec) -> None:
                 f"--nodes {spec.nodes} is outside --elastic {e.min_nodes}:{e.max_nodes}: start "
                 f"with a node count between the minimum and the maximum."
             )
+    if spec.scheduling.kueue_queue and info.kueue_ignores:
+        raise SpecError(
+            f"--kueue-queue: Kueue does not manage {kind} ({info.kueue_ignores}), so the job "
+            f"would run at once, outside the queue's quota. Use --kind "
+            f"{_kinds_that(lambda k: not k.kueue_ignores)}, or drop --kueue-queue."
+        )
     if spec.deepspeed is not None:
         if info.launcher != "torchrun":
             raise SpecError(

@@ -17,10 +17,18 @@ import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..monitor.viewmodel import NOTICES, fmt_value, log_label, plot_panels, summary_values
+from ..monitor.viewmodel import (
+    CANCELLED,
+    NOTICES,
+    fmt_value,
+    log_label,
+    plot_panels,
+    summary_values,
+)
 from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from .payloads import (
@@ -246,7 +254,9 @@ class PanelCore:
         return {"jobs": jobs, "problems": problems, "now": now}
 
     def job(self, name: str, backend: str | None = None) -> JobDetail:
-        b, status = self._find(name, backend)
+        return self._detail(*self._find(name, backend))
+
+    def _detail(self, b: str, status: JobStatus) -> JobDetail:
         summary = _summary(status, b, self.clock())
         replicas: list[ReplicaPayload] = [
             {
@@ -364,9 +374,20 @@ class PanelCore:
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""
         b, status = self._find(name, backend)
-        if not status.terminal:
-            self._backend(b).cancel(name)
-        return self.job(name, b)
+        if status.terminal:
+            return self._detail(b, status)
+        self._backend(b).cancel(name)
+        try:
+            return self.job(name, b)
+        except JobNotFound:  # a cluster job's cancel deletes it
+            gone = replace(
+                status,
+                state=CANCELLED,
+                reason="Deleted",
+                message="cancelled: the job and its pods were deleted",
+                replicas=(),
+            )
+            return self._detail(b, gone)
 
 
 class _MetricFeed:

@@ -44,8 +44,11 @@ KUEUE_NS = "kueue-system"
 # Kueue's pods-ready timeout here: a job whose pods are not all ready this long after admission
 # is evicted and requeued (Kueue's default is 5 min; short, so a test sees it)
 KUEUE_PODS_READY_TIMEOUT_S = 15
-# the kinds Kueue manages here (its frameworks whose CRDs this cluster serves)
+# the kinds Kueue manages here: batch/job (first in Kueue's own default list; without it its
+# Job webhook, which still sees every Job JobSet creates, fails them with a nil-pointer panic)
+# and its frameworks whose CRDs this cluster serves
 KUEUE_FRAMEWORKS = (
+    "batch/job",
     "kubeflow.org/pytorchjob",
     "kubeflow.org/tfjob",
     "kubeflow.org/mpijob",

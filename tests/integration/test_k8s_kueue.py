@@ -3,6 +3,7 @@ evicts jobs submitted with ``--kueue-queue``; the cell says what Kueue says, as 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -12,6 +13,7 @@ pytest.importorskip("kubernetes")
 
 from jupyter_ktrain.backends import get_backend
 from jupyter_ktrain.errors import JobCancelled, JobNotFound
+from jupyter_ktrain.server.core import PanelCore
 
 from ..cluster.cluster import Node
 from ..cluster.controlplane import KUEUE_PODS_READY_TIMEOUT_S
@@ -54,7 +56,23 @@ def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
     assert not first.evictions
     capsys.readouterr()
 
-    k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name second", "steps(3, 0.1)\n")
+    # the side panel's job list, polled while the cell runs, as the panel polls it
+    panel, listed, stop = PanelCore.from_names(["kubernetes"]), [], threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            for job in panel.jobs()["jobs"]:
+                if job["name"] == "second":
+                    listed.append((job["state"], job["message"]))
+            stop.wait(0.3)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name second", "steps(3, 0.1)\n")
+    finally:
+        stop.set()
+        poller.join(30)
     out = capsys.readouterr().out
 
     # the cell said it waited, in Kueue's own words: which resource is short, by how much
@@ -63,6 +81,9 @@ def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
     assert "waiting in LocalQueue 'team-a'" in queued[0], queued
     assert "insufficient unused quota for cpu" in queued[0], queued
     assert "admitted by Kueue to ClusterQueue 't-" in out, out
+    queued_in_panel = [m for state, m in listed if state == "Queued"]
+    assert queued_in_panel, listed
+    assert "insufficient unused quota for cpu" in queued_in_panel[0], listed
     for rank in (0, 1):
         assert f"rank {rank} step 2" in out, out
     # it started only once the first had finished and given its quota back
@@ -113,7 +134,7 @@ def test_pods_not_ready_in_time_are_evicted_requeued_and_followed_not_failed(
         raise AssertionError(("".join(seen), outcome, _status("stuck"))) from None
     took = time.monotonic() - started
     status = _status("stuck")
-    get_backend("kubernetes").cancel("stuck")
+    cancelled = PanelCore.from_names(["kubernetes"]).cancel("stuck")  # the panel's cancel
     runner.join(60)
     seen.append(capsys.readouterr().out)
     out = "".join(seen)
@@ -126,6 +147,26 @@ def test_pods_not_ready_in_time_are_evicted_requeued_and_followed_not_failed(
     assert status.state != "Failed", status
     assert [e.reason for e in status.evictions] == ["PodsReadyTimeout"], status
     assert "stuck: Failed" not in out, out
-    # cancelled from elsewhere (a cancel deletes a cluster job): the cell says so
+    # cancelled from the panel (a cancel deletes a cluster job): the cell says so
     assert isinstance(outcome.get("error"), JobCancelled), outcome
     assert "stuck: Cancelled" in out, out
+    assert cancelled["state"] == "Cancelled", cancelled
+
+
+@pytest.mark.parametrize("kind", ["--kind TFJob", "--kind TrainJob --runtime torch-distributed"])
+def test_every_kind_goes_through_the_queue_to_succeeded_with_every_ranks_logs(
+    k8s_shell, test_cluster, capsys, kind
+):
+    test_cluster.kueue_queue("team-a", cpu="2")
+    name = kind.split()[1].lower()
+    k8s_shell.run_cell_magic("ktrain", f"{kind} {QUEUED} --name {name}", "steps(2, 0.1)\n")
+    out = capsys.readouterr().out
+
+    for rank in (0, 1):
+        assert f"rank {rank} step 1" in out, out
+    # Kueue admitted it (the job was created suspended and unsuspended by Kueue) and saw it end
+    got = test_cluster.kubectl("get", "workloads", "-o", "json")
+    (wl,) = json.loads(got.stdout)["items"]
+    conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
+    assert conds.get("Admitted") == "True" or conds.get("Finished") == "True", conds
+    assert conds.get("Finished") == "True", conds

@@ -157,3 +157,17 @@ def test_the_monitor_says_when_the_job_was_admitted_and_each_eviction_once():
             "(eviction 2 for this reason)",
         ),
     ]
+
+
+def test_a_kind_kueue_ignores_is_refused_with_the_kinds_it_queues():
+    import pytest
+
+    from jupyter_ktrain.errors import SpecError
+    from jupyter_ktrain.options import parse_flags, spec_from_args
+
+    with pytest.raises(SpecError) as info:
+        spec_from_args(parse_flags("--kind MPIJob --nodes 2 --kueue-queue team-a"))
+    text = str(info.value)
+    assert "Kueue does not manage MPIJob" in text
+    assert "kubeflow.org/v2beta1" in text
+    assert "--kind PyTorchJob or TFJob or TrainJob or XGBoostJob" in text
