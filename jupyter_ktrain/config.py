@@ -43,6 +43,8 @@ class Config:
     base_image: str | None = None
     insecure_registries: tuple[str, ...] = ()
     offline_requirements: bool = False
+    # the Kueue LocalQueue of every cluster job that names none (--kueue-queue wins)
+    kueue_queue: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -89,9 +89,10 @@ class ClusterHandle:
 
     def kueue_queue(self, name: str = "team-a", cpu: str = "2") -> str:
         """What a platform team sets up for Kueue: a ResourceFlavor, a ClusterQueue with a
-        ``cpu`` quota (and memory to spare) open to this test's namespace only, and a LocalQueue
-        ``name`` in the namespace pointing at it. Returns the ClusterQueue's name (deleted after
-        the test, by its label)."""
+        ``cpu`` quota (and memory to spare) open to this test's namespace only, in which a
+        higher-priority workload preempts a lower one, and a LocalQueue ``name`` in the
+        namespace pointing at it. Returns the ClusterQueue's name (deleted after the test, by
+        its label)."""
         cq = f"{self.namespace}-{name}"
         objects = [
             {
@@ -107,6 +108,8 @@ class ClusterHandle:
                     "namespaceSelector": {
                         "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
                     },
+                    # a higher-priority workload may take a lower one's quota back
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
                     "resourceGroups": [
                         {
                             "coveredResources": ["cpu", "memory"],
@@ -137,6 +140,21 @@ class ClusterHandle:
         if done.returncode != 0:
             raise RuntimeError(f"creating Kueue queue {name}: {done.stderr}")
         return cq
+
+    def priority_class(self, name: str, value: int) -> str:
+        """A PriorityClass (cluster-scoped: named after this test's namespace, deleted after
+        the test); returns its name."""
+        full = f"{self.namespace}-{name}"
+        pc = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": full, "labels": {TEST_NS_LABEL: self.namespace}},
+            "value": value,
+        }
+        done = self.kubectl("apply", "-f", "-", stdin=json.dumps(pc), admin=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"creating PriorityClass {full}: {done.stderr}")
+        return full
 
     def kubectl(
         self, *args: str, timeout: float = 60, stdin: str | None = None, admin: bool = False
@@ -175,9 +193,9 @@ def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[Cl
         yield ClusterHandle(cluster, kubeconfig, admin, ns, home)
     finally:
         cluster.faults.reset()
-        cluster.plane.kubectl(  # this test's Kueue ClusterQueues
-            "delete", "clusterqueues.kueue.x-k8s.io", "-l", f"{TEST_NS_LABEL}={ns}",
-            "--wait=false", check=False,
+        cluster.plane.kubectl(  # this test's cluster-scoped objects
+            "delete", "clusterqueues.kueue.x-k8s.io,priorityclasses.scheduling.k8s.io", "-l",
+            f"{TEST_NS_LABEL}={ns}", "--wait=false", check=False,
         )  # fmt: skip
         # pods first, while their nodes' kubelets still run them: a pod on a node removed
         # before would stay Terminating until the pod garbage collector's orphan sweep (~50 s)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -170,3 +172,70 @@ def test_every_kind_goes_through_the_queue_to_succeeded_with_every_ranks_logs(
     conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
     assert conds.get("Admitted") == "True" or conds.get("Finished") == "True", conds
     assert conds.get("Finished") == "True", conds
+
+
+def test_a_job_preempted_by_a_higher_priority_one_says_so_then_runs_again(
+    k8s_shell, test_cluster, capsys
+):
+    test_cluster.kueue_queue("team-a", cpu="2")
+    high = test_cluster.priority_class("urgent", 1000)
+    outcome: dict[str, Any] = {}
+
+    def cell() -> None:
+        try:
+            outcome["result"] = k8s_shell.run_cell_magic(
+                "ktrain", f"{QUEUED} --name low", "steps(24, 0.25)\n"
+            )
+        except BaseException as exc:  # what the cell raised, looked at below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=cell)
+    runner.start()
+    seen: list[str] = []
+
+    def said(text: str) -> Callable[[], bool]:
+        def check() -> bool:
+            seen.append(capsys.readouterr().out)
+            return text in "".join(seen)
+
+        return check
+
+    wait_for(said("rank 1 step 2"), 90, every=0.3)
+    # another team's urgent batch Job takes the whole quota: Kueue preempts ours
+    urgent = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "urgent", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "priorityClassName": high,
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "local/python",
+                            "command": ["python", "-c", "import time; time.sleep(3)"],
+                            "resources": {"requests": {"cpu": "2"}},
+                        }
+                    ],
+                }
+            }
+        },
+    }
+    done = test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(urgent))
+    assert done.returncode == 0, done.stderr
+    runner.join(240)
+    seen.append(capsys.readouterr().out)
+    out = "".join(seen)
+
+    assert not runner.is_alive()
+    assert "error" not in outcome, (outcome, out)
+    assert "evicted by Kueue: preempted to make room for a higher-priority workload" in out, out
+    assert out.index("preempted to make room") < out.rindex("admitted by Kueue"), out
+    # the whole job ran again once the urgent one had finished, and succeeded
+    for rank in (0, 1):
+        assert f"rank {rank} step 23" in out, out
+    assert _status("low").state == "Succeeded"
+    got = json.loads(test_cluster.kubectl("get", "job", "urgent", "-o", "json").stdout)
+    assert got["status"].get("succeeded") == 1, got["status"]

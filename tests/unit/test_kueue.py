@@ -171,3 +171,31 @@ def test_a_kind_kueue_ignores_is_refused_with_the_kinds_it_queues():
     assert "Kueue does not manage MPIJob" in text
     assert "kubeflow.org/v2beta1" in text
     assert "--kind PyTorchJob or TFJob or TrainJob or XGBoostJob" in text
+
+
+def test_a_configured_queue_is_every_cluster_jobs_unless_kueue_cannot_hold_it(
+    monkeypatch, tmp_path, capsys
+):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.setenv("KTRAIN_HOME", str(tmp_path))
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    sh.run_line_magic("ktrain", "config kueue_queue=team-a")
+    base = "--backend kubernetes --nodes 2 --image local/python --dry-run"
+
+    def labels(flags: str) -> tuple[dict[str, str], str]:
+        job = sh.run_cell_magic("ktrain", f"{base} {flags}", "print(1)")
+        (obj,) = [o for o in job.plan.request.objects if o["kind"] != "ConfigMap"]
+        return obj["metadata"].get("labels") or {}, capsys.readouterr().out
+
+    got, _ = labels("")
+    assert got["kueue.x-k8s.io/queue-name"] == "team-a"
+    got, _ = labels("--kueue-queue team-b")  # the flag wins
+    assert got["kueue.x-k8s.io/queue-name"] == "team-b"
+    got, out = labels("--kind MPIJob")
+    assert "kueue.x-k8s.io/queue-name" not in got
+    assert "config kueue_queue=team-a not applied: Kueue does not manage MPIJob" in out
+    sh.reset(new_session=True)

@@ -170,6 +170,7 @@ class KubernetesBackend(Backend):
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
         if not spec.image and self.config.base_image:
             spec = spec.evolve(image=self.config.base_image)
+        spec, notes = self._default_queue(spec, notes)
         monitor, notes = self._service_monitor(spec, notes)
         registry = self.config.registry or None
         request, files = render_request(spec, program, registry=registry, service_monitor=monitor)
@@ -177,6 +178,20 @@ class KubernetesBackend(Backend):
             request, notes = self._fault_runtime(request, spec)
         text = describe(request)
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
+
+    def _default_queue(
+        self, spec: JobSpec, notes: tuple[str, ...]
+    ) -> tuple[JobSpec, tuple[str, ...]]:
+        """The configured Kueue LocalQueue (``%ktrain config kueue_queue=...``) for a job that
+        names none, where Kueue can queue it (not with ``--gang``, not a kind Kueue ignores)."""
+        queue, s = self.config.kueue_queue, spec.scheduling
+        if not queue or s.kueue_queue or s.gang is not None:
+            return spec, notes
+        ignores = KIND_TABLE[spec.kind].kueue_ignores
+        if ignores:
+            why = f"Kueue does not manage {spec.kind} ({ignores}): it runs unqueued"
+            return spec, (*notes, f"config kueue_queue={queue} not applied: {why}")
+        return spec.evolve(scheduling=replace(s, kueue_queue=queue)), notes
 
     def _fault_runtime(
         self, request: KubernetesRequest, spec: JobSpec
