@@ -289,6 +289,11 @@ class ControlPlane:
         to_kubelet = pki.issue(
             "apiserver-kubelet-client", "kube-apiserver", org="system:masters", client=True
         )
+        # the aggregation layer's front proxy (its own CA, as kubeadm makes it): the API server
+        # proxies an APIService's requests (Kueue's visibility API) with this client
+        # certificate and the user in X-Remote-* headers, which the extension server trusts
+        front = Pki(pki.dir / "front-proxy")
+        proxy_client = front.issue("front-proxy-client", "front-proxy-client", client=True)
         sa = pki.keypair("sa")
         tokens = self.dir / "tokens.csv"
         tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
@@ -334,6 +339,20 @@ class ControlPlane:
                 "--kubelet-preferred-address-types",
                 "InternalIP",
                 "--enable-aggregator-routing=true",
+                "--requestheader-client-ca-file",
+                str(front.ca.cert),
+                "--requestheader-allowed-names",
+                "front-proxy-client",
+                "--requestheader-username-headers",
+                "X-Remote-User",
+                "--requestheader-group-headers",
+                "X-Remote-Group",
+                "--requestheader-extra-headers-prefix",
+                "X-Remote-Extra-",
+                "--proxy-client-cert-file",
+                str(proxy_client.cert),
+                "--proxy-client-key-file",
+                str(proxy_client.key),
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--cert-dir",
@@ -402,38 +421,13 @@ class ControlPlane:
             for hook in doc.get("webhooks", []):
                 ref = hook["clientConfig"]["service"]
                 ref.update(name=service, namespace=namespace, port=443)
-        svc = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": service, "namespace": namespace},
-            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]},
-        }
-        slice_ = {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{service}-local",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": service},
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [self.address], "conditions": {"ready": True}}],
-            "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}],
-        }
-        endpoints = {
-            "apiVersion": "v1",
-            "kind": "Endpoints",
-            "metadata": {"name": service, "namespace": namespace},
-            "subsets": [
-                {"addresses": [{"ip": self.address}], "ports": [{"name": "webhook", "port": port}]}
-            ],
-        }
+        self._service_here(service, namespace, "webhook", port)
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": names["Secret"], "namespace": namespace},
         }
-        objects = [svc, slice_, endpoints, secret, *docs]
+        objects = [secret, *docs]
         self.kubectl(
             "apply",
             "--server-side",
@@ -442,6 +436,45 @@ class ControlPlane:
             "-",
             stdin=yaml.safe_dump_all(objects),
         )
+
+    def _service_here(self, service: str, namespace: str, port_name: str, port: int) -> None:
+        """A Service (443 -> ``port``) whose endpoints are this machine's address, as the
+        endpoints controller would write them for a controller's pod."""
+        objects = [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": service, "namespace": namespace},
+                "spec": {"ports": [{"name": port_name, "port": 443, "targetPort": port}]},
+            },
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{service}-local",
+                    "namespace": namespace,
+                    "labels": {"kubernetes.io/service-name": service},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [self.address], "conditions": {"ready": True}}],
+                "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Endpoints",
+                "metadata": {"name": service, "namespace": namespace},
+                "subsets": [
+                    {
+                        "addresses": [{"ip": self.address}],
+                        "ports": [{"name": port_name, "port": port}],
+                    }
+                ],
+            },
+        ]
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-",
+            stdin=yaml.safe_dump_all(objects),
+        )  # fmt: skip
 
     def _namespace(self, name: str) -> None:
         with contextlib.suppress(ApiError):
@@ -671,7 +704,12 @@ class ControlPlane:
         )  # fmt: skip
 
     def _kueue(self) -> tuple[str, str, Proc]:
-        port, health = free_port(), free_port()
+        port, health, visibility = free_port(), free_port(), free_port()
+        # its visibility API (pending workloads and their positions), served by the controller
+        # and registered as Kueue's own manifests register it
+        self._service_here("visibility-server", KUEUE_NS, "https", visibility)
+        for path in sorted((self.manifests / "kueue/visibility").glob("apiservice_*.yaml")):
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
         hooks = self.manifests / "kueue/webhook"
         merged = self.dir / "kueue-webhooks.yaml"
         merged.write_text(yaml.safe_dump_all(_kustomize_webhooks(hooks)))
@@ -714,7 +752,7 @@ class ControlPlane:
                 "--config",
                 str(config),
                 "--visibility-server-port",
-                str(free_port()),
+                str(visibility),
             ],
             mounts=self._private("kueue", "kueue-webhook-server-cert", KUEUE_NS),
             env={"POD_NAMESPACE": KUEUE_NS},

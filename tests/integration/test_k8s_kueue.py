@@ -82,6 +82,8 @@ def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
     assert queued, out
     assert "waiting in LocalQueue 'team-a'" in queued[0], queued
     assert "insufficient unused quota for cpu" in queued[0], queued
+    # and its place in the queue, from Kueue's visibility API (next in line)
+    assert any("position 1 in the queue" in line for line in queued), queued
     assert "admitted by Kueue to ClusterQueue 't-" in out, out
     queued_in_panel = [m for state, m in listed if state == "Queued"]
     assert queued_in_panel, listed
