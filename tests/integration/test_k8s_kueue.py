@@ -235,6 +235,8 @@ def test_a_job_preempted_by_a_higher_priority_one_says_so_then_runs_again(
     assert "error" not in outcome, (outcome, out)
     assert "evicted by Kueue: preempted to make room for a higher-priority workload" in out, out
     assert out.index("preempted to make room") < out.rindex("admitted by Kueue"), out
+    # its pods were taken back by the queue, not restarted by a fault: no restart counted
+    assert "restarted after" not in out, out
     # the whole job ran again once the urgent one had finished, and succeeded
     for rank in (0, 1):
         assert f"rank {rank} step 23" in out, out

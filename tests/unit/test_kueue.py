@@ -199,3 +199,21 @@ def test_a_configured_queue_is_every_cluster_jobs_unless_kueue_cannot_hold_it(
     assert "kueue.x-k8s.io/queue-name" not in got
     assert "config kueue_queue=team-a not applied: Kueue does not manage MPIJob" in out
     sh.reset(new_session=True)
+
+
+def test_a_preemption_is_said_in_kueues_words_without_its_object_ids():
+    said = (
+        "Preempted to accommodate a workload (UID: 9305f8c4-8b25, JobUID: bcaa7b8b-eb27) due "
+        "to prioritization in the ClusterQueue; preemptor path: /t-ca321680-team-a"
+    )
+    preempted = workload(
+        _cond("Evicted", "True", "Preempted", said),
+        _cond("Preempted", "True", "InClusterQueue", said),
+    )
+    reason, message = queued_message(queue_info(preempted))
+    assert reason == "Evicted"
+    assert message == (
+        "evicted by Kueue: preempted to make room for a higher-priority workload (Preempted to "
+        "accommodate a workload due to prioritization in the ClusterQueue); requeued in "
+        "LocalQueue 'team-a'"
+    )

@@ -14,6 +14,7 @@ queued again, not failed. The position in the queue comes from Kueue's visibilit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,8 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
+# the object ids Kueue puts in an eviction message ("... (UID: u, JobUID: j) ...")
+_DETAIL = re.compile(r"\s*\(UID: [^)]*\)")
 # why Kueue evicted a workload (Evicted condition reasons), as a user reads them
 _EVICTED = {
     "Preempted": "preempted to make room for a higher-priority workload",
@@ -118,7 +121,8 @@ def queued_message(info: QueueInfo) -> tuple[str, str]:
     place = "" if info.position is None else f"; position {info.position + 1} in the queue"
     if info.evicted:
         why = _EVICTED.get(info.reason) or info.reason or "evicted"
-        said = f" ({info.message})" if info.message else ""
+        told = _DETAIL.sub("", info.message).split("; preemptor path")[0].strip()
+        said = f" ({told})" if told else ""
         return "Evicted", f"evicted by Kueue: {why}{said}; requeued {where}{place}"
     said = info.message or "waiting for quota"
     return "Queued", f"waiting {where}: {said}{place}"

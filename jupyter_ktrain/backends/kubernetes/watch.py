@@ -151,6 +151,7 @@ class JobWatch:
         # "deleted") for one deleted while it ran: why the replica restarted
         self.last_exit: dict[str, tuple[int | None, str]] = {}
         self._uids: dict[str, str] = {}
+        self.suspended = False  # the job is suspended (queued, or taken back by its queue)
         self.job_informer = Informer(
             api,
             ns_path(group, version, namespace, plural),
@@ -232,11 +233,23 @@ class JobWatch:
                 lambda _kind, _obj: self._bump(),
                 f"watch-{self.name}-wl",
             ).start()
+        was, self.suspended = self.suspended, kind != "DELETED" and suspended(obj)
+        if self.suspended and not was:
+            # a queue (Kueue) took the job back: its pods are deleted and made anew when it is
+            # admitted again, a fresh start, not restarts of a fault
+            self._uids.clear()
+            self.recreations.clear()
+            self.recreated.clear()
+            self.last_exit.clear()
         self._bump()
 
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         name, uid = meta.get("name", ""), meta.get("uid")
+        if self.suspended:  # its pods going away as the job is suspended: not a fault
+            self._uids.pop(name, None)
+            self._bump()
+            return
         ended = terminated(obj)
         if ended is not None:
             self.last_exit[name] = ended
@@ -265,6 +278,13 @@ class JobWatch:
         if current is None or _event_time(obj) >= _event_time(current):
             self.events[target] = obj
             self._bump()
+
+
+def suspended(job: Mapping[str, Any]) -> bool:
+    """The job is suspended: a Kubeflow v1 job's ``runPolicy.suspend``, a TrainJob's or
+    JobSet's ``suspend``."""
+    spec = job.get("spec") or {}
+    return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
 
 
 def owned_workload(
