@@ -15,6 +15,13 @@ from tests.notebook_cells import ALLREDUCE_TRAIN
 SETUP = (
     ALLREDUCE_TRAIN
     + """
+def steps(n, pause):
+    rank = int(os.environ["RANK"])
+    for i in range(n):
+        print(f"rank {rank} step {i}", flush=True)
+        time.sleep(pause)
+    return rank
+
 def numbered(n, pause):
     rank = int(os.environ["RANK"])
     for i in range(n):

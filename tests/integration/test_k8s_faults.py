@@ -32,13 +32,6 @@ def bad_batch(bad):
     if rank == bad:
         raise ValueError(f"batch 3 of rank {rank} is empty")
     time.sleep(60)  # the others wait, as ranks in a collective would
-
-def steps(n, pause):
-    rank = int(os.environ["RANK"])
-    for i in range(n):
-        print(f"rank {rank} step {i}", flush=True)
-        time.sleep(pause)
-    return rank
 """
 
 

@@ -25,21 +25,11 @@ pytestmark = pytest.mark.slow
 
 # 2 pods of 1 CPU each: a queue with a quota of 2 CPUs fits one such job at a time
 QUEUED = "--nodes 2 --procs-per-node 1 --image local/python --cpu 1 --kueue-queue team-a"
-CELLS = """
-def steps(n, pause):
-    rank = int(os.environ["RANK"])
-    for i in range(n):
-        print(f"rank {rank} step {i}", flush=True)
-        time.sleep(pause)
-    return rank
-"""
 
 
 @pytest.fixture
-def k8s_shell(test_cluster, tmp_path, monkeypatch):
-    for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
-        assert sh.run_cell(CELLS, store_history=True).success
-        yield sh
+def k8s_shell(test_cluster, tmp_path, monkeypatch):  # its cells: steps() (k8s_helpers)
+    yield from configured_shell(test_cluster, tmp_path, monkeypatch)
 
 
 def _status(name: str):
