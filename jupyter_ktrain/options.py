@@ -223,7 +223,11 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
             _flag("--priority-class", "scheduling.priority_class"),
             _flag("--gang", "scheduling.gang", choices=("volcano",)),
             _flag("--queue", "scheduling.queue", help="Volcano queue (with --gang volcano)"),
-            _flag("--kueue-queue", "scheduling.kueue_queue", help="Kueue LocalQueue"),
+            _flag(
+                "--kueue-queue",
+                "scheduling.kueue_queue",
+                help="Kueue LocalQueue: wait there for quota (default: config kueue_queue)",
+            ),
             _flag("--service-account", "scheduling.service_account"),
             _flag(
                 "--image-pull-secret",
