@@ -81,17 +81,21 @@ def test_schema_violation_is_rejected_with_field_path(test_cluster, tmp_path):
         )
         .read_text()
         .replace("namespace: default", f"namespace: {test_cluster.namespace}")
-        .replace("replicas: 3", "replicas: three")
     )
+    worker = bad.read_text().split("    Worker:", 1)
+    nameless = worker[1].replace(
+        "          - name: pytorch\n            image", "          - image", 1
+    )
+    bad.write_text(worker[0] + "    Worker:" + nameless)  # the Worker's container has no name
     r = test_cluster.kubectl("apply", "-f", str(bad))
     assert r.returncode != 0
-    assert "spec.pytorchReplicaSpecs.Worker.replicas" in r.stderr
-    assert "must be of type integer" in r.stderr
+    assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].name" in r.stderr
+    assert "Required value" in r.stderr
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(
-        bad.read_text()
-        .replace("replicas: three", "replicas: 3")
-        .replace("pytorchReplicaSpecs:", "notAField: 1\n  pytorchReplicaSpecs:")
+        (worker[0] + "    Worker:" + worker[1]).replace(
+            "pytorchReplicaSpecs:", "notAField: 1\n  pytorchReplicaSpecs:"
+        )
     )
     r = test_cluster.kubectl("create", "-f", str(unknown))
     assert r.returncode != 0
