@@ -10,14 +10,21 @@ import pytest
 
 pytest.importorskip("kubernetes")
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 DDP = Path(__file__).parents[1] / "data" / "cluster" / "ddp-2x2.pytorchjob.yaml"
 
 
 def _wait(pred, timeout: float = 60, every: float = 0.1):
+    """``pred()`` until it is true; an object not made yet (404) is not true yet."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = pred()
+        try:
+            value = pred()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            value = None
         if value:
             return value
         time.sleep(every)
