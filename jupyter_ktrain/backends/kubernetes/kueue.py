@@ -68,12 +68,11 @@ class QueueInfo:
     position: int | None = None
 
 
-def owner_of(workload: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, name) of the job that owns ``workload`` (its controller reference)."""
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("kind", "")), str(ref.get("name", ""))
-    return None
+def owner_of(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The controller reference of ``workload`` (the job Kueue made it for: ``kind``, ``name``,
+    ``uid``), or {}."""
+    refs = (workload.get("metadata") or {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), {})
 
 
 def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

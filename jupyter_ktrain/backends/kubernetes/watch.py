@@ -294,23 +294,19 @@ def owned_workload(
     job's pod sets change; the old one is deleted)."""
     kind, name = str(job.get("kind") or ""), job["metadata"]["name"]
     uid = job["metadata"].get("uid")
-    mine = [
-        w
-        for w in workloads
-        if (kueue.owner_of(w) or ("", ""))[1] == name
-        and (kueue.owner_of(w) or ("", ""))[0] in ("", kind)
-        and (uid is None or _owner_uid(w) in (None, uid))
-    ]
-    if not mine:
+
+    def mine(workload: Mapping[str, Any]) -> bool:
+        ref = kueue.owner_of(workload)
+        return (
+            ref.get("name") == name
+            and (not kind or ref.get("kind") in ("", None, kind))
+            and (uid is None or ref.get("uid") in (None, uid))
+        )
+
+    found = [w for w in workloads if mine(w)]
+    if not found:
         return None
-    return dict(max(mine, key=lambda w: str(w["metadata"].get("creationTimestamp") or "")))
-
-
-def _owner_uid(workload: Mapping[str, Any]) -> str | None:
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid")) if ref.get("uid") else None
-    return None
+    return dict(max(found, key=lambda w: str(w["metadata"].get("creationTimestamp") or "")))
 
 
 _NOT_REPLICAS = frozenset({"Service", "Endpoints", "EndpointSlice", "ConfigMap"})
