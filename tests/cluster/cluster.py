@@ -132,6 +132,7 @@ class Cluster:
             registry,
             pod_ip=self.plane.address,
             kubectl=self.plane.bin / "kubectl",
+            host_hosts=self.plane.hosts,
         )
         self.faults = Faults(self.proxy, self.kubelet, self.admin)
         self._nodes = nodes or [Node()]

@@ -8,7 +8,8 @@ at their mountPaths, memory-medium emptyDirs are tmpfs (so ``/dev/shm`` is priva
 kubelet would on its node). Where ``unshare`` is not available, commands, args and env values
 that start with a mountPath are rewritten to the host directory instead, and host names are
 not resolvable (MASTER_ADDR-style env values naming a Service are rewritten to 127.0.0.1).
-Network, PID and user namespaces are shared: all pods listen on 127.0.0.1.
+As root, each pod also has its own network and host name (``netns.py``); otherwise the
+network is shared and all pods listen on 127.0.0.1. PID and user namespaces are shared.
 """
 
 from __future__ import annotations
@@ -236,18 +237,26 @@ def prepare_volumes(
     return out
 
 
-def hosts_file(names: dict[str, set[str]], ns: str, path: Path, own: str) -> None:
+def hosts_file(
+    addresses: dict[str, dict[str, str]], ns: str, path: Path, own: str, own_ip: str
+) -> None:
     """Write the pod's /etc/hosts in place (the bind mount keeps the inode): every Service and
-    Pod name (and ``hostname.subdomain``) resolves to this machine, as cluster DNS would
-    resolve them to the pod: short names of the pod's own namespace, ``name.namespace.svc``
-    forms of every namespace (a Trainer pod reaches its controller's Service that way)."""
-    hosts = {own, "localhost", socket.gethostname()}
-    for space, in_space in names.items():
-        for n in in_space:
+    Pod name (and ``hostname.subdomain``) resolves to its address (``addresses``: namespace ->
+    name -> IP, the kubelet's), as cluster DNS would: short names of the pod's own namespace,
+    ``name.namespace.svc`` forms of every namespace (a Trainer pod reaches its controller's
+    Service that way); the pod's own name to its own address."""
+    by_ip: dict[str, set[str]] = {"127.0.0.1": {"localhost"}}
+    by_ip.setdefault(own_ip, set()).add(own)
+    if own_ip == "127.0.0.1":  # pods share this machine's network (and host name)
+        by_ip["127.0.0.1"].add(socket.gethostname())
+    for space, in_space in addresses.items():
+        for n, ip in in_space.items():
+            names = by_ip.setdefault(ip, set())
             if space == ns:
-                hosts.add(n)
-            hosts.update({f"{n}.{space}", f"{n}.{space}.svc", f"{n}.{space}.svc.cluster.local"})
-    text = "127.0.0.1\t" + " ".join(sorted(hosts)) + "\n::1\tlocalhost ip6-localhost\n"
+                names.add(n)
+            names.update({f"{n}.{space}", f"{n}.{space}.svc", f"{n}.{space}.svc.cluster.local"})
+    lines = [f"{ip}\t{' '.join(sorted(names))}\n" for ip, names in sorted(by_ip.items())]
+    text = "".join(lines) + "::1\tlocalhost ip6-localhost\n"
     if not path.exists() or path.read_text() != text:
         with path.open("r+" if path.exists() else "w") as fh:
             fh.seek(0)
@@ -255,17 +264,28 @@ def hosts_file(names: dict[str, set[str]], ns: str, path: Path, own: str) -> Non
             fh.truncate()
 
 
+def resolv_conf(ns: str, path: Path) -> None:
+    """The pod's /etc/resolv.conf, as the kubelet writes it for ``dnsPolicy: ClusterFirst``,
+    for a pod with a network of its own (``netns.py``): /etc/hosts stands in for the cluster
+    DNS, so the name server is none that answers (a resolver that asks DNS first, such as
+    gRPC's c-ares, is refused at once rather than waiting on this machine's unreachable one)."""
+    path.write_text(
+        f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
+        "nameserver 127.0.0.1\noptions ndots:5\n"
+    )
+
+
 SHIMS = Path(__file__).resolve().parent / "shims"
 
 
-def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
+def base_env(pod: dict[str, Any], api_port: int, api_host: str = "127.0.0.1") -> dict[str, str]:
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # PATH may hold a relative venv
     return {
         "PATH": f"{SHIMS}:{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "HOSTNAME": pod["metadata"]["name"],
-        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_HOST": api_host,
         "KUBERNETES_SERVICE_PORT": str(api_port),
         # Every pod here is on this machine, so Open MPI would take each host of an MPIJob's
         # hostfile for the launcher's own node (and refuse the hostfile); told not to resolve
@@ -294,9 +314,10 @@ def mount_script(
     hosts: Path | None,
     workdir: str,
     scratch: Path,
+    resolv: Path | None = None,
 ) -> str:
     """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts,
-    then the pod's /etc/hosts (when given) and its working directory."""
+    then the pod's /etc/hosts and /etc/resolv.conf (when given) and its working directory."""
     q = shlex.quote
     lines = ["set -e"]
     for i, base in enumerate(_overlays([m[3] for m in mounts])):
@@ -315,6 +336,8 @@ def mount_script(
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
     if hosts is not None:
         lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
+    if resolv is not None:
+        lines.append(f"mount --bind {q(str(resolv))} /etc/resolv.conf")
     lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")
     lines.append('exec "$@"')
     return "\n".join(lines)
