@@ -9,8 +9,9 @@ may listen on the same port (a Ray worker's fixed metrics and agent ports), each
 this machine (the API server, controllers' Services) at its own address, which the host
 answers locally (no forwarding). Processes on this machine reach pods at their IPs.
 
-Needs root and ``ip``; where either is missing, :meth:`Network.create` returns None and pods
-share this machine's network as before (``sandbox.py``).
+Needs root and ``ip``, and is on only with ``KTRAIN_TEST_POD_NETWORKS=1`` for now (the
+TrainJob patches test fails with it, not yet understood); otherwise pods share this machine's
+network as before (``sandbox.py``).
 """
 
 from __future__ import annotations
