@@ -98,6 +98,13 @@ class PodWorker(threading.Thread):
         self.images: dict[str, Image] = {}
         self.net: netns.PodNet | None = None  # the pod's own network, where there is one
         self.ip = kubelet.pod_ip
+        # the pod's host name and, with a subdomain, its FQDN: the kubelet's own /etc/hosts line
+        self.hostname = (spec.get("hostname") or self.name)[:63]
+        self.own_names = [self.hostname]
+        if spec.get("subdomain"):
+            self.own_names.append(
+                f"{self.hostname}.{spec['subdomain']}.{self.ns}.svc.cluster.local"
+            )
 
     # -- control from outside ---------------------------------------------------------------
 
@@ -180,14 +187,13 @@ class PodWorker(threading.Thread):
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             if self.k.net is not None and self.net is None:
-                spec = self.pod["spec"]
                 with self.lock:
                     if self.stopping.is_set():
                         return False
-                    self.net = self.k.net.add(self.uid, spec.get("hostname") or self.name)
+                    self.net = self.k.net.add(self.uid, self.hostname)
                 self.ip = self.net.ip
                 self.pod.setdefault("status", {})["podIP"] = self.ip  # for the downward API
-            self.k.write_hosts(self.ns, self.hosts, self.name, self.ip)
+            self.k.write_hosts(self.ns, self.hosts, self.own_names, self.ip)
             self.mounts_by_volume = sandbox.prepare_volumes(
                 self.k, self.pod, self.dir, self.k.root / "pvcs"
             )
@@ -481,7 +487,9 @@ class PodWorker(threading.Thread):
                 "strategic",
             )
         except ApiError as exc:
-            if exc.code in (404, 409):  # deleted, or a new pod of the same name
+            # deleted, or a new pod of the same name (its uid differs from ours: 409, or 422
+            # where the deleted pod's replacement already exists)
+            if exc.code in (404, 409) or (exc.code == 422 and "metadata.uid" in str(exc)):
                 self.stopping.set()
                 return
             raise
@@ -540,9 +548,9 @@ class Kubelet:
         self.pod_ip = pod_ip
         self.host_hosts = host_hosts  # /etc/hosts of the host-network controllers (KubeRay's)
         self.use_unshare = sandbox.unshare_works()
-        # each pod's own network namespace on a bridge (root, and asked for: a TrainJob test
-        # still fails with it), else this machine's network
-        wanted = self.use_unshare and os.environ.get("KTRAIN_TEST_POD_NETWORKS") == "1"
+        # each pod's own network namespace on a bridge, as on a cluster (where we are root;
+        # KTRAIN_TEST_POD_NETWORKS=0 turns it off), else this machine's network
+        wanted = self.use_unshare and os.environ.get("KTRAIN_TEST_POD_NETWORKS") != "0"
         self.net = netns.Network.create(os.urandom(3).hex()) if wanted else None
         # where pods reach this machine's servers (the API server, controllers' Services)
         self.api_host = pod_ip if self.net is not None else "127.0.0.1"
@@ -609,7 +617,7 @@ class Kubelet:
         with contextlib.suppress(ApiError):
             self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
 
-    def write_hosts(self, ns: str, path: Path, own: str, own_ip: str = "127.0.0.1") -> None:
+    def write_hosts(self, ns: str, path: Path, own: list[str], own_ip: str = "127.0.0.1") -> None:
         sandbox.hosts_file(self._addresses(), ns, path, own, own_ip if self.net else "127.0.0.1")
 
     def _addresses(self) -> dict[str, dict[str, str]]:
@@ -624,7 +632,8 @@ class Kubelet:
             mine = out.setdefault(ns, {})
             pods = sorted((key, v) for key, v in kinds.items() if key.startswith("pod/"))
             for key, (names, _, ip) in kinds.items():
-                if key.startswith("pod/"):
+                # a pod with no address yet (or no more) has no name, as in cluster DNS
+                if key.startswith("pod/") and (ip or self.net is None):
                     for n in names:
                         mine[n] = ip or self.api_host
             for key, (names, selector, _) in kinds.items():
@@ -868,9 +877,9 @@ class Kubelet:
                 changed.add(ns)
         for w in list(self.workers.values()):  # names of every namespace resolve in each pod
             if changed and w.hosts.exists():
-                self.write_hosts(w.ns, w.hosts, w.name, w.ip)
+                self.write_hosts(w.ns, w.hosts, w.own_names, w.ip)
         if changed and self.host_hosts is not None:
-            self.write_hosts("", self.host_hosts, "localhost")
+            self.write_hosts("", self.host_hosts, ["localhost"])
 
     def _pod_event(self, typ: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]

@@ -9,9 +9,9 @@ may listen on the same port (a Ray worker's fixed metrics and agent ports), each
 this machine (the API server, controllers' Services) at its own address, which the host
 answers locally (no forwarding). Processes on this machine reach pods at their IPs.
 
-Needs root and ``ip``, and is on only with ``KTRAIN_TEST_POD_NETWORKS=1`` for now (the
-TrainJob patches test fails with it, not yet understood); otherwise pods share this machine's
-network as before (``sandbox.py``).
+Needs root, ``ip`` and ``nsenter``; ``KTRAIN_TEST_POD_NETWORKS=0`` turns it off. Without it,
+pods share this machine's network (``sandbox.py``): all listen on 127.0.0.1, and two pods that
+bind the same fixed port (Ray's) clash.
 """
 
 from __future__ import annotations

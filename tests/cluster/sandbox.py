@@ -238,15 +238,16 @@ def prepare_volumes(
 
 
 def hosts_file(
-    addresses: dict[str, dict[str, str]], ns: str, path: Path, own: str, own_ip: str
+    addresses: dict[str, dict[str, str]], ns: str, path: Path, own: list[str], own_ip: str
 ) -> None:
     """Write the pod's /etc/hosts in place (the bind mount keeps the inode): every Service and
     Pod name (and ``hostname.subdomain``) resolves to its address (``addresses``: namespace ->
     name -> IP, the kubelet's), as cluster DNS would: short names of the pod's own namespace,
     ``name.namespace.svc`` forms of every namespace (a Trainer pod reaches its controller's
-    Service that way); the pod's own name to its own address."""
+    Service that way); the pod's own host name (and FQDN, ``own``) to its own address, as the
+    kubelet's line for the pod (Gloo finds its interface by resolving the host name)."""
     by_ip: dict[str, set[str]] = {"127.0.0.1": {"localhost"}}
-    by_ip.setdefault(own_ip, set()).add(own)
+    by_ip.setdefault(own_ip, set()).update(own)
     if own_ip == "127.0.0.1":  # pods share this machine's network (and host name)
         by_ip["127.0.0.1"].add(socket.gethostname())
     for space, in_space in addresses.items():

@@ -115,7 +115,7 @@ def test_kubeflow_training_sdk_create_wait_logs_delete(test_cluster):
 
 
 POD = {
-    "metadata": {"name": "p"},
+    "metadata": {"name": "p", "labels": {"app": "p"}},
     "spec": {
         "restartPolicy": "OnFailure",
         "volumes": [
@@ -133,7 +133,7 @@ POD = {
                 "command": ["sh", "-c"],
                 "args": [
                     "echo tok=$TOKEN a=$(cat /etc/cfg/x/a.txt) $(GREETING) host=$(getent hosts "
-                    "p-svc | cut -c1-9); df /dev/shm | tail -1 | cut -c1-5; "
+                    "p-svc | cut -d' ' -f1); df /dev/shm | tail -1 | cut -c1-5; "
                     "test -f /data/ran && exit 0; touch /data/ran; exit 3"
                 ],
                 "env": [
@@ -167,7 +167,8 @@ def test_pod_env_volumes_restart_and_previous_logs(test_cluster, api):
             },
         },
     )
-    v1.create_namespaced_service(ns, {"metadata": {"name": "p-svc"}, "spec": {"clusterIP": "None"}})
+    headless = {"clusterIP": "None", "selector": {"app": "p"}}
+    v1.create_namespaced_service(ns, {"metadata": {"name": "p-svc"}, "spec": headless})
     v1.create_namespaced_pod(ns, POD)
     pod = _wait(
         lambda: (p := v1.read_namespaced_pod("p", ns)).status.phase == "Succeeded" and p, 30
@@ -178,7 +179,8 @@ def test_pod_env_volumes_restart_and_previous_logs(test_cluster, api):
     assert status.state.terminated.reason == "Completed"
     previous = v1.read_namespaced_pod_log("p", ns, previous=True)
     current = v1.read_namespaced_pod_log("p", ns, timestamps=True)
-    assert "tok=t0k a=A hi host=127.0.0.1" in previous
+    # the headless Service's name is the pod's own address, as cluster DNS answers it
+    assert f"tok=t0k a=A hi host={pod.status.pod_ip}" in previous, previous
     assert "tmpfs" in previous  # /dev/shm is the pod's own memory-backed emptyDir
     assert current.split(" ", 1)[0].endswith("Z")
     assert v1.read_namespaced_pod_log("p", ns, limit_bytes=5) == "tok=t"
