@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import exec_ws, netns, sandbox
+from . import exec_ws, netns, probes, sandbox
 from .image_shims import shim_image
 from .images import Image, Puller
 from .kubelet_server import KubeletServer
@@ -53,10 +53,15 @@ class _Run:
     readers: list[threading.Thread] = field(default_factory=list)
     context: tuple[dict[str, str], str] | None = None  # env and working dir, for exec
     execs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # kubectl exec's
+    prober: probes.Prober | None = None  # this start's readiness probe, if it has one
 
     @property
     def name(self) -> str:
         return str(self.spec["name"])
+
+    @property
+    def ready(self) -> bool:
+        return "running" in self.state and (self.prober is None or self.prober.ready)
 
     def status(self) -> dict[str, Any]:
         running = "running" in self.state
@@ -65,7 +70,7 @@ class _Run:
             "image": self.spec.get("image", ""),
             "imageID": "",
             "containerID": f"process://{self.proc.pid}" if self.proc else "",
-            "ready": running,
+            "ready": self.ready,
             "started": running,
             "restartCount": self.restarts,
             "state": copy.deepcopy(self.state),
@@ -252,6 +257,8 @@ class PodWorker(threading.Thread):
     def _step(self, r: _Run) -> None:
         if r.done or self.stopping.is_set():
             return
+        if r.prober is not None and "running" in r.state and not self.k.stalled(self.node):
+            r.prober.tick()
         if r.proc is None or r.proc.poll() is not None:
             if r.proc is not None and "running" in r.state:
                 self._terminated(r)
@@ -346,7 +353,8 @@ class PodWorker(threading.Thread):
             resolv = self.dir / "resolv.conf" if self.net else None
             if resolv is not None:
                 sandbox.resolv_conf(self.ns, resolv)
-            script = sandbox.mount_script(mounts, self.hosts, workdir, scratch, resolv)
+            tmp = scratch / "tmp"  # the container's own /tmp
+            script = sandbox.mount_script(mounts, self.hosts, workdir, scratch, resolv, tmp)
             full = [
                 *(self.net.enter() if self.net else []),
                 "unshare",
@@ -387,10 +395,28 @@ class PodWorker(threading.Thread):
         with self.lock:
             r.proc = proc
             r.context = (env, exec_cwd)
+        r.prober = self._prober(r, env, exec_cwd)
         r.started = now()
         r.state = {"running": {"startedAt": r.started}}
         r.readers = self._readers(proc, log)
         self.k.event(self.pod, "Started", f"Started container {r.name}")
+
+    def _prober(self, r: _Run, env: dict[str, str], cwd: str) -> probes.Prober | None:
+        """The container's readiness probe (a new one each start: it starts not ready)."""
+        probe = r.spec.get("readinessProbe")
+        if not probe or r.init or r.proc is None:
+            return None
+        pid = r.proc.pid if self.k.use_unshare else None
+        target = exec_ws.Container(env, cwd, pid)
+        host = self.ip if self.net is not None else "127.0.0.1"
+        try:
+            attempt = probes.attempt(
+                probe, r.spec, host, lambda cmd: exec_ws.command_argv(target, cmd), env
+            )
+        except ValueError as exc:  # a port name the container does not have: never ready
+            self.k.event(self.pod, "Unhealthy", f"Readiness probe errored: {exc}", "Warning")
+            return probes.Prober(probe, lambda _timeout: False)
+        return probes.Prober(probe, attempt) if attempt is not None else None
 
     def _readers(self, proc: subprocess.Popen[bytes], log: Path) -> list[threading.Thread]:
         remaining = [2]
@@ -439,7 +465,7 @@ class PodWorker(threading.Thread):
         if self.k.stalled(self.node) or (self.stopping.is_set() and not force):
             return
         phase = self._phase()
-        ready = all("running" in r.state for r in self.runs)
+        ready = all(r.ready for r in self.runs)
         not_ready = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
         conds = {
             "Initialized": (self.initialized, "ContainersNotInitialized"),

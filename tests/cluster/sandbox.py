@@ -316,29 +316,50 @@ def mount_script(
     workdir: str,
     scratch: Path,
     resolv: Path | None = None,
+    tmp: Path | None = None,
 ) -> str:
     """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts,
-    then the pod's /etc/hosts and /etc/resolv.conf (when given) and its working directory."""
+    then the pod's /etc/hosts and /etc/resolv.conf (when given) and its working directory.
+
+    With ``tmp``, the container's own /tmp (a folder of its own, fresh each start, as its
+    writable layer would be) is mounted first; sources in this machine's /tmp (the kubelet's
+    folders, often) are then reached through a descriptor of that /tmp held meanwhile."""
     q = shlex.quote
+
+    def src(path: Path | str) -> str:
+        p = str(path)
+        if tmp is not None and (p == "/tmp" or p.startswith("/tmp/")):
+            return '"$H"' + q(p[len("/tmp") :]) if p != "/tmp" else '"$H"'
+        return q(p)
+
     lines = ["set -e"]
-    for i, base in enumerate(_overlays([m[3] for m in mounts])):
+    if tmp is not None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        lines += ["exec 9</tmp", "H=/proc/$$/fd/9", f"mount --bind {q(str(tmp))} /tmp"]
+    in_tmp = [m[3] for m in mounts if m[3] == "/tmp" or m[3].startswith("/tmp/")]
+    for i, base in enumerate(
+        _overlays([m[3] for m in mounts if tmp is None or m[3] not in in_tmp])
+    ):
         up, work = scratch / f"overlay-{i}" / "up", scratch / f"overlay-{i}" / "work"
         up.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        opts = f"lowerdir={base},upperdir={up},workdir={work}"
-        lines.append(f"mount -t overlay overlay -o {q(opts)} {q(base)}")
-    for kind, src, opt, dst, ro in mounts:
+        opts = f"lowerdir={src(base)},upperdir={src(up)},workdir={src(work)}"
+        lines.append(f"mount -t overlay overlay -o {opts} {q(base)}")
+    for kind, source, opt, dst, ro in mounts:
         lines.append(f"mkdir -p {q(dst)}")
         if kind == "tmpfs":
             lines.append(f"mount -t tmpfs {'-o ' + q(opt) + ' ' if opt else ''}tmpfs {q(dst)}")
         else:
-            lines.append(f"mount --bind {q(str(src))} {q(dst)}")
+            lines.append(f"mount -c --bind {src(str(source))} {q(dst)}")
         if ro:
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
     if hosts is not None:
-        lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
+        lines.append(f"mount -c --bind {src(hosts)} /etc/hosts")
     if resolv is not None:
-        lines.append(f"mount --bind {q(str(resolv))} /etc/resolv.conf")
+        lines.append(f"mount -c --bind {src(resolv)} /etc/resolv.conf")
+    if tmp is not None:
+        lines.append("exec 9<&-")
     lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")
     lines.append('exec "$@"')
     return "\n".join(lines)
