@@ -216,8 +216,15 @@ def test_oom_kill_and_exit_code_restart_policy(test_cluster, api):
     co = client.CustomObjectsApi(api)
     co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", job)
     v1 = client.CoreV1Api(api)
-    first = _wait(
-        lambda: (p := v1.read_namespaced_pod("ec-worker-0", ns)).status.phase == "Running" and p
+    first = _wait(  # listed, not read: the operator may not have made the pod yet (404)
+        lambda: next(
+            (
+                p
+                for p in v1.list_namespaced_pod(ns).items
+                if p.metadata.name == "ec-worker-0" and p.status.phase == "Running"
+            ),
+            None,
+        )
     )
     test_cluster.faults.oom_kill(ns, "ec-worker-0")
     events = _wait(
