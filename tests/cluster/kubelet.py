@@ -354,7 +354,9 @@ class PodWorker(threading.Thread):
             if resolv is not None:
                 sandbox.resolv_conf(self.ns, resolv)
             tmp = scratch / "tmp"  # the container's own /tmp
-            script = sandbox.mount_script(mounts, self.hosts, workdir, scratch, resolv, tmp)
+            script = sandbox.mount_script(
+                mounts, self.hosts, workdir, scratch, resolv, tmp, self.k.shared
+            )
             full = [
                 *(self.net.enter() if self.net else []),
                 "unshare",
@@ -566,8 +568,11 @@ class Kubelet:
         pod_ip: str = "127.0.0.1",
         kubectl: Path | None = None,
         host_hosts: Path | None = None,
+        shared: Path | None = None,
     ) -> None:
         self.api = api
+        # a folder of this machine's /tmp that stays visible in each container's own /tmp
+        self.shared = shared
         self.root = root
         self.api_port = api_port
         self.server = KubeletServer(self, serving)

@@ -317,13 +317,15 @@ def mount_script(
     scratch: Path,
     resolv: Path | None = None,
     tmp: Path | None = None,
+    shared: Path | None = None,
 ) -> str:
     """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts,
     then the pod's /etc/hosts and /etc/resolv.conf (when given) and its working directory.
 
     With ``tmp``, the container's own /tmp (a folder of its own, fresh each start, as its
     writable layer would be) is mounted first; sources in this machine's /tmp (the kubelet's
-    folders, often) are then reached through a descriptor of that /tmp held meanwhile."""
+    folders, often) are then reached through a descriptor of that /tmp held meanwhile.
+    ``shared``, a folder of this machine's /tmp, stays visible at its path."""
     q = shlex.quote
 
     def src(path: Path | str) -> str:
@@ -337,6 +339,11 @@ def mount_script(
         tmp.mkdir(parents=True, exist_ok=True)
         tmp.chmod(0o1777)
         lines += ["exec 9</tmp", "H=/proc/$$/fd/9", f"mount --bind {q(str(tmp))} /tmp"]
+        if shared is not None and str(shared).startswith("/tmp/"):
+            lines += [
+                f"mkdir -p {q(str(shared))}",
+                f"mount -c --bind {src(shared)} {q(str(shared))}",
+            ]
     in_tmp = [m[3] for m in mounts if m[3] == "/tmp" or m[3].startswith("/tmp/")]
     for i, base in enumerate(
         _overlays([m[3] for m in mounts if tmp is None or m[3] not in in_tmp])

@@ -246,6 +246,7 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     body: dict[str, Any] = {
         "entrypoint": shlex.join(single_process_command(code.mount_path)),
         "shutdownAfterJobFinishes": True,
+        "submitterPodTemplate": _ray_submitter(template, labels),
     }
     rp = spec.run_policy
     if rp.ttl_seconds_after_finished is not None:
@@ -254,6 +255,30 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
         body["activeDeadlineSeconds"] = rp.active_deadline_seconds
     body["rayClusterSpec"] = cluster
     return _object(spec, labels, body)
+
+
+def _ray_submitter(template: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """KubeRay's submitter pod (``ray job submit``, which prints the driver's output) as
+    KubeRay makes it by default (the head's image, its resources), with the job's labels and
+    its container named as the Ray pods' (KubeRay takes the first): its log is the driver's,
+    followed like every pod of the job. KubeRay fills in the command."""
+    pod = template["spec"]
+    container = {
+        "name": pod["containers"][0]["name"],
+        "image": pod["containers"][0]["image"],
+        "resources": copy.deepcopy(RAY_SUBMITTER_RESOURCES),
+    }
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    for key in ("imagePullSecrets", "serviceAccountName", "nodeSelector", "tolerations"):
+        if key in pod:
+            spec[key] = copy.deepcopy(pod[key])
+    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+RAY_SUBMITTER_RESOURCES = {
+    "limits": {"cpu": "1", "memory": "1Gi"},
+    "requests": {"cpu": "500m", "memory": "200Mi"},
+}
 
 
 def _head_and_workers(spec: JobSpec, head: str, template: dict[str, Any]) -> dict[str, Any]:
