@@ -104,10 +104,14 @@ def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_en
         (container,) = template["spec"]["containers"]
         assert container["name"] == "ray"
         assert not {"command", "args"} & set(container)  # KubeRay's ray start runs
+        assert {"name": "KTRAIN_RANK", "value": "0"} in container["env"]  # a task reports
         assert {"name": "ktrain-code", "mountPath": "/ktrain"} in [
             {k: m[k] for k in ("name", "mountPath")} for m in container["volumeMounts"]
         ]  # the driver on the head, a task's imports on a worker
         assert template["metadata"]["labels"]["ktrain.io/job"] == "ray"
+    submitter = body["submitterPodTemplate"]  # its log (the driver's) followed as the pods'
+    assert submitter["metadata"]["labels"]["ktrain.io/job"] == "ray"
+    assert submitter["spec"]["containers"][0]["name"] == "ray"
     one = render(spec.evolve(nodes=1), CodeSource()).job
     assert "workerGroupSpecs" not in one["spec"]["rayClusterSpec"]  # the head alone
 
