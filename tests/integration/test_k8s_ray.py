@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from jupyter_ktrain.errors import JobFailed
+
 pytest.importorskip("kubernetes")
 pytest.importorskip("ray")
 
@@ -38,6 +40,16 @@ def spread(n):
     hosts = ray.get([where.remote(i) for i in range(n)])
     print(f"driver saw {len(set(hosts))} hosts", flush=True)
     return sorted(hosts)
+
+
+def failing():
+    ray.init()
+
+    @ray.remote
+    def load(shard):
+        raise ValueError(f"shard {shard} is empty")
+
+    return ray.get(load.remote(3))
 """
 
 
@@ -69,3 +81,14 @@ def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, ca
     # a report from inside a task is the driver's record (Ray's prefix read through)
     values = sorted(v for vs in reported(job, "task").values() for v in vs)
     assert values == [0.0, 1.0, 2.0], (values, out)
+
+
+def test_a_task_that_raises_fails_the_cell_with_its_traceback(k8s_shell, capsys):
+    assert k8s_shell.run_cell(RAY_CELL, store_history=True).success
+    with pytest.raises(JobFailed) as info:
+        k8s_shell.run_cell_magic(
+            "ktrain", "--kind RayJob --nodes 2 --image local/python --name ray-bad", "failing()\n"
+        )
+    error, out = str(info.value), capsys.readouterr().out
+    assert "RayTaskError(ValueError)" in error, (error, out)
+    assert "ValueError: shard 3 is empty" in error, (error, out)  # the task's own traceback
