@@ -269,11 +269,18 @@ def resolv_conf(ns: str, path: Path) -> None:
     """The pod's /etc/resolv.conf, as the kubelet writes it for ``dnsPolicy: ClusterFirst``,
     for a pod with a network of its own (``netns.py``): /etc/hosts stands in for the cluster
     DNS, so the name server is none that answers (a resolver that asks DNS first, such as
-    gRPC's c-ares, is refused at once rather than waiting on this machine's unreachable one)."""
+    gRPC's c-ares, is refused at once rather than waiting on this machine's unreachable one).
+    Beside it, ``nsswitch.conf`` (mounted with it): host names from /etc/hosts alone, which
+    answers as the cluster DNS would: a name or address it lacks is unknown (NXDOMAIN), not a
+    failure to retry (a refused name server reads as one: c10d warns on each peer)."""
     path.write_text(
         f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
         "nameserver 127.0.0.1\noptions ndots:5\n"
     )
+    host = Path("/etc/nsswitch.conf")
+    lines = host.read_text().splitlines() if host.exists() else []
+    kept = [ln for ln in lines if not ln.startswith("hosts:")]
+    path.with_name("nsswitch.conf").write_text("\n".join([*kept, "hosts: files"]) + "\n")
 
 
 SHIMS = Path(__file__).resolve().parent / "shims"
@@ -363,8 +370,9 @@ def mount_script(
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
     if hosts is not None:
         lines.append(f"mount -c --bind {src(hosts)} /etc/hosts")
-    if resolv is not None:
+    if resolv is not None:  # and the nsswitch.conf beside it (resolv_conf)
         lines.append(f"mount -c --bind {src(resolv)} /etc/resolv.conf")
+        lines.append(f"mount -c --bind {src(resolv.with_name('nsswitch.conf'))} /etc/nsswitch.conf")
     if tmp is not None:
         lines.append("exec 9<&-")
     lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")

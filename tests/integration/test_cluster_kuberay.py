@@ -76,6 +76,13 @@ def _json(test_cluster, *args: str) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.fixture(autouse=True)
+def _pod_networks(test_cluster):
+    """Ray's nodes bind the same fixed ports: each pod needs its own network (as root)."""
+    if test_cluster.cluster.kubelet.net is None:
+        pytest.skip("the test cluster runs without a network per pod (needs root, ip, nsenter)")
+
+
 def test_rayjob_tasks_run_on_both_workers(test_cluster):
     driver = {
         "apiVersion": "v1",

@@ -58,6 +58,13 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
     yield from configured_shell(test_cluster, tmp_path, monkeypatch)
 
 
+@pytest.fixture(autouse=True)
+def _pod_networks(test_cluster):
+    """Ray's nodes bind the same fixed ports: each pod needs its own network (as root)."""
+    if test_cluster.cluster.kubelet.net is None:
+        pytest.skip("the test cluster runs without a network per pod (needs root, ip, nsenter)")
+
+
 def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, capsys):
     assert k8s_shell.run_cell(RAY_CELL, store_history=True).success
     job = k8s_shell.run_cell_magic(
