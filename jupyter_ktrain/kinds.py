@@ -204,6 +204,27 @@ KIND_TABLE: dict[str, JobKind] = {
             replica_key="xgbReplicaSpecs",
             replicas=(ReplicaType("Master", singleton=True, required=True), ReplicaType("Worker")),
         ),
+        # KubeRay: a Ray cluster (a head + one worker group) made for the job, whose pods KubeRay
+        # starts with its own `ray start` commands; the program is the job's entrypoint (the
+        # driver, run on the head by Ray's job supervisor, submitted from KubeRay's submitter
+        # pod). Pod names carry generated parts: <job>-<5>-head-<5>, <job>-<5>-worker-worker-<5>
+        JobKind(
+            name="RayJob",
+            group="ray.io",
+            version="v1",
+            plural="rayjobs",
+            crd_file="ray.io_rayjobs.yaml",
+            container="ray",
+            builder="rayjob",
+            launcher="single",
+            replicas=(
+                ReplicaType(
+                    "Head", singleton=True, pod_name="{job}-xxxxx-head-xxxxx", metrics=False
+                ),
+                ReplicaType("Worker", pod_name="{job}-xxxxx-worker-worker-xxxxx", metrics=False),
+            ),
+            container_required=False,
+        ),
     )
 }
 KINDS: tuple[str, ...] = tuple(KIND_TABLE)

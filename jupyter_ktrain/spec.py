@@ -291,6 +291,12 @@ def _check_cross_fields(spec: JobSpec) -> None:
         check_dns_label("--env-from-secret", secret, "Secret name")
     if info.trainer_runtime:
         _check_trainer_runtime(spec)
+    if spec.metrics_port is not None and not any(r.metrics for r in info.replicas):
+        able = _kinds_that(lambda k: any(r.metrics for r in k.replicas))
+        raise SpecError(
+            f"--metrics-port is served by the agent each pod runs, and a {kind}'s pods run "
+            f"none; drop --metrics-port or use --kind {able}."
+        )
     fixed = [r for r in info.replicas if not r.exit_code_restarts]
     if fixed and spec.run_policy.restart_policy == "ExitCode":
         raise SpecError(

@@ -15,6 +15,12 @@ with :data:`RECORD_MARK` followed by one JSON object with a ``"type"`` key::
 Lines with neither prefix (torchrun's own messages, a crash before the runtime started) belong
 to the node. This module is pure: no I/O.
 
+A Ray driver prints what its tasks and actors print with Ray's own prefix, ``(fn pid=123,
+ip=10.0.0.3) `` (the ``ip`` only from another node, the prefix in ANSI colour unless
+``RAY_COLOR_PREFIX=0``, a deduplicated line ending `` [repeated 2x across cluster]``):
+:func:`parse_line` reads through that prefix, so a record a Ray task writes is the same record,
+and the rest of such a line keeps Ray's prefix as its text.
+
 The record vocabulary lives here and nowhere else: producers and consumers import the record
 types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`, and a warm
 job's :data:`READY`, :data:`RUN`, :data:`RUN_END`) and
@@ -58,6 +64,10 @@ __all__ = [
 RECORD_MARK = "@@ktrain "
 AGENT_PREFIX = "[agent]: "
 _RANK_RE = re.compile(r"^\[rank(\d+)\]: ?")
+_ANSI = r"(?:\x1b\[[0-9;]*m)?"
+# Ray's prefix of a line a task or actor printed (ray._private.worker.print_worker_logs)
+_RAY_RE = re.compile(rf"^{_ANSI}\((?:[^()]* )?pid=\d+(?:, ip=[^()\s]+)?\){_ANSI} ")
+_RAY_REPEATED_RE = re.compile(r" \[repeated \d+x across cluster\].*$")
 
 # -- the record vocabulary: every record is {TYPE: one of these, ...} ---------------------------
 TYPE = "type"
@@ -128,13 +138,28 @@ def metric_values(record: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def _through_ray(text: str) -> str:
+    """``text`` past Ray's prefix of a task's line (and its dedup note), else ``text``."""
+    m = _RAY_RE.match(text)
+    return _RAY_REPEATED_RE.sub("", text[m.end() :]) if m else text
+
+
+def _line(text: str, rank: int | None, source: str) -> LogLine:
+    body = _through_ray(text)
+    record = _record(body)
+    return LogLine(text=body if record is not None else text, rank=rank, source=source,
+                   record=record)  # fmt: skip
+
+
 def parse_line(line: str) -> LogLine:
     """Split one line (without its newline) into rank/agent/node, text and record."""
+    ray = _RAY_RE.match(line)
+    if ray:  # Ray's prefix outermost: a driver's own stdout, not the runtime's
+        inner = parse_line(_through_ray(line))
+        return inner if inner.record is not None else _line(line, inner.rank, inner.source)
     m = _RANK_RE.match(line)
     if m:
-        text = line[m.end() :]
-        return LogLine(text=text, rank=int(m.group(1)), source="rank", record=_record(text))
+        return _line(line[m.end() :], int(m.group(1)), "rank")
     if line.startswith(AGENT_PREFIX):
-        text = line[len(AGENT_PREFIX) :]
-        return LogLine(text=text, source="agent", record=_record(text))
-    return LogLine(text=line, source="node")
+        return _line(line[len(AGENT_PREFIX) :], None, "agent")
+    return _line(line, None, "node")

@@ -5,6 +5,8 @@ Each launcher names the global rank its own way, so every reader asks :func:`glo
 - torchrun (PyTorchJob, TrainJob, the local backend) and the Training Operator's XGBoostJob
   set ``RANK``;
 - Open MPI (an MPIJob's ranks) sets ``OMPI_COMM_WORLD_RANK``, MPICH/Intel MPI ``PMI_RANK``;
+- a RayJob's pods set ``KTRAIN_RANK=0`` (ktrain's own, last in line): the processes Ray starts
+  there for the driver's tasks are the driver's, whose rank is 0, so a task's report is its;
 - a TFJob sets only ``TF_CONFIG``: ``{"cluster": {"chief": [...], "worker": [...]}, "task":
   {"type": "worker", "index": 1}}``. Ranks follow the kind table's replica order (chief,
   master, worker, ps), so worker 1 behind one chief is rank 2.
@@ -23,7 +25,7 @@ from . import mpi
 
 __all__ = ["RANK_ENV", "TF_ORDER", "global_rank", "node_index"]
 
-RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")  # the first one set wins
+RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "KTRAIN_RANK")  # the first set wins
 TF_ORDER = ("chief", "master", "worker", "ps")  # TF_CONFIG task types in rank order
 
 

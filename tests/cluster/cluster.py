@@ -113,6 +113,7 @@ class Cluster:
         workdir: Path | None = None,
         registry: str | None = None,
         nodes: list[Node] | None = None,
+        shared: Path | None = None,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ktrain-cluster-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
@@ -132,6 +133,8 @@ class Cluster:
             registry,
             pod_ip=self.plane.address,
             kubectl=self.plane.bin / "kubectl",
+            host_hosts=self.plane.hosts,
+            shared=shared,
         )
         self.faults = Faults(self.proxy, self.kubelet, self.admin)
         self._nodes = nodes or [Node()]

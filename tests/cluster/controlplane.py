@@ -1,6 +1,8 @@
 """The real control plane, as local processes: etcd, kube-apiserver (RBAC on), kube-controller-
 manager, kube-scheduler, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller,
-JobSet and Kueue, each with its webhooks served over TLS (built by ``build/build.sh``).
+JobSet and Kueue, each with its webhooks served over TLS, and the KubeRay operator (its webhook,
+which only validates RayClusters, left off as its chart does by default) (built by
+``build/build.sh``).
 
 Webhooks are reached as on a cluster: the projects' own webhook configurations name a Service,
 whose endpoints (an EndpointSlice we write, as the endpoints controller would for the
@@ -55,9 +57,11 @@ KUEUE_FRAMEWORKS = (
     "kubeflow.org/xgboostjob",
     "trainer.kubeflow.org/trainjob",
     "jobset.x-k8s.io/jobset",
+    "ray.io/rayjob",
 )
 # CRDs whose versions Kueue's webhook converts (its certificate rotator injects their CA)
 KUEUE_CONVERTED = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueueclusters")
+KUBERAY_NS = "ray-system"
 WEBHOOK_DIR = "/tmp/k8s-webhook-server"  # controller-runtime's default certificate folder
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -107,7 +111,9 @@ class Proc:
         self.name = name
         self.log = log
         env = {**os.environ, "GOMAXPROCS": "2", **(env or {})}
-        if mounts:  # folders only this component sees, as its pod's volumes
+        if mounts:  # folders only this component sees, as its pod's volumes (and /etc/hosts)
+            mounts = dict(mounts)
+            hosts = mounts.pop("/etc/hosts", None)
             for dst in mounts:  # a scratch folder of /tmp is made on the host, as it always was
                 if Path(dst).parent == Path("/tmp"):
                     Path(dst).mkdir(exist_ok=True)
@@ -115,7 +121,7 @@ class Proc:
                 ("dir", src, "", dst, False) for dst, src in sorted(mounts.items())
             ]
             scratch = log.parent.parent / "mounts" / name
-            script = sandbox.mount_script(binds, None, os.getcwd(), scratch)
+            script = sandbox.mount_script(binds, hosts, os.getcwd(), scratch)
             unshare = ["unshare", "-m", "--propagation", "private", "--"]
             argv = [*unshare, "sh", "-c", script, "sh", *argv]
         self.fh = log.open("ab")
@@ -165,6 +171,7 @@ class ControlPlane:
         self.kubeconfig = workdir / "admin.kubeconfig"
         self.address = _advertise_address()
         self._mounts: dict[str, tuple[str, str, Path]] = {}  # component -> its cert Secret
+        self.hosts = workdir / "hosts"  # every Service and Pod name, for a host-network pod
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -284,7 +291,7 @@ class ControlPlane:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ips=("127.0.0.1", "10.96.0.1"),
+            ips=("127.0.0.1", "10.96.0.1", self.address),
         )
         to_kubelet = pki.issue(
             "apiserver-kubelet-client", "kube-apiserver", org="system:masters", client=True
@@ -304,8 +311,9 @@ class ControlPlane:
                 str(self.bin / "kube-apiserver"),
                 "--etcd-servers",
                 f"http://127.0.0.1:{etcd_port}",
+                # every address: pods with a network of their own reach it at this machine's
                 "--bind-address",
-                "127.0.0.1",
+                "0.0.0.0",
                 "--secure-port",
                 str(self.port),
                 "--advertise-address",
@@ -487,6 +495,7 @@ class ControlPlane:
             "trainer/base/crds",
             "jobset/components/crd/bases",
             "multus",  # NetworkAttachmentDefinitions: an RDMA cluster's Multus networks
+            "kuberay",
         ):
             self.apply_folder(m / folder)
         self._kueue_crds()
@@ -503,6 +512,7 @@ class ControlPlane:
                 return self._healthy(url, verify=False)
 
             _wait(name, ready, proc, timeout=180)
+        self._kuberay()
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         runtime = m / "trainer/base/runtimes/torch_distributed.yaml"
         _retry(lambda: self.kubectl("apply", "--server-side", "-f", str(runtime)), 60)
@@ -538,6 +548,33 @@ class ControlPlane:
             env={"MY_POD_NAMESPACE": OPERATOR_NS},
         )
         return "training-operator", f"http://127.0.0.1:{health}/readyz", proc
+
+    def _kuberay(self) -> None:
+        """The KubeRay operator: it reaches each Ray head's dashboard through the Service's
+        cluster DNS name, which ``hosts`` (kept by the kubelet, as for a host-network pod)
+        resolves."""
+        self._namespace(KUBERAY_NS)
+        health = free_port()
+        if not self.hosts.exists():
+            self.hosts.write_text("127.0.0.1\tlocalhost\n")
+        proc = self._start(
+            "kuberay-operator",
+            [
+                str(self.bin / "kuberay-operator"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--metrics-addr",
+                f"127.0.0.1:{free_port()}",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{health}",
+                "--enable-leader-election=false",
+                "--log-stdout-encoder",
+                "console",
+            ],
+            mounts={"/etc/hosts": self.hosts},
+            env={"POD_NAMESPACE": KUBERAY_NS},
+        )
+        _wait("kuberay-operator", lambda: _http_ok(f"http://127.0.0.1:{health}/readyz"), proc)
 
     def _mount_secret(self, namespace: str, name: str, folder: Path) -> None:
         """The controller's certificate Secret as its pod would have it mounted (the rotator

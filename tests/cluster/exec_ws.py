@@ -57,10 +57,10 @@ DRAIN_IDLE_S = 1.0  # after exit: output a background child still holds open is 
 @dataclass(frozen=True)
 class Container:
     """Where the command runs: the container's env and working directory; ``pid`` is a process
-    of the container whose mount namespace the command enters (``nsenter -t PID -m``; None
-    where the kubelet runs containers without one). ``started`` is told the command's process
-    (its own process group): the kubelet ends it with the container, as a runtime ends every
-    process of a container that stops."""
+    of the container whose mount, network and UTS namespaces the command enters (``nsenter -t
+    PID -m -n -u``; None where the kubelet runs containers without them). ``started`` is told
+    the command's process (its own process group): the kubelet ends it with the container, as a
+    runtime ends every process of a container that stops."""
 
     env: Mapping[str, str]
     cwd: str = "/"
@@ -96,7 +96,7 @@ def command_argv(container: Container, command: list[str]) -> list[str]:
     if container.pid is None:
         return list(command)
     enter = 'cd "$0" 2>/dev/null || cd /; exec "$@"'
-    return ["nsenter", "-t", str(container.pid), "-m", "--", "/bin/sh", "-c", enter,
+    return ["nsenter", "-t", str(container.pid), "-m", "-n", "-u", "--", "/bin/sh", "-c", enter,
             container.cwd, *command]  # fmt: skip
 
 

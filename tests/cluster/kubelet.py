@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import exec_ws, sandbox
+from . import exec_ws, netns, probes, sandbox
 from .image_shims import shim_image
 from .images import Image, Puller
 from .kubelet_server import KubeletServer
@@ -53,10 +53,15 @@ class _Run:
     readers: list[threading.Thread] = field(default_factory=list)
     context: tuple[dict[str, str], str] | None = None  # env and working dir, for exec
     execs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # kubectl exec's
+    prober: probes.Prober | None = None  # this start's readiness probe, if it has one
 
     @property
     def name(self) -> str:
         return str(self.spec["name"])
+
+    @property
+    def ready(self) -> bool:
+        return "running" in self.state and (self.prober is None or self.prober.ready)
 
     def status(self) -> dict[str, Any]:
         running = "running" in self.state
@@ -65,7 +70,7 @@ class _Run:
             "image": self.spec.get("image", ""),
             "imageID": "",
             "containerID": f"process://{self.proc.pid}" if self.proc else "",
-            "ready": running,
+            "ready": self.ready,
             "started": running,
             "restartCount": self.restarts,
             "state": copy.deepcopy(self.state),
@@ -96,6 +101,15 @@ class PodWorker(threading.Thread):
         self.initialized = not self.inits
         self.mounts_by_volume: dict[str, tuple[str, Path | None, str]] = {}
         self.images: dict[str, Image] = {}
+        self.net: netns.PodNet | None = None  # the pod's own network, where there is one
+        self.ip = kubelet.pod_ip
+        # the pod's host name and, with a subdomain, its FQDN: the kubelet's own /etc/hosts line
+        self.hostname = (spec.get("hostname") or self.name)[:63]
+        self.own_names = [self.hostname]
+        if spec.get("subdomain"):
+            self.own_names.append(
+                f"{self.hostname}.{spec['subdomain']}.{self.ns}.svc.cluster.local"
+            )
 
     # -- control from outside ---------------------------------------------------------------
 
@@ -114,6 +128,10 @@ class PodWorker(threading.Thread):
         for r in self.inits + self.runs:
             self._end_execs(r)
         _kill_marked(f"{POD_MARK}={self.uid}")  # what left the process group, as a runtime would
+        with self.lock:
+            net, self.net = self.net, None
+        if net is not None and self.k.net is not None:
+            self.k.net.remove(net)
 
     def report_terminal(self) -> None:
         """After :meth:`stop` for a deletion: each container that ran reads terminated with
@@ -173,7 +191,14 @@ class PodWorker(threading.Thread):
     def _setup(self) -> bool:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.k.write_hosts(self.ns, self.hosts, self.name)
+            if self.k.net is not None and self.net is None:
+                with self.lock:
+                    if self.stopping.is_set():
+                        return False
+                    self.net = self.k.net.add(self.uid, self.hostname)
+                self.ip = self.net.ip
+                self.pod.setdefault("status", {})["podIP"] = self.ip  # for the downward API
+            self.k.write_hosts(self.ns, self.hosts, self.own_names, self.ip)
             self.mounts_by_volume = sandbox.prepare_volumes(
                 self.k, self.pod, self.dir, self.k.root / "pvcs"
             )
@@ -232,6 +257,8 @@ class PodWorker(threading.Thread):
     def _step(self, r: _Run) -> None:
         if r.done or self.stopping.is_set():
             return
+        if r.prober is not None and "running" in r.state and not self.k.stalled(self.node):
+            r.prober.tick()
         if r.proc is None or r.proc.poll() is not None:
             if r.proc is not None and "running" in r.state:
                 self._terminated(r)
@@ -298,7 +325,7 @@ class PodWorker(threading.Thread):
     def _start(self, r: _Run) -> None:
         image = self.images.get(r.spec.get("image", ""), Image())
         try:
-            base = sandbox.base_env(self.pod, self.k.api_port)
+            base = sandbox.base_env(self.pod, self.k.api_port, self.k.api_host)
             for kv in image.env:
                 k, _, v = kv.partition("=")
                 base[k] = v
@@ -323,8 +350,15 @@ class PodWorker(threading.Thread):
         workdir = r.spec.get("workingDir") or image.workdir or "/"
         if self.k.use_unshare:
             scratch = self.dir / "rootfs" / f"{r.name}-{r.restarts}"
-            script = sandbox.mount_script(mounts, self.hosts, workdir, scratch)
+            resolv = self.dir / "resolv.conf" if self.net else None
+            if resolv is not None:
+                sandbox.resolv_conf(self.ns, resolv)
+            tmp = scratch / "tmp"  # the container's own /tmp
+            script = sandbox.mount_script(
+                mounts, self.hosts, workdir, scratch, resolv, tmp, self.k.shared
+            )
             full = [
+                *(self.net.enter() if self.net else []),
                 "unshare",
                 "-m",
                 "--propagation",
@@ -363,10 +397,28 @@ class PodWorker(threading.Thread):
         with self.lock:
             r.proc = proc
             r.context = (env, exec_cwd)
+        r.prober = self._prober(r, env, exec_cwd)
         r.started = now()
         r.state = {"running": {"startedAt": r.started}}
         r.readers = self._readers(proc, log)
         self.k.event(self.pod, "Started", f"Started container {r.name}")
+
+    def _prober(self, r: _Run, env: dict[str, str], cwd: str) -> probes.Prober | None:
+        """The container's readiness probe (a new one each start: it starts not ready)."""
+        probe = r.spec.get("readinessProbe")
+        if not probe or r.init or r.proc is None:
+            return None
+        pid = r.proc.pid if self.k.use_unshare else None
+        target = exec_ws.Container(env, cwd, pid)
+        host = self.ip if self.net is not None else "127.0.0.1"
+        try:
+            attempt = probes.attempt(
+                probe, r.spec, host, lambda cmd: exec_ws.command_argv(target, cmd), env
+            )
+        except ValueError as exc:  # a port name the container does not have: never ready
+            self.k.event(self.pod, "Unhealthy", f"Readiness probe errored: {exc}", "Warning")
+            return probes.Prober(probe, lambda _timeout: False)
+        return probes.Prober(probe, attempt) if attempt is not None else None
 
     def _readers(self, proc: subprocess.Popen[bytes], log: Path) -> list[threading.Thread]:
         remaining = [2]
@@ -415,7 +467,7 @@ class PodWorker(threading.Thread):
         if self.k.stalled(self.node) or (self.stopping.is_set() and not force):
             return
         phase = self._phase()
-        ready = all("running" in r.state for r in self.runs)
+        ready = all(r.ready for r in self.runs)
         not_ready = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
         conds = {
             "Initialized": (self.initialized, "ContainersNotInitialized"),
@@ -426,13 +478,15 @@ class PodWorker(threading.Thread):
             "phase": phase,
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
-            # this machine's address, not loopback: the endpoints controllers refuse loopback,
-            # and Services get endpoints as on a cluster (processes listen on every address)
-            "podIP": self.k.pod_ip,
-            "podIPs": [{"ip": self.k.pod_ip}],
+            # the pod's own address (netns.py), else this machine's, not loopback: the
+            # endpoints controllers refuse loopback, and Services get endpoints as on a cluster
+            "podIP": self.ip,
+            "podIPs": [{"ip": self.ip}],
             "startTime": self.started_at,
             "containerStatuses": [self._main_status(r) for r in self.runs],
         }
+        if self.k.net is not None and self.net is None:  # no address yet (it cannot change)
+            del status["podIP"], status["podIPs"]
         if self.inits:
             status["initContainerStatuses"] = [r.status() for r in self.inits]
         key = repr((status, conds))
@@ -461,7 +515,9 @@ class PodWorker(threading.Thread):
                 "strategic",
             )
         except ApiError as exc:
-            if exc.code in (404, 409):  # deleted, or a new pod of the same name
+            # deleted, or a new pod of the same name (its uid differs from ours: 409, or 422
+            # where the deleted pod's replacement already exists)
+            if exc.code in (404, 409) or (exc.code == 422 and "metadata.uid" in str(exc)):
                 self.stopping.set()
                 return
             raise
@@ -511,21 +567,33 @@ class Kubelet:
         registry: str | None = None,
         pod_ip: str = "127.0.0.1",
         kubectl: Path | None = None,
+        host_hosts: Path | None = None,
+        shared: Path | None = None,
     ) -> None:
         self.api = api
+        # a folder of this machine's /tmp that stays visible in each container's own /tmp
+        self.shared = shared
         self.root = root
         self.api_port = api_port
         self.server = KubeletServer(self, serving)
         self.pod_ip = pod_ip
+        self.host_hosts = host_hosts  # /etc/hosts of the host-network controllers (KubeRay's)
+        self.use_unshare = sandbox.unshare_works()
+        # each pod's own network namespace on a bridge, as on a cluster (where we are root;
+        # KTRAIN_TEST_POD_NETWORKS=0 turns it off), else this machine's network
+        wanted = self.use_unshare and os.environ.get("KTRAIN_TEST_POD_NETWORKS") != "0"
+        self.net = netns.Network.create(os.urandom(3).hex()) if wanted else None
+        # where pods reach this machine's servers (the API server, controllers' Services)
+        self.api_host = pod_ip if self.net is not None else "127.0.0.1"
         self.port = self.server.port
         self.logs = Logs(root / "logs")
         shim = (lambda ref: shim_image(ref, kubectl)) if kubectl is not None else None
         self.puller = Puller(registry, root / "images", shim=shim)
-        self.use_unshare = sandbox.unshare_works()
         self.workers: dict[str, PodWorker] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self._asked: dict[str, dict[str, Any]] = {}  # name -> the manifest it was registered with
-        self.names: dict[str, dict[str, set[str]]] = {}  # ns -> kind -> names (for /etc/hosts)
+        # for /etc/hosts: ns -> "kind/name" -> (names, labels or a Service's selector, podIP)
+        self.names: dict[str, dict[str, tuple[set[str], dict[str, str] | None, str]]] = {}
         self.pod_objects: dict[str, dict[str, Any]] = {}  # uid -> latest pod object
         self._stalled: set[str] = set()
         self._stop = threading.Event()
@@ -580,10 +648,36 @@ class Kubelet:
         with contextlib.suppress(ApiError):
             self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
 
-    def write_hosts(self, ns: str, path: Path, own: str) -> None:
+    def write_hosts(self, ns: str, path: Path, own: list[str], own_ip: str = "127.0.0.1") -> None:
+        sandbox.hosts_file(self._addresses(), ns, path, own, own_ip if self.net else "127.0.0.1")
+
+    def _addresses(self) -> dict[str, dict[str, str]]:
+        """ns -> name -> address: a pod's own IP; a Service's, that of a pod it selects (a
+        running one first; the cluster DNS of a headless Service), else this machine's (a
+        Service whose endpoints we write: a controller's). Without pod networks, all are
+        127.0.0.1, as every pod listens here."""
         with self._lock:
-            names = {space: set().union(*kinds.values()) for space, kinds in self.names.items()}
-        sandbox.hosts_file(names, ns, path, own)
+            spaces = {ns: dict(kinds) for ns, kinds in self.names.items()}
+        out: dict[str, dict[str, str]] = {}
+        for ns, kinds in spaces.items():
+            mine = out.setdefault(ns, {})
+            pods = sorted((key, v) for key, v in kinds.items() if key.startswith("pod/"))
+            for key, (names, _, ip) in kinds.items():
+                # a pod with no address yet (or no more) has no name, as in cluster DNS
+                if key.startswith("pod/") and (ip or self.net is None):
+                    for n in names:
+                        mine[n] = ip or self.api_host
+            for key, (names, selector, _) in kinds.items():
+                if not key.startswith("svc/"):
+                    continue
+                chosen = [ip for _, (_, labels, ip) in pods
+                          if selector and ip and labels is not None
+                          and all(labels.get(k) == v for k, v in selector.items())]  # fmt: skip
+                for n in names:
+                    mine[n] = chosen[0] if chosen else self.api_host
+        if self.net is None:
+            return {ns: dict.fromkeys(names, "127.0.0.1") for ns, names in out.items()}
+        return out
 
     def exec_target(self, ns: str, name: str, container: str) -> exec_ws.Container | None:
         """The running container ``kubectl exec`` reaches, or None."""
@@ -706,6 +800,12 @@ class Kubelet:
 
     def stop(self) -> None:
         self._stop.set()
+        with contextlib.suppress(Exception):
+            self._stop_workers()
+        if self.net is not None:
+            self.net.close()
+
+    def _stop_workers(self) -> None:
         with self.logs.cond:
             self.logs.closing = True
             self.logs.cond.notify_all()
@@ -796,14 +896,21 @@ class Kubelet:
                 spec = o.get("spec") or {}
                 if kind == "pod" and spec.get("hostname") and spec.get("subdomain"):
                     names.add(f"{spec['hostname']}.{spec['subdomain']}")
-                bucket = self.names.setdefault(ns, {}).setdefault(f"{kind}/{meta['name']}", set())
-                bucket.clear()
-                if typ != "DELETED":
-                    bucket.update(names)
+                key = f"{kind}/{meta['name']}"
+                if typ == "DELETED":
+                    self.names.get(ns, {}).pop(key, None)
+                else:
+                    status = o.get("status") or {}
+                    live = status.get("phase") not in ("Succeeded", "Failed")
+                    labels = (meta.get("labels") or {}) if kind == "pod" else spec.get("selector")
+                    ip = status.get("podIP", "") if kind == "pod" and live else ""
+                    self.names.setdefault(ns, {})[key] = (names, labels, ip)
                 changed.add(ns)
         for w in list(self.workers.values()):  # names of every namespace resolve in each pod
             if changed and w.hosts.exists():
-                self.write_hosts(w.ns, w.hosts, w.name)
+                self.write_hosts(w.ns, w.hosts, w.own_names, w.ip)
+        if changed and self.host_hosts is not None:
+            self.write_hosts("", self.host_hosts, ["localhost"])
 
     def _pod_event(self, typ: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]

@@ -174,7 +174,11 @@ class ClusterHandle:
 @pytest.fixture(scope="session")
 def ktrain_cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(
-        tmp_path_factory.mktemp("cluster"), registry=os.environ.get("KTRAIN_TEST_REGISTRY")
+        tmp_path_factory.mktemp("cluster"),
+        registry=os.environ.get("KTRAIN_TEST_REGISTRY"),
+        # the session's folders stay visible in each container's own /tmp: tests pass marks
+        # to their pods through their tmp_path (a shortcut for a volume both would mount)
+        shared=tmp_path_factory.getbasetemp(),
     )
     with cluster:
         yield cluster

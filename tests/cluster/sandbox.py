@@ -8,7 +8,8 @@ at their mountPaths, memory-medium emptyDirs are tmpfs (so ``/dev/shm`` is priva
 kubelet would on its node). Where ``unshare`` is not available, commands, args and env values
 that start with a mountPath are rewritten to the host directory instead, and host names are
 not resolvable (MASTER_ADDR-style env values naming a Service are rewritten to 127.0.0.1).
-Network, PID and user namespaces are shared: all pods listen on 127.0.0.1.
+As root, each pod also has its own network and host name (``netns.py``); otherwise the
+network is shared and all pods listen on 127.0.0.1. PID and user namespaces are shared.
 """
 
 from __future__ import annotations
@@ -236,18 +237,27 @@ def prepare_volumes(
     return out
 
 
-def hosts_file(names: dict[str, set[str]], ns: str, path: Path, own: str) -> None:
+def hosts_file(
+    addresses: dict[str, dict[str, str]], ns: str, path: Path, own: list[str], own_ip: str
+) -> None:
     """Write the pod's /etc/hosts in place (the bind mount keeps the inode): every Service and
-    Pod name (and ``hostname.subdomain``) resolves to this machine, as cluster DNS would
-    resolve them to the pod: short names of the pod's own namespace, ``name.namespace.svc``
-    forms of every namespace (a Trainer pod reaches its controller's Service that way)."""
-    hosts = {own, "localhost", socket.gethostname()}
-    for space, in_space in names.items():
-        for n in in_space:
+    Pod name (and ``hostname.subdomain``) resolves to its address (``addresses``: namespace ->
+    name -> IP, the kubelet's), as cluster DNS would: short names of the pod's own namespace,
+    ``name.namespace.svc`` forms of every namespace (a Trainer pod reaches its controller's
+    Service that way); the pod's own host name (and FQDN, ``own``) to its own address, as the
+    kubelet's line for the pod (Gloo finds its interface by resolving the host name)."""
+    by_ip: dict[str, set[str]] = {"127.0.0.1": {"localhost"}}
+    by_ip.setdefault(own_ip, set()).update(own)
+    if own_ip == "127.0.0.1":  # pods share this machine's network (and host name)
+        by_ip["127.0.0.1"].add(socket.gethostname())
+    for space, in_space in addresses.items():
+        for n, ip in in_space.items():
+            names = by_ip.setdefault(ip, set())
             if space == ns:
-                hosts.add(n)
-            hosts.update({f"{n}.{space}", f"{n}.{space}.svc", f"{n}.{space}.svc.cluster.local"})
-    text = "127.0.0.1\t" + " ".join(sorted(hosts)) + "\n::1\tlocalhost ip6-localhost\n"
+                names.add(n)
+            names.update({f"{n}.{space}", f"{n}.{space}.svc", f"{n}.{space}.svc.cluster.local"})
+    lines = [f"{ip}\t{' '.join(sorted(names))}\n" for ip, names in sorted(by_ip.items())]
+    text = "".join(lines) + "::1\tlocalhost ip6-localhost\n"
     if not path.exists() or path.read_text() != text:
         with path.open("r+" if path.exists() else "w") as fh:
             fh.seek(0)
@@ -255,17 +265,35 @@ def hosts_file(names: dict[str, set[str]], ns: str, path: Path, own: str) -> Non
             fh.truncate()
 
 
+def resolv_conf(ns: str, path: Path) -> None:
+    """The pod's /etc/resolv.conf, as the kubelet writes it for ``dnsPolicy: ClusterFirst``,
+    for a pod with a network of its own (``netns.py``): /etc/hosts stands in for the cluster
+    DNS, so the name server is none that answers (a resolver that asks DNS first, such as
+    gRPC's c-ares, is refused at once rather than waiting on this machine's unreachable one).
+    Beside it, ``nsswitch.conf`` (mounted with it): host names from /etc/hosts alone, which
+    answers as the cluster DNS would: a name or address it lacks is unknown (NXDOMAIN), not a
+    failure to retry (a refused name server reads as one: c10d warns on each peer)."""
+    path.write_text(
+        f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
+        "nameserver 127.0.0.1\noptions ndots:5\n"
+    )
+    host = Path("/etc/nsswitch.conf")
+    lines = host.read_text().splitlines() if host.exists() else []
+    kept = [ln for ln in lines if not ln.startswith("hosts:")]
+    path.with_name("nsswitch.conf").write_text("\n".join([*kept, "hosts: files"]) + "\n")
+
+
 SHIMS = Path(__file__).resolve().parent / "shims"
 
 
-def base_env(pod: dict[str, Any], api_port: int) -> dict[str, str]:
+def base_env(pod: dict[str, Any], api_port: int, api_host: str = "127.0.0.1") -> dict[str, str]:
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # PATH may hold a relative venv
     return {
         "PATH": f"{SHIMS}:{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "HOSTNAME": pod["metadata"]["name"],
-        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_HOST": api_host,
         "KUBERNETES_SERVICE_PORT": str(api_port),
         # Every pod here is on this machine, so Open MPI would take each host of an MPIJob's
         # hostfile for the launcher's own node (and refuse the hostfile); told not to resolve
@@ -294,27 +322,59 @@ def mount_script(
     hosts: Path | None,
     workdir: str,
     scratch: Path,
+    resolv: Path | None = None,
+    tmp: Path | None = None,
+    shared: Path | None = None,
 ) -> str:
     """sh script run inside ``unshare -m``: (kind, src, opt, mountPath, readOnly) -> mounts,
-    then the pod's /etc/hosts (when given) and its working directory."""
+    then the pod's /etc/hosts and /etc/resolv.conf (when given) and its working directory.
+
+    With ``tmp``, the container's own /tmp (a folder of its own, fresh each start, as its
+    writable layer would be) is mounted first; sources in this machine's /tmp (the kubelet's
+    folders, often) are then reached through a descriptor of that /tmp held meanwhile.
+    ``shared``, a folder of this machine's /tmp, stays visible at its path."""
     q = shlex.quote
+
+    def src(path: Path | str) -> str:
+        p = str(path)
+        if tmp is not None and (p == "/tmp" or p.startswith("/tmp/")):
+            return '"$H"' + q(p[len("/tmp") :]) if p != "/tmp" else '"$H"'
+        return q(p)
+
     lines = ["set -e"]
-    for i, base in enumerate(_overlays([m[3] for m in mounts])):
+    if tmp is not None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        lines += ["exec 9</tmp", "H=/proc/$$/fd/9", f"mount --bind {q(str(tmp))} /tmp"]
+        if shared is not None and str(shared).startswith("/tmp/"):
+            lines += [
+                f"mkdir -p {q(str(shared))}",
+                f"mount -c --bind {src(shared)} {q(str(shared))}",
+            ]
+    in_tmp = [m[3] for m in mounts if m[3] == "/tmp" or m[3].startswith("/tmp/")]
+    for i, base in enumerate(
+        _overlays([m[3] for m in mounts if tmp is None or m[3] not in in_tmp])
+    ):
         up, work = scratch / f"overlay-{i}" / "up", scratch / f"overlay-{i}" / "work"
         up.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        opts = f"lowerdir={base},upperdir={up},workdir={work}"
-        lines.append(f"mount -t overlay overlay -o {q(opts)} {q(base)}")
-    for kind, src, opt, dst, ro in mounts:
+        opts = f"lowerdir={src(base)},upperdir={src(up)},workdir={src(work)}"
+        lines.append(f"mount -t overlay overlay -o {opts} {q(base)}")
+    for kind, source, opt, dst, ro in mounts:
         lines.append(f"mkdir -p {q(dst)}")
         if kind == "tmpfs":
             lines.append(f"mount -t tmpfs {'-o ' + q(opt) + ' ' if opt else ''}tmpfs {q(dst)}")
         else:
-            lines.append(f"mount --bind {q(str(src))} {q(dst)}")
+            lines.append(f"mount -c --bind {src(str(source))} {q(dst)}")
         if ro:
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
     if hosts is not None:
-        lines.append(f"mount --bind {q(str(hosts))} /etc/hosts")
+        lines.append(f"mount -c --bind {src(hosts)} /etc/hosts")
+    if resolv is not None:  # and the nsswitch.conf beside it (resolv_conf)
+        lines.append(f"mount -c --bind {src(resolv)} /etc/resolv.conf")
+        lines.append(f"mount -c --bind {src(resolv.with_name('nsswitch.conf'))} /etc/nsswitch.conf")
+    if tmp is not None:
+        lines.append("exec 9<&-")
     lines.append(f"cd {q(workdir)} 2>/dev/null || cd /")
     lines.append('exec "$@"')
     return "\n".join(lines)

@@ -122,7 +122,7 @@ def test_kubeflow_training_sdk_create_wait_logs_delete(test_cluster):
 
 
 POD = {
-    "metadata": {"name": "p"},
+    "metadata": {"name": "p", "labels": {"app": "p"}},
     "spec": {
         "restartPolicy": "OnFailure",
         "volumes": [
@@ -140,7 +140,7 @@ POD = {
                 "command": ["sh", "-c"],
                 "args": [
                     "echo tok=$TOKEN a=$(cat /etc/cfg/x/a.txt) $(GREETING) host=$(getent hosts "
-                    "p-svc | cut -c1-9); df /dev/shm | tail -1 | cut -c1-5; "
+                    "p-svc | cut -d' ' -f1); df /dev/shm | tail -1 | cut -c1-5; "
                     "test -f /data/ran && exit 0; touch /data/ran; exit 3"
                 ],
                 "env": [
@@ -174,7 +174,8 @@ def test_pod_env_volumes_restart_and_previous_logs(test_cluster, api):
             },
         },
     )
-    v1.create_namespaced_service(ns, {"metadata": {"name": "p-svc"}, "spec": {"clusterIP": "None"}})
+    headless = {"clusterIP": "None", "selector": {"app": "p"}}
+    v1.create_namespaced_service(ns, {"metadata": {"name": "p-svc"}, "spec": headless})
     v1.create_namespaced_pod(ns, POD)
     pod = _wait(
         lambda: (p := v1.read_namespaced_pod("p", ns)).status.phase == "Succeeded" and p, 30
@@ -185,7 +186,8 @@ def test_pod_env_volumes_restart_and_previous_logs(test_cluster, api):
     assert status.state.terminated.reason == "Completed"
     previous = v1.read_namespaced_pod_log("p", ns, previous=True)
     current = v1.read_namespaced_pod_log("p", ns, timestamps=True)
-    assert "tok=t0k a=A hi host=127.0.0.1" in previous
+    # the headless Service's name is the pod's own address, as cluster DNS answers it
+    assert f"tok=t0k a=A hi host={pod.status.pod_ip}" in previous, previous
     assert "tmpfs" in previous  # /dev/shm is the pod's own memory-backed emptyDir
     assert current.split(" ", 1)[0].endswith("Z")
     assert v1.read_namespaced_pod_log("p", ns, limit_bytes=5) == "tok=t"
@@ -221,8 +223,15 @@ def test_oom_kill_and_exit_code_restart_policy(test_cluster, api):
     co = client.CustomObjectsApi(api)
     co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", job)
     v1 = client.CoreV1Api(api)
-    first = _wait(
-        lambda: (p := v1.read_namespaced_pod("ec-worker-0", ns)).status.phase == "Running" and p
+    first = _wait(  # listed, not read: the operator may not have made the pod yet (404)
+        lambda: next(
+            (
+                p
+                for p in v1.list_namespaced_pod(ns).items
+                if p.metadata.name == "ec-worker-0" and p.status.phase == "Running"
+            ),
+            None,
+        )
     )
     test_cluster.faults.oom_kill(ns, "ec-worker-0")
     events = _wait(

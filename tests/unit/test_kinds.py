@@ -51,7 +51,7 @@ def test_each_kind_renders_valid_objects_with_its_pods_in_rank_order(kind: JobKi
 def test_the_kind_flag_takes_every_kind_by_its_name() -> None:
     from jupyter_ktrain.cli_render import build_parser, spec_from_args
 
-    assert set(KINDS) == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob", "XGBoostJob"}
+    assert set(KINDS) == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob", "XGBoostJob", "RayJob"}
     for name in KINDS:
         args = build_parser().parse_args(["--kind", name, "--name", "k", "--image", "py:3"])
         assert spec_from_args(args).kind == name
@@ -89,3 +89,61 @@ def test_deepspeed_and_elastic_name_the_kinds_that_take_them(kind: str) -> None:
         JobSpec.create(name="d", kind=kind, deepspeed={"stage": 2})
     with pytest.raises(SpecError, match=r"--elastic needs --kind PyTorchJob \("):
         JobSpec.create(name="e", kind=kind, nodes=2, elastic="2:2")
+
+
+def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_entrypoint() -> None:
+    spec = JobSpec(name="ray", kind="RayJob", nodes=3, backend="kubernetes", image="py:3")
+    job = render(spec, CodeSource.configmap("ray-code")).job
+    body = job["spec"]
+    assert body["shutdownAfterJobFinishes"] is True
+    assert "jupyter_ktrain.pod.runtime /ktrain/program.py" in body["entrypoint"]
+    cluster = body["rayClusterSpec"]
+    (group,) = cluster["workerGroupSpecs"]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 2)
+    for template in (cluster["headGroupSpec"]["template"], group["template"]):
+        (container,) = template["spec"]["containers"]
+        assert container["name"] == "ray"
+        assert not {"command", "args"} & set(container)  # KubeRay's ray start runs
+        assert {"name": "KTRAIN_RANK", "value": "0"} in container["env"]  # a task reports
+        assert {"name": "ktrain-code", "mountPath": "/ktrain"} in [
+            {k: m[k] for k in ("name", "mountPath")} for m in container["volumeMounts"]
+        ]  # the driver on the head, a task's imports on a worker
+        assert template["metadata"]["labels"]["ktrain.io/job"] == "ray"
+    submitter = body["submitterPodTemplate"]  # its log (the driver's) followed as the pods'
+    assert submitter["metadata"]["labels"]["ktrain.io/job"] == "ray"
+    assert submitter["spec"]["containers"][0]["name"] == "ray"
+    one = render(spec.evolve(nodes=1), CodeSource()).job
+    assert "workerGroupSpecs" not in one["spec"]["rayClusterSpec"]  # the head alone
+
+
+@pytest.mark.parametrize(
+    ("deployment", "ray", "state"),
+    [
+        ("Initializing", "", "Pending"),
+        ("Running", "PENDING", "Running"),
+        ("Running", "RUNNING", "Running"),
+        ("Running", "SUCCEEDED", "Succeeded"),  # the driver is done; the cluster goes after
+        ("Complete", "SUCCEEDED", "Succeeded"),
+        ("Complete", "FAILED", "Failed"),
+        ("Complete", "STOPPED", "Failed"),
+        ("Failed", "", "Failed"),  # e.g. the submitter failed, or activeDeadlineSeconds
+        ("Suspended", "", "Pending"),
+    ],
+)
+def test_rayjob_state_from_kuberays_two_fields(deployment: str, ray: str, state: str) -> None:
+    from jupyter_ktrain.backends.kubernetes.status import job_state
+
+    status = {"jobDeploymentStatus": deployment, "jobStatus": ray}
+    if deployment == "Failed":
+        status |= {"reason": "DeadlineExceeded", "message": "past activeDeadlineSeconds"}
+    got = job_state({"kind": "RayJob", "metadata": {"name": "r"}, "status": status})
+    assert got[0] == state
+    if deployment == "Failed":
+        assert got[1:] == ("DeadlineExceeded", "past activeDeadlineSeconds")
+
+
+def test_rayjob_refuses_a_metrics_port_its_pods_would_not_serve() -> None:
+    from jupyter_ktrain.errors import SpecError
+
+    with pytest.raises(SpecError, match="a RayJob's pods run none"):
+        JobSpec.create(name="r", kind="RayJob", nodes=2, metrics_port=9400)

@@ -44,8 +44,14 @@ def test_a_plan_starts_only_on_the_backend_that_made_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", sorted(KIND_TABLE))
 def test_pinning_the_pushed_image_equals_rendering_with_it(kind: str) -> None:
+    serves = any(r.metrics for r in KIND_TABLE[kind].replicas)  # not a RayJob's pods
     spec = JobSpec.create(
-        name="pin", kind=kind, nodes=2, namespace="ml", image="base:1", metrics_port=9400
+        name="pin",
+        kind=kind,
+        nodes=2,
+        namespace="ml",
+        image="base:1",
+        metrics_port=9400 if serves else None,
     )
     request, _files = render_request(spec, PROGRAM, registry="reg.example/ktrain/code",
                                      service_monitor=True)  # fmt: skip

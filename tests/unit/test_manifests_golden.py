@@ -54,6 +54,8 @@ CASES = {
     "--restart-policy OnFailure --clean-pod-policy Running --ttl 3600",
     "xgboostjob": f"--kind XGBoostJob --name xgb {COMMON} --rdma tcp --priority-class high "
     "--restart-policy ExitCode --backoff-limit 2",
+    "rayjob": f"--kind RayJob --name ray-tune {COMMON} --rdma infiniband --image-pull-secret ngc "
+    "--ttl 600 --active-deadline 3600 --kueue-queue team-a",
     "trainjob": f"--kind TrainJob --name llama-ft {COMMON_NO_INIT} --rdma infiniband "
     "--image-pull-secret ngc --deepspeed zero3 "
     "--bf16 --micro-batch 1 --kueue-queue team-a --runtime torch-distributed",

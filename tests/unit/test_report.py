@@ -195,3 +195,12 @@ def test_outside_a_job_there_is_no_rank_and_no_record() -> None:
     assert node_index({"TF_CONFIG": _TF_CONFIG}) == 2  # one process per TFJob replica
     assert node_index({"RANK": "7", "PET_NODE_RANK": "1"}) == 1  # torchrun's node, not its rank
     assert node_index({"OMPI_COMM_WORLD_RANK": "3", **_OMPI}) == 1
+
+
+def test_a_ray_task_on_a_rayjob_pod_reports_as_the_driver() -> None:
+    """A RayJob's pods set KTRAIN_RANK=0: the processes Ray starts there for the driver's tasks
+    report as its rank 0; any launcher's own rank wins over it."""
+    from jupyter_ktrain.pod.ranks import global_rank
+
+    assert global_rank({"KTRAIN_RANK": "0"}) == 0
+    assert global_rank({"KTRAIN_RANK": "0", "RANK": "3"}) == 3

@@ -23,7 +23,7 @@ def test_defaults_resolve_one_process_per_gpu_or_one() -> None:
         ({"name": "a" * 60}, "at most"),
         ({"name": "ok", "nodes": 0}, "--nodes must be at least 1"),
         ({"name": "ok", "procs_per_node": 0}, "--procs-per-node"),
-        ({"name": "ok", "kind": "RayJob"}, "--kind"),
+        ({"name": "ok", "kind": "PaddleJob"}, "--kind"),
         ({"name": "ok", "backend": "slurm"}, "--backend"),
         ({"name": "ok", "env": {"1BAD": "x"}}, "--env"),
         ({"name": "ok", "colour": "red"}, "Unknown job option"),

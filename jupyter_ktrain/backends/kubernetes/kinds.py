@@ -1,19 +1,21 @@
 """The builders of the job kinds in :data:`jupyter_ktrain.kinds.KIND_TABLE`, registered by
-name: PyTorchJob, TFJob, MPIJob, XGBoostJob (kubeflow.org/v1) and Kubeflow Trainer v2 TrainJob
-(trainer.kubeflow.org/v1alpha1), each a wrapper around the shared pod template. Pure functions
-of a spec; what a kind is (API, container, replica types and their restart policies) comes from
-the table.
+name: PyTorchJob, TFJob, MPIJob, XGBoostJob (kubeflow.org/v1), Kubeflow Trainer v2 TrainJob
+(trainer.kubeflow.org/v1alpha1) and KubeRay's RayJob (ray.io/v1), each a wrapper around the
+shared pod template. Pure functions of a spec; what a kind is (API, container, replica types
+and their restart policies) comes from the table.
 
 Every replica runs the same command (:func:`jupyter_ktrain.pod.launch.node_command`: the agent
 wrapping what the kind's ``launcher`` names) except where a framework needs otherwise: a TFJob
 or XGBoostJob replica runs one process (TensorFlow reads ``TF_CONFIG``, XGBoost the operator's
-``MASTER_ADDR``/``RANK``), and an MPIJob's launcher runs ``mpirun``, which starts the ranks in
-the workers itself.
+``MASTER_ADDR``/``RANK``), an MPIJob's launcher runs ``mpirun``, which starts the ranks in
+the workers itself, and a RayJob's pods run KubeRay's ``ray start`` (the program is the job's
+entrypoint).
 """
 
 from __future__ import annotations
 
 import copy
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -211,6 +213,75 @@ def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     body = _with_run_policy({}, spec, spec.nodes)
     body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
+
+
+RAY_WORKER_GROUP = "worker"
+RAY_RANK_ENV = "KTRAIN_RANK"
+
+
+@_registered
+def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
+    """A head and ``nodes - 1`` workers (one worker group of fixed size), which KubeRay starts
+    with its own ``ray start`` commands (the containers have none of ours), and the program as
+    the job's entrypoint: the driver, one process under the agent, which Ray's job supervisor
+    runs on the head. The code reaches every pod as for the other kinds (a task's function may
+    import it); KubeRay deletes the Ray cluster once the job ends (``shutdownAfterJobFinishes``).
+    """
+    kind = KIND_TABLE[spec.kind]
+    # a task's process is the driver's: its ktrain.report is rank 0's (pod/ranks.py)
+    role = PodRole(container=kind.container, command=None, extra_env=((RAY_RANK_ENV, "0"),))
+    template = pod_template(spec, code, role, labels)
+    cluster: dict[str, Any] = {
+        "headGroupSpec": {"rayStartParams": {}, "template": copy.deepcopy(template)}
+    }
+    if spec.nodes > 1:
+        workers = spec.nodes - 1
+        cluster["workerGroupSpecs"] = [
+            {
+                "groupName": RAY_WORKER_GROUP,
+                "replicas": workers,
+                "minReplicas": workers,
+                "maxReplicas": workers,
+                "rayStartParams": {},
+                "template": copy.deepcopy(template),
+            }
+        ]
+    body: dict[str, Any] = {
+        "entrypoint": shlex.join(single_process_command(code.mount_path)),
+        "shutdownAfterJobFinishes": True,
+        "submitterPodTemplate": _ray_submitter(template, labels),
+    }
+    rp = spec.run_policy
+    if rp.ttl_seconds_after_finished is not None:
+        body["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
+    if rp.active_deadline_seconds is not None:
+        body["activeDeadlineSeconds"] = rp.active_deadline_seconds
+    body["rayClusterSpec"] = cluster
+    return _object(spec, labels, body)
+
+
+def _ray_submitter(template: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """KubeRay's submitter pod (``ray job submit``, which prints the driver's output) as
+    KubeRay makes it by default (the head's image, its resources), with the job's labels and
+    its container named as the Ray pods' (KubeRay takes the first): its log is the driver's,
+    followed like every pod of the job. KubeRay fills in the command."""
+    pod = template["spec"]
+    container = {
+        "name": pod["containers"][0]["name"],
+        "image": pod["containers"][0]["image"],
+        "resources": copy.deepcopy(RAY_SUBMITTER_RESOURCES),
+    }
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    for key in ("imagePullSecrets", "serviceAccountName", "nodeSelector", "tolerations"):
+        if key in pod:
+            spec[key] = copy.deepcopy(pod[key])
+    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+RAY_SUBMITTER_RESOURCES = {
+    "limits": {"cpu": "1", "memory": "1Gi"},
+    "requests": {"cpu": "500m", "memory": "200Mi"},
+}
 
 
 def _head_and_workers(spec: JobSpec, head: str, template: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ INSTALL_HINT = {
     "kubeflow.org": "install the Kubeflow Training Operator (kubectl apply --server-side -k "
     '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.8.1")',
     "trainer.kubeflow.org": "install Kubeflow Trainer v2 (kubeflow.org/docs/components/trainer)",
+    "ray.io": "install the KubeRay operator (its Helm chart kuberay/kuberay-operator, v1.6+)",
 }
 
 

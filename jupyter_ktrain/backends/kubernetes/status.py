@@ -47,8 +47,11 @@ JOBSET_RESTARTS_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 
 def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(state, reason, message) from the job's conditions."""
-    conds = (job.get("status") or {}).get("conditions") or []
+    """(state, reason, message) from the job's conditions (a RayJob's: its two fields)."""
+    status = job.get("status") or {}
+    if "jobDeploymentStatus" in status:
+        return _ray_state(status)
+    conds = status.get("conditions") or []
     true = [c for c in conds if c.get("status") == "True"]
     for c in reversed(true):
         kind = c.get("type")
@@ -78,6 +81,25 @@ def queued_state(
             where = f" to ClusterQueue {queue.cluster_queue!r}" if queue.cluster_queue else ""
             return state, "Admitted", f"admitted by Kueue{where}"
     return state, reason, message
+
+
+def _ray_state(status: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A RayJob's state: KubeRay's ``jobDeploymentStatus`` (its own progress: Initializing,
+    Running, Complete, Failed, Suspended...) and Ray's ``jobStatus`` (the driver's: PENDING,
+    RUNNING, SUCCEEDED, FAILED, STOPPED). It ends when the deployment is Complete or Failed; a
+    job Ray stopped (``ray job stop``) ends Failed."""
+    deployment = str(status.get("jobDeploymentStatus") or "")
+    ray = str(status.get("jobStatus") or "")
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if ray == "SUCCEEDED" and deployment != "Failed":
+        return SUCCEEDED, reason, message
+    if deployment in ("Complete", "Failed") or ray in ("FAILED", "STOPPED"):
+        return FAILED, reason or ray.title() or deployment, message
+    if deployment == "Suspended":
+        return PENDING, "Suspended", message
+    if ray == "RUNNING" or deployment == "Running":
+        return RUNNING, "", ""
+    return PENDING, reason, message
 
 
 def replica_pods(job: Mapping[str, Any]) -> list[str]:

@@ -3,7 +3,7 @@
 # machine, into a cache keyed by their versions: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
 # JobSet and Kueue, plus the CRDs, webhooks and runtimes from their own modules (and Multus's
-# NetworkAttachmentDefinition CRD from its client module).
+# NetworkAttachmentDefinition CRD from its client module); the KubeRay operator and its CRDs.
 # Prints the cache folder on its last line. Usage: build.sh [--print-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -12,6 +12,7 @@ source "$here/versions.env"
 key=$( (cat "$here/versions.env" "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/etcd/go.mod \
         "$here"/etcd/go.sum "$here"/etcd/main.go "$here"/jobset/go.mod "$here"/jobset/go.sum \
         "$here"/kueue/go.mod "$here"/kueue/go.sum; \
+        cat "$here"/kuberay/go.mod "$here"/kuberay/go.sum "$here"/kuberay/tools.go; \
         go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/$key"
 if [ "${1:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
@@ -46,6 +47,9 @@ have trainer-controller-manager || GOBIN="$tmp/bin" go install -ldflags "-s -w" 
   "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@$TRAINER_VERSION"
 step "JobSet $JOBSET_VERSION"
 have jobset || (cd "$here/jobset" && go build -ldflags "-s -w" -o "$tmp/bin/jobset" sigs.k8s.io/jobset)
+step "KubeRay operator $KUBERAY_VERSION"
+have kuberay-operator || (cd "$here/kuberay" && go build -ldflags "-s -w" -o "$tmp/bin/kuberay-operator" \
+  github.com/ray-project/kuberay/ray-operator)
 
 step "Kueue $KUEUE_VERSION"
 have kueue || (cd "$here/kueue" && go build -ldflags "-s -w" -o "$tmp/bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
@@ -62,6 +66,8 @@ mkdir -p "$tmp/manifests/kueue"
 for part in crd webhook visibility; do
   cp -r "$mod/sigs.k8s.io/kueue@$KUEUE_VERSION/config/components/$part" "$tmp/manifests/kueue/"
 done
+mkdir -p "$tmp/manifests/kuberay"
+cp "$mod/github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION/config/crd/bases"/*.yaml "$tmp/manifests/kuberay/"
 mkdir -p "$tmp/manifests/multus"
 cp "$mod/$nad@$MULTUS_NAD_VERSION/artifacts/networks-crd.yaml" "$tmp/manifests/multus/"
 chmod -R u+w "$tmp/manifests"
