@@ -78,6 +78,12 @@ class JobKind:
     trainer_runtime: bool = False
     elastic: bool = False
     kueue_ignores: str = ""
+    # the program runs once, as the driver of a framework that spreads the work over the nodes
+    # itself (Ray): a local run starts that driver once, its framework local on this machine
+    driver_only: bool = False
+    # environment of every process of the job (the driver's and its framework's), wherever it
+    # runs: what the kind needs of ktrain's line protocol
+    driver_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -217,6 +223,14 @@ KIND_TABLE: dict[str, JobKind] = {
             container="ray",
             builder="rayjob",
             launcher="single",
+            driver_only=True,
+            driver_env=(
+                # a task's process is the driver's: its ktrain.report is rank 0's (pod/ranks.py)
+                ("KTRAIN_RANK", "0"),
+                # Ray folds lines of several tasks that differ only in numbers into one ("[repeated
+                # 2x across cluster]"): ktrain's records (one per report) must all arrive
+                ("RAY_DEDUP_LOGS", "0"),
+            ),
             replicas=(
                 ReplicaType(
                     "Head", singleton=True, pod_name="{job}-xxxxx-head-xxxxx", metrics=False

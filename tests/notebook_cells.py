@@ -57,3 +57,38 @@ def reported(job: Any, name: str) -> dict[int, list[float]]:
         for (rank, metric), series in sorted(model.metrics.items())
         if metric == name
     }
+
+
+# a Ray driver (RayJob): tasks spread over the Ray nodes, each reporting and printing where it ran
+RAY_CELL = """
+import socket
+import time
+
+import jupyter_ktrain as ktrain
+import ray
+
+
+def spread(n):
+    ray.init()
+
+    @ray.remote(scheduling_strategy="SPREAD")
+    def where(i):
+        time.sleep(1)
+        ktrain.report(step=i, task=float(i))
+        print(f"task {i} on {socket.gethostname()}", flush=True)
+        return socket.gethostname()
+
+    hosts = ray.get([where.remote(i) for i in range(n)])
+    print(f"driver saw {len(set(hosts))} hosts", flush=True)
+    return sorted(hosts)
+
+
+def failing():
+    ray.init()
+
+    @ray.remote
+    def load(shard):
+        raise ValueError(f"shard {shard} is empty")
+
+    return ray.get(load.remote(3))
+"""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
-from ..kinds import DEFAULT_KIND
+from ..kinds import DEFAULT_KIND, KIND_TABLE
 from ..pod.agent.warm import CONTROL_ENV
 from ..pod.checkpoint import CHECKPOINTS_ENV
 from ..pod.launch import node_command, operator_env
@@ -281,6 +281,10 @@ class LocalBackend(Backend):
         warm_notes: tuple[str, ...] = (),
         replaces: str = "",
     ) -> LaunchPlan[LocalRequest]:
+        driver = KIND_TABLE[spec.kind].driver_only
+        asked = spec.nodes
+        if driver:  # one driver; ray.init() in it starts Ray on this machine
+            spec = spec.evolve(nodes=1, procs_per_node=1)
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
         port = _free_port(self._ports_in_use())
@@ -309,6 +313,7 @@ class LocalBackend(Backend):
                 CHECKPOINTS_ENV: str(job_dir / "checkpoints"),
                 **gpu_env[node],
                 **_metrics_env(spec, node),
+                **dict(KIND_TABLE[spec.kind].driver_env),
                 MARKER_ENV: marker,
                 **spec.env_dict,
             }
@@ -333,9 +338,15 @@ class LocalBackend(Backend):
         files = {**program.files, **_deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
-        notes = (f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}",)
+        said = f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}"
         text = _describe(spec, nodes)
-        notes = (*warm_notes, *(notes if ignored else ()))
+        notes: tuple[str, ...] = (*warm_notes, *((said,) if ignored else ()))
+        if driver:
+            notes = (
+                *notes,
+                f"local run: the {spec.kind}'s driver runs once here; ray.init() in it starts "
+                f"Ray on this machine's CPUs in place of the {asked} node(s) a cluster gives it",
+            )
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -782,7 +793,7 @@ def cluster_only_settings(spec: JobSpec) -> list[str]:
             spec.scheduling != default.scheduling
         ),
         "--secret-env/--env-from-secret": spec.secret_env or spec.env_from_secrets,
-        "--kind " + spec.kind: spec.kind != DEFAULT_KIND,
+        "--kind " + spec.kind: spec.kind != DEFAULT_KIND and not KIND_TABLE[spec.kind].driver_only,
     }
     return [flag for flag, given in checks.items() if given]
 

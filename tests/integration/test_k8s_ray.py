@@ -13,44 +13,11 @@ from jupyter_ktrain.errors import JobFailed
 pytest.importorskip("kubernetes")
 pytest.importorskip("ray")
 
-from tests.notebook_cells import reported
+from tests.notebook_cells import RAY_CELL, reported
 
 from .k8s_helpers import configured_shell
 
 pytestmark = pytest.mark.slow
-
-RAY_CELL = """
-import socket
-import time
-
-import jupyter_ktrain as ktrain
-import ray
-
-
-def spread(n):
-    ray.init()
-
-    @ray.remote(scheduling_strategy="SPREAD")
-    def where(i):
-        time.sleep(1)
-        ktrain.report(step=i, task=float(i))
-        print(f"task {i} on {socket.gethostname()}", flush=True)
-        return socket.gethostname()
-
-    hosts = ray.get([where.remote(i) for i in range(n)])
-    print(f"driver saw {len(set(hosts))} hosts", flush=True)
-    return sorted(hosts)
-
-
-def failing():
-    ray.init()
-
-    @ray.remote
-    def load(shard):
-        raise ValueError(f"shard {shard} is empty")
-
-    return ray.get(load.remote(3))
-"""
 
 
 @pytest.fixture

@@ -216,7 +216,6 @@ def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
 
 
 RAY_WORKER_GROUP = "worker"
-RAY_RANK_ENV = "KTRAIN_RANK"
 
 
 @_registered
@@ -228,8 +227,7 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     import it); KubeRay deletes the Ray cluster once the job ends (``shutdownAfterJobFinishes``).
     """
     kind = KIND_TABLE[spec.kind]
-    # a task's process is the driver's: its ktrain.report is rank 0's (pod/ranks.py)
-    role = PodRole(container=kind.container, command=None, extra_env=((RAY_RANK_ENV, "0"),))
+    role = PodRole(container=kind.container, command=None, extra_env=kind.driver_env)
     template = pod_template(spec, code, role, labels)
     cluster: dict[str, Any] = {
         "headGroupSpec": {"rayStartParams": {}, "template": copy.deepcopy(template)}
