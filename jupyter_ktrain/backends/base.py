@@ -110,6 +110,8 @@ class JobStatus:
     # the queue that admitted it ("ClusterQueue 'x'"; "" while it waits or went through none)
     evictions: tuple[Eviction, ...] = ()
     admitted_by: str = ""
+    # where to watch the job in its framework's own UI ("Ray dashboard: http://..."), once known
+    dashboard: str = ""
 
     @property
     def restarts(self) -> int:

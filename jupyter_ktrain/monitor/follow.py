@@ -40,7 +40,8 @@ def follow(
     try:
         while True:
             status = _status(job)
-            seen = (status.state, status.replicas, status.message, status.evictions)
+            seen = (status.state, status.replicas, status.message, status.evictions,
+                    status.dashboard)  # fmt: skip
             if seen != last_state:
                 sink.status(status)
                 last_state = seen

@@ -119,6 +119,8 @@ class ModelSink:
             self.model.evicted(e.reason, e.text, e.count, now)
         if status.admitted_by:
             self.model.admitted(status.admitted_by, now)
+        if status.dashboard:
+            self.model.link(status.dashboard, now)
         if status.terminal:
             self.final = status
 

@@ -124,7 +124,7 @@ class LogEntry:
 @dataclass(frozen=True)
 class Alert:
     """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
-    ``rank-silent``, ``restart``, ``resume``, ``admitted``, ``evicted``; ``key`` tells
+    ``rank-silent``, ``restart``, ``resume``, ``admitted``, ``evicted``, ``link``; ``key`` tells
     instances apart (a rank, a GPU, a replica's n-th restart)."""
 
     code: str
@@ -262,6 +262,12 @@ class MonitorModel:
                 )
         self.replicas = rows
         self.version += 1
+
+    def link(self, text: str, now: float) -> None:
+        """Where to watch the job in its framework's own UI (a ``link`` alert, said once)."""
+        if ("link", text) not in self._alerts:
+            self._alerts[("link", text)] = Alert("link", text, text, now)
+            self.version += 1
 
     def admitted(self, where: str, now: float) -> None:
         """A queue admitted the job (Kueue, to ``where``): after it waited as ``Queued``, an

@@ -130,7 +130,7 @@ def log_label(rank: int | None, source: str, node: int | None) -> str:
 # -- alerts --------------------------------------------------------------------------------
 # alert codes that say what happened (a resume from a checkpoint, a queue's eviction and
 # requeue), not that something is wrong with the job
-NOTICES: frozenset[str] = frozenset({"resume", "admitted", "evicted"})
+NOTICES: frozenset[str] = frozenset({"resume", "admitted", "evicted", "link"})
 
 
 # -- plot panels ---------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, ca
     assert set(hosts) <= set(ray_pods), (hosts, ray_pods)
     for i in range(3):
         assert f"task {i} on " in out, out  # each task's line, forwarded by Ray to the driver
+    assert "Ray dashboard: http://ray-" in out, out  # the head Service's dashboard, as KubeRay says
     # a report from inside a task is the driver's record (Ray's prefix read through)
     values = sorted(v for vs in reported(job, "task").values() for v in vs)
     assert values == [0.0, 1.0, 2.0], (values, out)

@@ -217,3 +217,23 @@ def test_a_preemption_is_said_in_kueues_words_without_its_object_ids():
         "accommodate a workload due to prioritization in the ClusterQueue); requeued in "
         "LocalQueue 'team-a'"
     )
+
+
+def test_a_rayjobs_dashboard_is_a_link_said_once():
+    job = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "ray"},
+        "spec": {},
+        "status": {
+            "jobDeploymentStatus": "Running",
+            "jobStatus": "RUNNING",
+            "dashboardURL": "ray-abcde-head-svc.ns.svc.cluster.local:8265",
+        },
+    }
+    status = build_status(job, {}, {}, {}, {})
+    assert status.dashboard == "Ray dashboard: http://ray-abcde-head-svc.ns.svc.cluster.local:8265"
+    m = MonitorModel(JobHeader("ray"))
+    m.link(status.dashboard, 1.0)
+    m.link(status.dashboard, 2.0)
+    assert [(a.code, a.message) for a in m.alerts()] == [("link", status.dashboard)]

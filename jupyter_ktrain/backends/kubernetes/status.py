@@ -83,6 +83,15 @@ def queued_state(
     return state, reason, message
 
 
+def _dashboard(status: Mapping[str, Any]) -> str:
+    """A RayJob's Ray dashboard (KubeRay's ``status.dashboardURL``: the head Service's dashboard
+    port, reachable in the cluster or through ``kubectl port-forward``), as a link."""
+    url = str(status.get("dashboardURL") or "")
+    if not url:
+        return ""
+    return f"Ray dashboard: {url if '://' in url else 'http://' + url}"
+
+
 def _ray_state(status: Mapping[str, Any]) -> tuple[str, str, str]:
     """A RayJob's state: KubeRay's ``jobDeploymentStatus`` (its own progress: Initializing,
     Running, Complete, Failed, Suspended...) and Ray's ``jobStatus`` (the driver's: PENDING,
@@ -289,6 +298,7 @@ def build_status(
         progress=progress or trainer_progress(status.get("trainerStatus")),
         max_restarts=_max_restarts(job),
         evictions=queue.evictions if queue is not None else (),
+        dashboard=_dashboard(status),
         admitted_by=f"ClusterQueue {queue.cluster_queue!r}"
         if queue is not None and queue.admitted and queue.cluster_queue
         else "",
