@@ -81,3 +81,19 @@ def wait_for(pred: Callable[[], Any], timeout: float = 60, every: float = 0.1) -
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s")
+
+
+def checkpoint_claim(test_cluster: Any, tmp_path: Any) -> str:
+    """A ReadWriteMany PersistentVolumeClaim for ``--checkpoints``, made as the notebook user;
+    returns its name."""
+    import uuid
+
+    claim = f"ckpt-{uuid.uuid4().hex[:8]}"
+    pvc = tmp_path / "pvc.yaml"
+    pvc.write_text(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\n"
+        f"metadata: {{name: {claim}}}\n"
+        "spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}\n"
+    )
+    assert test_cluster.kubectl("apply", "-f", str(pvc)).returncode == 0
+    return claim

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.magics import last_monitor
 
 from ..resume_cells import SETUP
-from .k8s_helpers import configured_shell, wait_for
+from .k8s_helpers import checkpoint_claim, configured_shell, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,18 +42,6 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
     for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
         assert sh.run_cell(SETUP, store_history=True).success
         yield sh
-
-
-def _claim(test_cluster: Any, tmp_path: Path) -> str:
-    claim = f"ckpt-{uuid.uuid4().hex[:8]}"
-    pvc = tmp_path / "pvc.yaml"
-    pvc.write_text(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\n"
-        f"metadata: {{name: {claim}}}\n"
-        "spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}\n"
-    )
-    assert test_cluster.kubectl("apply", "-f", str(pvc)).returncode == 0
-    return claim
 
 
 def _delete_held_pod(
@@ -97,7 +84,7 @@ def _losses() -> dict[int, tuple[list[float], list[float]]]:
 def test_a_deleted_elastic_worker_is_made_anew_rejoins_and_ends_as_an_uninterrupted_run(
     k8s_shell, test_cluster, tmp_path, capsys
 ):
-    claim = _claim(test_cluster, tmp_path)
+    claim = checkpoint_claim(test_cluster, tmp_path)
     deleter = _delete_held_pod(test_cluster, tmp_path)
     cell = f"w, first = train(12, 3, None, {str(tmp_path)!r}, hold_at=7)\n"
     job = k8s_shell.run_cell_magic(
@@ -130,7 +117,7 @@ def test_a_deleted_elastic_worker_is_made_anew_rejoins_and_ends_as_an_uninterrup
 def test_an_elastic_job_with_no_room_for_the_new_pod_goes_on_with_one_worker(
     k8s_shell, test_cluster, tmp_path, capsys
 ):
-    claim = _claim(test_cluster, tmp_path)
+    claim = checkpoint_claim(test_cluster, tmp_path)
     cordoned: list[str] = []
     deleter = _delete_held_pod(test_cluster, tmp_path, cordon=True, cordoned=cordoned)
     cell = f"w, first = train(12, 3, None, {str(tmp_path)!r}, hold_at=7)\n"

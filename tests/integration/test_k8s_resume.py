@@ -5,8 +5,6 @@ final model equals, bit for bit, an uninterrupted run's (the local backend's, sa
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import torch
 
@@ -15,7 +13,7 @@ pytest.importorskip("kubernetes")
 from jupyter_ktrain.backends.local import LocalBackend
 
 from ..resume_cells import SETUP
-from .k8s_helpers import configured_shell
+from .k8s_helpers import checkpoint_claim, configured_shell
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +31,7 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
 def test_a_killed_worker_is_restarted_and_resumes_from_the_checkpoint_on_the_claim(
     k8s_shell, test_cluster, tmp_path, capsys
 ):
-    claim = f"ckpt-{uuid.uuid4().hex[:8]}"
-    pvc = tmp_path / "pvc.yaml"
-    pvc.write_text(
-        "apiVersion: v1\nkind: PersistentVolumeClaim\n"
-        f"metadata: {{name: {claim}}}\n"
-        "spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}\n"
-    )
-    assert test_cluster.kubectl("apply", "-f", str(pvc)).returncode == 0
+    claim = checkpoint_claim(test_cluster, tmp_path)
     marks = str(tmp_path)  # the pods' processes run on this machine
     cell = f"w, first = train(12, 3, 7, {marks!r})\n"
     job = k8s_shell.run_cell_magic(

@@ -142,7 +142,7 @@ class QueuePositions:
     """The edge: reads a queued job's position from Kueue's visibility API (at most every
     ``every_s`` per Workload), and the namespace's Workloads for lists. A cluster that does not
     serve the visibility API (an older Kueue, the API not registered, no RBAC for it) is asked
-    once; positions are then left out."""
+    once; positions are then left out. An API that is not available yet is asked again."""
 
     def __init__(self, every_s: float = 3.0) -> None:
         self.every_s = every_s
@@ -167,9 +167,13 @@ class QueuePositions:
         path = ns_path(VISIBILITY_GROUP, VERSION, namespace, "localqueues")
         try:
             got = api.get(f"{path}/{info.queue}/pendingworkloads")
-        except ClusterError:
-            self.served = False if self.served is None else self.served
-            return None
+        except ClusterError as exc:
+            # not served (404) or not allowed (403): not asked again; anything else (503 while
+            # the aggregated API comes up) is asked again after every_s
+            if getattr(exc, "status", None) in (403, 404):
+                self.served = False
+            self._last[name] = (time.monotonic(), pos)
+            return pos
         self.served = True
         pos = pending_position(got.get("items") or [], workload)
         self._last[name] = (time.monotonic(), pos)

@@ -8,7 +8,9 @@ that were delivered already (counted, so two identical lines in one nanosecond b
 When the container restarted meanwhile, the previous container's tail comes first
 (``previous=true``); when the pod was deleted and made anew (the operator's ExitCode policy, a
 deleted pod), the new pod's log follows. The stream ends when the container has terminated
-for good (the pod is done, or the job is), or the pod is gone and the job is over.
+for good (the pod succeeded, or the job is over), or the pod is gone and the job is over. A
+failed pod of a running job is waited on: the operator may not have deleted it yet to make it
+anew, and its next pod's log belongs to this stream too.
 """
 
 from __future__ import annotations
@@ -232,6 +234,11 @@ class PodLogSource(LogSource):
                 continue
             if "terminated" in (cs.get("state") or {}) and (_pod_done(pod) or self._job_over()):
                 self._emit_since()  # a stream cut just before the end: the rest
+                if _phase(pod) == "Failed" and not self._job_over():
+                    # the operator may delete it and make it anew (ExitCode): wait for that
+                    # pod, or for the job's end, before this stream is over
+                    pod = self._wait_started(gone_uid=self._uid)
+                    continue
                 return
             idle = 0 if got else idle + 1
             self._stop.wait(min(0.05 * 2**idle, 1.0))
@@ -274,8 +281,12 @@ class PodLogSource(LogSource):
                 raise
 
 
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
 def _pod_done(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return _phase(pod) in ("Succeeded", "Failed")
 
 
 def wait_all(sources: Iterable[PodLogSource], timeout: float) -> None:

@@ -1,0 +1,110 @@
+"""The order of events that lost a restarted master's log: the container ended (exit 143),
+the pod stayed ``Failed`` for a moment before the operator deleted it and made it anew (its
+ExitCode policy). The stream must wait for the new pod and follow it, not end with the old one.
+The cache and the API are replayed here in the order the real cluster produced them."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from jupyter_ktrain.backends.kubernetes.api import ApiFailure
+from jupyter_ktrain.backends.kubernetes.logs import PodLogSource
+
+
+def _pod(uid: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "ft-master-0", "uid": uid},
+        "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": state}]},
+    }
+
+
+RUNNING: dict[str, Any] = {"running": {}}
+EXITED: dict[str, Any] = {"terminated": {"exitCode": 143}}
+
+
+class _Watch:
+    namespace = "ns"
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.gen = 0
+        self.pod: dict[str, Any] | None = _pod("a", "Running", RUNNING)
+        self.job: dict[str, Any] | None = {
+            "status": {"conditions": [{"type": "Running", "status": "True"}]}
+        }
+
+    @property
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return {} if self.pod is None else {"ft-master-0": self.pod}
+
+    def set(self, pod: dict[str, Any] | None = None, job_done: bool = False) -> None:
+        with self.cond:
+            self.pod = pod
+            if job_done:
+                self.job = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+            self.gen += 1
+            self.cond.notify_all()
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        with self.cond:
+            if self.gen == seen:
+                self.cond.wait(timeout)
+            return self.gen
+
+
+class _Api:
+    """pods/log of whichever pod the watch holds now; a GET of the pod as the API has it."""
+
+    def __init__(self, watch: _Watch) -> None:
+        self.watch = watch
+        self.logs = {
+            "a": [b"2026-11-25T10:00:01.000000000Z rank 0 trains steps 0-11"],
+            "b": [b"2026-11-25T10:00:05.000000000Z resumed from step 5"],
+        }
+        self.first_stream_over = threading.Event()
+
+    def get(self, path: str, query: Any = None) -> Any:
+        if self.watch.pod is None:
+            raise ApiFailure("not found", status=404)
+        return self.watch.pod
+
+    def stream_lines(self, path: str, query: Any) -> Any:
+        pod = self.watch.pod
+        if pod is None:
+            raise ApiFailure("not found", status=404)
+        uid = pod["metadata"]["uid"]
+        if uid == "a" and query.get("follow"):
+            # the container exits while followed; the pod is Failed, still there
+            self.watch.set(_pod("a", "Failed", EXITED))
+            self.first_stream_over.set()
+        return iter(self.logs[uid])
+
+
+def test_a_failed_pod_made_anew_by_the_operator_is_followed_into_its_new_pod() -> None:
+    watch = _Watch()
+    api = _Api(watch)
+    source = PodLogSource(api, watch, "ft-master-0", "pytorch")  # type: ignore[arg-type]
+    assert api.first_stream_over.wait(5)
+    # a moment later: the operator deletes the failed pod and makes it anew; it runs and ends
+    threading.Event().wait(0.3)
+    watch.set(None)
+    watch.set(_pod("b", "Running", RUNNING))
+    threading.Event().wait(0.3)
+    watch.set(_pod("b", "Succeeded", {"terminated": {"exitCode": 0}}), job_done=True)
+    lines = source.finish()
+    assert lines == ["rank 0 trains steps 0-11", "resumed from step 5"]
+    assert source.done
+
+
+def test_a_failed_pod_of_a_job_that_failed_ends_the_stream() -> None:
+    watch = _Watch()
+    api = _Api(watch)
+    source = PodLogSource(api, watch, "ft-master-0", "pytorch")  # type: ignore[arg-type]
+    assert api.first_stream_over.wait(5)
+    with watch.cond:
+        watch.job = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+        watch.gen += 1
+        watch.cond.notify_all()
+    assert source._ended.wait(5)  # no new pod comes: the stream is over once the job is
+    assert source.read() == ["rank 0 trains steps 0-11"]
