@@ -357,6 +357,13 @@ class PodWorker(threading.Thread):
             script = sandbox.mount_script(
                 mounts, self.hosts, workdir, scratch, resolv, tmp, self.k.shared
             )
+            named = any(e.get("name") == "HOME" for e in r.spec.get("env") or [])
+            if base["HOME"] == sandbox.HOST_HOME and not named:
+                # its own home too, empty and fresh each start, as an image's is: not this
+                # machine's, whose dot-files (a local Ray's ~/.ray/auth_token, which turns a
+                # head's token auth on) would reach every pod
+                (tmp / "home").mkdir(mode=0o700, exist_ok=True)
+                env["HOME"] = "/tmp/home"
             full = [
                 *(self.net.enter() if self.net else []),
                 "unshare",

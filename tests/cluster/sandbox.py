@@ -284,13 +284,14 @@ def resolv_conf(ns: str, path: Path) -> None:
 
 
 SHIMS = Path(__file__).resolve().parent / "shims"
+HOST_HOME = os.environ.get("HOME", "/root")
 
 
 def base_env(pod: dict[str, Any], api_port: int, api_host: str = "127.0.0.1") -> dict[str, str]:
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))  # PATH may hold a relative venv
     return {
         "PATH": f"{SHIMS}:{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": os.environ.get("HOME", "/root"),
+        "HOME": HOST_HOME,
         "LANG": "C.UTF-8",
         "HOSTNAME": pod["metadata"]["name"],
         "KUBERNETES_SERVICE_HOST": api_host,
