@@ -130,7 +130,7 @@ def _http(url: str, headers: dict[str, str], timeout: float) -> bool:
     )
     try:
         with opener.open(req, timeout=timeout) as resp:
-            return 200 <= resp.status < 400
+            return 200 <= int(resp.status) < 400
     except urllib.error.HTTPError as exc:
         exc.close()
         return 200 <= exc.code < 400
