@@ -195,6 +195,24 @@ class StreamingDownsampler:
                 self.append(a, b)
         self.revision = revision + 1
 
+    def place(self, x: float, y: float) -> None:
+        """A point that comes after later ones (another process's earlier step): put among
+        the others in ``x`` order, replacing one already at ``x``."""
+        xs, ys = self._candidates()
+        revision = self.revision
+        self._reset()
+        placed = False
+        for a, b in zip(xs, ys, strict=True):
+            if not placed and a >= x:
+                self.append(x, y)
+                placed = True
+                if a == x:
+                    continue
+            self.append(a, b)
+        if not placed:
+            self.append(x, y)
+        self.revision = revision + 1
+
     def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         for x, y in zip(xs, ys, strict=True):
             self.append(x, y)

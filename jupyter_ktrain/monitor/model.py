@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..kinds import DEFAULT_KIND
+from ..kinds import DEFAULT_KIND, job_kind
 from ..pod.progress import Progress, ProgressTracker
 from ..pod.protocol import (
     GPU,
@@ -427,9 +427,19 @@ class MonitorModel:
             if series is None:
                 series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
             elif isinstance(step, int) and series.last is not None and x <= series.last[0]:
+                if self._concurrent_steps:  # another task's earlier step, come late
+                    series.place(x, value)
+                    continue
                 series.truncate(x)  # a restarted run reports this step again: it replaces
                 self._rewound((rank, name), x)
             series.append(x, value)
+
+    @property
+    def _concurrent_steps(self) -> bool:
+        """A driver-only kind (Ray): its tasks report as the driver, many at once, so a step
+        lower than the last is another task's, come late, not a restarted run's."""
+        kind = job_kind(self.header.kind)
+        return kind is not None and kind.driver_only
 
     def _rewound(self, series: tuple[int, str], x: float) -> None:
         """One marker per restart: every series goes back once in a restart, so a series that

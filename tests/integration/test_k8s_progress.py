@@ -30,7 +30,7 @@ def test_a_job_nobody_here_follows_shows_progress_in_lists(k8s_shell, capsys):
     job = k8s_shell.run_cell_magic(
         "ktrain",
         "--nodes 2 --procs-per-node 1 --image local/python --name paced --detach",
-        "steps = paced(40, 0.5)\n",
+        "steps = paced(70, 0.5)\n",
     )
     other = KubernetesBackend(load_config())  # its own connection: follows nothing
     panel = PanelCore({"kubernetes": lambda: KubernetesBackend(load_config())})
@@ -49,10 +49,10 @@ def test_a_job_nobody_here_follows_shows_progress_in_lists(k8s_shell, capsys):
     running = [s for s in seen if s[1] is not None and s[1] < 100]
     assert len(running) >= 2, seen  # seen while it ran, refreshed as it went
     assert running[-1][0] > running[0][0], seen
-    assert all(1 <= step <= 40 for step, _pct, _row in running)
+    assert all(1 <= step <= 70 for step, _pct, _row in running)
     assert any(row["eta_s"] is not None for _s, _p, row in running), seen
-    assert all("/40)" in row["text"] for _s, _p, row in running), running
+    assert all("/70)" in row["text"] for _s, _p, row in running), running
     # once over: the last progress read while it ran is kept, not re-read for every list
     (done,) = [s for s in other.list_jobs() if s.name == "paced"]
     assert done.progress is not None
-    assert done.progress.total == 40
+    assert done.progress.total == 70

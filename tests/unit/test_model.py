@@ -243,3 +243,14 @@ def test_a_resume_with_fewer_ranks_says_the_world_size_changed() -> None:
     assert m.alerts()[0].message == (
         "resumed from step 3 (checkpoint step-3.pt); the world size changed from 4 to 2"
     )
+
+
+def test_ray_tasks_reporting_at_once_keep_every_step_in_order_without_a_restart() -> None:
+    # a RayJob's tasks report as the driver (rank 0), in whatever order they finish
+    m = MonitorModel(JobHeader(name="ray", kind="RayJob"))
+    m.set_state("Running", T0)
+    # step 1 is reported again last: the later value replaces the first
+    for step, loss in ((1, 1.0), (0, 0.0), (2, 2.0), (1, 11.0)):
+        _metric(m, 0, step, loss, T0 + step)
+    assert m.metrics[(0, "loss")].points() == ([0.0, 1.0, 2.0], [0.0, 11.0, 2.0])
+    assert m.markers == []  # no restart is read into it
