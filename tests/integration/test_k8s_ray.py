@@ -68,23 +68,3 @@ def test_a_task_that_raises_fails_the_cell_with_its_traceback(k8s_shell, capsys)
     assert "RayTaskError(ValueError)" in error, (error, out)
     assert "ValueError: shard 3 is empty" in error, (error, out)  # the task's own traceback
 
-
-def test_a_rayjob_waits_in_a_kueue_queue_then_runs(k8s_shell, test_cluster, capsys):
-    """Kueue holds a RayJob too (its ``ray.io/rayjob`` integration): the whole Ray cluster (head,
-    worker and KubeRay's submitter) is admitted at once against the queue's quota."""
-    test_cluster.kueue_queue("team-a", cpu="4")
-    assert k8s_shell.run_cell(RAY_CELL, store_history=True).success
-    job = k8s_shell.run_cell_magic(
-        "ktrain",
-        "--kind RayJob --nodes 2 --cpu 1 --image local/python --kueue-queue team-a --name rq",
-        "hosts = spread(2)\n",
-    )
-    out = capsys.readouterr().out
-    assert job.state == "Succeeded", out
-    assert "admitted by Kueue to ClusterQueue" in out, out
-    assert len(k8s_shell.user_ns["hosts"]) == 2, out
-    got = test_cluster.kubectl("get", "workloads", "-o", "json")
-    (wl,) = json.loads(got.stdout)["items"]
-    assert wl["metadata"]["ownerReferences"][0]["kind"] == "RayJob", wl["metadata"]
-    conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
-    assert conds.get("Finished") == "True", conds
