@@ -67,4 +67,3 @@ def test_a_task_that_raises_fails_the_cell_with_its_traceback(k8s_shell, capsys)
     error, out = str(info.value), capsys.readouterr().out
     assert "RayTaskError(ValueError)" in error, (error, out)
     assert "ValueError: shard 3 is empty" in error, (error, out)  # the task's own traceback
-
