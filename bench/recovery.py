@@ -230,7 +230,8 @@ def main() -> None:
             f"torch.save+fsync {saves['torch_fsync']:.0f}",
             flush=True,
         )
-        with Cluster(tmp / "cluster") as cluster:
+        # the kill marks live in tmp: it stays visible in each container's own /tmp
+        with Cluster(tmp / "cluster", shared=tmp) as cluster:
             retried = 0
             samples: dict[str, list[dict[str, float]]] = {}
             for rep in range(REPEATS):  # the modes in turn, so a slow spell hits each alike
