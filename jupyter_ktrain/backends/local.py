@@ -281,9 +281,9 @@ class LocalBackend(Backend):
         warm_notes: tuple[str, ...] = (),
         replaces: str = "",
     ) -> LaunchPlan[LocalRequest]:
-        driver = KIND_TABLE[spec.kind].driver_only
+        kind = KIND_TABLE[spec.kind]
         asked = spec.nodes
-        if driver:  # one driver; ray.init() in it starts Ray on this machine
+        if kind.driver_only:  # one driver; ray.init() in it starts Ray on this machine
             spec = spec.evolve(nodes=1, procs_per_node=1)
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
@@ -313,7 +313,7 @@ class LocalBackend(Backend):
                 CHECKPOINTS_ENV: str(job_dir / "checkpoints"),
                 **gpu_env[node],
                 **_metrics_env(spec, node),
-                **dict(KIND_TABLE[spec.kind].driver_env),
+                **dict(kind.driver_env),
                 MARKER_ENV: marker,
                 **spec.env_dict,
             }
@@ -341,7 +341,7 @@ class LocalBackend(Backend):
         said = f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}"
         text = _describe(spec, nodes)
         notes: tuple[str, ...] = (*warm_notes, *((said,) if ignored else ()))
-        if driver:
+        if kind.driver_only:
             notes = (
                 *notes,
                 f"local run: the {spec.kind}'s driver runs once here; ray.init() in it starts "

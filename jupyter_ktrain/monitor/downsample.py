@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["StreamingDownsampler", "lttb", "minmax_lttb"]
@@ -188,29 +188,21 @@ class StreamingDownsampler:
         earlier step reports again replaces what it reported the first time. The points kept
         are those drawn (a long series is downsampled already); ``count`` becomes theirs."""
         xs, ys = self._candidates()
-        revision = self.revision
-        self._reset()
-        for a, b in zip(xs, ys, strict=True):
-            if a < x:
-                self.append(a, b)
-        self.revision = revision + 1
+        self._rebuild((a, b) for a, b in zip(xs, ys, strict=True) if a < x)
 
     def place(self, x: float, y: float) -> None:
         """A point that comes after later ones (another process's earlier step): put among
         the others in ``x`` order, replacing one already at ``x``."""
         xs, ys = self._candidates()
+        kept = [(a, b) for a, b in zip(xs, ys, strict=True) if a != x]
+        self._rebuild(sorted([*kept, (x, y)], key=lambda p: p[0]))
+
+    def _rebuild(self, points: Iterable[tuple[float, float]]) -> None:
+        """The series anew from ``points`` (in ``x`` order), as a changed one (``revision``)."""
         revision = self.revision
         self._reset()
-        placed = False
-        for a, b in zip(xs, ys, strict=True):
-            if not placed and a >= x:
-                self.append(x, y)
-                placed = True
-                if a == x:
-                    continue
+        for a, b in points:
             self.append(a, b)
-        if not placed:
-            self.append(x, y)
         self.revision = revision + 1
 
     def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:

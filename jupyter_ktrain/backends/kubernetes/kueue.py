@@ -15,11 +15,14 @@ queued again, not failed. The position in the queue comes from Kueue's visibilit
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import ClusterError
 from ..base import Eviction
+from .api import ns_path
 
 __all__ = [
     "GROUP",
@@ -150,11 +153,6 @@ class QueuePositions:
         self._last: dict[str, tuple[float, int | None]] = {}
 
     def position(self, api: Any, namespace: str, workload: Mapping[str, Any] | None) -> int | None:
-        import time
-
-        from ...errors import ClusterError
-        from .api import ns_path
-
         if not workload or self.served is False:
             return None
         info = queue_info(workload)
@@ -183,9 +181,6 @@ class QueuePositions:
         self, api: Any, namespace: str, jobs: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         """The namespace's Workloads, read only when one of ``jobs`` went to a queue."""
-        from ...errors import ClusterError
-        from .api import ns_path
-
         if not any(QUEUE_LABEL in ((j.get("metadata") or {}).get("labels") or {}) for j in jobs):
             return []
         try:
