@@ -398,9 +398,11 @@ def find_in_source(source: str, owner: str, env: EnvSecrets | None = None) -> Fi
         if why:
             return Finding(f"{where} (line {line})", name, *why)
     for sub in ast.walk(tree):
-        folded = _fold(sub) if isinstance(sub, ast.expr) else None
+        if not isinstance(sub, ast.expr):
+            continue
+        folded = _fold(sub)
         why = _secret(_text(folded), None, env) if folded is not None else None
-        if why and isinstance(sub, ast.expr):
+        if why:
             return Finding(f"line {sub.lineno}", owner, *why, bound=False)
         template = _template(sub) if folded is None else None
         if template is not None and _URL_SHAPE.search(template):
