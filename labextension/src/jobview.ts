@@ -109,12 +109,14 @@ export class JobView extends Widget {
     this.errorBox.textContent = error instanceof KtrainApiError ? error.message : String(error);
   }
 
-  /** State and progress: from this tab's poll or the job list's, whichever came last. */
+  /** State and progress: from this tab's poll or the job list's, whichever came last; worded
+   * by the server as the cell and the widget word them (a warm job's runs too). */
   private renderHeader(d: JobSummary): void {
     this.header.dataset.state = d.state;
     const why = [d.reason, d.message].filter(Boolean).join(': ');
-    const progress = d.progress ? ` · ${d.progress.text}` : '';
-    const tail = `${progress}${why ? ` (${why})` : ''}`;
+    const warm = d.warm ? ` · ${d.warm.short}` : '';
+    const progress = d.progress && !(d.warm && d.warm.active === null) ? ` · ${d.progress.text}` : '';
+    const tail = `${warm}${progress}${why ? ` (${why})` : ''}`;
     this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
     this.header.style.color = stateColour(d.state);
@@ -137,7 +139,7 @@ export class JobView extends Widget {
     this.replicas.textContent = d.replicas
       .map(r => {
         const exit = r.exit_code === null ? '' : ` (exit ${r.exit_code})`;
-        const again = r.restarts ? ` · ${r.restarts} restart(s): ${r.last_event}` : '';
+        const again = r.restart_text ? ` · ${r.restart_text}` : '';
         return `${r.name}: ${r.phase}${exit}${again}`;
       })
       .join('   ');
