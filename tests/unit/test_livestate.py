@@ -44,7 +44,10 @@ def test_the_eta_never_says_0s_left_with_steps_to_go_and_says_waiting_when_none_
 def test_a_restarting_job_says_restarting_in_every_word_of_its_progress() -> None:
     p = _run(30, 60).progress
     assert p is not None
-    down = (ReplicaStatus("j-node-0", "Running"), ReplicaStatus("j-node-1", "Failed", exit_code=137))
+    down = (
+        ReplicaStatus("j-node-0", "Running"),
+        ReplicaStatus("j-node-1", "Failed", exit_code=137),
+    )
     for status in (
         JobStatus("j", "Running", "Restarting", "restart 1 of at most 3", progress=p),
         JobStatus("j", "Running", replicas=down, progress=p),
