@@ -41,6 +41,7 @@ export class JobView extends Widget {
   private lastMetrics = 0;
   private metricsVersion = -1;
   private busy = false;
+  private statusBusy = false;
   private generation = 0;
   private unsubscribe: () => void;
 
@@ -145,14 +146,30 @@ export class JobView extends Widget {
       .join('   ');
   }
 
-  /** One poll: status, new log lines (all pages), metrics when due. */
+  /** The status on its own: a slow log or metrics read must not hold the header back (the
+   * widget in the notebook shows the same job; this header trails it by one poll at most). */
+  private async pollStatus(): Promise<void> {
+    if (this.statusBusy) {
+      return;
+    }
+    this.statusBusy = true;
+    try {
+      this.renderDetail(await api.job(this.jobName));
+    } catch (error) {
+      this.showError(error);
+    } finally {
+      this.statusBusy = false;
+    }
+  }
+
+  /** One poll: new log lines (all pages), metrics when due (the status: pollStatus). */
   async tick(): Promise<void> {
+    void this.pollStatus();
     if (this.busy) {
       return;
     }
     this.busy = true;
     try {
-      this.renderDetail(await api.job(this.jobName));
       await this.readLogs();
       const now = Date.now();
       if (now - this.lastMetrics >= METRIC_POLL_MS || this.terminal) {

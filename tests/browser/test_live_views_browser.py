@@ -185,18 +185,22 @@ def _value(text: str) -> tuple[str, int | None]:
 
 
 def _disagreements(samples: list[list[Any]]) -> list[str]:
-    """Each sample whose panel (state, steps done) the widget did not show within LAG_S of
-    it, nor the widget's the panel (a view trailing the other by more than LAG_S)."""
+    """Each sample where one view's state is not one the other showed within LAG_S of it, or
+    its steps done lie outside what the other showed then (a view trailing the other by more
+    than LAG_S; a view may skip steps between two samples)."""
     ms = LAG_S * 1000
     bad = []
     for t, widget, _a, tab, _r, _row in samples:
         for mine, theirs_at in ((tab, 1), (widget, 3)):
-            value = _value(mine)
-            if not value[0] or value[1] is None:
+            state, done = _value(mine)
+            if not state or done is None:
                 continue
-            near = {_value(s[theirs_at]) for s in samples if abs(s[0] - t) <= ms}
-            if value not in near:
-                bad.append(f"{t}: {mine!r} vs {sorted(map(str, near))}")
+            near = [_value(s[theirs_at]) for s in samples if abs(s[0] - t) <= ms]
+            steps = [d for st, d in near if d is not None]
+            if state not in {st for st, _ in near} or not steps or not (
+                min(steps) <= done <= max(steps)
+            ):
+                bad.append(f"{t}: {mine!r} vs {sorted(set(map(str, near)))}")
     return bad
 
 
