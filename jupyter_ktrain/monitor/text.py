@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 from ..pod.progress import fmt_elapsed, progress_text
 from ..pod.protocol import METRIC, metric_values
+from .livestate import ended_by_user, run_words
 from .model import LogEntry, MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
 
@@ -50,8 +51,10 @@ def header_text(model: MonitorModel, now: float) -> str:
     node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
     h = model.header
     parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    if h.run is not None:
+        parts.insert(1, run_words(h.run))  # a warm job's run: said, not only in a tooltip
     if model.progress is not None:
-        parts.append(progress_text(model.progress, now, h.finished))
+        parts.append(progress_text(model.progress, now, h.finished, model.restarting))
     parts.append(_shape(model))
     if h.image_digest:
         parts.append(_digest(h.image_digest))
@@ -135,8 +138,9 @@ class TextView:
         lines: list[str] = []
         size = 0
         entries = list(self.model.lines_after(self._seq))
-        if entries and entries[0].seq > self._seq + 1 and self._seq:
-            lines.append(f"[ktrain] … {entries[0].seq - self._seq - 1} lines not shown")
+        left = self.model.left_after(self._seq) if self._seq else 0
+        if entries and left:
+            lines.append("[ktrain] … older lines left the view; they are in the log files")
         for i, e in enumerate(entries):
             line = text_line(e)
             size += len(line) + 1
@@ -181,6 +185,8 @@ class TextView:
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     """The first failing rank, how it ended (its exit code, or the signal that killed it) and
     its last lines, first; without a failing rank, the job's own reason."""
+    if ended_by_user(status):  # a warm job its user ended: its own end, not a failure
+        return ""
     if status.state == "Cancelled":
         return f"Job {job.name!r} was cancelled by the user; the cell set no names.\n"
     if status.state != "Failed":

@@ -55,6 +55,7 @@ __all__ = [
     "log_label",
     "plot_panels",
     "rank_colour",
+    "restart_text",
     "series_colour",
     "state_colour",
     "summary_values",
@@ -125,6 +126,15 @@ def log_label(rank: int | None, source: str, node: int | None) -> str:
     if rank is not None:
         return f"rank{rank}"
     return source if node is None else f"{source}@{node}"
+
+
+def restart_text(replica: str, restarts: int, why: str, limit: int | None) -> str:
+    """``job-node-1 restarted after exit 137 (SIGKILL) (restart 1 of at most 3)``: a replica's
+    restart as every view says it (the cell, the widget's alert, the panel's replica line);
+    ``why`` is its restart cause or last event (a leading "restarted" is dropped)."""
+    of = f" of at most {limit}" if limit is not None else ""
+    cause = why.removeprefix("restarted").strip()
+    return f"{replica} restarted {cause} (restart {restarts}{of})".replace("  ", " ")
 
 
 # -- alerts --------------------------------------------------------------------------------

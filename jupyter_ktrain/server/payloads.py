@@ -38,7 +38,8 @@ class ProgressPayload(TypedDict):
     ``now`` (None: unknown, e.g. before a few steps were timed); ``text`` as the notebook
     words it (``42% (420/1000) · 1m 30s left``)."""
 
-    step: int
+    step: int  # the step last reported (counted from 0)
+    done: int  # steps done: ``step + 1``, at most ``total``
     total: int | None
     percent: float | None
     eta_s: float | None
@@ -58,6 +59,7 @@ class WarmPayload(TypedDict):
     gpus: int
     idle_gpu_hours: float
     text: str
+    short: str  # the job list's words: ``run 3 of a live job``, ``ended after 2 runs``
 
 
 class JobSummary(TypedDict):
@@ -98,6 +100,7 @@ class ReplicaPayload(TypedDict):
     node: str
     exit_code: int | None
     last_event: str
+    restart_text: str  # its last restart as the cell and the widget say it ("" if none)
 
 
 class JobDetail(JobSummary):

@@ -1,6 +1,7 @@
 /**
  * jupyter-ktrain's JupyterLab extension: the "ktrain jobs" side panel (left sidebar), the job
- * tab (`ktrain:open-job`, args {name}), and the bridge from the cell widget's
+ * tab (`ktrain:open-job`, args {name, mode?}: mode is where a new tab goes, e.g. 'split-right'
+ * beside the notebook, whose widget then shows the same job), and the bridge from the cell widget's
  * "Open in side panel" button.
  *
  * The button bridge: the kernel cannot run JupyterLab commands, and while the %%ktrain cell
@@ -12,6 +13,7 @@
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
+import { DockLayout } from '@lumino/widgets';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { api, KtrainApiError } from './api';
@@ -48,7 +50,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   activate: (app: JupyterFrontEnd) => {
     const tabs = new Map<string, MainAreaWidget<JobView>>();
 
-    const openJob = (name: string) => {
+    const openJob = (name: string, mode?: DockLayout.InsertMode) => {
       let tab = tabs.get(name);
       if (!tab || tab.isDisposed) {
         tab = new MainAreaWidget({ content: new JobView(name) });
@@ -56,7 +58,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         tab.title.label = `ktrain: ${name}`;
         tab.title.icon = ktrainIcon;
         tabs.set(name, tab);
-        app.shell.add(tab, 'main');
+        app.shell.add(tab, 'main', mode ? { mode } : undefined);
       }
       app.shell.activateById(tab.id);
       return tab;
@@ -74,7 +76,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           throw new KtrainApiError('ktrain:open-job needs a job name: {name: "my-job"}', 400);
         }
         panel.highlight(name);
-        return openJob(name);
+        return openJob(name, args.mode ? (String(args.mode) as DockLayout.InsertMode) : undefined);
       }
     });
     app.commands.addCommand(OPEN_PANEL, {

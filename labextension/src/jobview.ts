@@ -41,6 +41,7 @@ export class JobView extends Widget {
   private lastMetrics = 0;
   private metricsVersion = -1;
   private busy = false;
+  private statusBusy = false;
   private generation = 0;
   private unsubscribe: () => void;
 
@@ -109,12 +110,14 @@ export class JobView extends Widget {
     this.errorBox.textContent = error instanceof KtrainApiError ? error.message : String(error);
   }
 
-  /** State and progress: from this tab's poll or the job list's, whichever came last. */
+  /** State and progress: from this tab's poll or the job list's, whichever came last; worded
+   * by the server as the cell and the widget word them (a warm job's runs too). */
   private renderHeader(d: JobSummary): void {
     this.header.dataset.state = d.state;
     const why = [d.reason, d.message].filter(Boolean).join(': ');
-    const progress = d.progress ? ` · ${d.progress.text}` : '';
-    const tail = `${progress}${why ? ` (${why})` : ''}`;
+    const warm = d.warm ? ` · ${d.warm.short}` : '';
+    const progress = d.progress && !(d.warm && d.warm.active === null) ? ` · ${d.progress.text}` : '';
+    const tail = `${warm}${progress}${why ? ` (${why})` : ''}`;
     this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
     this.header.style.color = stateColour(d.state);
@@ -137,20 +140,36 @@ export class JobView extends Widget {
     this.replicas.textContent = d.replicas
       .map(r => {
         const exit = r.exit_code === null ? '' : ` (exit ${r.exit_code})`;
-        const again = r.restarts ? ` · ${r.restarts} restart(s): ${r.last_event}` : '';
+        const again = r.restart_text ? ` · ${r.restart_text}` : '';
         return `${r.name}: ${r.phase}${exit}${again}`;
       })
       .join('   ');
   }
 
-  /** One poll: status, new log lines (all pages), metrics when due. */
+  /** The status on its own: a slow log or metrics read must not hold the header back (the
+   * widget in the notebook shows the same job; this header trails it by one poll at most). */
+  private async pollStatus(): Promise<void> {
+    if (this.statusBusy) {
+      return;
+    }
+    this.statusBusy = true;
+    try {
+      this.renderDetail(await api.job(this.jobName));
+    } catch (error) {
+      this.showError(error);
+    } finally {
+      this.statusBusy = false;
+    }
+  }
+
+  /** One poll: new log lines (all pages), metrics when due (the status: pollStatus). */
   async tick(): Promise<void> {
+    void this.pollStatus();
     if (this.busy) {
       return;
     }
     this.busy = true;
     try {
-      this.renderDetail(await api.job(this.jobName));
       await this.readLogs();
       const now = Date.now();
       if (now - this.lastMetrics >= METRIC_POLL_MS || this.terminal) {

@@ -123,6 +123,7 @@ export interface MetricsPayload {
  */
 export interface ProgressPayload {
   step: number;
+  done: number;
   total: number | null;
   percent: number | null;
   eta_s: number | null;
@@ -137,6 +138,7 @@ export interface ReplicaPayload {
   node: string;
   exit_code: number | null;
   last_event: string;
+  restart_text: string;
 }
 
 /**
@@ -162,4 +164,5 @@ export interface WarmPayload {
   gpus: number;
   idle_gpu_hours: number;
   text: string;
+  short: string;
 }
