@@ -393,45 +393,69 @@ def wait_all() -> None:
 
 
 def _stage(state: Any) -> Any:
-    """A copy of ``state`` that training cannot change any more: tensors cloned into CPU
+    """A copy of ``state`` that training cannot change any more: tensors copied into CPU
     memory (pinned when CUDA is there, so a GPU copy is one DMA), everything else deep-copied.
-    Tensors shared by several entries stay shared."""
+    Tensors shared by several entries stay shared. The buffers of the previous save (written
+    by now: a save waits for the write before) are filled again where shapes match, so a
+    save costs one memory copy, not an allocation and its page faults."""
     import copy
 
     torch = sys.modules.get("torch")
     if torch is None:
         return copy.deepcopy(state)
-    memo: dict[int, Any] = {}
-    pinned = bool(torch.cuda.is_available())
-    copied = _copy(state, torch, memo, pinned)
-    if pinned:
+    stager = _Stager(torch, _BUFFERS)
+    copied = stager.copy(state)
+    if stager.pinned:
         torch.cuda.synchronize()  # the non-blocking device-to-host copies are done
+    _BUFFERS[:] = stager.used
     return copied
 
 
-def _copy(obj: Any, torch: Any, memo: dict[int, Any], pinned: bool) -> Any:
-    import copy
+_BUFFERS: list[Any] = []  # the previous save's staging tensors, in the order they were made
 
-    found = memo.get(id(obj))
-    if found is not None:
-        return found
-    if isinstance(obj, torch.Tensor):
-        if obj.device.type == "cpu" or not pinned:
+
+class _Stager:
+    def __init__(self, torch: Any, previous: list[Any]) -> None:
+        self.torch = torch
+        self.pinned = bool(torch.cuda.is_available())
+        self.previous = list(previous)
+        self.used: list[Any] = []
+        self.memo: dict[int, Any] = {}
+
+    def _buffer(self, like: Any) -> Any:
+        n = len(self.used)
+        old = self.previous[n] if n < len(self.previous) else None
+        if old is not None and old.shape == like.shape and old.dtype == like.dtype:
+            buf = old
+        else:
+            buf = self.torch.empty(
+                like.shape, dtype=like.dtype, pin_memory=self.pinned and like.device.type != "cpu"
+            )
+        self.used.append(buf)
+        return buf
+
+    def copy(self, obj: Any) -> Any:
+        import copy
+
+        found = self.memo.get(id(obj))
+        if found is not None:
+            return found
+        torch = self.torch
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_quantized:
+            out = self._buffer(obj)
+            out.copy_(obj.detach(), non_blocking=obj.device.type != "cpu")
+        elif isinstance(obj, torch.Tensor):  # sparse, quantized: cloned as they are
             out = obj.detach().to("cpu", copy=True)
+        elif type(obj) in (list, tuple) or isinstance(obj, dict):
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            parts = {k: self.copy(v) for k, v in items}
+            if isinstance(obj, dict):  # its own type and attributes (a state_dict's _metadata)
+                out = copy.copy(obj)
+                out.clear()
+                out.update(parts)
+            else:
+                out = type(obj)(parts.values())
         else:
-            out = torch.empty(obj.shape, dtype=obj.dtype, pin_memory=True)
-            out.copy_(obj.detach(), non_blocking=True)
-        out.requires_grad_(False)
-    elif type(obj) in (dict, list, tuple) or isinstance(obj, dict):
-        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-        parts = {k: _copy(v, torch, memo, pinned) for k, v in items}
-        if isinstance(obj, dict):  # its own type and attributes (a state_dict's _metadata)
-            out = copy.copy(obj)
-            out.clear()
-            out.update(parts)
-        else:
-            out = type(obj)(parts.values())
-    else:
-        out = copy.deepcopy(obj, {})
-    memo[id(obj)] = out
-    return out
+            out = copy.deepcopy(obj)
+        self.memo[id(obj)] = out
+        return out
