@@ -92,21 +92,23 @@ def test_rank_that_raised_heads_the_error_with_its_own_traceback() -> None:
     job = _Job("loader", {1: _rank_lines(node0, 1)})
     error = job_error(job, _failed(1, {0: 1, 1: 1, 2: 1, 3: 1}))  # type: ignore[arg-type]
     assert type(error) is JobFailed
-    assert error.headline == "rank 1 raised ValueError: no shard 1 in /data"
+    headline = (
+        "rank 1 raised ValueError: no shard 1 in /data; ranks 0, 2 and 3 ended with an error too"
+    )
+    assert error.headline == headline
     assert str(error).startswith("Job 'loader' failed: rank 1 raised ValueError")
     shown = ANSI.sub("", "\n".join(error.render()))
-    assert shown.splitlines()[0] == "JobFailed: rank 1 raised ValueError: no shard 1 in /data"
+    assert shown.splitlines()[0] == f"JobFailed: {headline}"
     assert shown.count("no shard 1 in /data") == 2  # the header and the line that raised it
     assert 'File "cell [1]", line 7, in load' in shown
     assert "no shard for this rank in /data" in shown  # what it printed comes with it
-    assert "Ranks 0, 2, 3 ended with an error code too" in shown
     assert "%ktrain logs loader --rank 1" in shown
 
 
 def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
     lines = ["step 3", "CUDA out of memory. Tried to allocate 2.00 GiB"]
     error = job_error(_Job("big", {2: lines}), _failed(2, {2: 3}))  # type: ignore[arg-type]
-    assert error.headline == "rank 2 exited first with code 3 (OOM)"
+    assert error.headline == "rank 2 failed first (exit code 3, OOM)"
     shown = "\n".join(error.render())
     assert "OOM: out of memory" in shown  # and what to do
     assert "    CUDA out of memory. Tried to allocate 2.00 GiB" in shown
@@ -115,7 +117,7 @@ def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
 def test_a_handled_traceback_is_not_what_ended_the_rank() -> None:
     lines = ["Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 'a'"]
     error = job_error(_Job("j", {0: [*lines, "giving up"]}), _failed(0, {0: 3}))  # type: ignore[arg-type]
-    assert error.headline == "rank 0 exited first with code 3"
+    assert error.headline == "rank 0 failed first (exit code 3)"
     assert "KeyError: 'a'" in str(error)  # still among its last lines
 
 
