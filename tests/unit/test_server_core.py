@@ -225,7 +225,9 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
     detail = core.job(FAILED)
     failure = detail["failure"]
     assert failure is not None
-    assert failure.startswith(f"Job {FAILED!r} failed: rank 1 exited first with code 1")
+    assert failure.startswith(
+        f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 ended with an error too."
+    )
     assert LAST_LINE in failure
     texts = [line["text"] for line in core.logs(FAILED)["lines"]]
     assert texts[:3] == ["epoch 1 loss 0.9", "epoch 1 loss 0.8", "epoch 2 loss 0.7"]

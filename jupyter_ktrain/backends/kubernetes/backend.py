@@ -42,7 +42,7 @@ from .api import Api, ApiFailure, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .kueue import QueuePositions
 from .labels import JOB_LABEL, MANAGED_BY
-from .logs import PodLogSource, split_stamped
+from .logs import FollowedLines, PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
 from .preflight import Access, may, run_preflight, serves_service_monitors
@@ -89,6 +89,12 @@ class _Runtime:
         self.book = RunBook()  # a warm job's runs, from the same lines
         self.followers = 0  # run streams that feed ``book`` now
         self.aborted: set[int] = set()  # runs this process asked every node to stop
+        self.followed = FollowedLines()  # the logs of pods deleted since (cleanPodPolicy)
+
+    def on_followed(self, pod: str, ts: int, raw: str) -> None:
+        """A line a follow read: kept, then read like any other."""
+        self.followed.add(pod, ts, raw)
+        self.on_line(pod, ts, raw)
 
     def on_line(self, pod: str, ts: int, raw: str) -> None:
         line = parse_line(raw)
@@ -509,7 +515,7 @@ class KubernetesBackend(Backend):
         container = KIND_TABLE[job.get("kind") or self._kind(name)].container
         pods = [p for p in replica_pods(job) or sorted(watch.pods) if p not in known]
         rt = self._runtime[name]
-        return [PodLogSource(self.api, watch, pod, container, rt.on_line) for pod in pods]
+        return [PodLogSource(self.api, watch, pod, container, rt.on_followed) for pod in pods]
 
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
         watch = self._watch(name)
@@ -532,9 +538,11 @@ class KubernetesBackend(Backend):
     def _stored_logs(
         self, job: dict[str, Any], pods: dict[str, Any], stamped: bool = False
     ) -> Iterator[tuple[str, str]]:
-        for pod in replica_pods(job) or sorted(pods):
+        kept = self._runtime[job["metadata"]["name"]].followed
+        for pod in replica_pods(job) or sorted({*pods, *kept.pods()}):
             obj = pods.get(pod)
-            if obj is None:
+            if obj is None:  # deleted (the job failed: cleanPodPolicy): what a follow read
+                yield from ((pod, line) for line in kept.lines(pod, stamped))
                 continue
             path, query = self._log_request(job, pod)
             if stamped:
