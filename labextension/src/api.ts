@@ -6,12 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import {
-  JobDetail,
-  JobsPayload,
-  LogsPayload,
-  MetricsPayload
-} from './payloads';
+import { JobDetail, JobsPayload, LogsPayload, MetricsPayload } from './payloads';
 
 export const API_ROOT = 'ktrain/api';
 export const NOT_INSTALLED =
@@ -33,7 +28,7 @@ async function errorFrom(response: Response, path: string): Promise<KtrainApiErr
   let message = '';
   try {
     const body = await response.json();
-    message = typeof body?.error === 'string' ? body.error : body?.message ?? '';
+    message = typeof body?.error === 'string' ? body.error : (body?.message ?? '');
   } catch {
     message = '';
   }

@@ -81,7 +81,17 @@ export class JobView extends Widget {
     controls.className = 'ktrain-LogControls';
     controls.append('Show ', this.rankSelect, this.grepInput);
     // a failed job's tab opens with why it failed, before anything else
-    this.node.append(top, this.failureBox, this.errorBox, this.replicas, this.notices, controls, this.logBox, this.values, this.charts);
+    this.node.append(
+      top,
+      this.failureBox,
+      this.errorBox,
+      this.replicas,
+      this.notices,
+      controls,
+      this.logBox,
+      this.values,
+      this.charts
+    );
   }
 
   private restartLogs(): void {
@@ -116,7 +126,8 @@ export class JobView extends Widget {
     this.header.dataset.state = d.state;
     const why = [d.reason, d.message].filter(Boolean).join(': ');
     const warm = d.warm ? ` · ${d.warm.short}` : '';
-    const progress = d.progress && !(d.warm && d.warm.active === null) ? ` · ${d.progress.text}` : '';
+    const progress =
+      d.progress && !(d.warm && d.warm.active === null) ? ` · ${d.progress.text}` : '';
     const tail = `${warm}${progress}${why ? ` (${why})` : ''}`;
     this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
@@ -190,20 +201,26 @@ export class JobView extends Widget {
     const generation = this.generation;
     const rank = this.rankSelect.value === '' ? null : Number(this.rankSelect.value);
     for (let page = 0; page < 20 && !this.logsDone; page++) {
-      const r = await api.logs(this.jobName, { rank, grep: this.grepInput.value, offset: this.offset });
+      const r = await api.logs(this.jobName, {
+        rank,
+        grep: this.grepInput.value,
+        offset: this.offset
+      });
       if (generation !== this.generation) {
         return; // the rank or filter changed meanwhile: that read starts over
       }
       this.offset = r.next_offset;
-      this.append(r.lines.map(l => {
-        const row = document.createElement('span');
-        const label = document.createElement('span');
-        label.className = 'ktrain-LogLabel';
-        label.style.color = rankColour(l.rank);
-        label.textContent = `[${l.label}]`;
-        row.append(label, ` ${l.text}\n`);
-        return row;
-      }));
+      this.append(
+        r.lines.map(l => {
+          const row = document.createElement('span');
+          const label = document.createElement('span');
+          label.className = 'ktrain-LogLabel';
+          label.style.color = rankColour(l.rank);
+          label.textContent = `[${l.label}]`;
+          row.append(label, ` ${l.text}\n`);
+          return row;
+        })
+      );
       for (const l of r.lines) {
         this.noteRank(l.rank);
       }
@@ -221,7 +238,10 @@ export class JobView extends Widget {
     this.ranks.add(rank);
     const sorted = Array.from(this.ranks).sort((a, b) => a - b);
     const value = this.rankSelect.value;
-    this.rankSelect.replaceChildren(new Option('all ranks', ''), ...sorted.map(r => new Option(`rank ${r}`, String(r))));
+    this.rankSelect.replaceChildren(
+      new Option('all ranks', ''),
+      ...sorted.map(r => new Option(`rank ${r}`, String(r)))
+    );
     this.rankSelect.value = value;
   }
 
