@@ -1,6 +1,9 @@
 // ESLint (flat config) for the side panel's TypeScript: typescript-eslint's type-checked
 // recommendations, formatting left to prettier (eslint-config-prettier turns off the rules
 // that would disagree with it). `npm run lint` runs both; `make lint` runs that.
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
 import js from '@eslint/js';
 import prettier from 'eslint-config-prettier';
 import tseslint from 'typescript-eslint';
@@ -11,14 +14,16 @@ export default tseslint.config(
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {
-      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname }
+      parserOptions: {
+        projectService: true,
+        tsconfigRootDir: dirname(fileURLToPath(import.meta.url))
+      }
     },
     rules: {
-      curly: ['error', 'all'],
-      eqeqeq: ['error', 'smart'],
-      'prefer-const': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }]
     }
   },
-  prettier
+  prettier,
+  // after prettier's config, which turns `curly` off: braces always, as the code is written
+  { rules: { curly: ['error', 'all'], eqeqeq: ['error', 'always'], 'prefer-const': 'error' } }
 );
