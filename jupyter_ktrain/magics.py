@@ -25,8 +25,9 @@ from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
 from .monitor.text import status_text
-from .options import build_parser, env_names, parse_flags, spec_from_args
+from .options import build_parser, env_names, parse_flags, spec_from_args, values_from_args
 from .spec import check_job_name
+from .tracking import session as tracking
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
@@ -87,10 +88,11 @@ def _watch(job: Job, shell: Any) -> Job:
     view = _make_view(job, model)
     _last_monitor = (model, view)
     view.show()
-    sink = ModelSink(model, view)
+    sink = tracking.sink_for(job, ModelSink(model, view), _say)  # MLflow, when configured
     try:
         status = follow(job, sink)
     except KeyboardInterrupt:
+        tracking.detached(sink)
         view.close()
         _say(
             f"Detached from {job.name!r}; it keeps running.\n"
@@ -98,6 +100,7 @@ def _watch(job: Job, shell: Any) -> Job:
         )
         return job
     view.close()
+    tracking.finished(sink, job, status, _say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)
     if status.state == "Succeeded" and shell is not None:
@@ -193,6 +196,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     )
     spec = spec_from_args(ns, program.entry)
     check_warm(spec)
+    tracking.check(spec)  # MLflow installed, when the job is to be tracked
     for warning in program.warnings:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
@@ -207,6 +211,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if spec.pass_env:
         plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
+    tracking.started(job, values_from_args(ns), _say)
     world = f"{spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
     if job.run is not None and job.run > 1:
         _say(f"Run {job.run} on the warm job {job.name!r}: {world}")
