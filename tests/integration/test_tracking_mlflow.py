@@ -144,10 +144,8 @@ def test_a_restarted_job_reports_no_step_twice(
 
 
 def test_the_tracking_server_killed_and_started_again_mid_job_gets_every_point_once(
-    tmp_path: Path, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server = MlflowServer(tmp_path / "mlflow")
-    server.start()
     restarted = threading.Event()
 
     def outage() -> None:
@@ -159,22 +157,19 @@ def test_the_tracking_server_killed_and_started_again_mid_job_gets_every_point_o
 
     t = threading.Thread(target=outage, daemon=True)
     t.start()
-    try:
-        result = shell.run_cell(
-            f"%%ktrain --nodes 1 --procs-per-node 2 --name outage --mlflow {server.uri}\n"
-            "r = train(150, pause=0.05)\n"
-        )
-        out = _plain(capsys.readouterr().out)
-        assert result.error_in_exec is None, out
-        t.join(timeout=120)
-        assert restarted.is_set()
-        assert out.count("did not take the job's data") == 1, out
-        run_id = _run(server, "outage", "ktrain")["info"]["run_id"]
-        _wait(lambda: _steps(server, run_id, "rank1/loss") == list(range(150)), 60, "all points")
-        for key in ("loss", "rank1/loss", "lr"):
-            assert _steps(server, run_id, key) == list(range(150)), key
-    finally:
-        server.kill()
+    result = shell.run_cell(
+        f"%%ktrain --nodes 1 --procs-per-node 2 --name outage --mlflow {server.uri}\n"
+        "r = train(150, pause=0.05)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    t.join(timeout=120)
+    assert restarted.is_set()
+    assert out.count("did not take the job's data") == 1, out
+    run_id = _run(server, "outage", "ktrain")["info"]["run_id"]
+    _wait(lambda: _steps(server, run_id, "rank1/loss") == list(range(150)), 60, "all points")
+    for key in ("loss", "rank1/loss", "lr"):
+        assert _steps(server, run_id, key) == list(range(150)), key
 
 
 def _some_points(server: MlflowServer, name: str) -> bool:
