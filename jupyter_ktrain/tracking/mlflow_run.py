@@ -11,7 +11,8 @@ said) and go out once it answers again. What was sent is kept, per run, in the j
 
 MLflow's own HTTP retries would hold the sender for minutes on a server that is down; this
 sender retries by itself (every ``retry_s``), so unless the kernel sets them,
-``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` is set to 0 and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` to 10 s.
+``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` is set to 0 and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` to 10 s
+(and ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``: the cell says where the run is, once).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def _quiet_client(uri: str) -> Any:
     """An ``MlflowClient`` for ``uri`` whose requests fail fast (see the module docstring)."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # ours says it once
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
