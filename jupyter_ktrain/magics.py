@@ -53,6 +53,9 @@ _LINE_HELP = """\
                                     --run N stops one run of a warm job (its nodes stay)
 %ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
 %ktrain delete NAME                 cancel, then remove everything it left (files, objects)
+%ktrain compare A B [C ...] [--metric NAME]
+                                    one metric of several jobs overlaid, with the flags and
+                                    constants that differ between them
 %ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
                                     context, registry, base_image, insecure_registries,
                                     offline_requirements); never secrets
@@ -330,6 +333,8 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _list(backend_name)
         return None
     backend = get_backend(backend_name)
+    if command == "compare":
+        return _compare(backend, args)
     if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
@@ -360,8 +365,40 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         return None
     backend.attach(name)
     backend.delete(name)
-    _say(f"Deleted {name!r}.")
+    _say(f"Deleted {name!r}." + tracking.forget(backend.name, name))
     return None
+
+
+def _compare(backend: Backend, argv: list[str]) -> Any:
+    """``%ktrain compare A B C [--metric NAME]``: the table always, the plot where it shows."""
+    from .tracking import compare
+
+    metric = None
+    if "--metric" in argv:
+        i = argv.index("--metric")
+        if i + 1 >= len(argv):
+            raise SpecError("--metric needs a name, e.g. %ktrain compare A B --metric loss.")
+        metric, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
+    names = [check_job_name(n) for n in argv]
+    for name in names:
+        backend.status(name)  # a job that is not there: one error naming it
+    c = compare.comparison(backend, names, metric)
+    _say(compare.text(c))
+    if _in_kernel():
+        from IPython.display import display
+
+        display(compare.figure(c))  # type: ignore[no-untyped-call]
+    return None
+
+
+def _in_kernel() -> bool:
+    """A Jupyter kernel (the plot shows there), not a terminal or the console script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def parse_duration(text: str) -> float:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SpecError
 from .params import code_hash, job_params
 from .points import Point, Reading, RecordReader
-from .store import read_record, write_record
+from .store import read_record, remove, write_record
 from .uri import OFF, check_uri
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ __all__ = [
     "check_uri",
     "detached",
     "finished",
+    "forget",
     "settings",
     "sink_for",
     "started",
@@ -217,3 +218,19 @@ def _rank_logs(job: Job) -> list[tuple[str, str]]:
     except Exception:  # the logs are gone (a cluster job deleted meanwhile): nothing to add
         return []
     return [(path, text) for path, text in out if text]
+
+
+def forget(backend: str, name: str) -> str:
+    """Remove the job's record from the job store (``%ktrain delete``); what was removed where,
+    as the end of a sentence ("" when it had none). Its MLflow run is kept: the tracking
+    server's, not the job's."""
+    record = read_record(backend, name)
+    folder = remove(backend, name)
+    if folder is None:
+        return ""
+    said = f" Removed its record (params, tracking state) from {folder}."
+    if record is not None and "mlflow" in record and record["mlflow"].get("run_id"):
+        said += (
+            f" Its MLflow run {record['mlflow']['run_id']} at {record['mlflow']['uri']} is kept."
+        )
+    return said
