@@ -25,8 +25,9 @@ from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
 from .monitor.text import status_text
-from .options import build_parser, env_names, parse_flags, spec_from_args
+from .options import build_parser, env_names, parse_flags, spec_from_args, values_from_args
 from .spec import check_job_name
+from .tracking import session as tracking
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ _LINE_HELP = """\
                                     --run N stops one run of a warm job (its nodes stay)
 %ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
 %ktrain delete NAME                 cancel, then remove everything it left (files, objects)
+%ktrain compare A B [C ...] [--metric NAME]
+                                    one metric of several jobs overlaid, with the flags and
+                                    constants that differ between them
 %ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
                                     context, registry, base_image, insecure_registries,
                                     offline_requirements); never secrets
@@ -87,10 +91,11 @@ def _watch(job: Job, shell: Any) -> Job:
     view = _make_view(job, model)
     _last_monitor = (model, view)
     view.show()
-    sink = ModelSink(model, view)
+    sink = tracking.sink_for(job, ModelSink(model, view), _say)  # MLflow, when configured
     try:
         status = follow(job, sink)
     except KeyboardInterrupt:
+        tracking.detached(sink)
         view.close()
         _say(
             f"Detached from {job.name!r}; it keeps running.\n"
@@ -98,6 +103,7 @@ def _watch(job: Job, shell: Any) -> Job:
         )
         return job
     view.close()
+    tracking.finished(sink, job, status, _say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)
     if status.state == "Succeeded" and shell is not None:
@@ -193,6 +199,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     )
     spec = spec_from_args(ns, program.entry)
     check_warm(spec)
+    tracking.check(spec)  # MLflow installed, when the job is to be tracked
     for warning in program.warnings:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
@@ -207,6 +214,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if spec.pass_env:
         plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
+    tracking.started(job, values_from_args(ns), _say)
     world = f"{spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
     if job.run is not None and job.run > 1:
         _say(f"Run {job.run} on the warm job {job.name!r}: {world}")
@@ -325,6 +333,8 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         _list(backend_name)
         return None
     backend = get_backend(backend_name)
+    if command == "compare":
+        return _compare(backend, args)
     if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
@@ -355,8 +365,40 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         return None
     backend.attach(name)
     backend.delete(name)
-    _say(f"Deleted {name!r}.")
+    _say(f"Deleted {name!r}." + tracking.forget(backend.name, name))
     return None
+
+
+def _compare(backend: Backend, argv: list[str]) -> Any:
+    """``%ktrain compare A B C [--metric NAME]``: the table always, the plot where it shows."""
+    from .tracking import compare
+
+    metric = None
+    if "--metric" in argv:
+        i = argv.index("--metric")
+        if i + 1 >= len(argv):
+            raise SpecError("--metric needs a name, e.g. %ktrain compare A B --metric loss.")
+        metric, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
+    names = [check_job_name(n) for n in argv]
+    for name in names:
+        backend.status(name)  # a job that is not there: one error naming it
+    c = compare.comparison(backend, names, metric)
+    _say(compare.text(c))
+    if _in_kernel():
+        from IPython.display import display
+
+        display(compare.figure(c))  # type: ignore[no-untyped-call]
+    return None
+
+
+def _in_kernel() -> bool:
+    """A Jupyter kernel (the plot shows there), not a terminal or the console script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def parse_duration(text: str) -> float:
