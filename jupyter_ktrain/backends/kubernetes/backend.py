@@ -343,7 +343,7 @@ class KubernetesBackend(Backend):
     # -- lookup -------------------------------------------------------------------------------
     def _kind(self, name: str) -> str:
         if name not in self._kinds:
-            for job in self._list(f"{JOB_LABEL}={name}"):
+            for job in self._list(f"{JOB_LABEL}={name}", name):
                 if job["metadata"]["name"] == name:
                     self._kinds[name] = job["kind"]
             if name not in self._kinds:
@@ -353,20 +353,40 @@ class KubernetesBackend(Backend):
                 )
         return self._kinds[name]
 
-    def _list(self, selector: str) -> list[dict[str, Any]]:
+    def _list(self, selector: str, name: str = "") -> list[dict[str, Any]]:
+        """The jobs of every kind matching ``selector``; a kind not served (404) or not
+        readable (403: a Kubeflow profile may not read RayJobs) is skipped, but a namespace
+        where no kind may be read is one ``forbidden`` error (looking up job ``name``)."""
         out: list[dict[str, Any]] = []
+        denied: list[str] = []
+        readable = False
         for kind, info in KIND_TABLE.items():
             path = ns_path(*info.api[:2], self.namespace, info.plural)
             try:
                 items = self.api.get(path, {"labelSelector": selector}).get("items") or []
             except ApiFailure as exc:
+                if exc.status == 403:
+                    denied.append(f"{info.plural}.{info.api[0]}" if info.api[0] else info.plural)
                 if exc.status in (403, 404):
                     continue
                 raise
+            readable = True
             for item in items:
                 item.setdefault("kind", kind)
             out += items
+        if denied and not readable:
+            why = f" (needed to find job {name!r}; cancel and delete need delete too)" if name else ""
+            raise self._forbidden(f"list {_some(denied)}{why}")
         return out
+
+    def _forbidden(self, what: str) -> ClusterError:
+        """The one line for a request RBAC refuses: which namespace, which right, who fixes it."""
+        ns = self.namespace
+        return ClusterError(
+            f"forbidden: you may not {what} in namespace {ns!r}. Only a RoleBinding there gives "
+            f"that right: ask an owner of {ns!r} (in Kubeflow, to add you as a contributor to "
+            "that profile), or work in your own namespace."
+        )
 
     def _watch(self, name: str) -> JobWatch:
         watch = self._watches.get(name)
@@ -603,6 +623,9 @@ class KubernetesBackend(Backend):
         try:
             self.api.request("DELETE", path, {"propagationPolicy": "Background"})
         except ApiFailure as exc:
+            if exc.status == 403:
+                res = f"{plural}.{group}" if group else plural
+                raise self._forbidden(f"delete {res} ({kind} {name!r} is left as it is)") from None
             if exc.status != 404:
                 raise
 
@@ -626,6 +649,12 @@ _OWNED = {
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    """``a, b, c and 4 more``."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _collection(obj: Manifest, ns: str) -> str:
