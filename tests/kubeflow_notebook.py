@@ -158,6 +158,38 @@ def _wait_served(
     raise RuntimeError(f"the notebook pod never served {name}: {log()}")
 
 
+def _notebook(cells: list[str]) -> dict[str, Any]:
+    """A notebook (nbformat 4) of these code cells, on the python3 kernel."""
+    code = [
+        {"cell_type": "code", "source": c, "metadata": {}, "outputs": [], "execution_count": None}
+        for c in cells
+    ]
+    spec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return {"cells": code, "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _message(session: str, msg_id: str, code: str) -> str:
+    """An ``execute_request`` on the shell channel, as JupyterLab sends it."""
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "session": session,
+        "username": "jovyan",
+        "version": "5.3",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    content = {
+        "code": code,
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+    }
+    msg = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    return json.dumps({**msg, "channel": "shell", "buffers": []})
+
+
 @dataclass
 class CellResult:
     text: str = ""  # stdout and stderr, in order
@@ -179,17 +211,7 @@ class KernelSession:
         self.pod = pod
         self.session = uuid.uuid4().hex
         with pod.client() as http:
-            nb = {
-                "cells": [
-                    {"cell_type": "code", "source": c, "metadata": {}, "outputs": [],
-                     "execution_count": None}
-                    for c in cells
-                ],  # fmt: skip
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                            "language": "python"}},  # fmt: skip
-                "nbformat": 4,
-                "nbformat_minor": 5,
-            }
+            nb = _notebook(cells)
             put = http.put(f"/api/contents/{path}", json={"type": "notebook", "content": nb})
             put.raise_for_status()
             got = http.post(
@@ -208,13 +230,7 @@ class KernelSession:
     def run(self, code: str, timeout: float = 240) -> CellResult:
         """Execute ``code``; what it printed and its error, once the kernel is idle again."""
         msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "session": self.session,
-                  "username": "jovyan", "version": "5.3",
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-        content = {"code": code, "silent": False, "store_history": True,
-                   "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}  # fmt: skip
-        self.ws.send(json.dumps({"header": header, "parent_header": {}, "metadata": {},
-                                 "content": content, "channel": "shell", "buffers": []}))  # fmt: skip
+        self.ws.send(_message(self.session, msg_id, code))
         result = CellResult()
         idle = replied = False
         deadline = time.monotonic() + timeout

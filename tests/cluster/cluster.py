@@ -194,7 +194,8 @@ class Cluster:
         self.kubeflow_roles()
         labels = {"app.kubernetes.io/part-of": "kubeflow-profile"}
         self.admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels}})
-        for account, role in (("default-editor", "kubeflow-edit"), ("default-viewer", "kubeflow-view")):
+        accounts = (("default-editor", "kubeflow-edit"), ("default-viewer", "kubeflow-view"))
+        for account, role in accounts:
             self.admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
                               {"metadata": {"name": account}})  # fmt: skip
             binding = {

@@ -145,10 +145,12 @@ def test_profiles_see_and_touch_only_their_own_jobs(
     # alice lists her jobs only: in the notebook and in the panel's REST API
     listed = kernel.run("%ktrain list --backend kubernetes")
     assert listed.ok, (listed.error, listed.text)
-    assert "alice-job" in listed.text and "bob-job" not in listed.text, listed.text
+    assert "alice-job" in listed.text, listed.text
+    assert "bob-job" not in listed.text, listed.text
     with notebook.client() as http:
         names = [j["name"] for j in http.get("/ktrain/api/jobs").json()["jobs"]]
-    assert "alice-job" in names and "bob-job" not in names, names
+    assert "alice-job" in names, names
+    assert "bob-job" not in names, names
     # cancelling or deleting bob's job by name: one line, forbidden, naming the namespace
     for command in ("cancel", "delete", "status"):
         got = kernel.run(f"%ktrain {command} bob-job --namespace {bob.namespace}")
@@ -158,14 +160,15 @@ def test_profiles_see_and_touch_only_their_own_jobs(
         assert line.startswith("ktrain: forbidden: you may not list pytorchjobs.kubeflow.org"), line
         assert f"in namespace {bob.namespace!r}" in line, line
     listed = kernel.run(f"%ktrain list --namespace {bob.namespace}")
-    assert listed.error is not None and "forbidden" in listed.error["evalue"], listed
+    assert listed.error is not None, listed.text
+    assert "forbidden" in listed.error["evalue"], listed.error
     # nothing of bob's changed
     assert bob.kubectl("get", "pytorchjob", "bob-job", "-o",
                        "jsonpath={.metadata.uid}").stdout == uid  # fmt: skip
     bob_shell.run_line_magic("ktrain", "delete bob-job")
 
 
-def test_preflight_of_a_profile_user_says_once_what_it_did_not_check(alice: Any, tmp_path: Path) -> None:
+def test_preflight_of_a_profile_user_says_once_what_it_did_not_check(alice: Any) -> None:
     """What the profile may not read (nodes, Kueue's LocalQueues) is one warning line; what it
     may read (its PVCs, its Secrets) is checked as before."""
     from jupyter_ktrain.backends.kubernetes.api import Api
@@ -239,4 +242,5 @@ def test_side_panel_through_the_prefix_lists_shows_logs_and_cancels(
         finally:
             browser.close()
     # every call of the panel went under the Notebook's prefix
-    assert calls and all(f"{notebook.prefix}/ktrain/api/" in u for u in calls), calls[:5]
+    assert calls, "the panel asked nothing"
+    assert all(f"{notebook.prefix}/ktrain/api/" in u for u in calls), calls[:5]

@@ -375,7 +375,7 @@ class KubernetesBackend(Backend):
                 item.setdefault("kind", kind)
             out += items
         if denied and not readable:
-            why = f" (needed to find job {name!r}; cancel and delete need delete too)" if name else ""
+            why = f" (to find job {name!r}; cancel and delete need delete too)" if name else ""
             raise self._forbidden(f"list {_some(denied)}{why}")
         return out
 
