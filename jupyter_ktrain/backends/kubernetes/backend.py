@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -38,7 +39,7 @@ from ..base import (
     complete_exit_codes,
 )
 from ..warm import check_warm, warm_shape
-from .api import Api, ApiFailure, ns_path
+from .api import Api, ApiFailure, in_cluster, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .kueue import QueuePositions
 from .labels import JOB_LABEL, MANAGED_BY
@@ -158,8 +159,7 @@ class KubernetesBackend(Backend):
         notes: tuple[str, ...] = ()
         if spec.warm:
             check_warm(spec)
-            if not spec.image and self.config.base_image:
-                spec = spec.evolve(image=self.config.base_image)
+            spec = self._default_image(spec)
             spec, found, notes = self.warm.target(spec.evolve(namespace=self._ns(spec)))
             if found is not None:
                 return self.warm.run_plan(spec, program, found)
@@ -168,8 +168,7 @@ class KubernetesBackend(Backend):
         except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
             spec = spec.evolve(namespace="default")
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
-        if not spec.image and self.config.base_image:
-            spec = spec.evolve(image=self.config.base_image)
+        spec = self._default_image(spec)
         spec, notes = self._default_queue(spec, notes)
         monitor, notes = self._service_monitor(spec, notes)
         registry = self.config.registry or None
@@ -178,6 +177,25 @@ class KubernetesBackend(Backend):
             request, notes = self._fault_runtime(request, spec)
         text = describe(request)
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
+
+    def _default_image(self, spec: JobSpec) -> JobSpec:
+        """The image of a job that names none: ``%ktrain config base_image``, else, in a pod
+        (a Kubeflow notebook), the image the notebook itself runs on (its libraries are what
+        the cell was written against); else none (the render says to pass --image)."""
+        image = spec.image or self.config.base_image or (in_cluster() and self._own_image())
+        return spec.evolve(image=image) if image and image != spec.image else spec
+
+    def _own_image(self) -> str | None:
+        """The first container's image of this process's own pod (``$HOSTNAME`` in the pod's
+        namespace), or None where it cannot be read."""
+        pod = os.environ.get("HOSTNAME", "")
+        try:
+            got = self.api.get(ns_path("", "v1", self.api.namespace, "pods", pod)) if pod else {}
+        except ClusterError:
+            return None
+        containers = (got.get("spec") or {}).get("containers") or [{}]
+        image = containers[0].get("image")
+        return str(image) if image else None
 
     def _default_queue(
         self, spec: JobSpec, notes: tuple[str, ...]
