@@ -137,7 +137,8 @@ def test_profiles_see_and_touch_only_their_own_jobs(
     monkeypatch.setenv("KTRAIN_HOME", str(tmp_path / "bob-home"))
     bob_shell = make_shell(bob)
     bob_shell.run_cell_magic(
-        "ktrain", "--nodes 1 --procs-per-node 1 --image local/python --name bob-job --detach",
+        "ktrain",
+        "--nodes 1 --procs-per-node 1 --image local/python --name bob-job --detach",
         "sleepy()\n",
     )
     uid = wait_for(lambda: bob.kubectl("get", "pytorchjob", "bob-job", "-o",
