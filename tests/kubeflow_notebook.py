@@ -195,10 +195,11 @@ class CellResult:
     text: str = ""  # stdout and stderr, in order
     error: dict[str, Any] | None = None  # ename, evalue, traceback
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    status: str = ""  # of the execute_reply: ok, error (a UsageError prints no error message)
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.error is None and self.status == "ok"
 
 
 class KernelSession:
@@ -255,7 +256,7 @@ class KernelSession:
             elif kind == "status" and body["execution_state"] == "idle":
                 idle = True
             elif kind == "execute_reply":
-                replied = True
+                replied, result.status = True, body["status"]
         return result
 
     def close(self) -> None:
