@@ -59,7 +59,8 @@ _LINE_HELP = """\
 %ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
                                     context, registry, base_image, insecure_registries,
                                     offline_requirements); never secrets
-Every command but config takes --backend local|kubernetes (default: the configured one).
+Every command but config takes --backend local|kubernetes (default: the configured one), and
+on Kubernetes --namespace NS (default: the configured one, else the kubeconfig's or the pod's).
 """
 
 
@@ -328,11 +329,12 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         cfg = set_config(args) if args else load_config()
         _say(cfg.describe())
         return None
-    backend_name, args = _pop_backend(args)
+    backend_name, args = _pop_option(args, "--backend", "local or kubernetes")
+    namespace, args = _pop_option(args, "--namespace", "a Kubernetes namespace")
     if command == "list":
-        _list(backend_name)
+        _list(backend_name, namespace)
         return None
-    backend = get_backend(backend_name)
+    backend = _backend(backend_name, namespace)
     if command == "compare":
         return _compare(backend, args)
     if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
@@ -445,16 +447,18 @@ def _cancelled(name: str, status: JobStatus | None) -> str:
     )
 
 
-def _list(backend_name: str | None) -> None:
-    """Jobs of every listed backend (local always, the configured one too); a backend that
-    cannot answer is one line (a ClusterError: the cell and ``ktrain list`` fail), after the
-    others' jobs are listed."""
+def _list(backend_name: str | None, namespace: str | None = None) -> None:
+    """Jobs of every listed backend (local always, the configured one too; with
+    ``namespace``, the cluster's there only); a backend that cannot answer is one line (a
+    ClusterError: the cell and ``ktrain list`` fail), after the others' jobs are listed."""
     names = [backend_name] if backend_name else listed_backends()
+    if namespace is not None:
+        names = [backend_name or "kubernetes"]
     rows: list[str] = []
     problems: list[str] = []
     for name in names:
         try:
-            statuses = get_backend(name).list_jobs()
+            statuses = _backend(name, namespace).list_jobs()
         except KtrainError as exc:
             problems.append(f"{name}: {exc}")
             continue
@@ -467,17 +471,33 @@ def _list(backend_name: str | None) -> None:
         raise ClusterError("\n".join(problems))
 
 
-def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:
-    """``--backend NAME`` / ``--backend=NAME`` anywhere in ``args``; the rest unchanged."""
+def _backend(name: str | None, namespace: str | None) -> Backend:
+    """Backend ``name`` (default: the configured one); with ``namespace``, the Kubernetes
+    backend working in that namespace (``--namespace``), whatever the config names."""
+    if namespace is None:
+        return get_backend(name)
+    from .backends import default_backend_name
+    from .config import load_config
+
+    if (name or default_backend_name()) != "kubernetes":
+        raise SpecError(
+            "--namespace is for the kubernetes backend: add --backend kubernetes, or set "
+            "`%ktrain config backend=kubernetes`."
+        )
+    return get_backend("kubernetes", config=dataclasses.replace(load_config(), namespace=namespace))
+
+
+def _pop_option(args: list[str], flag: str, what: str) -> tuple[str | None, list[str]]:
+    """``FLAG VALUE`` / ``FLAG=VALUE`` anywhere in ``args``; the rest unchanged."""
     out, name, i = [], None, 0
     while i < len(args):
         arg = args[i]
-        if arg == "--backend":
+        if arg == flag:
             if i + 1 >= len(args):
-                raise SpecError("--backend needs a value: local or kubernetes.")
+                raise SpecError(f"{flag} needs a value: {what}.")
             name, i = args[i + 1], i + 2
             continue
-        if arg.startswith("--backend="):
+        if arg.startswith(f"{flag}="):
             name = arg.split("=", 1)[1]
         else:
             out.append(arg)
