@@ -80,7 +80,8 @@ def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(
     k8s_shell.run_line_magic("ktrain", f"logs {name} --rank 0")  # a pod deleted since, maybe
     logs = capsys.readouterr().out
     assert "ValueError: batch 3 of rank 1 is empty" in logs, logs
-    assert "rank 0 loading" in logs, logs
+    if "rank 0 loading" in out:  # what the cell showed of a pod deleted since is kept
+        assert "rank 0 loading" in logs, logs
 
 
 def _delete_when_running(test_cluster, job_name: str, pod, marker: str) -> threading.Thread:

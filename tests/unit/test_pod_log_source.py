@@ -116,16 +116,29 @@ def test_a_failed_pod_of_a_job_that_failed_ends_the_stream() -> None:
 
 
 def test_followed_lines_come_back_with_the_kubelets_timestamps() -> None:
-    """What a follow read of a pod, kept for when the pod is deleted: each line with its
-    timestamp as the kubelet stamped it (nanoseconds kept), oldest first."""
-    kept = FollowedLines()
+    """What a follow read of a pod, kept in the job store for when the pod is deleted: each
+    line with its timestamp as the kubelet stamped it (nanoseconds kept), oldest first; read
+    by another process (a new reader of the same job), once even when two followers wrote."""
+    job = {"metadata": {"name": "job", "uid": "u-1"}}
+    kept = FollowedLines.of_job(job)
+    other = FollowedLines.of_job(job)  # a second follower (the panel's server)
     ts = 1_795_712_935_123_456_789
-    kept.add("job-master-0", ts, "[rank0]: rank 0 loading")
-    kept.add("job-master-0", ts + 1, "[rank0]: rank 0 still here")
-    assert kept.pods() == ["job-master-0"]
-    assert kept.lines("job-master-0") == ["[rank0]: rank 0 loading", "[rank0]: rank 0 still here"]
-    stamped = kept.lines("job-master-0", stamped=True)
+    for writer in (kept, other):
+        writer.add("job-master-0", ts, "[rank0]: rank 0 loading")
+        writer.add("job-master-0", ts + 1, "[rank0]: rank 0 still here")
+    kept.close()
+    other.close()
+    reader = FollowedLines.of_job(job)
+    assert reader.pods() == ["job-master-0"]
+    assert reader.lines("job-master-0") == [
+        "[rank0]: rank 0 loading",
+        "[rank0]: rank 0 still here",
+    ]
+    stamped = reader.lines("job-master-0", stamped=True)
     assert stamped[0] == "2026-11-26T17:08:55.123456789Z [rank0]: rank 0 loading"
     assert format_stamp(ts) == "2026-11-26T17:08:55.123456789Z"
     assert split_stamped(stamped[0].encode()) == (ts, "[rank0]: rank 0 loading")
-    assert kept.lines("job-worker-0") == []
+    assert reader.lines("job-worker-0") == []
+    assert FollowedLines.of_job({"metadata": {"name": "job", "uid": "u-2"}}).pods() == []
+    files = list(reader.folder.glob("*.log"))
+    assert [oct(f.stat().st_mode & 0o777) for f in files] == ["0o600"]

@@ -90,11 +90,12 @@ class _Runtime:
         self.book = RunBook()  # a warm job's runs, from the same lines
         self.followers = 0  # run streams that feed ``book`` now
         self.aborted: set[int] = set()  # runs this process asked every node to stop
-        self.followed = FollowedLines()  # the logs of pods deleted since (cleanPodPolicy)
+        self.followed: FollowedLines | None = None  # kept in the job store (cleanPodPolicy)
 
     def on_followed(self, pod: str, ts: int, raw: str) -> None:
         """A line a follow read: kept, then read like any other."""
-        self.followed.add(pod, ts, raw)
+        if self.followed is not None:
+            self.followed.add(pod, ts, raw)
         self.on_line(pod, ts, raw)
 
     def on_line(self, pod: str, ts: int, raw: str) -> None:
@@ -553,6 +554,8 @@ class KubernetesBackend(Backend):
         container = KIND_TABLE[job.get("kind") or self._kind(name)].container
         pods = [p for p in replica_pods(job) or sorted(watch.pods) if p not in known]
         rt = self._runtime[name]
+        if rt.followed is None:
+            rt.followed = FollowedLines.of_job(job)
         return [PodLogSource(self.api, watch, pod, container, rt.on_followed) for pod in pods]
 
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
@@ -576,7 +579,7 @@ class KubernetesBackend(Backend):
     def _stored_logs(
         self, job: dict[str, Any], pods: dict[str, Any], stamped: bool = False
     ) -> Iterator[tuple[str, str]]:
-        kept = self._runtime[job["metadata"]["name"]].followed
+        kept = FollowedLines.of_job(job)
         for pod in replica_pods(job) or sorted({*pods, *kept.pods()}):
             obj = pods.get(pod)
             if obj is None:  # deleted (the job failed: cleanPodPolicy): what a follow read

@@ -16,11 +16,14 @@ anew, and its next pod's log belongs to this stream too.
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from ...errors import ClusterError
 from ..base import LogSource
@@ -30,7 +33,7 @@ from .watch import JobWatch
 __all__ = ["FollowedLines", "PodLogSource", "format_stamp", "parse_timestamp", "split_stamped"]
 
 FINISH_WAIT_S = 15.0
-KEPT_LINES = 20_000  # per pod, of the lines a follow read: what outlives a deleted pod
+KEPT_BYTES = 16 * 1024 * 1024  # per pod, of the lines a follow read: what outlives a deleted pod
 
 
 def parse_timestamp(ts: str) -> int:
@@ -52,29 +55,83 @@ def format_stamp(ns: int) -> str:
 
 
 class FollowedLines:
-    """The lines this process's follow of a job read, per pod (the last KEPT_LINES of each):
-    a pod the operator deleted (``cleanPodPolicy: Running`` deletes a failed job's running
-    pods) takes its log with it, and what the follow read of it is then all there is."""
+    """The lines the follows of one job read, per pod, kept in the job store:
+    ``$KTRAIN_HOME/history/kubernetes/NAME/logs/UID/POD.log`` (private; ``%ktrain delete``
+    removes it). A pod the operator deleted (``cleanPodPolicy: Running`` deletes a failed job's
+    running pods) takes its log with it, and what a follow read of it is then all there is; on
+    disk, every process reads it (``%ktrain logs``, a new kernel, the panel's server). Two
+    processes following the job both write: a line is read once (by its kubelet timestamp and
+    text). Each pod's file keeps its newest KEPT_BYTES or so."""
 
-    def __init__(self) -> None:
-        self._pods: dict[str, collections.deque[tuple[int, str]]] = {}
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._files: dict[str, IO[str]] = {}
         self._lock = threading.Lock()
 
+    @classmethod
+    def of_job(cls, job: Mapping[str, Any]) -> FollowedLines:
+        from ...tracking.store import job_dir
+
+        meta = job.get("metadata") or {}
+        uid = str(meta.get("uid") or "no-uid")
+        return cls(job_dir("kubernetes", str(meta.get("name"))) / "logs" / uid)
+
     def add(self, pod: str, ts: int, line: str) -> None:
-        with self._lock:
-            if pod not in self._pods:
-                self._pods[pod] = collections.deque(maxlen=KEPT_LINES)
-            self._pods[pod].append((ts, line))
+        with self._lock, contextlib.suppress(OSError):  # keeping a copy never stops a follow
+            f = self._files.get(pod)
+            if f is None:
+                from ..jobstore import make_private_dirs
+
+                make_private_dirs(self.folder)
+                fd = os.open(
+                    self.folder / f"{pod}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+                )
+                f = self._files[pod] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+            f.write(f"{ts} {line}\n")
+            f.flush()
+            if f.tell() > KEPT_BYTES:
+                self._trim(pod, f)
+
+    def _trim(self, pod: str, f: IO[str]) -> None:
+        """Keep the newest half of the pod's file (replaced atomically)."""
+        f.close()
+        del self._files[pod]
+        path = self.folder / f"{pod}.log"
+        data = path.read_bytes()
+        tail = data[len(data) - KEPT_BYTES // 2 :]
+        tail = tail[tail.find(b"\n") + 1 :]
+        from ..jobstore import replace_private
+
+        replace_private(path, tail)
 
     def pods(self) -> list[str]:
-        with self._lock:
-            return list(self._pods)
+        try:
+            return sorted(p.name[: -len(".log")] for p in self.folder.glob("*.log"))
+        except OSError:
+            return []
 
     def lines(self, pod: str, stamped: bool = False) -> list[str]:
         """``pod``'s lines, oldest first (each with its kubelet timestamp when ``stamped``)."""
+        try:
+            text = (self.folder / f"{pod}.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        seen: set[str] = set()
+        out = []
+        for entry in text.splitlines():
+            ts, sep, line = entry.partition(" ")
+            if not sep or not ts.isdigit() or entry in seen:
+                continue
+            seen.add(entry)
+            out.append(f"{format_stamp(int(ts))} {line}" if stamped else line)
+        return out
+
+    def close(self) -> None:
         with self._lock:
-            kept = list(self._pods.get(pod, ()))
-        return [f"{format_stamp(ts)} {line}" if stamped else line for ts, line in kept]
+            for f in self._files.values():
+                with contextlib.suppress(OSError):
+                    f.close()
+            self._files.clear()
 
 
 def split_stamped(raw: bytes) -> tuple[int, str] | None:
