@@ -126,8 +126,6 @@ def test_followed_lines_come_back_with_the_kubelets_timestamps() -> None:
     for writer in (kept, other):
         writer.add("job-master-0", ts, "[rank0]: rank 0 loading")
         writer.add("job-master-0", ts + 1, "[rank0]: rank 0 still here")
-    kept.close()
-    other.close()
     reader = FollowedLines.of_job(job)
     assert reader.pods() == ["job-master-0"]
     assert reader.lines("job-master-0") == [

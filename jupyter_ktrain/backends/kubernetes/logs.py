@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ...errors import ClusterError
 from ..base import LogSource
@@ -65,8 +65,8 @@ class FollowedLines:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._files: dict[str, IO[str]] = {}
         self._lock = threading.Lock()
+        self._made = False
 
     @classmethod
     def of_job(cls, job: Mapping[str, Any]) -> FollowedLines:
@@ -77,32 +77,28 @@ class FollowedLines:
         return cls(job_dir("kubernetes", str(meta.get("name"))) / "logs" / uid)
 
     def add(self, pod: str, ts: int, line: str) -> None:
+        """Append one line (opened and closed each time: no file outlives a follow)."""
         with self._lock, contextlib.suppress(OSError):  # keeping a copy never stops a follow
-            f = self._files.get(pod)
-            if f is None:
+            if not self._made:
                 from ..jobstore import make_private_dirs
 
                 make_private_dirs(self.folder)
-                fd = os.open(
-                    self.folder / f"{pod}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-                )
-                f = self._files[pod] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
-            f.write(f"{ts} {line}\n")
-            f.flush()
-            if f.tell() > KEPT_BYTES:
-                self._trim(pod, f)
+                self._made = True
+            path = self.folder / f"{pod}.log"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
+                f.write(f"{ts} {line}\n")
+                size = f.tell()
+            if size > KEPT_BYTES:
+                self._trim(path)
 
-    def _trim(self, pod: str, f: IO[str]) -> None:
+    def _trim(self, path: Path) -> None:
         """Keep the newest half of the pod's file (replaced atomically)."""
-        f.close()
-        del self._files[pod]
-        path = self.folder / f"{pod}.log"
-        data = path.read_bytes()
-        tail = data[len(data) - KEPT_BYTES // 2 :]
-        tail = tail[tail.find(b"\n") + 1 :]
         from ..jobstore import replace_private
 
-        replace_private(path, tail)
+        data = path.read_bytes()
+        tail = data[len(data) - KEPT_BYTES // 2 :]
+        replace_private(path, tail[tail.find(b"\n") + 1 :])
 
     def pods(self) -> list[str]:
         try:
@@ -125,13 +121,6 @@ class FollowedLines:
             seen.add(entry)
             out.append(f"{format_stamp(int(ts))} {line}" if stamped else line)
         return out
-
-    def close(self) -> None:
-        with self._lock:
-            for f in self._files.values():
-                with contextlib.suppress(OSError):
-                    f.close()
-            self._files.clear()
 
 
 def split_stamped(raw: bytes) -> tuple[int, str] | None:
