@@ -622,9 +622,6 @@ _OWNED = {
     "Service": ("", "v1", "services"),
     "ServiceMonitor": SERVICE_MONITOR_API,
     "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
-    "ServiceAccount": ("", "v1", "serviceaccounts"),
-    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
-    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 
