@@ -35,7 +35,7 @@ from .warm_delivery import Courier
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...spec import JobSpec
-    from .backend import KubernetesBackend, _Runtime
+    from .backend import JobRuntime, KubernetesBackend
 
 __all__ = ["WarmJobs", "forget_ended", "remember"]
 
@@ -63,7 +63,9 @@ class WarmJobs:
     def _warm_jobs(self) -> list[dict[str, Any]]:
         """The live warm jobs of the namespace, newest first."""
         jobs = [
-            j for j in self.b._list(f"{WARM_LABEL}=true") if job_state(j)[0] in (PENDING, RUNNING)
+            j
+            for j in self.b.job_objects(f"{WARM_LABEL}=true")
+            if job_state(j)[0] in (PENDING, RUNNING)
         ]
         return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
 
@@ -77,7 +79,9 @@ class WarmJobs:
             return dict(json.loads(raw))
 
         live = self._warm_jobs()
-        ended = forget_ended(self.b._ns(spec), {j["metadata"]["name"] for j in live}, shape)
+        ended = forget_ended(
+            self.b.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
+        )
         named = [j for j in live if j["metadata"]["name"] == spec.name]
         same = [j for j in live if shape_of(j) == shape]
         if named and shape_of(named[0]) == shape:
@@ -182,7 +186,7 @@ class WarmJobs:
             problems = self.courier.deliver(self.b.namespace, name, now, self._nodes(name))
             if problems:
                 self._stop_undelivered(name, run, problems)
-            self.b._kinds[name] = plan.spec.kind
+            self.b.remember_kind(name, plan.spec.kind)
             return Job(name, self.b, plan, run=run)
         raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
 
@@ -201,15 +205,13 @@ class WarmJobs:
     def _book(self, name: str) -> RunBook:
         """The job's runs: as followed, or read from its pods' stored logs when no run is
         followed in this process (a cancel from another cell, a new kernel)."""
-        rt = self.b._runtime[name]
+        rt = self.b.runtime(name)
         if rt.followers:
             return rt.book
         book = RunBook()
-        watch = self.b._watch(name)
-        if watch.job is not None:
-            with contextlib.suppress(ClusterError):
-                for pod, raw in self.b._stored_logs(watch.job, watch.pods):
-                    book.feed(pod, parse_line(raw))
+        with contextlib.suppress(ClusterError, JobNotFound):  # gone: no runs to read
+            for pod, raw in self.b.read_logs(name):
+                book.feed(pod, parse_line(raw))
         return book
 
     def _active_run(self, name: str) -> int | None:
@@ -218,7 +220,7 @@ class WarmJobs:
         return run if run and self._book(name).ended_nodes(run) < self._nodes(name) else None
 
     def latest_run(self, name: str) -> int | None:
-        job = self.b._watch(name).job
+        job = self.b.job_object(name)
         if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
             return None
         with contextlib.suppress(ApiFailure):
@@ -228,7 +230,7 @@ class WarmJobs:
     def run_status(self, name: str, run: int) -> JobStatus:
         job = self.b.status(name)
         nodes = self._nodes(name)
-        rt = self.b._runtime[name]
+        rt = self.b.runtime(name)
         book = self._book(name)
         with rt.lock:
             status = book.status(name, run, nodes, job)
@@ -246,7 +248,7 @@ class WarmJobs:
         return status
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        rt = self.b._runtime[name]
+        rt = self.b.runtime(name)
         return [_RunSource(s, run, rt) for s in self.b.log_sources(name)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
@@ -327,7 +329,7 @@ class _RunSource(LogSource):
     """One pod's lines of one run of a warm job: from the agent's ``run`` record of that run
     to its ``run_end`` (a pod's log holds every run)."""
 
-    def __init__(self, inner: LogSource, run: int, rt: _Runtime):
+    def __init__(self, inner: LogSource, run: int, rt: JobRuntime):
         self.inner = inner
         self.replica = inner.replica
         self.run = run
