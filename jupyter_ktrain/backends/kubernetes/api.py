@@ -9,6 +9,7 @@ server's message. The ``kubernetes`` package is imported only here and only when
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -378,6 +379,9 @@ class Api:
             raise ClusterError(f"{what}: {connection_problem(exc)}") from None
         finally:
             ws.close()
+            # close() is a no-op once the server closed first: the socket is ours to close
+            with contextlib.suppress(OSError, AttributeError):
+                ws.sock.shutdown()
         return ExecResult(_exit_status(status, what), out, err)
 
 
