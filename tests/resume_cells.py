@@ -1,16 +1,17 @@
 """A deterministic CPU training function that checkpoints and resumes (``ktrain.checkpoint``),
 for the tests that kill a rank mid-run and compare with an uninterrupted run.
 
-``SETUP`` is a notebook cell: it defines ``train(steps, every, kill_at, marks, hold_at)``. Each rank
-draws its batches from its own seeded generator; the model, the optimizer and every rank's
-generator state are saved every ``every`` steps, so a resumed run computes exactly what an
-uninterrupted one does. With ``kill_at``, the last rank kills itself with SIGKILL right after
-that step, once (a file in ``marks`` remembers it across the restart). With ``hold_at``, the
-rank whose torchrun agent does not host the rendezvous store stops after that step instead,
-once, and writes its pod's name (``$HOSTNAME``) to ``marks/held``: the test deletes that pod.
-(On a cluster the store is on the endpoint's pod, worker-0; here every pod shares this
-machine's network, so whichever agent bound the port first hosts it: the rank asks.) It
-returns the final weights and the first step this run trained.
+``SETUP`` is a notebook cell: it defines ``train(steps, every, kill_at, marks, hold_at,
+pause)``. Each rank draws its batches from its own seeded generator; the model, the optimizer
+and every rank's generator state are saved every ``every`` steps, so a resumed run computes
+exactly what an uninterrupted one does. With ``kill_at``, the last rank kills itself with
+SIGKILL right after that step, once (a file in ``marks`` remembers it across the restart). With
+``hold_at``, the rank whose torchrun agent does not host the rendezvous store stops after that
+step instead, once, and writes its pod's name (``$HOSTNAME``) to ``marks/held``: the test
+deletes that pod. (On a cluster the store is on the endpoint's pod, worker-0; here every pod
+shares this machine's network, so whichever agent bound the port first hosts it: the rank
+asks.) It returns the final weights and the first step this run trained. ``pause`` seconds of
+sleep after each step pace a run that a test kills from outside.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _hosts_store():
             return True
     return False
 
-def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None):
+def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None, pause=0.0):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -81,6 +82,7 @@ def train(steps=12, every=3, kill_at=None, marks=None, hold_at=None):
                 f.write(pod)
             os.replace(held + ".tmp", held)
             time.sleep(600)  # until the test deletes this pod
+        time.sleep(pause)
     weights = [p.detach().clone() for p in model.parameters()]
     dist.destroy_process_group()
     return weights, start

@@ -13,6 +13,11 @@ to ``max_restarts`` times (``plan.json``), because the survivors of a static tor
 cannot take one new node in. Each restart is counted per node in ``state.json`` with its cause
 and said in every node's log; logs are appended to, so the earlier attempts' lines stay.
 
+A node dies whole, as a container does: the moment a node's first process (its agent) ends,
+whatever is left of the node (torchrun, its ranks: each node's processes carry a marker of
+their own, :func:`.procs.kill_node`) is killed with SIGKILL, and the node's log says how many.
+Ranks of a dead node must not train on (and write checkpoints) with the other nodes.
+
 Nothing of a job outlives its supervisor. Its parent is a small watchdog that only waits for
 it: if the supervisor dies before the job ended (``kill -9``, the kernel's OOM killer), the
 watchdog stops every process of the job (found by its marker, :mod:`.procs`) and writes the
@@ -40,12 +45,21 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..monitor.failures import TorchrunReport, WorkerExit, signal_text
-from ..pod.exits import PEER_LOST, describe_exit, restart_cause, retryable
+from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
+from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ..pod.progress import ProgressTracker
 from ..pod.protocol import EXIT, format_agent_line, parse_line, record_type
 from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
-from .procs import kill_marked, marked_pids, process_start, stop_marked
+from .procs import (
+    NODE_ENV,
+    NodeKill,
+    kill_marked,
+    kill_node,
+    marked_pids,
+    node_marker,
+    process_start,
+    stop_marked,
+)
 
 __all__ = ["main", "watch"]
 
@@ -53,7 +67,7 @@ GRACE_AFTER_FAILURE_S = 5.0
 RESTART_DELAY_S = 1.0  # plan.json's restart_delay_s, when it has none
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
 CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
-PROGRESS_SAVE_S = 1.0
+PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
 TERM_TIMEOUT_S = 10.0
 _TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
@@ -112,6 +126,7 @@ class Supervisor:
         self.restarts = 0
         self.events = [""] * len(self.plan["nodes"])  # each node's last restart, in words
         self.ended: list[int] = []  # nodes of this attempt that failed, in the order seen
+        self.reaped: dict[int, NodeKill] = {}  # nodes of this attempt whose leftovers were killed
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
         self.state: dict[str, Any] = {
@@ -262,11 +277,12 @@ class Supervisor:
         forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
         die_with_us = _die_with(os.getpid())
-        for launch in self.plan["nodes"]:
+        for node, launch in enumerate(self.plan["nodes"]):
+            mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
             self.procs.append(
                 subprocess.Popen(
                     launch["argv"],
-                    env={**base_env, **launch["env"]},
+                    env={**base_env, **launch["env"], **mark},
                     cwd=launch["cwd"],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -312,6 +328,8 @@ class Supervisor:
             for node, c in enumerate(codes):
                 if c not in (None, 0) and node not in self.ended:
                     self.ended.append(node)
+                if c is not None and node not in self.reaped:
+                    self._reap(node)
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = now
                 self.save(nodes=self._nodes())
@@ -326,9 +344,28 @@ class Supervisor:
         for node, proc in enumerate(self.procs):  # those that ended in the last poll
             if proc.returncode not in (None, 0) and node not in self.ended:
                 self.ended.append(node)
+            if node not in self.reaped:
+                self._reap(node)
         for pump in self.pumps:
             pump.join(timeout=5.0)
         kill_marked(self.marker, exclude={os.getpid()})  # nothing of the job outlives it
+
+    def _reap(self, node: int) -> None:
+        """Node ``node``'s agent ended: kill what is left of the node at once, as a container
+        runtime does when a container's first process ends, and say so at the end of the
+        node's log (once its output is all copied). A node that ended by itself has nothing
+        left: torchrun stops its ranks before it exits."""
+        gone = self.reaped[node] = kill_node(self.marker, node)
+        if not gone.killed:
+            return
+        for rank in gone.ranks:  # like torchrun's report of a rank a signal killed
+            self._on_worker_exit(WorkerExit(rank, KILLED, root=False))
+        if node < len(self.pumps):
+            self.pumps[node].join(timeout=1.0)  # its pipe closes as its last process dies
+        code = _code(self.procs[node].returncode) or 0
+        self._tell_nodes(
+            f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}", [node]
+        )
 
     def _nodes(self, phase: str = "") -> list[dict[str, Any]]:
         return [
@@ -390,10 +427,13 @@ class Supervisor:
         limit = self.max_restarts
         cause = restart_cause(code)
         rank = self._cause_rank(node)
-        why = f"node {node} exited {code}" + (f" ({rank})" if rank else f" ({describe_exit(code)})")
+        with_it = self._killed_with(node)  # then its ranks did not fail: the node did
+        why = f"node {node} exited {code}"
+        why += f" ({rank})" if rank and not with_it else f" ({describe_exit(code)})"
+        why += f"; {with_it}" if with_it else ""
         for k in range(len(self.events)):
             self.events[k] = (
-                f"restarted after {cause}"
+                f"restarted after {cause}" + (f"; {with_it}" if with_it else "")
                 if k == node
                 else f"restarted with every node after node {node}'s {cause}"
             )
@@ -416,11 +456,20 @@ class Supervisor:
         self._free_port()
         with self.lock:
             self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
+            self.reaped = {}
             self.exit_codes.clear()
             self.first_failure = None
             self.state["failed_rank"] = None  # the new attempt's, once one fails
         self.start()
         return True
+
+    def _killed_with(self, node: int) -> str:
+        """``its 2 ranks were killed with it`` when node ``node`` died with ranks still running."""
+        gone = self.reaped.get(node)
+        if gone is None or not gone.ranks:
+            return ""
+        verb = "was" if len(gone.ranks) == 1 else "were"
+        return f"its {ranks_text(gone.ranks)} {verb} killed with it"
 
     def _cause_rank(self, node: int) -> str:
         """``rank 3 killed by signal 9 (SIGKILL)``: the rank of ``node`` that a signal killed
@@ -434,11 +483,11 @@ class Supervisor:
                 return f"rank {rank} killed by {signal_text(mine[rank])}"
         return next((f"rank {r} lost a peer" for r in order if mine[r] == PEER_LOST), "")
 
-    def _tell_nodes(self, text: str) -> None:
-        """An ``[agent]:`` line at the end of every node's log (and its time), where
-        ``%ktrain logs`` and the cell show it."""
+    def _tell_nodes(self, text: str, nodes: list[int] | None = None) -> None:
+        """An ``[agent]:`` line at the end of every node's log (or of ``nodes``') and its time,
+        where ``%ktrain logs`` and the cell show it."""
         line = (format_agent_line(text) + "\n").encode()
-        for node in range(len(self.plan["nodes"])):
+        for node in range(len(self.plan["nodes"])) if nodes is None else nodes:
             with contextlib.suppress(OSError):
                 times = _Log(self.dir / f"node-{node}.times")
                 log = _Log(self.dir / f"node-{node}.log")
@@ -495,10 +544,18 @@ class Supervisor:
         release_reserve(self.dir)
 
     def _killed_rank(self) -> str:
-        """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure."""
+        """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure;
+        ``node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 and 3 were killed with
+        it`` when the rank died with its node."""
         if self.first_failure is None:
             return ""
         rank = self.first_failure[1]
+        for node, gone in self.reaped.items():
+            if rank in gone.ranks:
+                code = _code(self.procs[node].returncode) or 0
+                return (
+                    f"node {node} exited {code} ({describe_exit(code)}); {self._killed_with(node)}"
+                )
         how = signal_text(self.exit_codes.get(rank))
         return f"rank {rank} was killed by {how}" if how else ""
 

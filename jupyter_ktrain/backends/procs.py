@@ -1,37 +1,67 @@
-"""Find and stop every process of a local job, wherever it went (own sessions included).
+"""Find and stop every process of a local job, or of one of its nodes, wherever it went (own
+sessions included).
 
 Each local job's processes carry ``KTRAIN_JOB_UID=<uid>`` in their environment, inherited by
 torchrun's workers and anything they start, so a sweep of ``/proc`` finds them even after
-torchrun put its workers in sessions of their own.
+torchrun put its workers in sessions of their own. Each node's processes also carry
+``KTRAIN_NODE_UID=<uid>-node-<k>``: what a container's cgroup is on a cluster, the set that dies
+with the node (:func:`kill_node`). A process group or a session cannot be that set here:
+torchrun starts each worker in a session of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MARKER_ENV", "kill_marked", "marked_pids", "process_start", "stop_marked"]
+from ..monitor.failures import ranks_text
+
+__all__ = [
+    "MARKER_ENV",
+    "NODE_ENV",
+    "NodeKill",
+    "kill_marked",
+    "kill_node",
+    "marked_pids",
+    "node_marker",
+    "process_start",
+    "stop_marked",
+]
 
 MARKER_ENV = "KTRAIN_JOB_UID"
+NODE_ENV = "KTRAIN_NODE_UID"
+NODE_KILL_WAIT_S = 2.0
 
 
-def marked_pids(marker: str) -> list[int]:
-    """PIDs whose environment holds ``KTRAIN_JOB_UID=marker`` (Linux ``/proc``)."""
-    needle = f"{MARKER_ENV}={marker}".encode()
-    pids = []
+def node_marker(marker: str, node: int) -> str:
+    """The value of ``KTRAIN_NODE_UID`` that node ``node`` of the job ``marker`` carries."""
+    return f"{marker}-node-{node}"
+
+
+def _environs(name: str, value: str) -> dict[int, list[bytes]]:
+    """pid -> environment of the processes whose environment holds ``name=value``."""
+    needle = f"{name}={value}".encode()
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
-            pids.append(int(entry.name))
-    return pids
+        if needle in environ:
+            found[int(entry.name)] = environ
+    return found
+
+
+def marked_pids(marker: str) -> list[int]:
+    """PIDs whose environment holds ``KTRAIN_JOB_UID=marker`` (Linux ``/proc``)."""
+    return list(_environs(MARKER_ENV, marker))
 
 
 def kill_marked(marker: str, exclude: Collection[int] = (), sig: int = signal.SIGKILL) -> int:
@@ -46,6 +76,58 @@ def kill_marked(marker: str, exclude: Collection[int] = (), sig: int = signal.SI
         except ProcessLookupError:
             pass
     return count
+
+
+@dataclass(frozen=True)
+class NodeKill:
+    """What :func:`kill_node` found of a node: how many processes it killed, the ranks among
+    them (torchrun's ``RANK``), and the pids still there after its wait (normally none)."""
+
+    killed: int = 0
+    ranks: tuple[int, ...] = ()
+    left: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """``its 3 remaining processes (ranks 2 and 3 among them) were killed with it (SIGKILL),
+        as a container's are``; "" when it had none left."""
+        if not self.killed:
+            return ""
+        many = self.killed != 1
+        what = f"its {self.killed} remaining process{'es' if many else ''}"
+        if self.ranks:
+            what += f" ({ranks_text(self.ranks)}{' among them' if many else ''})"
+        return f"{what} {'were' if many else 'was'} killed with it (SIGKILL), as a container's are"
+
+
+def _rank(environ: list[bytes]) -> int | None:
+    """The rank of a process torchrun started (its workers carry ``LOCAL_RANK`` and ``RANK``;
+    torchrun itself carries neither), else None."""
+    if not any(e.startswith(b"LOCAL_RANK=") for e in environ):
+        return None
+    raw = next((e[5:] for e in environ if e.startswith(b"RANK=")), b"")
+    return int(raw) if raw.isdigit() else None
+
+
+def kill_node(marker: str, node: int, wait: float = NODE_KILL_WAIT_S) -> NodeKill:
+    """SIGKILL every process left of node ``node`` of the job ``marker``, again until none is
+    left or ``wait`` seconds passed: what a container runtime does to a container's processes
+    when its first process ends."""
+    value = node_marker(marker, node)
+    found = _environs(NODE_ENV, value)
+    ranks = sorted(r for r in map(_rank, found.values()) if r is not None)
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait
+    left = found
+    while left:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+        left = _environs(NODE_ENV, value)  # a zombie has no environment left: it is gone
+    return NodeKill(len(killed), tuple(ranks), tuple(sorted(left)))
 
 
 def stop_marked(

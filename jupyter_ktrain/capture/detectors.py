@@ -3,9 +3,9 @@
 Two questions about one string, whatever name it is bound to:
 
 * does it contain a credential of a known service's shape? detect-secrets' regex plugins
-  (AWS, Azure, GitHub, GitLab, Slack, Stripe, Twilio, SendGrid, npm, PyPI, JWT, private keys,
-  ``scheme://user:password@host`` and more); not its public-IP plugin: an address is no
-  secret;
+  (AWS, Azure, GitHub, GitLab, Slack, Stripe, Twilio, SendGrid, npm, PyPI, JWT, private keys
+  and more); not its public-IP plugin (an address is no secret) nor its basic-auth one
+  (``scheme://user:password@host`` is a shape of our own, which knows placeholders);
 * is it a random token? detect-secrets' Base64HighEntropyString (its entropy limit) and its
   heuristic filters (sequential strings, UUIDs), on a string that is a whole token: 20 to 200
   characters, all from the base64 alphabets, both letter cases. Hex strings are left to the
@@ -31,7 +31,9 @@ __all__ = ["known_credential", "random_token"]
 _MIN_TOKEN, _MAX_TOKEN = 20, 200
 _STANDARD, _URL_SAFE = set("+/"), set("-_")
 _SEPARATOR = re.compile(r"[-_/+]")
-_SKIPPED = {"IPPublicDetector"}  # addresses are no secrets (MASTER_ADDR, a dataset host)
+# addresses are no secrets (MASTER_ADDR, a dataset host); a URL's password is found by our
+# own shape (secrets.URL_PASSWORD), which also reads f-strings and leaves placeholders alone
+_SKIPPED = {"IPPublicDetector", "BasicAuthDetector"}
 _MIN_SHAPE = 7  # no credential shape is shorter (``://u:p@``)
 
 
@@ -63,7 +65,7 @@ def _matches(plugin: Any, text: str) -> Iterator[str]:
 
 def known_credential(text: str) -> str | None:
     """detect-secrets' name for the kind of credential ``text`` contains
-    (``'AWS Access Key'``, ``'Basic Auth Credentials'``), if any."""
+    (``'AWS Access Key'``, ``'Stripe Access Key'``), if any."""
     if len(text) < _MIN_SHAPE:
         return None
     for plugin in _regex_plugins():

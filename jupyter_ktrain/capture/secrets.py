@@ -72,6 +72,17 @@ _PLAIN_WORDS = {"true", "false", "none", "null", "yes", "no", "on", "off", "defa
 _MIN_CONTAINED = 12  # an environment secret this long is also looked for inside strings
 _MAX_FOLDED = 100_000  # the longest string a constant expression is folded into
 
+URL_PASSWORD = "a URL with a password in it (scheme://user:password@host)"
+# ``scheme://user:password@host``: the user part may be anything (``{}`` stands for a part of
+# an f-string read from a name); the password must be written out, not a placeholder such as
+# ``{}``, ``$VAR``, ``%s``, ``<password>`` or ``***``
+_URL_PASSWORD = (
+    r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:"
+    r"(?![$%<*])[^\s/@{}]+@[^\s/@]"
+)
+
+_URL_SHAPE = re.compile(_URL_PASSWORD)
+
 _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{20,}")),
     ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
@@ -80,6 +91,7 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
     ("a JSON Web Token", re.compile(r"\beyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}")),
     ("a PEM private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
+    (URL_PASSWORD, _URL_SHAPE),
 )
 # each shape's fixed prefixes: a fast substring test first, the regex only where one occurs
 # (a pickled model is megabytes of tensor data)
@@ -91,6 +103,7 @@ _PREFIXES = (
     (b"xox",),
     (b"eyJ",),
     (b"PRIVATE KEY-----",),
+    (b"://",),
 )
 _BYTE_SHAPES = tuple(
     (kind, prefixes, re.compile(p.pattern.encode()))
@@ -104,6 +117,7 @@ _USUAL_ENV = {
     "a Slack token": "SLACK_TOKEN",
     "a JSON Web Token": "API_TOKEN",
     "a PEM private key": "PRIVATE_KEY",
+    URL_PASSWORD: "SECRET_URL",
 }
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_NODES = 100_000
@@ -119,6 +133,7 @@ class Finding:
     name: str
     kind: str
     env_var: str | None = None  # the kernel's environment variable that holds the value
+    bound: bool = True  # bound to ``name`` (False: a string in an expression of ``name``)
 
     @property
     def env(self) -> str:
@@ -127,8 +142,8 @@ class Finding:
         shape."""
         if self.env_var:
             return self.env_var
-        if is_secret_name(self.name):
-            return env_name(self.name)
+        if is_secret_name(self.name) or (self.kind.startswith(URL_PASSWORD) and self.bound):
+            return env_name(self.name)  # a URL travels whole, under its own name (DATA_URL)
         usual = (v for k, v in _USUAL_ENV.items() if self.kind.startswith(k))
         return next(usual, "SECRET_TOKEN")
 
@@ -383,10 +398,28 @@ def find_in_source(source: str, owner: str, env: EnvSecrets | None = None) -> Fi
         if why:
             return Finding(f"{where} (line {line})", name, *why)
     for sub in ast.walk(tree):
-        folded = _fold(sub) if isinstance(sub, ast.expr) else None
+        if not isinstance(sub, ast.expr):
+            continue
+        folded = _fold(sub)
         why = _secret(_text(folded), None, env) if folded is not None else None
-        if why and isinstance(sub, ast.expr):
-            return Finding(f"line {sub.lineno}", owner, *why)
+        if why:
+            return Finding(f"line {sub.lineno}", owner, *why, bound=False)
+        template = _template(sub) if folded is None else None
+        if template is not None and _URL_SHAPE.search(template):
+            return Finding(f"line {sub.lineno}", owner, URL_PASSWORD, bound=False)
+    return None
+
+
+def _template(node: ast.AST) -> str | None:
+    """What an f-string or a ``+`` of strings makes with ``{}`` for each part read from a
+    name (``f"https://{user}:pw@host"`` -> ``https://{}:pw@host``); None for anything else.
+    A password written out beside a name still travels in the code."""
+    if isinstance(node, ast.JoinedStr):
+        parts = [_fold(_formatted(v)) for v in node.values]
+        return "".join(p if isinstance(p, str) else "{}" for p in parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = (_fold(n) or _template(n) or "{}" for n in (node.left, node.right))
+        return f"{left}{right}" if isinstance(left, str) and isinstance(right, str) else None
     return None
 
 

@@ -10,17 +10,17 @@ first, often one that was only stopped): the ranks' own lines are the truth.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
 from ..pod.exits import describe_exit
-from .failures import classify
+from .failures import classify, ranks_text
 
 if TYPE_CHECKING:
     from ..backends.base import Job, JobStatus
 
-__all__ = ["exception_line", "job_error"]
+__all__ = ["exception_line", "failure_headline", "job_error", "raised_at"]
 
 TRACEBACK = "Traceback (most recent call last):"
 _MAX_HEADLINE = 300
@@ -40,6 +40,38 @@ def exception_line(lines: Sequence[str]) -> int | None:
     return None
 
 
+def raised_at(code: int | None, lines: Sequence[str]) -> int | None:
+    """Index of the exception line that ended a rank, when an uncaught exception did: it
+    ends a rank with code 1; with another code (``sys.exit(3)``, a signal) a traceback in its
+    output was printed and handled, not what ended it."""
+    return exception_line(lines) if code in (1, None) else None
+
+
+def failure_headline(
+    rank: int, code: int | None, lines: Sequence[str], others: Iterable[int] = ()
+) -> str:
+    """How the first failing rank ended, and which other ranks ended with an error too: the one
+    sentence the cell's error, the widget and the side panel all say.
+
+    ``rank 1 raised ValueError: bad shard; rank 0 ended with an error too``, ``rank 2 was
+    killed by signal 9 (SIGKILL)``, ``rank 3 failed first (exit code 3, OOM)``. ``lines`` are
+    the rank's own last lines; ``others`` the other ranks whose exit code was not 0."""
+    at = raised_at(code, lines)
+    if at is not None:
+        how = f"rank {rank} raised {_clip(lines[at])}"
+    elif code is not None and code >= 128:  # a signal ended it: say which
+        how = f"rank {rank} was {describe_exit(code)}"
+    else:
+        failure = classify(lines, code)
+        kind = f", {failure.kind}" if failure.kind != "error" else ""
+        said = f"exit code {code}" if code is not None else "no exit code"
+        how = f"rank {rank} failed first ({said}{kind})"
+    rest = sorted(set(others) - {rank})
+    if rest:
+        how += f"; {ranks_text(rest)} ended with an error too"
+    return how
+
+
 def _clip(text: str) -> str:
     text = text.strip()
     return text if len(text) <= _MAX_HEADLINE else text[: _MAX_HEADLINE - 1] + "…"
@@ -49,28 +81,16 @@ def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFaile
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
     failure = classify(lines, code)
-    # an uncaught exception ends a rank with code 1; with another code (sys.exit(3), a signal)
-    # a traceback in its output was printed and handled, not what ended it
-    at = exception_line(lines) if code in (1, None) else None
+    others = [r for r, c in status.exit_codes.items() if c != 0]
+    headline = failure_headline(rank, code, lines, others)
+    at = raised_at(code, lines)
     if at is not None:
-        headline = f"rank {rank} raised {_clip(lines[at])}"
         lines = lines[:at] + lines[at + 1 :]  # said once, in the header
-    elif code is not None and code >= 128:  # a signal ended it: say which
-        headline = f"rank {rank} was {describe_exit(code)}"
-    else:
-        kind = f" ({failure.kind})" if failure.kind != "error" else ""
-        headline = f"rank {rank} exited first with code {code}{kind}"
     body = [f"Last lines of rank {rank}:", *(f"    {line}" for line in lines[-tail:])]
     if not lines:
         body = [f"Rank {rank} printed nothing."]
     if failure.kind != "error" and failure.explanation not in status.message:
         body.append(str(failure))
-    others = sorted(r for r, c in status.exit_codes.items() if c != 0 and r != rank)
-    if others:
-        ranks = ", ".join(map(str, others))
-        body.append(
-            f"Ranks {ranks} ended with an error code too (the job stops every rank once one fails)."
-        )
     if status.message:
         body.append(status.message)
     body.append(f"Rank {rank}'s whole log: %ktrain logs {job.name} --rank {rank}{_run_flag(job)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "WorkerExit",
     "classify",
     "pod_problem",
+    "ranks_text",
     "signal_failure",
     "signal_text",
 ]
@@ -165,6 +166,14 @@ def pod_problem(pod: dict[str, object]) -> str:
     if reason:
         return f"{reason}: {status.get('message', '')}".rstrip(": ")
     return ""
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``rank 2``, ``ranks 2 and 3``, ``ranks 0, 1 and 3``."""
+    names = [str(r) for r in sorted(ranks)]
+    if len(names) == 1:
+        return f"rank {names[0]}"
+    return f"ranks {', '.join(names[:-1])} and {names[-1]}"
 
 
 _SIGNAL_BASE = 128

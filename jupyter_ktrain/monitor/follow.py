@@ -40,8 +40,9 @@ def follow(
     try:
         while True:
             status = _status(job)
+            # the progress too: the views show the backend's (the panel's) as it moves
             seen = (status.state, status.replicas, status.message, status.evictions,
-                    status.dashboard)  # fmt: skip
+                    status.dashboard, status.progress, status.reason)  # fmt: skip
             if seen != last_state:
                 sink.status(status)
                 last_state = seen

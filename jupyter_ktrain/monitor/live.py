@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..pod.protocol import LogLine, parse_line
+from . import livestate
 from .model import JobHeader, MonitorModel, ReplicaRow
 from .torchrun import TorchrunFold
 
@@ -40,7 +41,7 @@ def rdma_requested(spec: Any) -> bool:
 def model_for(job: Job, **options: Any) -> MonitorModel:
     """A fresh model for ``job``; ``options`` go to :class:`MonitorModel`."""
     plan = job.plan
-    header = JobHeader(name=job.name, backend=job.backend.name)
+    header = JobHeader(name=job.name, backend=job.backend.name, run=job.run)
     rdma = False
     if plan is not None:
         spec = plan.spec
@@ -59,10 +60,8 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
 
 
 def replica_row(r: ReplicaStatus) -> ReplicaRow:
-    event = r.last_event
-    if not event and r.exit_code is not None:
-        event = f"exited with code {r.exit_code}"
-    return ReplicaRow(r.name, r.phase, r.restarts, r.node, event, r.restart_cause)
+    """One replica table row (see :func:`.livestate.replica_row`)."""
+    return livestate.replica_row(r)
 
 
 class ModelSink:
@@ -112,8 +111,10 @@ class ModelSink:
         if status.terminal and status.finished is not None and h.end_time is None:
             h.end_time = status.finished
         self.model.set_state(status.state, now, message)
+        # the backend's progress: the same the side panel shows (one truth, see livestate)
+        self.model.set_live(status.progress, livestate.restarting(status))
         self.model.set_replicas(
-            (replica_row(r) for r in status.replicas), now, max_restarts=status.max_restarts
+            livestate.replica_rows(status, h.run), now, max_restarts=status.max_restarts
         )
         for e in status.evictions:
             self.model.evicted(e.reason, e.text, e.count, now)

@@ -6,7 +6,10 @@ One :class:`MonitorModel` per job. The backend's follow loop feeds it:
   from :func:`~jupyter_ktrain.pod.protocol.parse_line` (``feed_text`` parses for you);
   ``node`` is the replica the stream came from, when the caller knows it;
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
-- ``set_replicas(rows)`` with the current replica table.
+- ``set_replicas(rows)`` with the current replica table;
+- ``set_live(progress, restarting)`` with the backend's progress and whether the job restarts
+  (:mod:`.livestate`): the job's one live truth, which the side panel shows too. Until a
+  backend says, ``progress`` is the model's own, from the records it was fed.
 
 Views read ``header``, ``progress`` (percent done and time left, from records with a
 ``total``: see :mod:`.progress`), ``replicas``, ``logs`` / ``rank_logs`` (bounded ring
@@ -22,7 +25,6 @@ Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -42,8 +44,9 @@ from ..pod.protocol import (
     record_type,
 )
 from .downsample import StreamingDownsampler
+from .fold import RepeatFold, shown_text
 from .nccl import NcclTransportParser, Transport
-from .viewmodel import PENDING, QUEUED, RUNNING, TERMINAL_STATES, log_label
+from .viewmodel import PENDING, QUEUED, RUNNING, TERMINAL_STATES, log_label, restart_text
 
 __all__ = [
     "GPU_FIELDS",
@@ -57,13 +60,6 @@ __all__ = [
 ]
 
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
-# Trainer's log dict as its PrinterCallback prints it ({'loss': 0.52, 'grad_norm': ...}): it
-# prints from every node's local process zero, so ranks 0, nproc, 2*nproc... print the same
-# (globally reduced) record. Shown once in the all-ranks view; each rank's own view keeps it.
-_TRAINER_LOG = re.compile(
-    r"^\{'(loss|eval_\w+|train_\w+|learning_rate|grad_norm|epoch|total_flos)'"
-)
-REPEAT_WINDOW_S = 10.0
 
 
 @dataclass
@@ -81,6 +77,7 @@ class JobHeader:
     image_digest: str | None = None
     start_time: float | None = None
     end_time: float | None = None
+    run: int | None = None  # a warm job's run this monitor follows (None: any other job)
 
     def elapsed(self, now: float) -> float:
         if self.start_time is None:
@@ -189,8 +186,9 @@ class MonitorModel:
         self.line_count = 0
         self.record_count = 0
         self.repeats_folded = 0  # Trainer log lines another rank had already printed
-        self._printed: dict[str, tuple[int, float]] = {}  # Trainer log line -> (rank, when)
+        self._fold = RepeatFold()
         self._seq = 0
+        self._rank_left: dict[str, tuple[int, int]] = {}  # label -> (lines left, newest seq)
         self._nccl: dict[str, NcclTransportParser] = {}
         self._talkers: dict[int, _Talker] = {}
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
@@ -199,6 +197,10 @@ class MonitorModel:
         self._t0: float | None = header.start_time
         self._progress = ProgressTracker()
         self._progress_rank: int | None = None  # the lowest rank that reports a total
+        self._live_progress: Progress | None = None  # the backend's (see set_live)
+        self.restarting = False  # the job starts its nodes again after a fault
+        self.lines_left = 0  # lines that left the all-ranks view (its buffer was full)
+        self._left_seq = 0  # the newest of those
         self.markers: list[Marker] = []  # restarts, in the metric plots (x = step)
         self.resumes = 0
         self._world_size: int | None = None  # as the last checkpoint or resume said
@@ -241,6 +243,14 @@ class MonitorModel:
             for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
                 del self._alerts[key]
 
+    def set_live(self, progress: Progress | None, restarting: bool) -> None:
+        """The backend's progress (None: it has none; the model's own is shown) and whether
+        the job is restarting: what every view of the job shows."""
+        if (progress, restarting) == (self._live_progress, self.restarting):
+            return
+        self._live_progress, self.restarting = progress, restarting
+        self.version += 1
+
     def set_replicas(
         self, rows: Iterable[ReplicaRow], now: float | None = None, max_restarts: int | None = None
     ) -> None:
@@ -252,12 +262,11 @@ class MonitorModel:
         before = {r.name: r.restarts for r in self.replicas}
         for r in rows:
             if r.restarts > before.get(r.name, 0):
-                limit = f" of at most {max_restarts}" if max_restarts is not None else ""
-                why = (r.restart_cause or r.last_event).removeprefix("restarted").strip()
+                why = r.restart_cause or r.last_event
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",
-                    f"{r.name} restarted {why} (restart {r.restarts}{limit})".replace("  ", " "),
+                    restart_text(r.name, r.restarts, why, max_restarts),
                     now if now is not None else time.time(),
                 )
         self.replicas = rows
@@ -345,8 +354,20 @@ class MonitorModel:
 
     @property
     def progress(self) -> Progress | None:
-        """Percent done and time left, once a record with a ``total`` came (else None)."""
+        """Percent done and time left, once a record with a ``total`` came (else None): the
+        backend's when it has one (:meth:`set_live`), else the model's own from its records."""
+        if self._live_progress is not None:
+            return self._live_progress
         return self._progress.progress
+
+    def left_after(self, seq: int, label: str | None = None) -> int:
+        """Whether lines newer than ``seq`` left the view (``label``'s, or all ranks') before a
+        reader saw them: how many (0: none, every line after ``seq`` is still held). Lines
+        folded as repeats (:mod:`.fold`) never count: they were not shown at all."""
+        if label is None:
+            return self.lines_left if self._left_seq > seq else 0
+        left = self._rank_left.get(label)
+        return left[0] if left is not None and left[1] > seq else 0
 
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
@@ -358,27 +379,21 @@ class MonitorModel:
     def _log(self, line: LogLine, now: float, node: int | None) -> None:
         self._seq += 1
         self.line_count += 1
-        entry = LogEntry(self._seq, now, line.text, line.source, line.rank, node)
-        if self._repeat(line, now):
+        entry = LogEntry(self._seq, now, shown_text(line.text), line.source, line.rank, node)
+        if self._fold.repeat(line.rank, line.text, now):
             self.repeats_folded += 1
         else:
+            if len(self.logs) == self.logs.maxlen:
+                self.lines_left += 1
+                self._left_seq = self.logs[0].seq
             self.logs.append(entry)
         buf = self.rank_logs.get(entry.label)
         if buf is None:
             buf = self.rank_logs[entry.label] = deque(maxlen=self._max_per_rank)
+        if len(buf) == buf.maxlen:
+            count = self._rank_left.get(entry.label, (0, 0))[0]
+            self._rank_left[entry.label] = (count + 1, buf[0].seq)
         buf.append(entry)
-
-    def _repeat(self, line: LogLine, now: float) -> bool:
-        """Whether ``line`` is a Trainer log record another rank printed just before."""
-        if line.rank is None or not _TRAINER_LOG.match(line.text):
-            return False
-        first = self._printed.get(line.text)
-        if first is not None and first[0] != line.rank and now - first[1] <= REPEAT_WINDOW_S:
-            return True
-        if len(self._printed) > 256:
-            self._printed = {k: v for k, v in self._printed.items() if now - v[1] <= 60}
-        self._printed[line.text] = (line.rank, now)
-        return False
 
     def _heard(self, rank: int, now: float) -> None:
         talker = self._talkers.get(rank)

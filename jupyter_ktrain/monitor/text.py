@@ -15,6 +15,8 @@ from typing import IO, TYPE_CHECKING
 
 from ..pod.progress import fmt_elapsed, progress_text
 from ..pod.protocol import METRIC, metric_values
+from .cell_error import failure_headline
+from .livestate import ended_by_user, run_words
 from .model import LogEntry, MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
 
@@ -50,8 +52,10 @@ def header_text(model: MonitorModel, now: float) -> str:
     node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
     h = model.header
     parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    if h.run is not None:
+        parts.insert(1, run_words(h.run))  # a warm job's run: said, not only in a tooltip
     if model.progress is not None:
-        parts.append(progress_text(model.progress, now, h.finished))
+        parts.append(progress_text(model.progress, now, h.finished, model.restarting))
     parts.append(_shape(model))
     if h.image_digest:
         parts.append(_digest(h.image_digest))
@@ -135,8 +139,9 @@ class TextView:
         lines: list[str] = []
         size = 0
         entries = list(self.model.lines_after(self._seq))
-        if entries and entries[0].seq > self._seq + 1 and self._seq:
-            lines.append(f"[ktrain] … {entries[0].seq - self._seq - 1} lines not shown")
+        left = self.model.left_after(self._seq) if self._seq else 0
+        if entries and left:
+            lines.append("[ktrain] … older lines left the view; they are in the log files")
         for i, e in enumerate(entries):
             line = text_line(e)
             size += len(line) + 1
@@ -181,6 +186,8 @@ class TextView:
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     """The first failing rank, how it ended (its exit code, or the signal that killed it) and
     its last lines, first; without a failing rank, the job's own reason."""
+    if ended_by_user(status):  # a warm job its user ended: its own end, not a failure
+        return ""
     if status.state == "Cancelled":
         return f"Job {job.name!r} was cancelled by the user; the cell set no names.\n"
     if status.state != "Failed":
@@ -194,28 +201,27 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
     body = "\n".join(f"    {line}" for line in lines[-tail:])
-    others = sorted(r for r, c in status.exit_codes.items() if c != 0 and r != rank)
-    also = f" Other failed ranks: {others}." if others else ""
-    how = _how_rank_ended(rank, code, lines)
-    detail = f"\n{status.message}" if status.message and status.message not in how else ""
+    others = [r for r, c in status.exit_codes.items() if c != 0]
+    headline = failure_headline(rank, code, lines, others)
+    notes = [n for n in (_explanation(code, lines), status.message) if n and n not in headline]
+    detail = "".join(f"\n{note}" for note in notes)
     return (
-        f"Job {job.name!r} failed: {how}.{also}{detail}\n"
+        f"Job {job.name!r} failed: {headline.rstrip('.')}.{detail}\n"
         f"Last lines of rank {rank}:\n{body}\n"
         f"All logs: %ktrain logs {job.name} [--rank R]\n"
     )
 
 
-def _how_rank_ended(rank: int, code: int | None, lines: list[str]) -> str:
-    """``rank 3 exited first with code 3 (import error: ...)``, or for a rank a signal killed
-    ``rank 2 was killed by signal 9 (SIGKILL): ...`` (what its lines say, when they say more)."""
-    from .failures import classify, signal_failure, signal_text
+def _explanation(code: int | None, lines: list[str]) -> str:
+    """What a rank's end means and what to do, when its lines or its signal say more than the
+    headline: ``OOM: out of memory (...): lower the batch size ...``."""
+    from .failures import classify, signal_failure
 
+    said = classify(lines, None if signal_failure(code) else code)
+    if said.kind != "error":
+        return str(said)
     killed = signal_failure(code)
-    if killed is None:
-        return f"rank {rank} exited first with code {code} ({classify(lines, code)})"
-    said = classify(lines)
-    why = f"({said})" if said.kind != "error" else killed.explanation
-    return f"rank {rank} was killed by {signal_text(code)}: {why}".rstrip(".")
+    return str(killed) if killed is not None else ""
 
 
 def _when(t: float | None) -> str:

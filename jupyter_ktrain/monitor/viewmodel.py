@@ -52,9 +52,11 @@ __all__ = [
     "TraceView",
     "Who",
     "fmt_value",
+    "job_state",
     "log_label",
     "plot_panels",
     "rank_colour",
+    "restart_text",
     "series_colour",
     "state_colour",
     "summary_values",
@@ -72,6 +74,16 @@ CANCELLED: JobState = "Cancelled"  # stopped on a user's request: its own end, n
 DELETED: JobState = "Deleted"  # gone from the cluster while followed
 JOB_STATES: tuple[JobState, ...] = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, DELETED)
 TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
+
+
+def job_state(word: str) -> JobState:
+    """``word`` as a :data:`JobState`; ValueError naming the states for any other word (every
+    backend reports one of :data:`JOB_STATES`, so another is a bug, not a state to show)."""
+    for state in JOB_STATES:
+        if word == state:
+            return state
+    raise ValueError(f"unknown job state {word!r}: a job is one of {', '.join(JOB_STATES)}")
+
 
 # -- colours -------------------------------------------------------------------------------
 PALETTE: tuple[str, ...] = (
@@ -125,6 +137,15 @@ def log_label(rank: int | None, source: str, node: int | None) -> str:
     if rank is not None:
         return f"rank{rank}"
     return source if node is None else f"{source}@{node}"
+
+
+def restart_text(replica: str, restarts: int, why: str, limit: int | None) -> str:
+    """``job-node-1 restarted after exit 137 (SIGKILL) (restart 1 of at most 3)``: a replica's
+    restart as every view says it (the cell, the widget's alert, the panel's replica line);
+    ``why`` is its restart cause or last event (a leading "restarted" is dropped)."""
+    of = f" of at most {limit}" if limit is not None else ""
+    cause = why.removeprefix("restarted").strip()
+    return f"{replica} restarted {cause} (restart {restarts}{of})".replace("  ", " ")
 
 
 # -- alerts --------------------------------------------------------------------------------

@@ -21,11 +21,18 @@ its checkpoints there again.
 
 Contract:
 
-- ``save(state, step)``: rank 0 writes ``step-{step}.pt`` with ``torch.save`` into a temporary
-  file, fsyncs it, renames it into place and fsyncs the folder; the other ranks wait at a
-  barrier (``torch.distributed``'s, when it is initialised) until it is there. ``step`` is the
-  last step done. The newest ``keep`` checkpoints are kept. Each save is reported to the
-  monitor as a ``checkpoint`` record (step, bytes, seconds).
+- ``save(state, step)``: off the training path. Rank 0 stages ``state`` (a copy in CPU memory:
+  every tensor cloned, pinned when CUDA is there, everything else deep-copied) and returns;
+  a background thread then writes ``step-{step}.pt`` with ``torch.save`` into a temporary file,
+  fsyncs it, renames it into place and fsyncs the folder. The other ranks do not wait. The next
+  save waits only while the previous write still runs (one staged copy at a time);
+  ``wait()`` waits for the last write, and so does the job's end (the runtime calls
+  :func:`wait_all`), so a finished rank has its checkpoint on disk. A write that fails (a full
+  disk) is raised by the next ``save``/``wait`` and at the rank's end. ``save(..., block=True)``
+  writes before returning, as a plain ``torch.save`` would. ``step`` is the last step done. The
+  newest ``keep`` checkpoints are kept. Each save is reported to the monitor once written as a
+  ``checkpoint`` record (step, bytes, ``seconds`` from the call to on disk, ``blocked_s`` the
+  training waited, ``write_s`` the write took).
 - ``load()``: the newest complete checkpoint as ``(state, step)``, or None. A checkpoint is
   complete once renamed into place: a save killed half-way leaves only its temporary file, so
   the one before stays the newest; a checkpoint that cannot be read (a storage that lost
@@ -51,13 +58,14 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from .exits import EXIT_DIR_ENV
 
-__all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint"]
+__all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
 CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
 KEEP = 3
@@ -100,28 +108,43 @@ class Checkpoints:
         return f"Checkpoints({str(self.folder)!r}, keep={self.keep})"
 
     # -- public -------------------------------------------------------------------------
-    def save(self, state: Any, step: int) -> Path:
-        """Save ``state`` as the checkpoint of ``step`` (the last step done); its path."""
+    def save(self, state: Any, step: int, *, block: bool = False) -> Path:
+        """Save ``state`` as the checkpoint of ``step`` (the last step done); its path. Returns
+        once the state is staged (``block=True``: once it is on disk)."""
         step = _check_step(step)
         if _is_engine(state):
             return self._save_engine(state, step)
         path = self.folder / f"step-{step}.pt"
         if _rank() == 0:
             started = time.perf_counter()
+            _WRITER.wait()  # the previous write first: one staged copy at a time
             self.folder.mkdir(parents=True, exist_ok=True)
-            size = _write_atomic(path, lambda f: _save(state, f))
-            self._prune()
-            seconds = time.perf_counter() - started
-            _emit_saved(step, size, seconds, path.name)
-        _barrier()
+            staged = _stage(state)
+            blocked = time.perf_counter() - started
+
+            def write() -> None:
+                begun = time.perf_counter()
+                size = _write_atomic(path, lambda f: _save(staged, f))
+                self._prune()
+                done = time.perf_counter()
+                _emit_saved(step, size, done - started, path.name, blocked, done - begun)
+
+            _WRITER.start(write, f"step-{step}.pt")
+            if block:
+                _WRITER.wait()
         return path
+
+    def wait(self) -> None:
+        """Wait until the last ``save`` is on disk; raises what its write raised."""
+        _WRITER.wait()
 
     def load(self, engine: Any = None, map_location: Any = "cpu") -> tuple[Any, int] | None:
         """The newest complete checkpoint as ``(state, step)``, or None when there is none.
         With a DeepSpeed ``engine``: loaded into it, ``(client_state, step)``."""
         if engine is not None:
             return self._load_engine(engine)
-        for step, path in reversed(self.steps()):
+        _WRITER.wait()  # a save of this process still being written is the newest
+        for step, path in reversed(self._on_disk()):
             try:
                 state = _load(path, map_location)
             except _NeedsTorch:
@@ -134,7 +157,12 @@ class Checkpoints:
         return None
 
     def steps(self) -> list[tuple[int, Path]]:
-        """The complete checkpoints as ``(step, path)``, oldest first."""
+        """The complete checkpoints as ``(step, path)``, oldest first (after this process's
+        write in flight)."""
+        _WRITER.wait()
+        return self._on_disk()
+
+    def _on_disk(self) -> list[tuple[int, Path]]:
         try:
             names = os.listdir(self.folder)
         except FileNotFoundError:
@@ -146,7 +174,7 @@ class Checkpoints:
     def _prune(self) -> None:
         """Keep the newest ``keep`` checkpoints; remove temporary files of killed saves (rank 0
         is the only writer, so any temporary file but its own is left over)."""
-        for _, path in self.steps()[: -self.keep]:
+        for _, path in self._on_disk()[: -self.keep]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         for name in os.listdir(self.folder):
@@ -155,6 +183,7 @@ class Checkpoints:
                     (self.folder / name).unlink()
 
     def _save_engine(self, engine: Any, step: int) -> Path:
+        _WRITER.wait()  # a plain state's write still running goes first
         root = self.folder / DEEPSPEED_DIR
         tag = f"step-{step}"
         started = time.perf_counter()
@@ -169,7 +198,8 @@ class Checkpoints:
             for _, old in tags[: -self.keep]:
                 shutil.rmtree(root / old, ignore_errors=True)
             size = sum(p.stat().st_size for p in (root / tag).rglob("*") if p.is_file())
-            _emit_saved(step, size, time.perf_counter() - started, f"{DEEPSPEED_DIR}/{tag}")
+            seconds = time.perf_counter() - started
+            _emit_saved(step, size, seconds, f"{DEEPSPEED_DIR}/{tag}", seconds, seconds)
         _barrier()
         return root / tag
 
@@ -291,9 +321,12 @@ def _world_size() -> int:
     return int(raw) if raw.isdigit() else 1
 
 
-def _emit_saved(step: int, size: int, seconds: float, name: str) -> None:
+def _emit_saved(
+    step: int, size: int, seconds: float, name: str, blocked: float, write: float
+) -> None:
     _emit({"type": "checkpoint", "step": step, "bytes": size, "seconds": round(seconds, 4),
-           "file": name, "world_size": _world_size()})  # fmt: skip
+           "blocked_s": round(blocked, 4), "write_s": round(write, 4), "file": name,
+           "world_size": _world_size()})  # fmt: skip
 
 
 def _emit_resumed(step: int, name: str) -> None:
@@ -315,3 +348,114 @@ def _emit(record: dict[str, Any]) -> None:
 def _warn(message: str) -> None:
     with contextlib.suppress(Exception):
         sys.stderr.write(f"ktrain.checkpoint: {message}\n")
+
+
+class _Writer:
+    """The process's one background checkpoint writer: at most one write in flight. Its
+    thread is not a daemon: an interpreter that ends normally waits for it too."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._what = ""
+
+    def start(self, write: Any, what: str) -> None:
+        self.wait()
+        self._what = what
+        self._thread = threading.Thread(
+            target=self._run, args=(write,), name="ktrain-checkpoint-writer"
+        )
+        self._thread.start()
+
+    def _run(self, write: Any) -> None:
+        try:
+            write()
+        except BaseException as exc:
+            self._error = exc
+            _warn(f"writing checkpoint {self._what} failed: {exc!r}")
+
+    def wait(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
+_WRITER = _Writer()
+
+
+def wait_all() -> None:
+    """Wait for the checkpoint being written (the job's end calls this); raises what the write
+    raised."""
+    _WRITER.wait()
+
+
+def _stage(state: Any) -> Any:
+    """A copy of ``state`` that training cannot change any more: tensors copied into CPU
+    memory (pinned when CUDA is there, so a GPU copy is one DMA), everything else deep-copied.
+    Tensors shared by several entries stay shared. The buffers of the previous save (written
+    by now: a save waits for the write before) are filled again where shapes match, so a
+    save costs one memory copy, not an allocation and its page faults."""
+    import copy
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return copy.deepcopy(state)
+    stager = _Stager(torch, _BUFFERS)
+    copied = stager.copy(state)
+    if stager.pinned:
+        torch.cuda.synchronize()  # the non-blocking device-to-host copies are done
+    _BUFFERS[:] = stager.used
+    return copied
+
+
+_BUFFERS: list[Any] = []  # the previous save's staging tensors, in the order they were made
+
+
+class _Stager:
+    def __init__(self, torch: Any, previous: list[Any]) -> None:
+        self.torch = torch
+        self.pinned = bool(torch.cuda.is_available())
+        self.previous = list(previous)
+        self.used: list[Any] = []
+        self.memo: dict[int, Any] = {}
+
+    def _buffer(self, like: Any) -> Any:
+        n = len(self.used)
+        old = self.previous[n] if n < len(self.previous) else None
+        if old is not None and old.shape == like.shape and old.dtype == like.dtype:
+            buf = old
+        else:
+            buf = self.torch.empty(
+                like.shape, dtype=like.dtype, pin_memory=self.pinned and like.device.type != "cpu"
+            )
+        self.used.append(buf)
+        return buf
+
+    def copy(self, obj: Any) -> Any:
+        import copy
+
+        found = self.memo.get(id(obj))
+        if found is not None:
+            return found
+        torch = self.torch
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_quantized:
+            out = self._buffer(obj)
+            out.copy_(obj.detach(), non_blocking=obj.device.type != "cpu")
+        elif isinstance(obj, torch.Tensor):  # sparse, quantized: cloned as they are
+            out = obj.detach().to("cpu", copy=True)
+        elif type(obj) in (list, tuple) or isinstance(obj, dict):
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            parts = {k: self.copy(v) for k, v in items}
+            if isinstance(obj, dict):  # its own type and attributes (a state_dict's _metadata)
+                out = copy.copy(obj)
+                out.clear()
+                out.update(parts)
+            else:
+                out = type(obj)(parts.values())
+        else:
+            out = copy.deepcopy(obj)
+        self.memo[id(obj)] = out
+        return out

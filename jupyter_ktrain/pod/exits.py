@@ -29,6 +29,7 @@ __all__ = [
     "describe_exit",
     "node_exit",
     "peer_lost",
+    "peer_lost_words",
     "read_rank_codes",
     "restart_cause",
     "retryable",
@@ -69,6 +70,17 @@ def peer_lost(exc: BaseException) -> bool:
             return True
         todo += [e.__cause__, e.__context__]
     return False
+
+
+def peer_lost_words(text: str) -> str:
+    """What a lost peer's error says, in a few words: ``gloo: Connection reset by peer``; ""
+    when ``text`` says none of it."""
+    m = _PEER_TEXT.search(text)
+    if m is None:
+        return ""
+    lower = text.lower()
+    transport = "gloo" if "gloo" in lower else "NCCL" if "nccl" in lower else ""
+    return f"{transport}: {m.group(0)}" if transport else m.group(0)
 
 
 def write_rank_code(rank: int, code: int | None, env: Mapping[str, str] = os.environ) -> None:

@@ -9,6 +9,13 @@ were measured, and while the total is unknown; the time left is unknown again wh
 came for much longer than steps take (a stalled job). The same tracker runs in the monitor model, in
 the local supervisor (``state.json``), in the Kubernetes backend and in the job (the Trainer
 status endpoint), so every view shows the same figures.
+
+A record's ``step`` is the step just done, counted from 0 (``for step in range(total)``), so
+``step + 1`` steps are done: a run that reports steps 0..59 of ``total=60`` ends at 100%
+(60/60). (The Trainer's ``global_step`` counts from 1; it is capped at ``total``.) The time
+left counts down between steps, never to "0s left" with steps to go: when no step came for
+:data:`WAIT_STEPS` step times (at least :data:`WAIT_MIN_S`), the job is "waiting" for its next
+step (a restart, a checkpoint, a slow collective), and the views say so instead.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 __all__ = [
     "MIN_INTERVALS",
     "STALE_S",
+    "WAIT_MIN_S",
+    "WAIT_STEPS",
     "Progress",
     "ProgressTracker",
     "fmt_age",
@@ -31,6 +40,8 @@ __all__ = [
 MIN_INTERVALS = 2
 ALPHA = 0.3  # weight of the newest seconds-per-step measurement
 STALE_S = 60.0  # with no step for this long (and 5 step times), the ETA is unknown again
+WAIT_STEPS = 3.0  # with no step for this many step times (and WAIT_MIN_S) the job is waiting
+WAIT_MIN_S = 2.0
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -74,22 +85,28 @@ class Progress:
     step_s: float | None = None
 
     @property
+    def steps_done(self) -> int:
+        """Steps done: ``step + 1`` (steps count from 0), at most ``total``."""
+        done = max(0, self.step + 1)
+        return done if self.total is None else min(done, self.total)
+
+    @property
     def done(self) -> bool:
-        return self.total is not None and self.step >= self.total
+        return self.total is not None and self.steps_done >= self.total
 
     @property
     def percent(self) -> float | None:
-        """0-100 (one decimal, and 100 only when the last step is reached); None: unknown."""
+        """0-100 (one decimal, and 100 only when the last step is done); None: unknown."""
         if not self.total or self.total <= 0:
             return None
         if self.done:
             return 100.0
-        return min(99.9, max(0.0, int(1000 * self.step / self.total) / 10))
+        return min(99.9, max(0.0, int(1000 * self.steps_done / self.total) / 10))
 
     def remaining(self, now: float | None = None) -> float | None:
-        """Seconds left at ``now`` (the ETA counted down since ``t``, never below 0); None
-        when unknown, also once no step came for :data:`STALE_S` and five step times (a
-        stalled job has no honest ETA)."""
+        """Seconds left at ``now`` (the ETA counted down since ``t``); None when unknown, also
+        once no step came for :data:`STALE_S` and five step times (a stalled job has no honest
+        ETA). While steps remain it is never below one second: "0s left" would say done."""
         if self.done:
             return 0.0
         if self.eta_s is None:
@@ -97,7 +114,16 @@ class Progress:
         passed = 0.0 if now is None else max(0.0, now - self.t)
         if passed > max(STALE_S, 5 * (self.step_s or 0.0)):
             return None
-        return max(0.0, self.eta_s - passed)
+        return max(1.0, self.eta_s - passed)
+
+    def waiting_for(self, now: float | None) -> float | None:
+        """Seconds since the last step when that is several step times (:data:`WAIT_STEPS`,
+        at least :data:`WAIT_MIN_S`): the job waits for its next step, and its ETA does not
+        count down. None while steps come (or before a step time is known, or when done)."""
+        if now is None or self.step_s is None or self.done:
+            return None
+        passed = now - self.t
+        return passed if passed > max(WAIT_MIN_S, WAIT_STEPS * self.step_s) else None
 
     def stalled_for(self, now: float | None) -> float | None:
         """Seconds since the last step when that is too long for the ETA to hold, else None."""
@@ -106,18 +132,31 @@ class Progress:
         passed = now - self.t
         return passed if passed > max(STALE_S, 5 * (self.step_s or 0.0)) else None
 
-    def describe(self, now: float | None = None) -> str:
-        """``42% (420/1000) · 1m 05s left``, ``step 12 · ETA unknown``."""
+    def head(self) -> str:
+        """``42% (420/1000)``, ``step 12`` (no total)."""
         pct = self.percent
         if pct is None:
-            return f"step {self.step} · ETA unknown"
-        head = f"{pct:g}% ({self.step}/{self.total})"
+            return f"step {self.step}"
+        return f"{pct:g}% ({self.steps_done}/{self.total})"
+
+    def describe(self, now: float | None = None, restarting: bool = False) -> str:
+        """``42% (420/1000) · 1m 05s left``, ``step 12 · ETA unknown``; ``… · restarting``
+        while the job restarts (``restarting``), ``… · waiting (no step for 9s)`` when no
+        step came for several step times."""
+        head = self.head()
+        if self.percent is None:
+            return f"{head} · ETA unknown"
         if self.done:
             return head
+        if restarting:
+            return f"{head} · restarting"
+        stalled = self.stalled_for(now)
+        waiting = self.waiting_for(now)
+        if waiting is not None and stalled is None:
+            return f"{head} · waiting (no step for {fmt_seconds(waiting)})"
         left = self.remaining(now)
         if left is not None:
             return f"{head} · {fmt_seconds(left)} left"
-        stalled = self.stalled_for(now)
         why = "" if stalled is None else f" (no step for {fmt_seconds(stalled)})"
         return f"{head} · ETA unknown{why}"
 
@@ -143,23 +182,30 @@ class Progress:
             return None
 
 
-def progress_text(progress: Progress, now: float, finished: bool = False) -> str:
-    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA."""
+def progress_text(
+    progress: Progress, now: float, finished: bool = False, restarting: bool = False
+) -> str:
+    """``42% (420/1000) · 1m 30s left``; a finished job shows where it stopped, no ETA; a
+    restarting one says ``restarting`` (see :meth:`Progress.describe`)."""
     if finished:
-        pct = progress.percent
-        if pct is None:
-            return f"step {progress.step}"
-        return f"{pct:g}% ({progress.step}/{progress.total})"
-    return progress.describe(now)
+        return progress.head()
+    return progress.describe(now, restarting)
 
 
-def progress_short(progress: Progress, now: float, finished: bool = False) -> str:
-    """The job list's cell (narrow): ``42% · 2m``, ``42% · ETA unknown``, ``step 12``, ``100%``."""
+def progress_short(
+    progress: Progress, now: float, finished: bool = False, restarting: bool = False
+) -> str:
+    """The job list's cell (narrow): ``42% · 2m``, ``42% · restarting``, ``42% · waiting``,
+    ``42% · ETA unknown``, ``step 12``, ``100%``."""
     pct = progress.percent
     if pct is None:
         return f"step {progress.step}"
     if finished or progress.done:
         return f"{pct:g}%"
+    if restarting:
+        return f"{pct:g}% · restarting"
+    if progress.waiting_for(now) is not None and progress.stalled_for(now) is None:
+        return f"{pct:g}% · waiting"
     left = progress.remaining(now)
     return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
 
@@ -190,6 +236,6 @@ class ProgressTracker:
         eta: float | None = None
         known, step_s = self._total, self._step_s
         if known is not None and step_s is not None and self._intervals >= MIN_INTERVALS:
-            eta = max(0, known - step) * step_s
+            eta = max(0, known - step - 1) * step_s
         self.progress = Progress(step, self._total, t, eta, self._step_s)
         return self.progress

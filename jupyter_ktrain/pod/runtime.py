@@ -290,10 +290,25 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:
         sys.stderr.write("".join(notebook_traceback(exc, program)))
         code = PEER_LOST if peer_lost(exc) else 1
+    code = _checkpoints_written(code, program)
     write_rank_code(rank, code)
     prefixer.stop()
     record = format_record({TYPE: EXIT, "rank": rank, "code": code})
     prefixer.write_direct(format_rank_line(rank, record) + "\n")
+    return code
+
+
+def _checkpoints_written(code: int, program: str) -> int:
+    """Wait for a checkpoint still being written in the background (``ktrain.checkpoint``):
+    a rank that ends has its last checkpoint on disk. A write that failed fails the rank."""
+    ckpt = sys.modules.get(f"{__package__}.checkpoint")
+    if ckpt is None:
+        return code
+    try:
+        ckpt.wait_all()
+    except BaseException as exc:
+        sys.stderr.write("".join(notebook_traceback(exc, program)))
+        return code or 1
     return code
 
 

@@ -70,7 +70,7 @@ def payload(progress: Progress, metrics: dict[str, float], now: float) -> dict[s
     left = progress.remaining(now)
     if left is not None:
         status["estimatedRemainingSeconds"] = round(left)
-    items = {"current_step": float(progress.step), **metrics}
+    items = {"current_step": float(progress.steps_done), **metrics}  # steps done, as Trainer
     if progress.total is not None:
         items["total_steps"] = float(progress.total)
     status["metrics"] = [

@@ -21,12 +21,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import JobNotFound, KtrainError, SpecError
+from ..monitor import livestate
+from ..monitor.fold import RepeatFold, shown_text
 from ..monitor.viewmodel import (
     CANCELLED,
     NOTICES,
     fmt_value,
+    job_state,
     log_label,
     plot_panels,
+    restart_text,
     summary_values,
 )
 from ..pod.protocol import RECORD_MARK, parse_line
@@ -101,11 +105,12 @@ def decode_offset(offset: str | None) -> dict[str, int]:
 
 
 def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
+    """One job's row, worded as every view words it (:mod:`~..monitor.livestate`)."""
     started = status.started
     return {
         "name": status.name,
         "backend": backend,
-        "state": status.state,
+        "state": job_state(status.state),
         "reason": status.reason,
         "message": status.message,
         "started": started,
@@ -128,23 +133,23 @@ def _warm(status: JobStatus, now: float) -> WarmPayload | None:
         "gpus": w.gpus,
         "idle_gpu_hours": round(w.idle_gpu_hours(now), 4),
         "text": w.describe(now, status.terminal),
+        "short": livestate.warm_words(status, now),
     }
 
 
 def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
-    from ..pod.progress import progress_short, progress_text
-
-    p = status.progress
-    if p is None:
+    p, words = status.progress, livestate.progress_words(status, now)
+    if p is None or words is None:
         return None
-    left = None if status.terminal else p.remaining(now)
+    left = None if status.terminal or livestate.restarting(status) else p.remaining(now)
     return {
         "step": p.step,
+        "done": p.steps_done,
         "total": p.total,
         "percent": p.percent,
         "eta_s": None if left is None else round(left, 1),
-        "text": progress_text(p, now, status.terminal),
-        "short": progress_short(p, now, status.terminal),
+        "text": words[0],
+        "short": words[1],
     }
 
 
@@ -176,6 +181,7 @@ class PanelCore:
         self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
         self._feeds: dict[tuple[str, str], _MetricFeed] = {}
+        self._folds: dict[tuple[str, str, float | None], RepeatFold] = {}
         self.clock = clock
         self.max_lines = max_lines
         self.plot_points = plot_points
@@ -266,6 +272,12 @@ class PanelCore:
                 "node": r.node,
                 "exit_code": r.exit_code,
                 "last_event": r.last_event,
+                # a restart as the cell and the widget say it
+                "restart_text": restart_text(
+                    r.name, r.restarts, r.restart_cause or r.last_event, status.max_restarts
+                )
+                if r.restarts
+                else "",
             }
             for r in status.replicas
         ]
@@ -280,7 +292,7 @@ class PanelCore:
 
     def _failure(self, backend: str, status: JobStatus) -> str | None:
         """The cell's failure summary (first failing rank, kind, last lines), or None."""
-        if status.state not in ("Failed", "Cancelled"):
+        if status.state not in ("Failed", "Cancelled") or livestate.ended_by_user(status):
             return None
         from ..backends.base import Job
         from ..monitor.text import failure_summary
@@ -316,10 +328,11 @@ class PanelCore:
         ]
         out: list[LogLinePayload] = []
         more = False
+        fold = self._fold(b, name, status.started) if rank is None else None
         # every replica's new lines, merged by the time they were written ("all ranks" reads
         # like one log); a backend without times keeps each replica's lines together
         last = {replica: rows[-1][1] for replica, rows in new.items() if replica in cut and rows}
-        for _t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
+        for t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
             if more:
                 break
             counts[replica] = index + 1
@@ -328,12 +341,15 @@ class PanelCore:
             line = parse_line(raw)
             if line.record is not None or (rank is not None and line.rank != rank):
                 continue
-            if grep and grep not in line.text:
+            # the widget's fold: a line several ranks printed alike is shown once
+            when = t if t is not None else self.clock()
+            if fold is not None and fold.repeat(line.rank, line.text, when):
+                continue
+            text = shown_text(line.text)
+            if grep and grep not in text:
                 continue
             label = log_label(line.rank, line.source, node)
-            out.append(
-                {"label": label, "rank": line.rank, "source": line.source, "text": line.text}
-            )
+            out.append({"label": label, "rank": line.rank, "source": line.source, "text": text})
             more = more or len(out) >= self.max_lines
         return {
             "lines": out,
@@ -358,6 +374,16 @@ class PanelCore:
                     seen[replica] = index + 1
                 feed.counts = seen
             return metrics_payload(feed.replay.model, self.plot_points)
+
+    def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
+        """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
+        with self._lock:
+            key = (backend, name, started)
+            fold = self._folds.pop(key, None) or RepeatFold()
+            self._folds[key] = fold  # most recently used last
+            while len(self._folds) > MAX_FEEDS:
+                del self._folds[next(iter(self._folds))]
+            return fold
 
     def _feed(self, backend: str, name: str, started: float | None) -> _MetricFeed:
         """The job's model (a new one for a new job of that name), the least used dropped."""

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+# imported at run time: scripts/gen_ts.py writes each Literal alias here as a TypeScript union
+from ..monitor.viewmodel import JobState
+
 __all__ = [
     "BackendProblem",
     "ErrorPayload",
@@ -38,7 +41,8 @@ class ProgressPayload(TypedDict):
     ``now`` (None: unknown, e.g. before a few steps were timed); ``text`` as the notebook
     words it (``42% (420/1000) · 1m 30s left``)."""
 
-    step: int
+    step: int  # the step last reported (counted from 0)
+    done: int  # steps done: ``step + 1``, at most ``total``
     total: int | None
     percent: float | None
     eta_s: float | None
@@ -58,6 +62,7 @@ class WarmPayload(TypedDict):
     gpus: int
     idle_gpu_hours: float
     text: str
+    short: str  # the job list's words: ``run 3 of a live job``, ``ended after 2 runs``
 
 
 class JobSummary(TypedDict):
@@ -67,7 +72,7 @@ class JobSummary(TypedDict):
 
     name: str
     backend: str
-    state: str
+    state: JobState
     reason: str
     message: str
     started: float | None
@@ -98,6 +103,7 @@ class ReplicaPayload(TypedDict):
     node: str
     exit_code: int | None
     last_event: str
+    restart_text: str  # its last restart as the cell and the widget say it ("" if none)
 
 
 class JobDetail(JobSummary):

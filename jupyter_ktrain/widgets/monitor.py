@@ -23,6 +23,7 @@ so they never read the model while another thread writes it.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import threading
 import time
@@ -143,7 +144,9 @@ class MonitorView:
             )
         )
         self.summary = w.HTML()  # metrics reported once (Trainer's train_runtime...): values
-        self.plots = w.Box(layout=w.Layout(display="flex", flex_flow="row wrap"))
+        # a block, not a flex row: the figure's element then has the container's width when
+        # plotly measures it (in a flex row it had none, and plotly fell back to 700 px)
+        self.plots = w.Box(layout=w.Layout(display="block", width="100%"))
         self.widget = w.VBox(
             [
                 w.HBox([self.header, self.cancel_button, self.panel_button]),
@@ -171,7 +174,10 @@ class MonitorView:
         self._last_plot = float("-inf")
         self._labels: list[str] = []
         self._replica_rows: Any = None
-        self._plot: Any = None  # PanelFigure, created with the first data point
+        self._plot: Any = None  # PanelFigure, shown with the first data point
+        self._figure: Any = None  # made aside when shown (see _make_figure_aside)
+        self._figure_thread: threading.Thread | None = None
+        self._closing = False
         self._pushed: dict[tuple[str, Who], tuple[int, int]] = {}  # (revision, points)
         self._markers: list[tuple[float, str]] = []
         self._summary_seen = -1
@@ -196,6 +202,41 @@ class MonitorView:
         from IPython import display
 
         display.display(self.widget)  # type: ignore[no-untyped-call]
+        self._make_figure_aside()
+
+    def _make_figure_aside(self) -> None:
+        """Make the plot figure in a thread of its own, now, not in the first redraw with data.
+
+        Why: the first ``FigureWidget`` of a kernel imports plotly's widget half (its
+        renderers pull in nbformat and jsonschema): 2.7 s of CPU on an idle machine, more
+        under a training job's load. Made in the follow loop's thread at the first metric,
+        it froze the header, logs and alerts for 3-6 s while the side panel went on. Made
+        here, the follow loop keeps updating meanwhile; the figure is shown (added to the
+        view) with its first data, at its container's width."""
+        if self._plot is not None or self._figure_thread is not None:
+            return
+
+        def make() -> None:
+            from .plots import PanelFigure
+
+            with contextlib.suppress(Exception):  # else made again in the redraw, where
+                self._figure = PanelFigure()  # its error shows
+
+        self._figure_thread = threading.Thread(target=make, name="ktrain-figure", daemon=True)
+        self._figure_thread.start()
+
+    def _ready_figure(self, wait: bool) -> Any:
+        """The figure once made (None while its thread works and ``wait`` is false)."""
+        thread = self._figure_thread
+        if thread is not None and thread.is_alive():
+            if not wait:
+                return None
+            thread.join()
+        if self._figure is None:
+            from .plots import PanelFigure
+
+            self._figure = PanelFigure()
+        return self._figure
 
     def update(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -214,6 +255,7 @@ class MonitorView:
             return
         now = self.clock() if now is None else now
         self._last_flush = self._last_plot = float("-inf")
+        self._closing = True  # the last redraw waits for the figure
         self.update(now)
         self._closed = True
         self.cancel_button.disabled = True
@@ -280,7 +322,7 @@ class MonitorView:
         if not entries:
             return
         lines: list[str] = []
-        if self._seq and entries[0].seq > self._seq + 1:
+        if self._seq and self.model.left_after(self._seq, self._label or None):
             lines.append(_marker("older lines left the view; they are in the log files"))
         budget = self.max_flush_bytes
         start = 0
@@ -366,9 +408,10 @@ class MonitorView:
             return
         per_trace = max(100, min(self.plot_points, self.max_plot_points // len(dirty)))
         if self._plot is None:
-            from .plots import PanelFigure
-
-            self._plot = PanelFigure()
+            figure = self._ready_figure(wait=self._closing)
+            if figure is None:
+                return  # still being made (see show): the next redraw draws every point
+            self._plot = figure
             self.plots.children = (self._plot.fig,)
         plot = self._plot
         for key, _t in dirty:  # panels first: one relayout each, before data

@@ -1,6 +1,7 @@
 /**
  * jupyter-ktrain's JupyterLab extension: the "ktrain jobs" side panel (left sidebar), the job
- * tab (`ktrain:open-job`, args {name}), and the bridge from the cell widget's
+ * tab (`ktrain:open-job`, args {name, mode?}: mode is where a new tab goes, e.g. 'split-right'
+ * beside the notebook, whose widget then shows the same job), and the bridge from the cell widget's
  * "Open in side panel" button.
  *
  * The button bridge: the kernel cannot run JupyterLab commands, and while the %%ktrain cell
@@ -12,6 +13,7 @@
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
+import { DockLayout } from '@lumino/widgets';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { api, KtrainApiError } from './api';
@@ -41,6 +43,11 @@ export function jobOfButton(target: EventTarget | null): string | null {
   return cls ? cls.slice(JOB_CLASS_PREFIX.length) : null;
 }
 
+/** A command's string argument (a job name, an insert mode); '' when absent or not a string. */
+function textArg(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-ktrain:plugin',
   description: 'ktrain jobs side panel: list jobs, open their logs and plots, cancel them.',
@@ -48,7 +55,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   activate: (app: JupyterFrontEnd) => {
     const tabs = new Map<string, MainAreaWidget<JobView>>();
 
-    const openJob = (name: string) => {
+    const openJob = (name: string, mode?: DockLayout.InsertMode) => {
       let tab = tabs.get(name);
       if (!tab || tab.isDisposed) {
         tab = new MainAreaWidget({ content: new JobView(name) });
@@ -56,7 +63,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         tab.title.label = `ktrain: ${name}`;
         tab.title.icon = ktrainIcon;
         tabs.set(name, tab);
-        app.shell.add(tab, 'main');
+        app.shell.add(tab, 'main', mode ? { mode } : undefined);
       }
       app.shell.activateById(tab.id);
       return tab;
@@ -67,14 +74,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(panel, 'left', { rank: 650 });
 
     app.commands.addCommand(OPEN_JOB, {
-      label: args => (args.name ? `Open ktrain job ${args.name}` : 'Open ktrain job'),
+      label: args => `Open ktrain job ${textArg(args.name)}`.trim(),
       execute: args => {
-        const name = String(args.name ?? '');
+        const name = textArg(args.name);
         if (!name) {
           throw new KtrainApiError('ktrain:open-job needs a job name: {name: "my-job"}', 400);
         }
         panel.highlight(name);
-        return openJob(name);
+        const mode = textArg(args.mode);
+        return openJob(name, mode ? (mode as DockLayout.InsertMode) : undefined);
       }
     });
     app.commands.addCommand(OPEN_PANEL, {

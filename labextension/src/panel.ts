@@ -28,29 +28,16 @@ export function age(seconds: number | null): string {
   return `${Math.round(seconds / 86400)}d`;
 }
 
-/** The list's progress cell as the server words it (`42% · 1m 30s`), `—` before any report;
- * a warm job between runs: how long it has been idle, and the GPU-hours its GPUs sat idle. */
+/** The list's progress cell as the server words it (`42% · 1m 30s`, `42% · restarting`), `—`
+ * before any report; a warm job: its runs, always said (`run 3 of a live job`, `warm · 2 runs ·
+ * idle 1m`, `ended after 2 runs`: the server's words, so no idle clock counts on an ended job). */
 export function progressText(job: JobSummary): string {
-  if (job.progress && !(job.warm && job.warm.active === null)) {
-    return job.progress.short;
-  }
-  if (job.warm) {
-    return warmText(job);
-  }
-  return '—';
-}
-
-/** `warm · idle 2m · 8 GPU · 0.27 GPU-h idle`, or `warm · run 3 running`. */
-export function warmText(job: JobSummary): string {
   const w = job.warm;
-  if (!w) {
-    return '';
+  if (w) {
+    const running = w.active !== null && job.progress ? ` · ${job.progress.short}` : '';
+    return `${w.short}${running}`;
   }
-  if (w.active !== null) {
-    return `warm · run ${w.active} running`;
-  }
-  const gpus = w.gpus ? ` · ${w.gpus} GPU · ${w.idle_gpu_hours.toFixed(2)} GPU-h idle` : '';
-  return `warm · idle ${age(w.idle_s)}${gpus}`;
+  return job.progress ? job.progress.short : '—';
 }
 
 export class JobsPanel extends Widget {

@@ -223,7 +223,7 @@ def _steps(page: Any) -> None:
     first = page.locator(f"#ktrain-job-{FAILED} > :nth-child(2)")
     first.filter(has_text=LAST_LINE).wait_for(timeout=15_000)
     assert "ktrain-Failure" in (first.get_attribute("class") or "")
-    assert f"Job {FAILED!r} failed: rank 1 exited first with code 1" in first.inner_text()
+    assert f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 ended" in first.inner_text()
     # the earlier job's tab: every rank's lines, its loss chart, Cancel disabled (it ended)
     page.locator(f"#ktrain-jobs-panel .ktrain-JobRow[data-name='{EARLIER}']").click()
     page.wait_for_function(

@@ -46,7 +46,7 @@ def test_exit_1_on_rank_3(k8s_shell, capsys):
     assert status.state == "Failed", out
     assert status.failed_rank == 3
     assert status.exit_codes[3] == 1
-    assert "rank 3 exited first with code 1" in out
+    assert "rank 3 failed first (exit code 1)" in out
     tail = out.split("Last lines of rank 3:")[1]
     assert "about to fail: the loader found no data" in tail
 
@@ -60,7 +60,7 @@ def test_nccl_timeout_classified(k8s_shell, test_cluster, capsys):
     assert status.failed_rank == 1, (status, log[-3000:])
     assert status.reason == "NCCL timeout"
     assert status.message.startswith("rank 1 (bad-nccl-master-0) failed first")
-    assert "exited first with code" in out
+    assert "rank 1 failed first (exit code 6, NCCL timeout)" in out
     assert "(NCCL timeout: " in out  # the class, shown with the failing rank first
 
 

@@ -4,6 +4,7 @@ the cell says which pod restarted and why. Every kind (PyTorchJob, TFJob, MPIJob
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -42,8 +43,20 @@ def k8s_shell(test_cluster, tmp_path, monkeypatch):
         yield sh
 
 
+def _live_pods(test_cluster, job: str) -> list[str]:
+    """The job's pods that run or wait to run (``kubectl get pods``)."""
+    got = test_cluster.kubectl("get", "pods", "-l", f"ktrain.io/job={job}", "-o", "json")
+    pods = json.loads(got.stdout)["items"]
+    live = ("Running", "Pending")
+    return [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") in live]
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(k8s_shell, capsys, kind):
+def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(
+    k8s_shell, test_cluster, capsys, kind
+):
+    """...and leaves no pod running (rank 0's waits 60 s): the failed job's running pods are
+    deleted within seconds; the job, the failed pod and every rank's log stay readable."""
     name = f"bug-{kind.lower()}"
     started = time.monotonic()
     with pytest.raises(JobFailed) as info:
@@ -59,6 +72,15 @@ def test_a_bug_on_rank_1_fails_the_job_at_once_with_its_exception(k8s_shell, cap
     assert status.state == "Failed", status
     assert status.restarts == 0, status.replicas  # a bug is not retried
     assert status.failed_rank == 1, status
+    ended = time.monotonic()
+    wait_for(lambda: not _live_pods(test_cluster, name), timeout=10, every=0.2)
+    print(f"{kind}: no pod running {time.monotonic() - ended:.1f} s after the cell failed")
+    assert get_backend("kubernetes").attach(name).status().state == "Failed"  # still there
+    k8s_shell.run_line_magic("ktrain", f"logs {name} --rank 1")
+    k8s_shell.run_line_magic("ktrain", f"logs {name} --rank 0")  # a pod deleted since, maybe
+    logs = capsys.readouterr().out
+    assert "ValueError: batch 3 of rank 1 is empty" in logs, logs
+    assert "rank 0 loading" in logs, logs
 
 
 def _delete_when_running(test_cluster, job_name: str, pod, marker: str) -> threading.Thread:

@@ -5,7 +5,9 @@ with a rank that really kills itself with SIGKILL or really raises."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends import local
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.procs import marked_pids
+from jupyter_ktrain.backends.procs import marked_pids, process_start
 from jupyter_ktrain.errors import JobFailed
 
 pytestmark = pytest.mark.slow
@@ -196,3 +198,96 @@ def test_a_cancel_while_a_restart_waits_starts_nothing_more(
     logs = "\n".join(line for _, line in backend.read_logs("waits"))
     assert "attempt 2" not in logs
     assert backend.status("waits").state == "Cancelled"
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (by parent pid, read from ``/proc``)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return tree
+
+
+def _is_rank(pid: int) -> bool:
+    try:
+        return b"LOCAL_RANK=" in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _checkpoints(folder: Path) -> set[int]:
+    return {int(p.stem.split("-")[1]) for p in folder.glob("step-*.pt")}
+
+
+def test_a_killed_node_takes_its_ranks_with_it_and_the_job_resumes_from_before_the_kill(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Notebook 04's fault: node 1's agent (its first process, what a container's end is)
+    killed with SIGKILL mid-run. Its torchrun and ranks die with it at once, as on a cluster:
+    no checkpoint is written after the kill (each needs all four ranks), and the restart
+    resumes from the last one written before it."""
+    from tests.resume_cells import SETUP as TRAIN
+
+    assert shell.run_cell(TRAIN, store_history=True).success
+    cell = "w, first = train(24, 3, pause=0.2)\n"
+    job = shell.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --name dies --detach", cell)
+    assert job is not None
+    job_dir = LocalBackend().job_dir("dies")
+    folder = job_dir / "checkpoints"
+    _wait(lambda: 5 in _checkpoints(folder), 90, "the checkpoint of step 5")
+    agent = json.loads((job_dir / "state.json").read_text())["nodes"][1]["pid"]
+    node = _tree(agent)
+    assert sum(map(_is_rank, node)) == 2, node  # its two ranks, under torchrun
+    os.kill(agent, signal.SIGKILL)
+    killed = time.monotonic()
+    before = max(_checkpoints(folder))
+    _wait(lambda: all(process_start(p) is None for p in node), 1.5, "node 1's processes gone")
+    gone_after = time.monotonic() - killed
+    # until the restart, no checkpoint is written: node 1's ranks are not there to make one
+    backend = LocalBackend()
+    while backend.status("dies").reason != "Restarting":
+        assert max(_checkpoints(folder)) == before
+        assert time.monotonic() - killed < 30, "no restart within 30 s"
+        time.sleep(0.02)
+    assert max(_checkpoints(folder)) == before
+    message = backend.status("dies").message
+    assert message == (
+        "restart 1 of at most 3: node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 "
+        "and 3 were killed with it; starting every node again"
+    ), message
+    capsys.readouterr()
+    result = shell.run_cell("%ktrain attach dies")
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    assert shell.user_ns["first"] == before + 1
+    assert f"[ktrain] resumed from step {before} (checkpoint step-{before}.pt)" in out, out
+    # the cell says what happened: node 1 and its ranks died; node 0's ranks lost their peer
+    # (one line each, their gloo tracebacks are in their logs)
+    alert = "dies-node-1 restarted after exit 137, killed by signal 9 (SIGKILL); its ranks 2 and 3"
+    assert alert in out, out
+    assert "[rank0]: lost its peer (gloo: Connection " in out, out
+    assert "GLHF" not in out
+    assert "GLHF" in (job_dir / "rank-0.log").read_text()
+    status = backend.status("dies")
+    assert (status.state, [r.restarts for r in status.replicas]) == ("Succeeded", [1, 1])
+    said = (
+        "restarted after exit 137, killed by signal 9 (SIGKILL); its ranks 2 and 3 were "
+        "killed with it"
+    )
+    assert status.replicas[1].last_event == said
+    node_log = (job_dir / "node-1.log").read_text()
+    assert (
+        "[agent]: node 1 exited 137 (killed by signal 9 (SIGKILL)); its 3 remaining processes "
+        "(ranks 2 and 3 among them) were killed with it (SIGKILL), as a container's are"
+    ) in node_log, node_log[-3000:]
+    assert gone_after < 1.0, gone_after

@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.base import JobStatus
 from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
 from jupyter_ktrain.monitor.cell_error import exception_line, job_error
-from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line
+from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line, lost_peer_line
 from jupyter_ktrain.pod.protocol import LogLine, parse_line
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -92,21 +92,23 @@ def test_rank_that_raised_heads_the_error_with_its_own_traceback() -> None:
     job = _Job("loader", {1: _rank_lines(node0, 1)})
     error = job_error(job, _failed(1, {0: 1, 1: 1, 2: 1, 3: 1}))  # type: ignore[arg-type]
     assert type(error) is JobFailed
-    assert error.headline == "rank 1 raised ValueError: no shard 1 in /data"
+    headline = (
+        "rank 1 raised ValueError: no shard 1 in /data; ranks 0, 2 and 3 ended with an error too"
+    )
+    assert error.headline == headline
     assert str(error).startswith("Job 'loader' failed: rank 1 raised ValueError")
     shown = ANSI.sub("", "\n".join(error.render()))
-    assert shown.splitlines()[0] == "JobFailed: rank 1 raised ValueError: no shard 1 in /data"
+    assert shown.splitlines()[0] == f"JobFailed: {headline}"
     assert shown.count("no shard 1 in /data") == 2  # the header and the line that raised it
     assert 'File "cell [1]", line 7, in load' in shown
     assert "no shard for this rank in /data" in shown  # what it printed comes with it
-    assert "Ranks 0, 2, 3 ended with an error code too" in shown
     assert "%ktrain logs loader --rank 1" in shown
 
 
 def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
     lines = ["step 3", "CUDA out of memory. Tried to allocate 2.00 GiB"]
     error = job_error(_Job("big", {2: lines}), _failed(2, {2: 3}))  # type: ignore[arg-type]
-    assert error.headline == "rank 2 exited first with code 3 (OOM)"
+    assert error.headline == "rank 2 failed first (exit code 3, OOM)"
     shown = "\n".join(error.render())
     assert "OOM: out of memory" in shown  # and what to do
     assert "    CUDA out of memory. Tried to allocate 2.00 GiB" in shown
@@ -115,7 +117,7 @@ def test_rank_that_exited_without_a_traceback_says_its_code_and_kind() -> None:
 def test_a_handled_traceback_is_not_what_ended_the_rank() -> None:
     lines = ["Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 'a'"]
     error = job_error(_Job("j", {0: [*lines, "giving up"]}), _failed(0, {0: 3}))  # type: ignore[arg-type]
-    assert error.headline == "rank 0 exited first with code 3"
+    assert error.headline == "rank 0 failed first (exit code 3)"
     assert "KeyError: 'a'" in str(error)  # still among its last lines
 
 
@@ -166,3 +168,55 @@ def test_ipython_shows_our_lines_not_a_traceback_nor_usage_error(
     assert shown.splitlines() == ["JobFailed: rank 1 raised E: e", "    tail"]
     sh.run_cell("raise bad_input")
     assert ANSI.sub("", capsys.readouterr().out).strip() == "SpecError: --nodes must be at least 1."
+
+
+# -- the monitor: a rank that only lost a peer ---------------------------------------------------
+def test_a_lost_peers_traceback_is_one_line_per_rank_and_the_rest_stays() -> None:
+    """Node 0 of a job whose node 1 was killed: each of its ranks printed gloo's traceback of
+    the broken connection and exited 143. Each becomes one line; every other line, and the
+    exit records, come through."""
+    lines = [parse_line(t) for t in (LOGS / "gloo_peer_lost_node0.log").read_text().splitlines()]
+    shown = TorchrunFold("demo").feed(lines)
+    texts = [x.text for x in shown if x.rank is not None and x.record is None]
+    for rank in (0, 1):
+        said = lost_peer_line("demo", rank, [])
+        assert said.startswith("lost its peer (another rank or node ended)")
+        one = (
+            f"lost its peer (gloo: Connection reset by peer); its traceback: %ktrain logs demo "
+            f"--rank {rank}"
+        )
+        assert [x.text for x in shown if x.rank == rank].count(one) == 1
+    joined = "\n".join(texts)
+    for gone in ("GLHF", "Traceback", "loss.backward()", "pair.cc"):
+        assert gone not in joined, gone
+    assert "rank 0 trains steps 0-23" in texts
+
+    def passing(xs: list[LogLine]) -> list[LogLine]:
+        return [x for x in xs if x.record is not None or x.source == "agent"]
+
+    assert passing(shown) == passing(lines)  # the exit records too, in order
+
+
+def test_a_traceback_that_is_not_a_lost_peer_or_was_handled_comes_whole() -> None:
+    raised = [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "cell [2]", line 3, in f',
+        "[rank1]: RuntimeError: Connection reset by peer",
+        '[rank1]: @@ktrain {"type":"exit","rank":1,"code":1}',
+    ]
+    fold = TorchrunFold("x")
+    shown = fold.feed([parse_line(t) for t in raised])
+    assert [x.text for x in shown[:3]] == [t.split(": ", 1)[1] for t in raised[:3]]
+    handled = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "cell [2]", line 3, in f',
+        "[rank0]: KeyError: 'a'",
+        "[rank0]: carrying on",
+    ]
+    first = fold.feed([parse_line(t) for t in handled[:3]])
+    assert first == []  # held until the next line says whether the rank went on
+    assert [x.text for x in fold.feed([parse_line(handled[3])])] == [
+        t.split(": ", 1)[1] for t in handled
+    ]
+    fold.feed([parse_line("[rank0]: Traceback (most recent call last):")])
+    assert [x.text for x in fold.flush()] == ["Traceback (most recent call last):"]

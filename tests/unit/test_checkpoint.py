@@ -26,6 +26,13 @@ report_mod = importlib.import_module("jupyter_ktrain.pod.report")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def written() -> Iterator[None]:
+    """Every test's last save is on disk before the next test (one writer per process)."""
+    yield
+    ckpt_mod.wait_all()
+
+
 @pytest.fixture
 def rank0(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """In a job's rank 0 (records are written), outside torch.distributed."""
@@ -90,6 +97,7 @@ def test_an_unreadable_newest_checkpoint_is_skipped_for_the_one_before(
     ckpt = ktrain.checkpoint(tmp_path)
     ckpt.save(_state(1), 1)
     ckpt.save(_state(2), 2)
+    ckpt.wait()  # on disk
     newest = tmp_path / "step-2.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # storage lost data
     found = ckpt.load()
@@ -138,7 +146,79 @@ def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path
     assert (step, state["n"]) == (1, 1)
     assert torch.equal(state["w"], torch.zeros(4))
     ckpt.save({"n": 3}, 3)  # the next save clears what the killed one left
+    ckpt.wait()
     assert sorted(os.listdir(folder)) == ["step-1.pt", "step-3.pt"]
+
+
+def test_save_returns_once_staged_and_the_write_is_of_the_state_as_it_was(
+    tmp_path: Path, rank0: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Training goes on while the checkpoint is written, changing its tensors in place; the
+    file holds them as they were at save()."""
+    import threading
+
+    release = threading.Event()
+    real_save = ckpt_mod._save
+
+    def slow_save(state: Any, f: Any) -> None:  # a slow disk: the write waits for the test
+        assert release.wait(30)
+        real_save(state, f)
+
+    monkeypatch.setattr(ckpt_mod, "_save", slow_save)
+    ckpt = ktrain.checkpoint(tmp_path)
+    state = _state(1)
+    ckpt.save(state, 5)  # returns while the write waits
+    assert not (tmp_path / "step-5.pt").exists()
+    state["w"].add_(1.0)  # the next optimizer step, in place
+    state["epoch"] = 99
+    release.set()
+    ckpt.wait()
+    saved = torch.load(tmp_path / "step-5.pt", weights_only=False)
+    assert torch.equal(saved["w"], _state(1)["w"])
+    assert saved["epoch"] == 1
+    records = [r for r in _records(capsys.readouterr().out) if r["type"] == "checkpoint"]
+    (record,) = records
+    assert record["blocked_s"] < record["seconds"]  # training waited only for the staging
+    assert record["write_s"] > 0
+
+
+FULL_DISK = """
+import torch
+import jupyter_ktrain as ktrain
+ckpt = ktrain.checkpoint({folder!r})
+ckpt.save({{"w": torch.ones(1024 * 1024)}}, 1)  # 4 MB on a 2 MB disk: the write fails later
+print("training went on", flush=True)
+"""
+
+
+def test_a_write_that_fails_in_the_background_fails_the_rank_at_its_end(tmp_path: Path) -> None:
+    """A real 2 MiB tmpfs fills up while the checkpoint is written behind training: the rank
+    does not end as if its checkpoint were safe."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): needs root")
+    try:
+        program = tmp_path / "program.py"
+        program.write_text(FULL_DISK.format(folder=str(mount)))
+        done = subprocess.run(
+            [sys.executable, "-m", "jupyter_ktrain.pod.runtime", str(program)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0"},
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert "training went on" in done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "No space left on device" in done.stdout + done.stderr
+    assert not list(mount.glob("step-*.pt"))
 
 
 class FakeEngine:

@@ -9,7 +9,12 @@ import threading
 from typing import Any
 
 from jupyter_ktrain.backends.kubernetes.api import ApiFailure
-from jupyter_ktrain.backends.kubernetes.logs import PodLogSource
+from jupyter_ktrain.backends.kubernetes.logs import (
+    FollowedLines,
+    PodLogSource,
+    format_stamp,
+    split_stamped,
+)
 
 
 def _pod(uid: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -108,3 +113,19 @@ def test_a_failed_pod_of_a_job_that_failed_ends_the_stream() -> None:
         watch.cond.notify_all()
     assert source._ended.wait(5)  # no new pod comes: the stream is over once the job is
     assert source.read() == ["rank 0 trains steps 0-11"]
+
+
+def test_followed_lines_come_back_with_the_kubelets_timestamps() -> None:
+    """What a follow read of a pod, kept for when the pod is deleted: each line with its
+    timestamp as the kubelet stamped it (nanoseconds kept), oldest first."""
+    kept = FollowedLines()
+    ts = 1_795_712_935_123_456_789
+    kept.add("job-master-0", ts, "[rank0]: rank 0 loading")
+    kept.add("job-master-0", ts + 1, "[rank0]: rank 0 still here")
+    assert kept.pods() == ["job-master-0"]
+    assert kept.lines("job-master-0") == ["[rank0]: rank 0 loading", "[rank0]: rank 0 still here"]
+    stamped = kept.lines("job-master-0", stamped=True)
+    assert stamped[0] == "2026-11-26T17:08:55.123456789Z [rank0]: rank 0 loading"
+    assert format_stamp(ts) == "2026-11-26T17:08:55.123456789Z"
+    assert split_stamped(stamped[0].encode()) == (ts, "[rank0]: rank 0 loading")
+    assert kept.lines("job-worker-0") == []

@@ -18,11 +18,13 @@ def test_eta_is_unknown_until_enough_steps_were_timed_then_counts_down() -> None
     seen = [tracker.update(step, 100, T0 + 2.0 * step) for step in range(MIN_INTERVALS + 1)]
     assert [p.eta_s for p in seen[:MIN_INTERVALS]] == [None] * MIN_INTERVALS
     last = seen[-1]
-    assert last.eta_s == pytest.approx(2.0 * (100 - MIN_INTERVALS))  # 2 s a step
-    assert last.remaining(last.t + 10) == pytest.approx(last.eta_s - 10)
-    near_end = tracker.update(99, 100, last.t + 2.0 * (99 - last.step))
-    assert near_end.remaining(near_end.t + 10) == 0.0  # late by 8 s: never below zero
-    assert last.describe(last.t).startswith(f"{MIN_INTERVALS}% ({MIN_INTERVALS}/100) · ")
+    # step MIN_INTERVALS is done: MIN_INTERVALS + 1 steps of 100, 2 s a step for the rest
+    assert last.eta_s == pytest.approx(2.0 * (100 - MIN_INTERVALS - 1))
+    assert last.remaining(last.t + 1) == pytest.approx(last.eta_s - 1)
+    near_end = tracker.update(98, 100, last.t + 2.0 * (98 - last.step))
+    assert near_end.remaining(near_end.t + 1.9) == 1.0  # a step to go: never "0s left"
+    done = MIN_INTERVALS + 1
+    assert last.describe(last.t).startswith(f"{done}% ({done}/100) · ")
     assert "ETA unknown" in seen[0].describe(T0)
 
 
@@ -34,28 +36,29 @@ def test_one_slow_step_moves_the_eta_a_little_not_all_the_way() -> None:
         t += 1.0
     steady = tracker.progress
     assert steady is not None
-    assert steady.eta_s == pytest.approx(90.0)
+    assert steady.eta_s == pytest.approx(89.0)  # steps 0..10 done: 89 to go at 1 s
     slow = tracker.update(11, 100, t + 19.0)  # one step took 20 s
     assert slow.eta_s is not None
-    assert 90.0 < slow.eta_s < 89 * 20.0 / 2  # smoothed: far below "every step takes 20 s"
+    assert 89.0 < slow.eta_s < 89 * 20.0 / 2  # smoothed: far below "every step takes 20 s"
 
 
 def test_percent_is_100_only_at_the_last_step_and_a_restart_measures_anew() -> None:
     tracker = ProgressTracker()
     for step in range(0, 1000, 100):
         tracker.update(step, 1000, T0 + step)
-    assert tracker.update(999, 1000, T0 + 999).percent == 99.9
-    done = tracker.update(1000, 1000, T0 + 1000)
+    assert tracker.update(998, 1000, T0 + 998).percent == 99.9
+    done = tracker.update(999, 1000, T0 + 999)  # steps 0..999: the last one is done
     assert (done.percent, done.remaining(T0 + 1001), done.done) == (100.0, 0.0, True)
+    assert done.head() == "100% (1000/1000)"
     resumed = tracker.update(500, 1000, T0 + 5000)  # restarted from a checkpoint
     assert resumed.eta_s is None
-    assert resumed.percent == 50.0
+    assert resumed.percent == 50.1
 
 
 def test_progress_round_trips_through_state_json() -> None:
     p = Progress(7, 40, T0, 12.5, 0.4)
     assert Progress.from_dict(p.to_dict()) == p
-    assert p.to_dict()["percent"] == 17.5
+    assert p.to_dict()["percent"] == 20.0  # steps 0..7 done: 8 of 40
     assert Progress.from_dict({"step": "x"}) is None
     assert Progress.from_dict(None) is None
 
@@ -78,13 +81,13 @@ def test_the_model_takes_progress_from_the_lowest_rank_and_the_header_shows_it()
         _feed(m, 0, step, 20, T0 + step, loss=1.0 / (step + 1))
     p = m.progress
     assert p is not None
-    assert (p.step, p.total, p.percent) == (5, 20, 25.0)
-    assert p.eta_s == pytest.approx(15.0)
+    assert (p.step, p.total, p.percent) == (5, 20, 30.0)
+    assert p.eta_s == pytest.approx(14.0)
     assert "total" not in m.metric_names()  # a reserved field, never a plotted series
     text = header_text(m, T0 + 5)
-    assert "25% (5/20) · 15s left" in text
+    assert "30% (6/20) · 14s left" in text
     m.set_state("Failed", T0 + 6)
-    assert "25% (5/20)" in header_text(m, T0 + 6)
+    assert "30% (6/20)" in header_text(m, T0 + 6)
     assert "left" not in header_text(m, T0 + 6)  # a stopped job has no ETA
 
 
@@ -96,6 +99,6 @@ def test_a_stalled_job_has_no_eta_instead_of_zero_seconds_left() -> None:
     assert p is not None
     assert p.remaining(p.t + 30) == pytest.approx(p.eta_s - 30)  # 30 s: a slow step, maybe
     assert p.remaining(p.t + 300) is None  # 5 minutes with no step at 2 s a step: stalled
-    assert p.describe(p.t + 300) == "4% (4/100) · ETA unknown (no step for 5m 00s)"
+    assert p.describe(p.t + 300) == "5% (5/100) · ETA unknown (no step for 5m 00s)"
     slow = Progress(4, 100, T0, eta_s=96 * 120.0, step_s=120.0)  # 2 min a step: still fine
     assert slow.remaining(T0 + 300) == pytest.approx(96 * 120.0 - 300)

@@ -16,8 +16,10 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.capture.secrets import (
+    URL_PASSWORD,
     EnvSecrets,
     env_name,
+    find_in_bytes,
     find_in_source,
     find_in_value,
     is_secret_name,
@@ -216,7 +218,7 @@ def test_credentials_detect_secrets_knows_are_found() -> None:
     stripe = "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc"
     found = find_in_value("DB", "postgresql://alice:hunter22@db.internal:5432/x", env)
     assert found is not None
-    assert found.kind == "a credential detect-secrets calls 'Basic Auth Credentials', by its value"
+    assert found.kind == f"{URL_PASSWORD}, by its value"
     assert "'Stripe Access Key'" in find_in_value("cfg", {"x": stripe}, env).kind  # type: ignore[union-attr]
 
 
@@ -227,6 +229,41 @@ def test_new_secret_words_pw_creds_auth_and_keyword_detector_pairs() -> None:
         assert is_secret_name(name), name
     for name in ("auth_method", "auth_backend", "auth_host", "model_id", "checksum"):
         assert not is_secret_name(name), name
+
+
+URL_WITH_PASSWORD = "https://svc:" + "Pa55word" + "@data.internal/train.tar"
+
+
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [
+        (f"DATA_URL = {URL_WITH_PASSWORD!r}\n", "DATA_URL (line 1)"),
+        (f"def train(url={URL_WITH_PASSWORD!r}):\n    pass\n", "default of url (line 1)"),
+        ("def train(user):\n    return f'https://{user}:Pa55word@data.internal/t'\n", "line 2"),
+        ("def train(user):\n    return 'https://' + user + ':Pa55word@host/t'\n", "line 2"),
+    ],
+)
+def test_a_password_written_in_a_url_is_a_secret(source: str, where: str) -> None:
+    found = find_in_source(source, "c", EnvSecrets({}))
+    assert found is not None
+    assert (found.where, found.kind.startswith(URL_PASSWORD)) == (where, True)
+
+
+def test_a_url_secret_travels_whole_under_its_own_name_and_placeholders_are_no_secret() -> None:
+    env = EnvSecrets({})
+    found = find_in_value("DATA_URL", URL_WITH_PASSWORD, env)
+    assert found is not None
+    assert found.env == "DATA_URL"
+    assert find_in_bytes(b"\x80\x04" + URL_WITH_PASSWORD.encode() + b"\x94.") == URL_PASSWORD
+    for ordinary in (
+        "def train(pw):\n    return f'https://svc:{pw}@data.internal/t'\n",
+        "URL = 'https://svc:$PASSWORD@data.internal/t'\n",
+        "URL = 'https://svc:<password>@data.internal/t'\n",
+        "URL = 'https://data.internal:8443/train.tar'\n",
+        "REPO = 'ssh://git@git.internal:22/team/x.git'\n",
+        "MAIL = 'mailto:someone@example.org'\n",
+    ):
+        assert find_in_source(ordinary, "c", env) is None, ordinary
 
 
 ORDINARY_TRAINING = {

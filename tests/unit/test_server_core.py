@@ -225,7 +225,9 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
     detail = core.job(FAILED)
     failure = detail["failure"]
     assert failure is not None
-    assert failure.startswith(f"Job {FAILED!r} failed: rank 1 exited first with code 1")
+    assert failure.startswith(
+        f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 ended with an error too."
+    )
     assert LAST_LINE in failure
     texts = [line["text"] for line in core.logs(FAILED)["lines"]]
     assert texts[:3] == ["epoch 1 loss 0.9", "epoch 1 loss 0.8", "epoch 2 loss 0.7"]
@@ -238,7 +240,8 @@ def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Pat
     from jupyter_ktrain.pod.progress import Progress
 
     backend = LocalBackend(tmp_path / "home")
-    for name, progress in (("halfway", Progress(10, 40, 1000.0, 60.0, 2.0)), ("silent", None)):
+    # steps 0..9 done (ten of 40) at 1006, 2 s a step
+    for name, progress in (("halfway", Progress(9, 40, 1006.0, 60.0, 2.0)), ("silent", None)):
         job_dir = backend.job_dir(name)
         job_dir.mkdir(parents=True)
         (job_dir / "plan.json").write_text("{}")
@@ -250,12 +253,18 @@ def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Pat
     core = PanelCore({"local": lambda: backend}, clock=lambda: 1010.0)
     rows = {j["name"]: j for j in core.jobs()["jobs"]}
     assert rows["halfway"]["progress"] == {
-        "step": 10,
+        "step": 9,
+        "done": 10,
         "total": 40,
         "percent": 25.0,
-        "eta_s": 50.0,
-        "text": "25% (10/40) · 50s left",
-        "short": "25% · 50s",  # the list's cell, worded by the server
+        "eta_s": 56.0,
+        "text": "25% (10/40) · 56s left",
+        "short": "25% · 56s",  # the list's cell, worded by the server
     }
+    # no step for 14 s at 2 s a step: waiting, not a time left counting down to 0
+    later = PanelCore({"local": lambda: backend}, clock=lambda: 1020.0).job("halfway")
+    assert later["progress"] is not None
+    assert later["progress"]["text"] == "25% (10/40) · waiting (no step for 14s)"
+    assert later["progress"]["short"] == "25% · waiting"
     assert rows["silent"]["progress"] is None
     assert core.job("halfway")["progress"] == rows["halfway"]["progress"]

@@ -122,8 +122,8 @@ def test_a_hand_written_loop_reaches_trainer_status_through_ktrain_report(
     assert reporter is not None
     reporter.interval = 0.2
     t0 = time.time()
-    for step in range(1, 11):
-        report_mod.report(step=step, total=20, loss=1.0 / step)
+    for step in range(10):  # steps 0..9: ten of twenty done
+        report_mod.report(step=step, total=20, loss=1.0 / (step + 1))
         time.sleep(0.03)
     _wait(lambda: len(endpoint.bodies) >= 1)
     time.sleep(0.3)
@@ -137,7 +137,7 @@ def test_a_hand_written_loop_reaches_trainer_status_through_ktrain_report(
     assert float(_metrics(sent[-1])["loss"]) == pytest.approx(0.1)
     assert 0 <= last["estimatedRemainingSeconds"] <= 5  # 10 steps of ~0.03 s are left
     assert abs(trainer_progress(last).t - t0) < 5  # type: ignore[union-attr]
-    for step in range(11, 21):
+    for step in range(10, 20):
         report_mod.report(step=step, total=20)
     _wait(lambda: endpoint.bodies[-1]["trainerStatus"]["progressPercentage"] == 100)
     final = endpoint.bodies[-1]["trainerStatus"]
@@ -148,7 +148,7 @@ def test_a_hand_written_loop_reaches_trainer_status_through_ktrain_report(
 def test_percent_stays_below_100_until_the_last_step_and_the_limits_hold() -> None:
     from jupyter_ktrain.pod.progress import Progress
 
-    almost = payload(Progress(999, 1000, 100.0, 3.0, 0.003), {}, 100.0)["trainerStatus"]
+    almost = payload(Progress(998, 1000, 100.0, 3.0, 0.003), {}, 100.0)["trainerStatus"]
     assert almost["progressPercentage"] == 99
     many = {f"metric_{'x' * 80}_{i}": float(i) for i in range(300)}
     body = payload(Progress(1, 10, 100.0), many, 100.0)
@@ -177,7 +177,8 @@ def test_the_rotated_token_is_read_again_and_failures_never_raise(
     assert err.count("could not update the TrainJob's trainerStatus (HTTP 403)") == 1
     assert "HTTP 500" not in err  # said once per reporter
     assert endpoint.refused == [403, 500]
-    assert [b["trainerStatus"]["progressPercentage"] for b in endpoint.bodies] == [50]
+    # the one that went through: step 2 of 4 done, counted from 0 (three of four)
+    assert [b["trainerStatus"]["progressPercentage"] for b in endpoint.bodies] == [75]
 
 
 def test_transformers_own_kubeflow_callback_is_left_alone(
@@ -202,7 +203,7 @@ def test_trainer_status_reads_back_as_progress() -> None:
     )["trainerStatus"]
     p = trainer_progress(ours)
     assert p is not None
-    assert (p.step, p.total, p.percent, p.eta_s) == (30, 120, 25.0, 90.0)
+    assert (p.step, p.total, p.percent, p.eta_s) == (30, 120, 25.8, 90.0)  # 31 of 120 done
     # a writer that sends only the percentage (the Kubeflow SDK's update_trainjob_status)
     theirs = trainer_progress({"progressPercentage": 42, "lastUpdatedTime": "2026-06-12T03:00:00Z"})
     assert theirs is not None
@@ -226,7 +227,7 @@ def test_a_trainjob_status_with_trainer_status_gives_job_status_progress() -> No
     assert status.progress is not None
     assert (status.progress.step, status.progress.total) == (45, 100)
     assert status.progress.remaining(1_795_000_060.0) == pytest.approx(3540.0)
-    assert "45% (45/100) · 59m 00s left" in status.describe(1_795_000_060.0)
+    assert "46% (46/100) · 59m 00s left" in status.describe(1_795_000_060.0)
     # what the logs said wins over what the endpoint last got (it is newer)
     mine = Progress(50, 100, 1_795_000_100.0, 3000.0, 60.0)
     assert build_status(job, {}, {}, {}, {}, progress=mine).progress == mine

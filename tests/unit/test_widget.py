@@ -172,7 +172,7 @@ def test_text_view_prints_ranks_warnings_and_final_state() -> None:
     assert "[rank1]: hello" in lines
     assert "[ktrain] NCCL transport: NET/Socket (TCP sockets)" in lines
     assert any(x.startswith("[ktrain] warning: RDMA was requested") for x in lines)
-    assert "[ktrain] metrics (rank 1 step 3): loss 0.25 · 50% (4/8) · ETA unknown" in lines
+    assert "[ktrain] metrics (rank 1 step 3): loss 0.25 · 62.5% (5/8) · ETA unknown" in lines
     assert lines[-1] == "[ktrain] mnist Succeeded after 1m 15s"
 
 
@@ -228,9 +228,9 @@ def test_header_shows_percent_done_time_left_and_a_progress_bar() -> None:
     for step in range(0, 11):
         rec = {"type": "metric", "rank": 0, "step": step, "total": 50, "t": T0 + 2 * step}
         m.feed_text(format_rank_line(0, format_record(rec)), T0 + 2 * step, node=0)
-    view.update(T0 + 25)  # 5 s after the step-10 record: 80 s left then, 75 s now
-    assert "Running 25s · 20% (10/50) · 1m 15s left · 2 node(s)" in view.header.value
-    assert '<progress value="20" max="100"></progress>' in view.header.value
+    view.update(T0 + 25)  # 5 s after the step-10 record: 78 s left then, 73 s now
+    assert "Running 25s · 22% (11/50) · 1m 13s left · 2 node(s)" in view.header.value
+    assert '<progress value="22" max="100"></progress>' in view.header.value
 
 
 def test_a_resume_is_a_notice_and_a_marker_in_every_metric_panel(traffic: CommBytes) -> None:

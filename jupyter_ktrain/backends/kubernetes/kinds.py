@@ -29,6 +29,7 @@ from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRo
 
 __all__ = [
     "BUILDERS",
+    "CLEAN_POD_POLICY",
     "LAUNCHER_RESOURCES",
     "builder",
     "fault_runtime",
@@ -97,11 +98,15 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
     }
 
 
+# the operator's default (None) leaves a failed job's other pods running, holding their GPUs
+# until someone deletes the job: Running deletes the running and pending ones once the job has
+# ended, and keeps the finished ones (the failed rank's pod and its log) for inspection
+CLEAN_POD_POLICY = "Running"
+
+
 def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:
     rp, s = spec.run_policy, spec.scheduling
-    out: dict[str, Any] = {}
-    if rp.clean_pod_policy:
-        out["cleanPodPolicy"] = rp.clean_pod_policy
+    out: dict[str, Any] = {"cleanPodPolicy": rp.clean_pod_policy or CLEAN_POD_POLICY}
     if rp.ttl_seconds_after_finished is not None:
         out["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
     out["backoffLimit"] = rp.max_restarts

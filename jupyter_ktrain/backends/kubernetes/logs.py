@@ -27,9 +27,10 @@ from ..base import LogSource
 from .api import Api, ApiFailure, ns_path
 from .watch import JobWatch
 
-__all__ = ["PodLogSource", "parse_timestamp", "split_stamped"]
+__all__ = ["FollowedLines", "PodLogSource", "format_stamp", "parse_timestamp", "split_stamped"]
 
 FINISH_WAIT_S = 15.0
+KEPT_LINES = 20_000  # per pod, of the lines a follow read: what outlives a deleted pod
 
 
 def parse_timestamp(ts: str) -> int:
@@ -42,6 +43,38 @@ def parse_timestamp(ts: str) -> int:
 def format_since(ns: int) -> str:
     """Whole seconds (floor): the API's sinceTime is second precision."""
     return datetime.fromtimestamp(ns // 1_000_000_000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_stamp(ns: int) -> str:
+    """Integer nanoseconds since the epoch -> RFC3339Nano, as the kubelet stamps a log line."""
+    base = datetime.fromtimestamp(ns // 1_000_000_000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{ns % 1_000_000_000:09d}Z"
+
+
+class FollowedLines:
+    """The lines this process's follow of a job read, per pod (the last KEPT_LINES of each):
+    a pod the operator deleted (``cleanPodPolicy: Running`` deletes a failed job's running
+    pods) takes its log with it, and what the follow read of it is then all there is."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, collections.deque[tuple[int, str]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, pod: str, ts: int, line: str) -> None:
+        with self._lock:
+            if pod not in self._pods:
+                self._pods[pod] = collections.deque(maxlen=KEPT_LINES)
+            self._pods[pod].append((ts, line))
+
+    def pods(self) -> list[str]:
+        with self._lock:
+            return list(self._pods)
+
+    def lines(self, pod: str, stamped: bool = False) -> list[str]:
+        """``pod``'s lines, oldest first (each with its kubelet timestamp when ``stamped``)."""
+        with self._lock:
+            kept = list(self._pods.get(pod, ()))
+        return [f"{format_stamp(ts)} {line}" if stamped else line for ts, line in kept]
 
 
 def split_stamped(raw: bytes) -> tuple[int, str] | None:

@@ -326,11 +326,14 @@ def trainer_progress(trainer_status: Any) -> Progress | None:
         for m in trainer_status.get("metrics") or []
         if isinstance(m, Mapping)
     }
-    step, total = _int(metrics.get("current_step")), _int(metrics.get("total_steps"))
-    if step is None or not total:
+    # current_step and the percentage count steps done; a Progress's step is the last one
+    # done, counted from 0
+    done, total = _int(metrics.get("current_step")), _int(metrics.get("total_steps"))
+    if done is None or not total:
         if not isinstance(pct, int):
             return None
-        step, total = pct, 100
+        done, total = pct, 100
+    step = done - 1
     eta = trainer_status.get("estimatedRemainingSeconds")
     when = _timestamp(trainer_status.get("lastUpdatedTime")) or 0.0
     return Progress(step, total, when, float(eta) if isinstance(eta, int) else None)
