@@ -93,7 +93,9 @@ class Courier:
     def _one(self, namespace: str, target: tuple[str, str, str], envelope: bytes) -> str:
         """One pod's delivery: '' when taken, else what went wrong, in one line."""
         pod, container, python = target
-        command = [python, "-m", DELIVER_MODULE]
+        # -S: no site-packages (a big image's .pth files cost ~0.1 s); it needs only the
+        # standard library and the runner library on PYTHONPATH
+        command = [python, "-S", "-m", DELIVER_MODULE]
         try:
             got = self.api.exec(
                 namespace, pod, container, command, stdin=envelope, timeout=EXEC_TIMEOUT_S
