@@ -228,7 +228,11 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
                 "scheduling.kueue_queue",
                 help="Kueue LocalQueue: wait there for quota (default: config kueue_queue)",
             ),
-            _flag("--service-account", "scheduling.service_account"),
+            _flag(
+                "--service-account",
+                "scheduling.service_account",
+                help="ServiceAccount of the job's pods (default: none, and no API token)",
+            ),
             _flag(
                 "--image-pull-secret",
                 "scheduling.image_pull_secrets",

@@ -82,11 +82,6 @@ def check_warm(spec: JobSpec) -> None:
         )
     if spec.elastic is not None:
         raise SpecError("--warm and --elastic do not go together: a warm job's nodes are fixed.")
-    if spec.backend == "kubernetes" and spec.scheduling.service_account:
-        raise SpecError(
-            "--warm and --service-account do not go together yet: a warm job's pods use a "
-            "ServiceAccount of their own (NAME-warm), allowed to read only the job's ConfigMap."
-        )
     if spec.deepspeed is not None:
         raise SpecError(
             "--warm is not supported with --deepspeed yet: drop --warm (DeepSpeed runs as a "

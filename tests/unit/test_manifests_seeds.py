@@ -104,6 +104,8 @@ def test_llm_finetune_pytorchjob_from_flags_matches_the_seed() -> None:
         # test_k8s_elastic_resume.py)
         "spec.elasticPolicy.maxRestarts",
         f"{c}.env[TORCH_DISABLE_SHARE_RDZV_TCP_STORE]",
+        # training code gets no API token unless --service-account names an account
+        f"{w}.template.spec.automountServiceAccountToken",
     }
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert container["command"] == node_command()
@@ -152,6 +154,7 @@ def test_resnet_pytorchjob_master_and_workers_matches_the_seed() -> None:
             f"{rp}.spec.volumes[dshm]",
             f"{c}.volumeMounts[dshm]",
             f"{c}.command",
+            f"{rp}.spec.automountServiceAccountToken",  # no API token unless one is named
         }
     assert differ == expected_differ
     assert extra == expected_extra
@@ -189,6 +192,7 @@ def test_tfjob_chief_and_workers_match_the_seeds(seed_file: str, flags: str) -> 
         # one process per replica under the agent; TensorFlow reads the operator's TF_CONFIG
         expected_differ.add(f"{c}.command")
         expected_extra.add(f"{rp}.metadata")
+        expected_extra.add(f"{rp}.spec.automountServiceAccountToken")  # no API token
         if (
             "requests"
             not in seed(seed_file)["spec"]["tfReplicaSpecs"][rtype]["template"]["spec"][
@@ -223,6 +227,8 @@ def test_horovod_mpijob_matches_the_seed() -> None:
         f"{wo}.metadata",
         f"{la}.spec.containers[mpi]",
         f"{wo}.spec.containers[mpi]",
+        # the workers get no API token; the launcher keeps its account's (kubectl exec)
+        f"{wo}.spec.automountServiceAccountToken",
     }
     spec = job["spec"]
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]

@@ -36,10 +36,6 @@ def test_the_shape_is_what_the_nodes_are_made_with_and_nothing_else() -> None:
         ({"kind": "TFJob"}, "--warm is not supported for kind TFJob yet"),
         ({"kind": "MPIJob"}, "--warm is not supported for kind MPIJob yet"),
         ({"kind": "TrainJob"}, "--warm is not supported for kind TrainJob yet"),
-        (
-            {"backend": "kubernetes", "scheduling": {"service_account": "me"}},
-            "--warm and --service-account do not go together",
-        ),
         ({"elastic": "1:2"}, "--warm and --elastic do not go together"),
     ],
 )
@@ -48,6 +44,12 @@ def test_warm_where_it_cannot_run_is_one_clear_error(values: dict[str, str], wor
     with pytest.raises(SpecError, match=words):
         check_warm(spec)
     check_warm(JobSpec.create(name="a", **values))  # without --warm: nothing to say
+
+
+def test_warm_with_a_service_account_is_allowed() -> None:
+    """The warm pods need no account of their own: the user's is theirs to name."""
+    scheduling = {"service_account": "me"}
+    check_warm(JobSpec.create(name="a", warm=True, backend="kubernetes", scheduling=scheduling))
 
 
 def test_idle_wording_and_idle_gpu_hours() -> None:

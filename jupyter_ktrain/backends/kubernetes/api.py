@@ -9,18 +9,28 @@ server's message. The ``kubernetes`` package is imported only here and only when
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ...errors import ClusterError
 
-__all__ = ["Api", "ApiFailure", "RetryPolicy", "in_cluster", "ns_path", "with_retries"]
+__all__ = [
+    "Api",
+    "ApiFailure",
+    "ExecResult",
+    "RetryPolicy",
+    "in_cluster",
+    "ns_path",
+    "with_retries",
+]
 
 T = TypeVar("T")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -333,6 +343,95 @@ class Api:
             resp.close()
         if buf and partial:
             yield buf
+
+    def exec(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        command: list[str],
+        stdin: bytes = b"",
+        timeout: float = 30.0,
+    ) -> ExecResult:
+        """Run ``command`` in ``container`` of ``pod`` (``pods/exec``, over the WebSocket
+        that the client's ``kubernetes.stream`` speaks), ``stdin`` written first; its exit
+        status and output. Not retried: a command may not be safe to run twice. Safe to call
+        from several threads at once."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        # stream() swaps its ApiClient's request method while it runs: a client of its own
+        # per call keeps parallel calls (and this Api's other requests) apart
+        core = client.CoreV1Api(client.ApiClient(self.client.configuration))
+        self.requests += 1
+        what = f"exec in pod {pod}"
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                container=container,
+                command=command,
+                stdin=bool(stdin),
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise _failure(exc, what) from None
+        except (OSError, _websocket_errors()) as exc:
+            status = int(getattr(exc, "status_code", 0) or 0)  # the upgrade was refused
+            if status:
+                raise ApiFailure(f"{what}: {status} {exc}", status=status) from None
+            raise ClusterError(f"{what}: {connection_problem(exc)}") from None
+        try:
+            if stdin:  # a text frame: the command reads what it needs (no EOF in v4)
+                ws.write_stdin(stdin.decode())
+            ws.run_forever(timeout=timeout)  # the channels are buffered until it ends
+            if ws.is_open():
+                raise ClusterError(f"{what}: no answer within {timeout:.0f} s")
+            out, err, status = ws.read_channel(1), ws.read_channel(2), ws.read_channel(3)
+        except (OSError, _websocket_errors()) as exc:
+            raise ClusterError(f"{what}: {connection_problem(exc)}") from None
+        finally:
+            ws.close()
+            # close() is a no-op once the server closed first: the socket is ours to close
+            with contextlib.suppress(OSError, AttributeError):
+                ws.sock.shutdown()
+        return ExecResult(_exit_status(status, what), out, err)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command run through ``pods/exec`` ended with."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+
+def _exit_status(text: str, what: str) -> int:
+    """The exit status in an exec's closing ``metav1.Status``; ClusterError when the command
+    did not run (no such container, the runtime failed)."""
+    try:
+        status = json.loads(text or "{}")
+    except ValueError:
+        status = {}
+    if status.get("status") == "Success":
+        return 0
+    causes = (status.get("details") or {}).get("causes") or []
+    code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
+    if status.get("reason") == "NonZeroExitCode" and code is not None:
+        return int(code)
+    raise ClusterError(f"{what}: {status.get('message') or 'the command ended without a status'}")
+
+
+def _websocket_errors() -> type[Exception]:
+    from websocket import WebSocketException
+
+    return WebSocketException
 
 
 def _q(value: Any) -> str:

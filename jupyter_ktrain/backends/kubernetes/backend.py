@@ -74,7 +74,7 @@ PROGRESS_REFRESH_S = 10.0  # at most this often per running job
 DELETE_WAIT_S = 60.0
 
 
-class _Runtime:
+class JobRuntime:
     """What the logs told us about one job: exit records, each rank's tail, last output."""
 
     def __init__(self) -> None:
@@ -137,7 +137,7 @@ class KubernetesBackend(Backend):
         self.say = say or (lambda text: print(text, file=sys.stdout, flush=True))
         self._watches: dict[str, JobWatch] = {}
         self._queue = QueuePositions()
-        self._runtime: dict[str, _Runtime] = collections.defaultdict(_Runtime)
+        self._runtime: dict[str, JobRuntime] = collections.defaultdict(JobRuntime)
         self._kinds: dict[str, str] = {}
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
@@ -154,7 +154,7 @@ class KubernetesBackend(Backend):
     def namespace(self) -> str:
         return self.config.namespace or self.api.namespace
 
-    def _ns(self, spec: JobSpec) -> str:
+    def namespace_for(self, spec: JobSpec) -> str:
         return str(spec.namespace or self.config.namespace or self.api.namespace)
 
     # -- plan -------------------------------------------------------------------------------
@@ -167,11 +167,11 @@ class KubernetesBackend(Backend):
         if spec.warm:
             check_warm(spec)
             spec = self._default_image(spec)
-            spec, found, notes = self.warm.target(spec.evolve(namespace=self._ns(spec)))
+            spec, found, notes = self.warm.target(spec.evolve(namespace=self.namespace_for(spec)))
             if found is not None:
                 return self.warm.run_plan(spec, program, found)
         try:
-            spec = spec.evolve(namespace=self._ns(spec))
+            spec = spec.evolve(namespace=self.namespace_for(spec))
         except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
             spec = spec.evolve(namespace="default")
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
@@ -368,7 +368,7 @@ class KubernetesBackend(Backend):
     # -- lookup -------------------------------------------------------------------------------
     def _kind(self, name: str) -> str:
         if name not in self._kinds:
-            for job in self._list(f"{JOB_LABEL}={name}", name):
+            for job in self.job_objects(f"{JOB_LABEL}={name}", name):
                 if job["metadata"]["name"] == name:
                     self._kinds[name] = job["kind"]
             if name not in self._kinds:
@@ -378,7 +378,18 @@ class KubernetesBackend(Backend):
                 )
         return self._kinds[name]
 
-    def _list(self, selector: str, name: str = "") -> list[dict[str, Any]]:
+    def job_object(self, name: str) -> dict[str, Any] | None:
+        """The job as its watch holds it now; None once it is gone."""
+        return self._watch(name).job
+
+    def runtime(self, name: str) -> JobRuntime:
+        """What this process learnt of job ``name`` from its logs (a warm job's run book)."""
+        return self._runtime[name]
+
+    def remember_kind(self, name: str, kind: str) -> None:
+        self._kinds[name] = kind
+
+    def job_objects(self, selector: str, name: str = "") -> list[dict[str, Any]]:
         """The jobs of every kind matching ``selector``; a kind not served (404) or not
         readable (403: a Kubeflow profile may not read RayJobs) is skipped, but a namespace
         where no kind may be read is one ``forbidden`` error (looking up job ``name``)."""
@@ -482,7 +493,7 @@ class KubernetesBackend(Backend):
         last lines of its rank-0 pod (read at most every PROGRESS_REFRESH_S per running job), so
         the side panel and ``%ktrain list`` show percent and ETA for jobs no kernel follows."""
         out: list[JobStatus] = []
-        jobs = self._list(f"{MANAGED_BY[0]}={MANAGED_BY[1]}")
+        jobs = self.job_objects(f"{MANAGED_BY[0]}={MANAGED_BY[1]}")
         workloads = self._queue.workloads(self.api, self.namespace, jobs)
         for job in jobs:
             state, reason, message = queued_state(job, owned_workload(job, workloads))
@@ -534,7 +545,7 @@ class KubernetesBackend(Backend):
             return None
         path, query = self._log_request(job, pods[0])
         query["tailLines"] = PROGRESS_TAIL_LINES
-        rt = _Runtime()  # the same reading of records as a followed job's
+        rt = JobRuntime()  # the same reading of records as a followed job's
         # a stalled read ends the tail (what came is used): a list never hangs on one pod
         for raw in self.api.stream_lines(path, query, read_timeout=10.0, partial=True):
             rt.on_line(pods[0], 0, raw.decode("utf-8", "replace"))
@@ -674,9 +685,6 @@ _OWNED = {
     "Service": ("", "v1", "services"),
     "ServiceMonitor": SERVICE_MONITOR_API,
     "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
-    "ServiceAccount": ("", "v1", "serviceaccounts"),
-    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
-    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 

@@ -154,9 +154,14 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
     )
     if spec.warm:  # the warm agent; its runs come through the job's code ConfigMap
-        from .warm import IDLE_TTL_S, warm_env
+        from .warm import IDLE_TTL_S, warm_env, warm_key_env
 
-        role = replace(role, command=warm_command(), extra_env=warm_env(f"{spec.name}-code"))
+        role = replace(
+            role,
+            command=warm_command(),
+            extra_env=warm_env(f"{spec.name}-code"),
+            secret_env=warm_key_env(spec.name),
+        )
         if spec.run_policy.ttl_seconds_after_finished is None:
             spec = spec.evolve(
                 run_policy=replace(spec.run_policy, ttl_seconds_after_finished=IDLE_TTL_S)
@@ -275,7 +280,8 @@ def _ray_submitter(template: dict[str, Any], labels: dict[str, str]) -> dict[str
         "resources": copy.deepcopy(RAY_SUBMITTER_RESOURCES),
     }
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    for key in ("imagePullSecrets", "serviceAccountName", "nodeSelector", "tolerations"):
+    keys = ("imagePullSecrets", "serviceAccountName", "automountServiceAccountToken")
+    for key in (*keys, "nodeSelector", "tolerations"):
         if key in pod:
             spec[key] = copy.deepcopy(pod[key])
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
@@ -315,6 +321,7 @@ def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
         resources=LAUNCHER_RESOURCES,
         # the launcher pod is Never; its agent re-runs mpirun after a fault, this many times
         extra_env=((MAX_RESTARTS_ENV, str(spec.run_policy.max_restarts)),),
+        api_access=True,  # mpirun starts the ranks with `kubectl exec`, as the operator's SA
     )
     worker = PodRole(container=kind.container, command=None)
     body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": kind.container}
@@ -356,6 +363,8 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     template = pod_template(spec, code, role, labels)
     ps = template["spec"]
     container = ps.pop("containers")[0]
+    # a runtime patch cannot say it: the job's own runtime does (fault_runtime)
+    ps.pop("automountServiceAccountToken", None)
     leftover = sorted(set(ps) - set(_PATCHABLE))
     if "envFrom" in container:
         leftover.append("envFrom")
@@ -408,7 +417,8 @@ def fault_runtime(
 
     Trainer v2.3 lets a job set no restart policy, and JobSet's default (``OnFailure`` pods,
     the Job's default backoffLimit 6) restarts a raising rank in place until the Job fails.
-    Here each Job has ``restartPolicy: Never``, ``backoffLimit: 0`` and a pod failure policy
+    Here each Job has ``restartPolicy: Never`` (and no API token unless the runtime or
+    ``--service-account`` names an account), ``backoffLimit: 0`` and a pod failure policy
     that fails the Job at once on a bug (exit 1-127) and counts a fault (exit >= 128, a
     deleted pod); the JobSet fails on the first and restarts every Job on the second, up to
     ``--max-restarts`` times (all ranks rejoin, as torchrun's static rendezvous needs).
@@ -430,7 +440,11 @@ def fault_runtime(
                 {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
             ]
         }
-        job.setdefault("template", {}).setdefault("spec", {})["restartPolicy"] = "Never"
+        pod = job.setdefault("template", {}).setdefault("spec", {})
+        pod["restartPolicy"] = "Never"
+        account = ("serviceAccountName", "automountServiceAccountToken")
+        if not spec.scheduling.service_account and not any(k in pod for k in account):
+            pod["automountServiceAccountToken"] = False  # as every other kind's pods
     meta: dict[str, Any] = {"name": spec.name, "labels": dict(labels)}
     if spec.namespace:
         meta["namespace"] = spec.namespace

@@ -106,7 +106,7 @@ def render_request(
 
     cell = cell_id(program)
     namespace = spec.namespace or "default"
-    if spec.warm:  # every run's program travels in the ConfigMap the warm pods watch
+    if spec.warm:  # every run's program travels in the ConfigMap (the kernel delivers it)
         registry = None
     if registry:
         image: str | None = f"{registry}@{PLACEHOLDER_DIGEST}"
@@ -118,11 +118,11 @@ def render_request(
         files = shipped_files(spec, CodeSource(), program.files, program.source)
         labels = job_labels(spec, cell)
         cm = render_code_configmap(f"{spec.name}-code", namespace, files, labels=labels)
-        volume, _mount, _env = code_volume(cm)
-        code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
         before = [cm]
-        if spec.warm:
-            before = _warm_before(spec, cm, namespace, labels)
+        if spec.warm:  # its order is a file of the mount too: how the pods start run 1
+            before = list(_warm_before(spec, cm, namespace, labels))
+        volume, _mount, _env = code_volume(before[0])
+        code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
     rendered = job_objects(spec, code, cell=cell, service_monitor=service_monitor)
     validate_objects(rendered)
     if spec.warm:
@@ -134,16 +134,14 @@ def render_request(
 
 def _warm_before(
     spec: JobSpec, cm: dict[str, object], namespace: str, labels: Mapping[str, str]
-) -> list[Manifest]:
-    """A warm job's ConfigMap ordering run 1, and the pods' ServiceAccount, Role, RoleBinding."""
+) -> tuple[Manifest, Manifest]:
+    """A warm job's ConfigMap ordering run 1 (the pods start it from their mount of it), and
+    the Secret with the job's key (what every later delivery is signed with)."""
     from ..warm_supervisor import DEFAULT_IDLE_S
-    from .warm import rbac_objects, with_control
+    from .warm import key_secret, with_control
 
     control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}
-    return [
-        with_control(cm, control),
-        *rbac_objects(spec.name, namespace, f"{spec.name}-code", labels),
-    ]
+    return with_control(cm, control), key_secret(spec.name, namespace, labels)
 
 
 def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
@@ -166,6 +164,10 @@ def describe(request: KubernetesRequest) -> str:
 
     shown: list[Manifest] = []
     for obj in request.objects:
+        if obj.get("kind") == "Secret":  # a warm job's key: never shown
+            data = obj.get("stringData") or obj.get("data")
+            if isinstance(data, Mapping):
+                obj = {**obj, "stringData": {k: "<made at submit, not shown>" for k in data}}
         if obj.get("kind") == "ConfigMap":
             summary = {}
             for key in ("data", "binaryData"):

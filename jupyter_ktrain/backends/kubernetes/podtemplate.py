@@ -75,6 +75,11 @@ class PodRole:
     trains: bool = True
     resources: Mapping[str, Mapping[str, str]] | None = None
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    # (env var, Secret, key): values the pod reads from a Secret (a warm job's key)
+    secret_env: tuple[tuple[str, str, str], ...] = field(default=())
+    # the pod talks to the API server with its ServiceAccount's token (an MPIJob's launcher
+    # runs `kubectl exec`); every other pod gets no token unless --service-account names one
+    api_access: bool = False
 
 
 def job_labels(spec: JobSpec, cell: str | None) -> dict[str, str]:
@@ -87,7 +92,10 @@ def job_labels(spec: JobSpec, cell: str | None) -> dict[str, str]:
 
 
 def env_list(
-    spec: JobSpec, code: CodeSource, extra: tuple[tuple[str, str], ...] = ()
+    spec: JobSpec,
+    code: CodeSource,
+    extra: tuple[tuple[str, str], ...] = (),
+    secret_refs: tuple[tuple[str, str, str], ...] = (),
 ) -> list[dict[str, Any]]:
     """Container env: RDMA profile, then ``--env`` (wins over the profile), secrets, ktrain.
     ``ktrain.checkpoint()`` finds the ``--checkpoints`` mount through ``KTRAIN_CHECKPOINTS``."""
@@ -108,6 +116,10 @@ def env_list(
     out += [
         {"name": s.name, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
         for s in spec.secret_env
+    ]
+    out += [
+        {"name": n, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for n, secret, key in secret_refs
     ]
     return out
 
@@ -165,7 +177,7 @@ def _container(spec: JobSpec, code: CodeSource, role: PodRole, shm: str | None) 
     c: dict[str, Any] = {"name": role.container, "image": image}
     if role.command is not None:
         c["command"] = list(role.command)
-    env = env_list(spec, code, (*role.extra_env, *metrics_env(spec)))
+    env = env_list(spec, code, (*role.extra_env, *metrics_env(spec)), role.secret_env)
     if env:
         c["env"] = env
     if spec.metrics_port is not None and role.command is not None:  # the agent serves it
@@ -218,9 +230,8 @@ def pod_spec(spec: JobSpec, code: CodeSource, role: PodRole) -> dict[str, Any]:
         ps["dnsPolicy"] = "ClusterFirstWithHostNet"
     if s.service_account:
         ps["serviceAccountName"] = s.service_account
-    if spec.warm:  # reads its own ConfigMap, and nothing else (see .warm)
-        ps["serviceAccountName"] = f"{spec.name}-warm"
-        ps["automountServiceAccountToken"] = True
+    elif not role.api_access:  # training code gets no API token it did not ask for
+        ps["automountServiceAccountToken"] = False
     if s.gang == "volcano":
         ps["schedulerName"] = "volcano"
     if s.priority_class:

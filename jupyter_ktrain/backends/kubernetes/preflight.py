@@ -64,13 +64,11 @@ def required_access(
         out += [Access("create", "configmaps"), Access("patch", "configmaps")]
     if service:  # the metrics Service (created, then owned by the job)
         out += [Access("create", "services"), Access("patch", "services")]
-    if spec.warm:  # the pods' own ServiceAccount, Role, RoleBinding; each run updates the CM
-        rbac = "rbac.authorization.k8s.io"
-        out += [Access("create", "serviceaccounts"), Access("patch", "serviceaccounts")]
-        out += [Access("create", "roles", rbac), Access("patch", "roles", rbac)]
-        out += [Access("create", "rolebindings", rbac), Access("patch", "rolebindings", rbac)]
-        # a Role may grant only what its maker holds: get and watch of the ConfigMap
-        out += [Access(v, "configmaps") for v in ("get", "watch", "update")]
+    if spec.warm:  # each run updates the ConfigMap and goes to the pods signed, by exec
+        out += [Access(v, "secrets") for v in ("create", "patch", "get")]  # the job's key
+        out += [Access(v, "configmaps") for v in ("get", "update")]
+        # the client's exec is a WebSocket: a GET (get), authorized as create as well
+        out += [Access(v, "pods", subresource="exec") for v in ("create", "get")]
     if service_monitor:
         mon_group, _v, mon_plural = SERVICE_MONITOR_API
         out += [Access("create", mon_plural, mon_group), Access("patch", mon_plural, mon_group)]

@@ -1,29 +1,44 @@
 """A warm PyTorchJob: the objects it adds, how a run is ordered, and how a run is read back.
 
-A ``--warm`` job's pods run the warm agent (:mod:`jupyter_ktrain.pod.agent.warm`) and get its
-runs from the job's code ConfigMap (``NAME-code``): its data are the run's files and its
-``ktrain.io/warm-control`` annotation names the run (``{"run": N, "abort": {...},
-"idle_limit_s": S}``). The pods read it with a ServiceAccount of their own (``NAME-warm``)
-whose Role allows exactly ``get`` and ``watch`` of that one ConfigMap (``resourceNames``); the
-three objects are owned by the job, so they go with it. The job stays Running between runs:
-a run's end is read from the agents' ``run_end`` records in the pod logs (:class:`RunBook`),
-not from the job's phase. After its idle limit every agent exits 0, the job succeeds and its
-``ttlSecondsAfterFinished`` deletes it with everything it owns.
+A ``--warm`` job's pods run the warm agent (:mod:`jupyter_ktrain.pod.agent.warm`). Its runs
+are ordered through the job's code ConfigMap (``NAME-code``), the ledger: its data are the
+run's files and its ``ktrain.io/warm-control`` annotation names the run (``{"run": N, "seq":
+Q, "abort": {...}, "idle_limit_s": S}``; ``seq`` counts every change), written with the
+ConfigMap's resourceVersion (two kernels: one wins, the other retries on the 409) and read by
+a new kernel to learn where the job is. The same order is a data key too
+(:data:`~jupyter_ktrain.pod.agent.mirror.CONTROL_KEY`), so a pod's mount of the ConfigMap
+holds it: that is how run 1 starts. Every later change reaches the pods from the kernel,
+which execs :mod:`jupyter_ktrain.pod.agent.deliver` in each of them with the ConfigMap signed
+by the job's key: the Secret ``NAME-warm`` (random, made with the job), which the pods read as
+an env var and the kernel through the API. The pods hold no API token and read nothing of the
+API; no ServiceAccount, Role or RoleBinding is made. The Secret and the ConfigMap are owned
+by the job, so they go with it. The job stays Running between runs: a run's end is read from
+the agents' ``run_end`` records in the pod logs (:class:`RunBook`), not from the job's phase.
+After its idle limit every agent exits 0, the job succeeds and its ``ttlSecondsAfterFinished``
+deletes it with everything it owns.
 
-Pure: no I/O.
+Pure: no I/O (the key is drawn from the OS's random source).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...pod.agent.mirror import CONFIGMAP_ENV, CONTROL_ANNOTATION
-from ...pod.agent.warm import CONTROL_ENV
+from ...pod.agent.deliver import KEY_ENV
+from ...pod.agent.mirror import (
+    CONFIGMAP_ENV,
+    CONTROL_ANNOTATION,
+    CONTROL_ENV,
+    CONTROL_KEY,
+    CONTROL_PATH,
+    PATHS_ANNOTATION,
+)
 from ...pod.launch import WARM_DIR
 from ...pod.protocol import EXIT, RUN, RUN_END, LogLine, record_type
 from ..base import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
@@ -34,17 +49,19 @@ __all__ = [
     "WARM_LABEL",
     "RunBook",
     "control_of",
+    "key_secret",
     "order_run",
-    "rbac_objects",
-    "warm_account",
     "warm_env",
+    "warm_key_env",
     "warm_port",
+    "warm_secret",
+    "with_control",
 ]
 
 WARM_LABEL = "ktrain.io/warm"
 SHAPE_ANNOTATION = "ktrain.io/warm-shape"
 IDLE_TTL_S = 5  # after the idle limit ended the job: deleted, with what it owns, this soon
-RBAC = "rbac.authorization.k8s.io"
+KEY_FIELD = "key"  # the Secret's one key: 64 hex characters
 CANCEL_WORDS = "cancelled by the user"
 
 
@@ -55,45 +72,33 @@ def warm_port(job: str) -> int:
     return 20000 + int(hashlib.sha256(job.encode()).hexdigest()[:8], 16) % 10000
 
 
-def warm_account(job: str) -> str:
-    """The ServiceAccount (and Role, RoleBinding) of warm job ``job``."""
+def warm_secret(job: str) -> str:
+    """The Secret that holds warm job ``job``'s key."""
     return f"{job}-warm"
 
 
 def warm_env(configmap: str) -> tuple[tuple[str, str], ...]:
-    """What the warm agent of every pod needs: the ConfigMap to follow, the run folder."""
+    """What the warm agent of every pod needs: its job's ConfigMap (what a delivery must be
+    for), the run folder."""
     return ((CONFIGMAP_ENV, configmap), (CONTROL_ENV, WARM_DIR))
 
 
-def rbac_objects(
-    job: str, namespace: str, configmap: str, labels: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding: the pods may get and watch their ConfigMap, and
-    nothing else."""
-    name = warm_account(job)
-    meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)}
-    role = {
-        "apiVersion": f"{RBAC}/v1",
-        "kind": "Role",
-        "metadata": dict(meta),
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": [configmap],
-                "verbs": ["get", "watch"],
-            }
-        ],
+def warm_key_env(job: str) -> tuple[tuple[str, str, str], ...]:
+    """The job's key for the pods' deliveries: (env var, Secret, key), a ``secretKeyRef``."""
+    return ((KEY_ENV, warm_secret(job), KEY_FIELD),)
+
+
+def key_secret(job: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The Secret holding a new random key of warm job ``job`` (32 bytes, as hex text: an env
+    var cannot hold every byte)."""
+    meta = {"name": warm_secret(job), "namespace": namespace, "labels": dict(labels)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "stringData": {KEY_FIELD: secrets.token_hex(32)},
     }
-    binding = {
-        "apiVersion": f"{RBAC}/v1",
-        "kind": "RoleBinding",
-        "metadata": dict(meta),
-        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-    }
-    return [account, role, binding]
 
 
 def control_of(configmap: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,12 +112,22 @@ def control_of(configmap: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_control(configmap: dict[str, Any], control: Mapping[str, Any]) -> dict[str, Any]:
-    """``configmap`` with ``control`` as its order (a new dict)."""
+    """``configmap`` with ``control`` as its order, one change after its current one (``seq``
+    + 1), in its annotation and as the data key the pods' mount shows (a new dict)."""
+    order = {**control, "seq": int(control_of(configmap).get("seq") or 0) + 1}
+    text = json.dumps(order, sort_keys=True)
     meta = dict(configmap.get("metadata") or {})
     annotations = dict(meta.get("annotations") or {})
-    annotations[CONTROL_ANNOTATION] = json.dumps(dict(control), sort_keys=True)
+    annotations[CONTROL_ANNOTATION] = text
+    paths = [p for p in annotations.get(PATHS_ANNOTATION, "").splitlines() if p]
+    if f"{CONTROL_KEY}={CONTROL_PATH}" not in paths:
+        annotations[PATHS_ANNOTATION] = "\n".join([*paths, f"{CONTROL_KEY}={CONTROL_PATH}"])
     meta["annotations"] = annotations
-    return {**configmap, "metadata": meta}
+    return {
+        **configmap,
+        "metadata": meta,
+        "data": {**(configmap.get("data") or {}), CONTROL_KEY: text},
+    }
 
 
 def order_run(current: Mapping[str, Any], fresh: Mapping[str, Any]) -> tuple[dict[str, Any], int]:

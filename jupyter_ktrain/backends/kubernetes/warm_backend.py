@@ -1,8 +1,9 @@
 """The runs of a warm PyTorchJob, for :class:`~.backend.KubernetesBackend` (which delegates its
 warm hooks here): find the live warm job a cell runs on, order a run through the job's code
-ConfigMap, follow a run from the agents' records in the pod logs (:class:`~.warm.RunBook`),
-cancel it, change the idle limit, and what ``%ktrain list`` shows of a warm job. The objects
-themselves and the pure parts are in :mod:`.warm`.
+ConfigMap and deliver it to the pods (:class:`~.warm_delivery.Courier`), follow a run from the
+agents' records in the pod logs (:class:`~.warm.RunBook`), cancel it, change the idle limit,
+and what ``%ktrain list`` shows of a warm job. The objects themselves and the pure parts are in
+:mod:`.warm`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from .warm import (
     order_run,
     with_control,
 )
+from .warm_delivery import Courier
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...spec import JobSpec
-    from .backend import KubernetesBackend, _Runtime
+    from .backend import JobRuntime, KubernetesBackend
 
 __all__ = ["WarmJobs", "forget_ended", "remember"]
 
@@ -46,11 +48,24 @@ class WarmJobs:
     def __init__(self, backend: KubernetesBackend):
         self.b = backend
         self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
+        self._courier: Courier | None = None
+
+    @property
+    def courier(self) -> Courier:
+        if self._courier is None:
+            self._courier = Courier(self.b.api)
+        return self._courier
+
+    def _nodes(self, name: str) -> int:
+        shape = self.b.shape(name)
+        return shape.nodes if shape is not None else 1
 
     def _warm_jobs(self) -> list[dict[str, Any]]:
         """The live warm jobs of the namespace, newest first."""
         jobs = [
-            j for j in self.b._list(f"{WARM_LABEL}=true") if job_state(j)[0] in (PENDING, RUNNING)
+            j
+            for j in self.b.job_objects(f"{WARM_LABEL}=true")
+            if job_state(j)[0] in (PENDING, RUNNING)
         ]
         return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
 
@@ -64,7 +79,9 @@ class WarmJobs:
             return dict(json.loads(raw))
 
         live = self._warm_jobs()
-        ended = forget_ended(self.b._ns(spec), {j["metadata"]["name"] for j in live}, shape)
+        ended = forget_ended(
+            self.b.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
+        )
         named = [j for j in live if j["metadata"]["name"] == spec.name]
         same = [j for j in live if shape_of(j) == shape]
         if named and shape_of(named[0]) == shape:
@@ -113,7 +130,8 @@ class WarmJobs:
         request = KubernetesRequest(ns, "configmap", (cm,), reuse=True)
         text = (
             f"# {name}: the next run on the warm job (its pods are ready): only the program "
-            f"travels, in ConfigMap {name}-code, which its pods watch\n" + describe(request)
+            f"travels, in ConfigMap {name}-code, delivered to each pod by exec, signed with the "
+            f"job's key\n" + describe(request)
         )
         note = f"run on the warm job {name!r} (same shape: its pods are ready)"
         return LaunchPlan(spec, program, self.b.name, request, text, files, (note,))
@@ -123,61 +141,86 @@ class WarmJobs:
         got: dict[str, Any] = self.b.api.get(path)
         return got
 
-    def _put_configmap(self, name: str, body: dict[str, Any]) -> None:
+    def _put_configmap(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Write the ledger (409 when another kernel wrote it first); the ConfigMap as now."""
         path = ns_path("", "v1", self.b.namespace, "configmaps", f"{name}-code")
-        self.b.api.request("PUT", path, body=body)
+        got: dict[str, Any] = self.b.api.request("PUT", path, body=body)
+        return got
 
-    def _change_control(self, name: str, change: Callable[[dict[str, Any]], None]) -> int:
-        """Apply ``change`` to the warm job's order (retried on a conflict); the run it names."""
+    def _change_control(
+        self, name: str, change: Callable[[dict[str, Any]], None], strict: bool = True
+    ) -> int:
+        """Apply ``change`` to the warm job's order (retried on a conflict) and deliver it to
+        the pods; the run it names. A pod that did not take it: BackendError when
+        ``strict``."""
         for _ in range(5):
             cm = self._configmap(name)
             control = control_of(cm)
             change(control)
             try:
-                self._put_configmap(name, with_control(cm, control))
-                return int(control.get("run") or 0)
+                now = self._put_configmap(name, with_control(cm, control))
             except ApiFailure as exc:
                 if exc.status != 409:
                     raise
+                continue
+            problems = self.courier.deliver(self.b.namespace, name, now)
+            if problems and strict:
+                raise BackendError(
+                    f"The warm job {name!r}'s order did not reach every pod: {'; '.join(problems)}."
+                )
+            return int(control.get("run") or 0)
         raise BackendError(f"Could not update the warm job {name!r}'s ConfigMap (conflicts).")
 
     def order(self, plan: LaunchPlan[KubernetesRequest]) -> Job:
+        """Write the run into the ledger, then deliver it to every pod. A pod that cannot
+        take it: the run is stopped on the others and one error says why."""
         name = plan.spec.name
         for _ in range(5):
             body, run = order_run(self._configmap(name), plan.request.objects[0])
             try:
-                self._put_configmap(name, body)
+                now = self._put_configmap(name, body)
             except ApiFailure as exc:
                 if exc.status == 409:
                     continue
                 raise
-            self.b._kinds[name] = plan.spec.kind
+            problems = self.courier.deliver(self.b.namespace, name, now, self._nodes(name))
+            if problems:
+                self._stop_undelivered(name, run, problems)
+            self.b.remember_kind(name, plan.spec.kind)
             return Job(name, self.b, plan, run=run)
         raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
+
+    def _stop_undelivered(self, name: str, run: int, problems: list[str]) -> None:
+        why = "it did not reach every pod"
+        with contextlib.suppress(ClusterError, BackendError):
+            self._change_control(
+                name, lambda c: c.setdefault("abort", {}).setdefault(str(run), why), strict=False
+            )
+        raise BackendError(
+            f"Run {run} did not reach every pod of the warm job {name!r}: {'; '.join(problems)}. "
+            f"It was stopped where it started. If this persists, end the job with "
+            f"`%ktrain delete {name}` and run the cell again."
+        )
 
     def _book(self, name: str) -> RunBook:
         """The job's runs: as followed, or read from its pods' stored logs when no run is
         followed in this process (a cancel from another cell, a new kernel)."""
-        rt = self.b._runtime[name]
+        rt = self.b.runtime(name)
         if rt.followers:
             return rt.book
         book = RunBook()
-        watch = self.b._watch(name)
-        if watch.job is not None:
-            with contextlib.suppress(ClusterError):
-                for pod, raw in self.b._stored_logs(watch.job, watch.pods):
-                    book.feed(pod, parse_line(raw))
+        with contextlib.suppress(ClusterError, JobNotFound):  # gone: no runs to read
+            for pod, raw in self.b.read_logs(name):
+                book.feed(pod, parse_line(raw))
         return book
 
     def _active_run(self, name: str) -> int | None:
         """The run ordered last, while some node has not ended it; None when idle."""
         run = int(control_of(self._configmap(name)).get("run") or 0)
-        shape = self.b.shape(name)
-        nodes = shape.nodes if shape is not None else 1
-        return run if run and self._book(name).ended_nodes(run) < nodes else None
+        return run if run and self._book(name).ended_nodes(run) < self._nodes(name) else None
 
     def latest_run(self, name: str) -> int | None:
-        job = self.b._watch(name).job
+        job = self.b.job_object(name)
         if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
             return None
         with contextlib.suppress(ApiFailure):
@@ -186,9 +229,8 @@ class WarmJobs:
 
     def run_status(self, name: str, run: int) -> JobStatus:
         job = self.b.status(name)
-        shape = self.b.shape(name)
-        nodes = shape.nodes if shape is not None else 1
-        rt = self.b._runtime[name]
+        nodes = self._nodes(name)
+        rt = self.b.runtime(name)
         book = self._book(name)
         with rt.lock:
             status = book.status(name, run, nodes, job)
@@ -199,13 +241,14 @@ class WarmJobs:
             # would hold the run), after a moment to end by themselves
             rt.aborted.add(run)
             why = f"node {failed[0]} failed"
-            self._change_control(
-                name, lambda c: c.setdefault("abort", {}).setdefault(str(run), why)
-            )
+            with contextlib.suppress(ClusterError, BackendError):  # it failed anyway: say that
+                self._change_control(
+                    name, lambda c: c.setdefault("abort", {}).setdefault(str(run), why), False
+                )
         return status
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        rt = self.b._runtime[name]
+        rt = self.b.runtime(name)
         return [_RunSource(s, run, rt) for s in self.b.log_sources(name)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
@@ -215,7 +258,7 @@ class WarmJobs:
                 yield pod, raw
 
     def cancel_run(self, name: str, run: int) -> None:
-        """Ask every pod to stop the run (the ConfigMap's order) and wait until they did."""
+        """Order every pod to stop the run (the ConfigMap, delivered) and wait until they did."""
         if self.run_status(name, run).terminal:
             return
         self._change_control(
@@ -286,7 +329,7 @@ class _RunSource(LogSource):
     """One pod's lines of one run of a warm job: from the agent's ``run`` record of that run
     to its ``run_end`` (a pod's log holds every run)."""
 
-    def __init__(self, inner: LogSource, run: int, rt: _Runtime):
+    def __init__(self, inner: LogSource, run: int, rt: JobRuntime):
         self.inner = inner
         self.replica = inner.replica
         self.run = run

@@ -1,49 +1,59 @@
-"""A warm pod's view of its job's code ConfigMap: ``python -m jupyter_ktrain.pod.agent.mirror``.
+"""A warm pod's copy of its job's code ConfigMap: the run folder the warm agent reads.
 
 On Kubernetes a warm job's runs are ordered through its code ConfigMap: the notebook replaces
 its data with the new run's files and its ``ktrain.io/warm-control`` annotation with
-``{"run": N, "abort": {"N": "why"}, "idle_limit_s": S}``. This process watches that one
-ConfigMap through the API server with the pod's ServiceAccount token (the job's Role allows
-``get`` and ``watch`` of it and nothing else) and mirrors it into the run folder the warm
-agent reads (:class:`~.warm.FolderControl`), the layout the local backend writes itself:
-``runs/N/code/...`` (the run's files, rebuilt from the flat keys), ``runs/N/abort`` and, last,
-``control.json``. So the agent has one way to receive runs on every backend.
+``{"run": N, "seq": Q, "abort": {"N": "why"}, "idle_limit_s": S}`` (``seq`` counts every
+change: a run, an abort, an idle limit). The pods never read the API (they hold no token):
+the order reaches them two ways, both ending in :func:`apply`, which mirrors a ConfigMap into
+the run folder the warm agent reads (:class:`~.warm.FolderControl`), the layout the local
+backend writes itself: ``runs/N/code/...`` (the run's files, rebuilt from the flat keys),
+``runs/N/abort`` and, last, ``control.json``. So the agent has one way to receive runs on
+every backend.
 
-It runs beside the agent as its own process (the agent stays single-threaded, so it can fork
-ranks safely), started and stopped by it. Standard library only.
+- At the pod's start, :func:`seed`: the kubelet mounts the ConfigMap at ``/ktrain`` (its
+  data, with the order itself as the file :data:`CONTROL_PATH`), and a fresh run folder is
+  filled from that mount. That is how run 1 starts: with no kernel involved, so a
+  ``--detach``ed cell, a kernel that exits, or pods that are scheduled an hour later (a
+  queue, an image pull) still run it. A pod made anew later (its order names run N > 1)
+  records run N as already ordered and joins at the next run.
+- Every later change, :mod:`.deliver`: the kernel execs it in every pod with the signed
+  ConfigMap on stdin.
+
+Standard library only.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
-import ssl
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..protocol import format_agent_line
-
-__all__ = ["CONFIGMAP_ENV", "CONTROL_ANNOTATION", "PATHS_ANNOTATION", "apply", "main"]
+__all__ = [
+    "CONFIGMAP_ENV",
+    "CONTROL_ANNOTATION",
+    "CONTROL_ENV",
+    "CONTROL_KEY",
+    "CONTROL_PATH",
+    "PATHS_ANNOTATION",
+    "apply",
+    "folder_lock",
+    "folder_seq",
+    "mounted_configmap",
+    "seed",
+]
 
 CONFIGMAP_ENV = "KTRAIN_WARM_CONFIGMAP"
+CONTROL_ENV = "KTRAIN_WARM_CONTROL"  # the run folder (an emptyDir on Kubernetes)
 CONTROL_ANNOTATION = "ktrain.io/warm-control"
 PATHS_ANNOTATION = "ktrain.jupyter.org/paths"  # key=path lines (packaging.configmap)
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-WATCH_S = 240
-RETRY_S = 0.5
-
-
-def _say(text: str) -> None:
-    sys.stdout.write(format_agent_line(text) + "\n")
-    sys.stdout.flush()
+# the order again, as a data key: the kubelet mounts data, not annotations
+CONTROL_KEY = "ktrain-warm-control.json"
+CONTROL_PATH = ".ktrain-warm-control.json"
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -70,7 +80,8 @@ def apply(configmap: Mapping[str, Any], folder: Path) -> int | None:
             line.split("=", 1) for line in annotations.get(PATHS_ANNOTATION, "").splitlines()
         )
         for key, text in (configmap.get("data") or {}).items():
-            _file(staging, table.get(key, key), text.encode())
+            if key != CONTROL_KEY:
+                _file(staging, table.get(key, key), text.encode())
         for key, b64 in (configmap.get("binaryData") or {}).items():
             _file(staging, table.get(key, key), base64.b64decode(b64))
         staging.mkdir(parents=True, exist_ok=True)
@@ -79,7 +90,12 @@ def apply(configmap: Mapping[str, Any], folder: Path) -> int | None:
         abort = folder / "runs" / str(int(number)) / "abort"
         if not abort.exists():
             _write(abort, str(why).encode())
-    order = {"run": run, "code_dir": str(code), "idle_limit_s": control.get("idle_limit_s")}
+    order = {
+        "run": run,
+        "code_dir": str(code),
+        "idle_limit_s": control.get("idle_limit_s"),
+        "seq": int(control.get("seq") or 0),
+    }
     _write(folder / "control.json", json.dumps(order).encode())
     return run
 
@@ -90,87 +106,62 @@ def _file(root: Path, rel: str, data: bytes) -> None:
     _write(root / rel, data)
 
 
-class _Api:
-    """The API server as the pod's ServiceAccount sees it (in-cluster configuration)."""
-
-    def __init__(self, env: Mapping[str, str], sa_dir: str = SA_DIR):
-        host = env.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
-        port = env.get("KUBERNETES_SERVICE_PORT", "443")
-        self.base = f"https://{host}:{port}"
-        self.sa = Path(sa_dir)
-        self.namespace = (self.sa / "namespace").read_text().strip()
-        self.context = ssl.create_default_context(cafile=str(self.sa / "ca.crt"))
-
-    def _open(self, path: str, query: Mapping[str, str], timeout: float) -> Any:
-        url = f"{self.base}{path}?{urllib.parse.urlencode(query)}" if query else self.base + path
-        token = (self.sa / "token").read_text().strip()  # re-read: it is rotated
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-        return urllib.request.urlopen(req, timeout=timeout, context=self.context)
-
-    def get(self, name: str) -> dict[str, Any]:
-        path = f"/api/v1/namespaces/{self.namespace}/configmaps/{name}"
-        with self._open(path, {}, 30) as resp:
-            data: dict[str, Any] = json.loads(resp.read())
-            return data
-
-    def watch(self, name: str, version: str) -> Iterator[dict[str, Any]]:
-        """Events of the one ConfigMap ``name`` (a watch by name, which its Role allows)."""
-        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
-        query = {
-            "watch": "1",
-            "fieldSelector": f"metadata.name={name}",
-            "resourceVersion": version,
-            "timeoutSeconds": str(WATCH_S),
-            "allowWatchBookmarks": "true",
-        }
-        with self._open(path, query, WATCH_S + 30) as resp:
-            for line in resp:
-                if line.strip():
-                    yield json.loads(line)
+def folder_seq(folder: Path) -> tuple[int, int]:
+    """(seq, run) of the order in ``folder`` now; (0, 0) for none."""
+    try:
+        raw = json.loads((folder / "control.json").read_text())
+        return int(raw.get("seq") or 0), int(raw.get("run") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0, 0
 
 
-def follow(api: _Api, name: str, folder: Path) -> None:
-    """Mirror ``name`` until it is deleted (the job is gone) or this process is stopped."""
-    said = False
-    while True:
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """One writer at a time in ``folder`` (the seed and each delivery are processes of
+    their own): whoever holds it compares and applies as one step."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            cm = api.get(name)
-            apply(cm, folder)
-            version = str(cm["metadata"]["resourceVersion"])
-            for event in api.watch(name, version):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "DELETED":
-                    return
-                if kind in ("ADDED", "MODIFIED"):
-                    apply(obj, folder)
-                elif kind == "ERROR":  # too old a version: read it afresh
-                    break
-            said = False
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return
-            if not said:
-                _say(f"warm: reading ConfigMap {name} failed (HTTP {exc.code}); retrying")
-                said = True
-            time.sleep(RETRY_S)
-        except (OSError, ValueError) as exc:
-            if not said:
-                _say(f"warm: reading ConfigMap {name} failed ({exc}); retrying")
-                said = True
-            time.sleep(RETRY_S)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .warm import CONTROL_ENV
+def mounted_configmap(mount: Path) -> dict[str, Any] | None:
+    """The code ConfigMap as the kubelet mounted it at ``mount`` (files by path, the order
+    from :data:`CONTROL_PATH`), in the shape :func:`apply` takes; None without an order.
+    The runner library (``lib/``) and the kubelet's own entries (``..data``) are left out."""
+    try:
+        control = (mount / CONTROL_PATH).read_text()
+    except OSError:
+        return None
+    data: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for top, dirs, names in os.walk(mount, followlinks=True):
+        rel_top = os.path.relpath(top, mount)
+        dirs[:] = [
+            d for d in dirs if not d.startswith("..") and not (rel_top == "." and d == "lib")
+        ]
+        for name in names:
+            rel = os.path.normpath(os.path.join(rel_top, name))
+            if name.startswith("..") or rel == CONTROL_PATH:
+                continue
+            raw = Path(top, name).read_bytes()
+            try:
+                data[rel] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                binary[rel] = base64.b64encode(raw).decode()
+    meta = {"annotations": {CONTROL_ANNOTATION: control}}
+    return {"metadata": meta, "data": data, "binaryData": binary}
 
-    name, folder = os.environ.get(CONFIGMAP_ENV), os.environ.get(CONTROL_ENV)
-    if not name or not folder:
-        sys.stderr.write(f"jupyter_ktrain.pod.agent.mirror: {CONFIGMAP_ENV} and {CONTROL_ENV}\n")
-        return 2
-    with contextlib.suppress(KeyboardInterrupt):
-        follow(_Api(os.environ), name, Path(folder))
-    return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def seed(folder: Path, mount: Path) -> int | None:
+    """A fresh pod's first order, from its mounted code ConfigMap (nothing when ``folder``
+    has an order already: the container restarted, or a delivery came first). The run it
+    names, or None."""
+    with folder_lock(folder):
+        if (folder / "control.json").exists():
+            return None
+        configmap = mounted_configmap(mount)
+        return apply(configmap, folder) if configmap is not None else None

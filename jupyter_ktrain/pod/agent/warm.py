@@ -21,21 +21,22 @@ whatever it started goes with it. The control can abort a run (a cancel, or anot
 failure): the same stop. After a run nothing of it is left: every rank reaped, its process
 group killed, the rendezvous port closed with rank 0.
 
-The control is a seam (:class:`Control`). :class:`FolderControl` reads the job's folder on
-the local backend (``$KTRAIN_WARM_CONTROL``: ``control.json`` names the run, ``runs/N/abort``
-aborts it); on Kubernetes the same orders come from the job's code ConfigMap.
-Standard library only, like the whole pod package.
+The control is a seam (:class:`Control`). :class:`FolderControl` reads the job's run folder
+(``$KTRAIN_WARM_CONTROL``: ``control.json`` names the run, ``runs/N/abort`` aborts it): the
+local backend writes it; on Kubernetes it is filled from the job's code ConfigMap, run 1 from
+the pod's mount of it and every later order by the kernel through ``pods/exec``
+(:mod:`.mirror`, :mod:`.deliver`). The agent itself reads no API and holds no key: the job's
+key (``$KTRAIN_WARM_KEY``) is for the exec'd :mod:`.deliver` only and is dropped from this
+process's environment, so no rank sees it. Standard library only, like the whole pod package.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,8 +48,10 @@ from typing import Protocol
 
 from .. import runtime as _runtime  # imported once here, not in every rank
 from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
-from ..launch import PROGRAM_FILE
+from ..launch import CODE_DIR, PROGRAM_FILE
 from ..protocol import READY, RUN, RUN_END, TYPE, format_agent_line, format_record
+from .deliver import KEY_ENV
+from .mirror import CONFIGMAP_ENV, CONTROL_ENV, seed
 
 __all__ = [
     "CONTROL_ENV",
@@ -60,7 +63,6 @@ __all__ = [
     "rank_environ",
 ]
 
-CONTROL_ENV = "KTRAIN_WARM_CONTROL"
 PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 RUN_ENV = "KTRAIN_WARM_RUN"
 FAIL_GRACE_S = 1.0
@@ -98,8 +100,9 @@ class Control(Protocol):
 class FolderControl:
     """The run folder: ``FOLDER/control.json`` (``{"run": N, "code_dir": D}``, replaced
     atomically, and on Kubernetes ``"idle_limit_s"``) and ``FOLDER/runs/N/abort`` (its text:
-    why). The local backend writes it; on Kubernetes :mod:`.mirror` writes it from the job's
-    ConfigMap. ``stopping`` is asked between polls, so a SIGTERM ends the wait."""
+    why). The local backend writes it; on Kubernetes :mod:`.mirror` and :mod:`.deliver`
+    write it from the job's ConfigMap. ``stopping`` is asked between polls, so a SIGTERM
+    ends the wait."""
 
     def __init__(self, folder: str, stopping: Callable[[], bool] = lambda: False):
         self.folder = Path(folder)
@@ -194,15 +197,10 @@ class WarmNode:
         self.node = int(env.get("PET_NODE_RANK", "0"))
         self.nproc = int(env.get("PET_NPROC_PER_NODE", "1"))
         self.stopped: list[int] = []
-        self.mirror: subprocess.Popen[bytes] | None = None  # on Kubernetes (see main)
         self.control = control or FolderControl(env[CONTROL_ENV], self._stopping)
 
     def _stopping(self) -> bool:
-        """A SIGTERM came, or the ConfigMap mirror ended: the job's ConfigMap is gone (the
-        job was deleted), so no run can come any more."""
-        if self.mirror is not None and self.mirror.poll() is not None and not self.stopped:
-            _say("warm: the job's ConfigMap is gone (the job was deleted): ending")
-            self.stopped.append(signal.SIGTERM)
+        """A SIGTERM came (the job was deleted: its pods are stopped)."""
         return bool(self.stopped)
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -342,38 +340,19 @@ def _status_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _start_mirror() -> subprocess.Popen[bytes] | None:
-    """On Kubernetes (``$KTRAIN_WARM_CONFIGMAP``): the process that mirrors the job's
-    ConfigMap into the run folder (:mod:`.mirror`); it dies with this agent."""
-    from .mirror import CONFIGMAP_ENV
-
-    if not os.environ.get(CONFIGMAP_ENV):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def die_with_agent() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    argv = [sys.executable, "-m", "jupyter_ktrain.pod.agent.mirror"]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=die_with_agent)
-
-
 def main(argv: list[str] | None = None) -> int:
     if CONTROL_ENV not in os.environ:
         sys.stderr.write(f"jupyter_ktrain.pod.agent.warm: {CONTROL_ENV} is not set\n")
         return 2
-    os.makedirs(os.environ[CONTROL_ENV], exist_ok=True)
+    os.environ.pop(KEY_ENV, None)  # for the exec'd deliveries only: no rank sees it
+    folder = os.environ[CONTROL_ENV]
+    os.makedirs(folder, exist_ok=True)
+    if os.environ.get(CONFIGMAP_ENV):  # on Kubernetes: run 1 from the mounted ConfigMap
+        seed(Path(folder), Path(CODE_DIR))
     node = WarmNode(os.environ)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, node.on_signal)
-    mirror = node.mirror = _start_mirror()
-    try:
-        return node.serve()
-    finally:
-        if mirror is not None and mirror.poll() is None:
-            mirror.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                mirror.wait(5)
+    return node.serve()
 
 
 if __name__ == "__main__":
