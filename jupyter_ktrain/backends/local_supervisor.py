@@ -47,8 +47,8 @@ from typing import IO, Any
 
 from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
-from ..pod.progress import ProgressTracker
-from ..pod.protocol import EXIT, format_agent_line, parse_line, record_type
+from ..pod.progress import JobProgress
+from ..pod.protocol import Exit, Metric, format_agent_line, parse_line
 from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
 from .procs import (
     NODE_ENV,
@@ -116,8 +116,7 @@ class Supervisor:
         self.cancelled = False
         self.copy_error: str | None = None
         self.reports: dict[int, TorchrunReport] = {}
-        self.progress = ProgressTracker()
-        self.progress_rank: int | None = None
+        self.progress = JobProgress()
         self.progress_saved = 0.0
         # restarts: None in a plan from before restarts existed (never restarted)
         limit = self.plan.get("max_restarts")
@@ -202,22 +201,19 @@ class Supervisor:
         if line.record is None:
             with self.lock:
                 self._rank_file(line.rank).write(line.text.encode() + b"\n")
-        elif record_type(line.record) == EXIT:
-            self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
-        elif "total" in line.record:
-            self._on_progress(line.rank, line.record)
+        else:
+            record = line.typed
+            if isinstance(record, Exit):
+                self._on_rank_exit(line.rank, record.code)
+            elif isinstance(record, Metric):
+                self._on_progress(line.rank, record)
 
-    def _on_progress(self, rank: int, record: dict[str, Any]) -> None:
-        step, total, t = record.get("step"), record.get("total"), record.get("t")
-        if not (isinstance(step, int) and isinstance(total, int)):
-            return
-        with self.lock:  # the lowest rank that reports progress is the job's
-            if self.progress_rank is None or rank < self.progress_rank:
-                self.progress, self.progress_rank = ProgressTracker(), rank
-            if rank != self.progress_rank:
-                return
+    def _on_progress(self, rank: int, record: Metric) -> None:
+        with self.lock:
             now = time.time()
-            p = self.progress.update(step, total, float(t) if isinstance(t, (int, float)) else now)
+            p = self.progress.feed(rank, record, now)
+            if p is None:
+                return
             if now - self.progress_saved < PROGRESS_SAVE_S and not p.done:
                 return
             self.progress_saved = now
