@@ -175,7 +175,7 @@ class WarmSupervisor(Supervisor):
     def _on_run(self, number: int) -> None:
         with self.lock:
             if number not in self.runs:
-                self.runs[number] = _Run(number, len(self.plan["nodes"]))
+                self.runs[number] = _Run(number, len(self.plan.nodes))
                 self.last_run = max(self.last_run, number)
         self._save_run(self.runs[number])
         self._save_warm()

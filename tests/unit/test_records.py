@@ -80,3 +80,24 @@ def test_the_lowest_reporting_rank_is_the_jobs_progress() -> None:
     assert fold.feed(0, Metric(0, 13.0, 5, None), now=0) is None  # no total: no progress
     assert fold.progress is not None
     assert (fold.progress.step, fold.progress.t, fold.rank) == (4, 11.0, 0)
+
+
+def test_a_plan_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path) -> None:
+    import pytest
+
+    from jupyter_ktrain.backends.local_request import (
+        LocalRequest,
+        NodeLaunch,
+        PlanError,
+        read_plan,
+    )
+
+    plan = LocalRequest(2950, "m1", (NodeLaunch(("python", "-c", "1"), {"A": "1"}, "/"),), 2, 0.5)
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    assert read_plan(tmp_path) == plan
+    old = {k: v for k, v in plan.to_json().items() if k not in ("version", "max_restarts")}
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    assert read_plan(tmp_path).max_restarts is None  # from before restarts: never restarted
+    (tmp_path / "plan.json").write_text(json.dumps({**plan.to_json(), "version": 99}))
+    with pytest.raises(PlanError, match="version 99, written by a newer jupyter-ktrain"):
+        read_plan(tmp_path)
