@@ -45,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..jobs import BACKEND_ENDS, CANCELLED_BY_USER
 from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ..pod.progress import JobProgress
@@ -66,10 +67,9 @@ __all__ = ["main", "watch"]
 
 GRACE_AFTER_FAILURE_S = 5.0
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
-CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
+CANCEL_LINE = (format_agent_line(CANCELLED_BY_USER) + "\n").encode()
 PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
 TERM_TIMEOUT_S = 10.0
-_TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
 _PR_SET_PDEATHSIG = 1
 
@@ -622,7 +622,7 @@ def watch(job_dir: Path, supervisor: int) -> int:
     _, status = os.waitpid(supervisor, 0)
     if marker is None or job_marker(job_dir) != marker:
         return 0
-    if ((read_state(job_dir) or {}).get("state")) in _TERMINAL:
+    if ((read_state(job_dir) or {}).get("state")) in BACKEND_ENDS:
         return 0
     how, reason = _how_it_ended(status)
     who = f"its supervisor (pid {supervisor}) {how}"
