@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch pulls several GB of CUDA wheels
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,mlflow]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 

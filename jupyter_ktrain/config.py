@@ -11,6 +11,8 @@ removes one). Keys::
     base_image            image the code layer goes on when --image is not given
     insecure_registries   comma-separated hosts allowed over plain http
     offline_requirements  true | false: ship wheels with the code instead of installing in pods
+    mlflow                MLflow tracking URI: every job becomes a run there (--mlflow wins)
+    mlflow_experiment     the MLflow experiment of those runs (default ktrain; --experiment wins)
 
 Never secrets: credentials stay in the kubeconfig and the docker config; a key or value that
 looks like a credential is refused.
@@ -45,6 +47,9 @@ class Config:
     offline_requirements: bool = False
     # the Kueue LocalQueue of every cluster job that names none (--kueue-queue wins)
     kueue_queue: str | None = None
+    # every job an MLflow run at this tracking URI (--mlflow wins), in this experiment
+    mlflow: str | None = None
+    mlflow_experiment: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -96,6 +101,10 @@ def _convert(key: str, value: Any) -> Any:
         from .packaging.reference import Reference
 
         Reference.parse(str(value), what=key)  # OCI syntax, one line naming the key
+    if key == "mlflow" and value not in (None, ""):
+        from .tracking.uri import check_uri
+
+        check_uri(str(value), "mlflow=")
     return str(value) if value not in (None, "") else None
 
 

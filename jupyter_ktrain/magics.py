@@ -25,8 +25,9 @@ from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
 from .monitor.model import MonitorModel
 from .monitor.text import status_text
-from .options import build_parser, env_names, parse_flags, spec_from_args
+from .options import build_parser, env_names, parse_flags, spec_from_args, values_from_args
 from .spec import check_job_name
+from .tracking import session as tracking
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
@@ -52,10 +53,14 @@ _LINE_HELP = """\
                                     --run N stops one run of a warm job (its nodes stay)
 %ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
 %ktrain delete NAME                 cancel, then remove everything it left (files, objects)
+%ktrain compare A B [C ...] [--metric NAME]
+                                    one metric of several jobs overlaid, with the flags and
+                                    constants that differ between them
 %ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
                                     context, registry, base_image, insecure_registries,
                                     offline_requirements); never secrets
-Every command but config takes --backend local|kubernetes (default: the configured one).
+Every command but config takes --backend local|kubernetes (default: the configured one), and
+on Kubernetes --namespace NS (default: the configured one, else the kubeconfig's or the pod's).
 """
 
 
@@ -87,10 +92,11 @@ def _watch(job: Job, shell: Any) -> Job:
     view = _make_view(job, model)
     _last_monitor = (model, view)
     view.show()
-    sink = ModelSink(model, view)
+    sink = tracking.sink_for(job, ModelSink(model, view), _say)  # MLflow, when configured
     try:
         status = follow(job, sink)
     except KeyboardInterrupt:
+        tracking.detached(sink)
         view.close()
         _say(
             f"Detached from {job.name!r}; it keeps running.\n"
@@ -98,6 +104,7 @@ def _watch(job: Job, shell: Any) -> Job:
         )
         return job
     view.close()
+    tracking.finished(sink, job, status, _say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)
     if status.state == "Succeeded" and shell is not None:
@@ -193,6 +200,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     )
     spec = spec_from_args(ns, program.entry)
     check_warm(spec)
+    tracking.check(spec)  # MLflow installed, when the job is to be tracked
     for warning in program.warnings:
         _say(f"warning: {warning}")
     backend = get_backend(spec.backend)
@@ -207,6 +215,7 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
     if spec.pass_env:
         plan = dataclasses.replace(plan, environ=_kernel_values(spec.pass_env, namespace))
     job = backend.schedule(plan)
+    tracking.started(job, values_from_args(ns), _say)
     world = f"{spec.nodes} node(s) x {spec.nproc} process(es) on {backend.name}"
     if job.run is not None and job.run > 1:
         _say(f"Run {job.run} on the warm job {job.name!r}: {world}")
@@ -320,11 +329,14 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         cfg = set_config(args) if args else load_config()
         _say(cfg.describe())
         return None
-    backend_name, args = _pop_backend(args)
+    backend_name, args = _pop_option(args, "--backend", "local or kubernetes")
+    namespace, args = _pop_option(args, "--namespace", "a Kubernetes namespace")
     if command == "list":
-        _list(backend_name)
+        _list(backend_name, namespace)
         return None
-    backend = get_backend(backend_name)
+    backend = _backend(backend_name, namespace)
+    if command == "compare":
+        return _compare(backend, args)
     if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
         raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
     if not args:
@@ -355,8 +367,40 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
         return None
     backend.attach(name)
     backend.delete(name)
-    _say(f"Deleted {name!r}.")
+    _say(f"Deleted {name!r}." + tracking.forget(backend.name, name))
     return None
+
+
+def _compare(backend: Backend, argv: list[str]) -> Any:
+    """``%ktrain compare A B C [--metric NAME]``: the table always, the plot where it shows."""
+    from .tracking import compare
+
+    metric = None
+    if "--metric" in argv:
+        i = argv.index("--metric")
+        if i + 1 >= len(argv):
+            raise SpecError("--metric needs a name, e.g. %ktrain compare A B --metric loss.")
+        metric, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
+    names = [check_job_name(n) for n in argv]
+    for name in names:
+        backend.status(name)  # a job that is not there: one error naming it
+    c = compare.comparison(backend, names, metric)
+    _say(compare.text(c))
+    if _in_kernel():
+        from IPython.display import display
+
+        display(compare.figure(c))  # type: ignore[no-untyped-call]
+    return None
+
+
+def _in_kernel() -> bool:
+    """A Jupyter kernel (the plot shows there), not a terminal or the console script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def parse_duration(text: str) -> float:
@@ -403,16 +447,18 @@ def _cancelled(name: str, status: JobStatus | None) -> str:
     )
 
 
-def _list(backend_name: str | None) -> None:
-    """Jobs of every listed backend (local always, the configured one too); a backend that
-    cannot answer is one line (a ClusterError: the cell and ``ktrain list`` fail), after the
-    others' jobs are listed."""
+def _list(backend_name: str | None, namespace: str | None = None) -> None:
+    """Jobs of every listed backend (local always, the configured one too; with
+    ``namespace``, the cluster's there only); a backend that cannot answer is one line (a
+    ClusterError: the cell and ``ktrain list`` fail), after the others' jobs are listed."""
     names = [backend_name] if backend_name else listed_backends()
+    if namespace is not None:
+        names = [backend_name or "kubernetes"]
     rows: list[str] = []
     problems: list[str] = []
     for name in names:
         try:
-            statuses = get_backend(name).list_jobs()
+            statuses = _backend(name, namespace).list_jobs()
         except KtrainError as exc:
             problems.append(f"{name}: {exc}")
             continue
@@ -425,17 +471,33 @@ def _list(backend_name: str | None) -> None:
         raise ClusterError("\n".join(problems))
 
 
-def _pop_backend(args: list[str]) -> tuple[str | None, list[str]]:
-    """``--backend NAME`` / ``--backend=NAME`` anywhere in ``args``; the rest unchanged."""
+def _backend(name: str | None, namespace: str | None) -> Backend:
+    """Backend ``name`` (default: the configured one); with ``namespace``, the Kubernetes
+    backend working in that namespace (``--namespace``), whatever the config names."""
+    if namespace is None:
+        return get_backend(name)
+    from .backends import default_backend_name
+    from .config import load_config
+
+    if (name or default_backend_name()) != "kubernetes":
+        raise SpecError(
+            "--namespace is for the kubernetes backend: add --backend kubernetes, or set "
+            "`%ktrain config backend=kubernetes`."
+        )
+    return get_backend("kubernetes", config=dataclasses.replace(load_config(), namespace=namespace))
+
+
+def _pop_option(args: list[str], flag: str, what: str) -> tuple[str | None, list[str]]:
+    """``FLAG VALUE`` / ``FLAG=VALUE`` anywhere in ``args``; the rest unchanged."""
     out, name, i = [], None, 0
     while i < len(args):
         arg = args[i]
-        if arg == "--backend":
+        if arg == flag:
             if i + 1 >= len(args):
-                raise SpecError("--backend needs a value: local or kubernetes.")
+                raise SpecError(f"{flag} needs a value: {what}.")
             name, i = args[i + 1], i + 2
             continue
-        if arg.startswith("--backend="):
+        if arg.startswith(f"{flag}="):
             name = arg.split("=", 1)[1]
         else:
             out.append(arg)

@@ -257,6 +257,18 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
         ),
     ),
     (
+        "tracking",
+        (
+            _flag(
+                "--mlflow",
+                metavar="URI",
+                help="log the job as an MLflow run at this tracking server, from the notebook "
+                "(default: config mlflow; off: not this job)",
+            ),
+            _flag("--experiment", metavar="NAME", help="MLflow experiment (default: ktrain)"),
+        ),
+    ),
+    (
         "run policy",
         (
             _flag("--restart-policy", "run_policy.restart_policy", choices=RESTART_POLICIES),

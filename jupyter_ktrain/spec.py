@@ -173,6 +173,9 @@ class JobSpec:
     runtime: str = "torch-distributed"
     metrics_port: int | None = None  # the agent's Prometheus endpoint; None: off
     warm: bool = False  # keep the nodes' agents after a run; the next same-shape cell reuses them
+    # the MLflow tracking URI of this job's run ("off": none; None: config mlflow) and experiment
+    mlflow: str | None = None
+    experiment: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -201,6 +204,10 @@ class JobSpec:
             )
         for key, value in self.labels:
             check_label("--label", key, value)
+        if self.mlflow is not None:
+            from .tracking.uri import check_uri
+
+            check_uri(self.mlflow)
         if self.namespace is not None:
             check_dns_label("--namespace", self.namespace, "namespace name")
         _check_cross_fields(self)

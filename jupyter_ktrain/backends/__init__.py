@@ -29,10 +29,13 @@ __all__ = [
 
 
 def default_backend_name() -> str:
-    """``backend`` from the user config (``%ktrain config backend=...``), else ``local``."""
+    """``backend`` from the user config (``%ktrain config backend=...``); else ``kubernetes``
+    in a pod with a service account token (a Kubeflow notebook: its cluster is the one the
+    pod runs on, its namespace the pod's), else ``local``."""
     from ..config import load_config
+    from .kubernetes.api import in_cluster
 
-    return load_config().backend or "local"
+    return load_config().backend or ("kubernetes" if in_cluster() else "local")
 
 
 def get_backend(name: str | None = None, config: Config | None = None) -> Backend:

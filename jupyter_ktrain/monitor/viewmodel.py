@@ -64,6 +64,7 @@ __all__ = [
     "TraceView",
     "Who",
     "fmt_value",
+    "job_state",
     "log_label",
     "plot_panels",
     "rank_colour",
@@ -73,6 +74,16 @@ __all__ = [
     "summary_values",
     "trace_label",
 ]
+
+
+
+def job_state(word: str) -> JobState:
+    """``word`` as a :data:`JobState`; ValueError naming the states for any other word (every
+    backend reports one of :data:`JOB_STATES`, so another is a bug, not a state to show)."""
+    for state in JOB_STATES:
+        if word == state:
+            return state
+    raise ValueError(f"unknown job state {word!r}: a job is one of {', '.join(JOB_STATES)}")
 
 
 # -- colours -------------------------------------------------------------------------------

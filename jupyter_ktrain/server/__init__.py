@@ -8,7 +8,6 @@ or by hand with ``jupyter server extension enable jupyter_ktrain``.
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -19,24 +18,15 @@ BACKENDS_ENV = "KTRAIN_PANEL_BACKENDS"
 
 def served_backends() -> list[str]:
     """Backends the panel lists: ``$KTRAIN_PANEL_BACKENDS`` (comma-separated, e.g.
-    ``local,kubernetes``) when set; else ``local`` plus the user's configured default backend
-    (``%ktrain config backend=kubernetes``)."""
+    ``local,kubernetes``) when set; else ``local`` plus the default backend of ``%%ktrain``
+    (``%ktrain config backend=kubernetes``, or ``kubernetes`` in a notebook pod)."""
     raw = os.environ.get(BACKENDS_ENV, "")
     names = [b.strip() for b in raw.split(",") if b.strip()]
     if names:
         return names
-    configured = _configured_backend()
-    return ["local"] if configured in (None, "local") else ["local", configured]
+    from ..backends import listed_backends
 
-
-def _configured_backend() -> str | None:
-    """``backend`` of the user config, when this version has one (``jupyter_ktrain.config``)."""
-    try:
-        config = importlib.import_module("jupyter_ktrain.config")
-    except ModuleNotFoundError:
-        return None
-    backend = config.load_config().backend
-    return str(backend) if backend else None
+    return listed_backends()
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:

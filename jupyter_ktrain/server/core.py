@@ -27,6 +27,7 @@ from ..monitor.viewmodel import (
     CANCELLED,
     NOTICES,
     fmt_value,
+    job_state,
     log_label,
     plot_panels,
     restart_text,
@@ -109,7 +110,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
     return {
         "name": status.name,
         "backend": backend,
-        "state": status.state,
+        "state": job_state(status.state),
         "reason": status.reason,
         "message": status.message,
         "started": started,

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+# imported at run time: scripts/gen_ts.py writes each Literal alias here as a TypeScript union
+from ..monitor.viewmodel import JobState
+
 __all__ = [
     "BackendProblem",
     "ErrorPayload",
@@ -69,7 +72,7 @@ class JobSummary(TypedDict):
 
     name: str
     backend: str
-    state: str
+    state: JobState
     reason: str
     message: str
     started: float | None

@@ -6,12 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import {
-  JobDetail,
-  JobsPayload,
-  LogsPayload,
-  MetricsPayload
-} from './payloads';
+import { JobDetail, JobsPayload, LogsPayload, MetricsPayload } from './payloads';
 
 export const API_ROOT = 'ktrain/api';
 export const NOT_INSTALLED =
@@ -32,8 +27,9 @@ export class KtrainApiError extends Error {
 async function errorFrom(response: Response, path: string): Promise<KtrainApiError> {
   let message = '';
   try {
-    const body = await response.json();
-    message = typeof body?.error === 'string' ? body.error : body?.message ?? '';
+    const body = (await response.json()) as { error?: unknown; message?: unknown } | null;
+    const text = body?.error ?? body?.message;
+    message = typeof text === 'string' ? text : '';
   } catch {
     message = '';
   }
@@ -56,7 +52,7 @@ export async function requestAPI<T>(
   try {
     response = await ServerConnection.makeRequest(url, init, settings);
   } catch (error) {
-    throw new KtrainApiError(`Jupyter server unreachable: ${error}`, 0);
+    throw new KtrainApiError(`Jupyter server unreachable: ${String(error)}`, 0);
   }
   if (!response.ok) {
     throw await errorFrom(response, path);

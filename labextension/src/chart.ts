@@ -21,7 +21,9 @@ function fmt(v: number): string {
   if (v === 0) {
     return '0';
   }
-  return Math.abs(v) >= 10000 || Math.abs(v) < 0.001 ? v.toExponential(1) : String(Number(v.toPrecision(4)));
+  return Math.abs(v) >= 10000 || Math.abs(v) < 0.001
+    ? v.toExponential(1)
+    : String(Number(v.toPrecision(4)));
 }
 
 /** About ``count`` round tick values (1, 2 or 5 x 10^k apart) covering [lo, hi]. */
@@ -52,31 +54,81 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   const [y0, y1] = ys.length ? [Math.min(...ys), Math.max(...ys)] : [0, 1];
   const sx = (x: number) => m.l + ((x - x0) / (x1 - x0 || 1)) * (width - m.l - m.r);
   const sy = (y: number) => height - m.b - ((y - y0) / (y1 - y0 || 1)) * (height - m.t - m.b);
-  svg.appendChild(el('text', { x: width / 2, y: 14, 'text-anchor': 'middle', class: 'ktrain-ChartTitle' }, panel.title));
-  svg.appendChild(el('rect', { x: m.l, y: m.t, width: width - m.l - m.r, height: height - m.t - m.b, class: 'ktrain-ChartFrame' }));
+  svg.appendChild(
+    el(
+      'text',
+      { x: width / 2, y: 14, 'text-anchor': 'middle', class: 'ktrain-ChartTitle' },
+      panel.title
+    )
+  );
+  svg.appendChild(
+    el('rect', {
+      x: m.l,
+      y: m.t,
+      width: width - m.l - m.r,
+      height: height - m.t - m.b,
+      class: 'ktrain-ChartFrame'
+    })
+  );
   // readable ticks: round values with grid lines, not just the two ends
   for (const y of niceTicks(y0, y1)) {
-    svg.appendChild(el('line', { x1: m.l, x2: width - m.r, y1: sy(y), y2: sy(y), class: 'ktrain-ChartGrid' }));
-    svg.appendChild(el('text', { x: m.l - 4, y: sy(y) + 3, 'text-anchor': 'end', class: 'ktrain-Tick ktrain-YTick' }, fmt(y)));
+    svg.appendChild(
+      el('line', { x1: m.l, x2: width - m.r, y1: sy(y), y2: sy(y), class: 'ktrain-ChartGrid' })
+    );
+    svg.appendChild(
+      el(
+        'text',
+        { x: m.l - 4, y: sy(y) + 3, 'text-anchor': 'end', class: 'ktrain-Tick ktrain-YTick' },
+        fmt(y)
+      )
+    );
   }
   for (const x of niceTicks(x0, x1)) {
-    svg.appendChild(el('line', { x1: sx(x), x2: sx(x), y1: m.t, y2: height - m.b, class: 'ktrain-ChartGrid' }));
-    svg.appendChild(el('text', { x: sx(x), y: height - m.b + 14, 'text-anchor': 'middle', class: 'ktrain-Tick ktrain-XTick' }, fmt(x)));
+    svg.appendChild(
+      el('line', { x1: sx(x), x2: sx(x), y1: m.t, y2: height - m.b, class: 'ktrain-ChartGrid' })
+    );
+    svg.appendChild(
+      el(
+        'text',
+        {
+          x: sx(x),
+          y: height - m.b + 14,
+          'text-anchor': 'middle',
+          class: 'ktrain-Tick ktrain-XTick'
+        },
+        fmt(x)
+      )
+    );
   }
-  svg.appendChild(el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title));
+  svg.appendChild(
+    el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title)
+  );
   // the job's restarts: a dotted line at each, its text on hover
   for (const marker of panel.markers) {
     if (marker.x < x0 || marker.x > x1) {
       continue;
     }
-    const line = el('line', { x1: sx(marker.x), x2: sx(marker.x), y1: m.t, y2: height - m.b, class: 'ktrain-ChartMarker' });
+    const line = el('line', {
+      x1: sx(marker.x),
+      x2: sx(marker.x),
+      y1: m.t,
+      y2: height - m.b,
+      class: 'ktrain-ChartMarker'
+    });
     line.appendChild(el('title', {}, marker.text));
     line.dataset.text = marker.text;
     svg.appendChild(line);
   }
   panel.traces.forEach(trace => {
-    const points = trace.x.map((x, k) => `${sx(x).toFixed(1)},${sy(trace.y[k]).toFixed(1)}`).join(' ');
-    const line = el('polyline', { points, fill: 'none', stroke: trace.colour, 'stroke-width': 1.5 });
+    const points = trace.x
+      .map((x, k) => `${sx(x).toFixed(1)},${sy(trace.y[k]).toFixed(1)}`)
+      .join(' ');
+    const line = el('polyline', {
+      points,
+      fill: 'none',
+      stroke: trace.colour,
+      'stroke-width': 1.5
+    });
     line.dataset.label = trace.label;
     line.dataset.points = String(trace.x.length);
     svg.appendChild(line);

@@ -4,6 +4,7 @@
  * (palette.ts), which the cell widget uses too.
  */
 import { NO_RANK_COLOUR, OTHER_STATE_COLOUR, PALETTE, STATE_COLOURS } from './palette';
+import { JobState } from './payloads';
 
 /** The colour of rank ``rank`` (grey for lines of no rank: the agent, torchrun). */
 export function rankColour(rank: number | null): string {
@@ -11,6 +12,6 @@ export function rankColour(rank: number | null): string {
 }
 
 /** A job state's colour (Running green, Failed red...), as in the cell's header. */
-export function stateColour(state: string): string {
+export function stateColour(state: JobState): string {
   return STATE_COLOURS[state] ?? OTHER_STATE_COLOUR;
 }

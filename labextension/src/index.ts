@@ -43,6 +43,11 @@ export function jobOfButton(target: EventTarget | null): string | null {
   return cls ? cls.slice(JOB_CLASS_PREFIX.length) : null;
 }
 
+/** A command's string argument (a job name, an insert mode); '' when absent or not a string. */
+function textArg(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-ktrain:plugin',
   description: 'ktrain jobs side panel: list jobs, open their logs and plots, cancel them.',
@@ -69,14 +74,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(panel, 'left', { rank: 650 });
 
     app.commands.addCommand(OPEN_JOB, {
-      label: args => (args.name ? `Open ktrain job ${args.name}` : 'Open ktrain job'),
+      label: args => `Open ktrain job ${textArg(args.name)}`.trim(),
       execute: args => {
-        const name = String(args.name ?? '');
+        const name = textArg(args.name);
         if (!name) {
           throw new KtrainApiError('ktrain:open-job needs a job name: {name: "my-job"}', 400);
         }
         panel.highlight(name);
-        return openJob(name, args.mode ? (String(args.mode) as DockLayout.InsertMode) : undefined);
+        const mode = textArg(args.mode);
+        return openJob(name, mode ? (mode as DockLayout.InsertMode) : undefined);
       }
     });
     app.commands.addCommand(OPEN_PANEL, {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from .faults import Faults
 from .kubelet import Kubelet
 from .proxy import FaultProxy
 from .rest import ApiError, Rest
+
+KUBEFLOW_ROLES = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class Cluster:
         self.faults = Faults(self.proxy, self.kubelet, self.admin)
         self._nodes = nodes or [Node()]
         self.kube_version = ""
+        self._kubeflow_roles = False
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -160,12 +164,62 @@ class Cluster:
         }
         self.admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", crb)
 
+    def kubeflow_roles(self) -> None:
+        """Kubeflow's user roles as Kubeflow ships them (``tests/data/kubeflow``), loaded once:
+        the aggregated ``kubeflow-admin``/``-edit``/``-view`` ClusterRoles, filled by the
+        kube-controller-manager's aggregation controller from their Kubernetes, Training
+        Operator and Trainer parts. Returns once ``kubeflow-edit`` grants PyTorchJobs."""
+        if self._kubeflow_roles:
+            return
+        files = sorted(KUBEFLOW_ROLES.glob("*.yaml"))
+        self.plane.apply_files(files)
+
+        def aggregated() -> bool:
+            role = self.admin.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/kubeflow-edit")
+            granted = {r for rule in role.get("rules") or [] for r in rule.get("resources", [])}
+            return {"pytorchjobs", "trainjobs", "pods/exec"} <= granted
+
+        deadline = time.monotonic() + 30
+        while not aggregated():
+            if time.monotonic() > deadline:
+                raise RuntimeError("kubeflow-edit was not aggregated within 30 s")
+            time.sleep(0.2)
+        self._kubeflow_roles = True
+
+    def create_profile(self, namespace: str) -> None:
+        """A Kubeflow profile's namespace, as the profile controller makes it: the namespace
+        (with the profile's labels), its ``default-editor`` and ``default-viewer``
+        ServiceAccounts, each bound by a RoleBinding of its own name to ``kubeflow-edit`` /
+        ``kubeflow-view``. Nothing cluster-wide."""
+        self.kubeflow_roles()
+        labels = {"app.kubernetes.io/part-of": "kubeflow-profile"}
+        self.admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels}})
+        accounts = (("default-editor", "kubeflow-edit"), ("default-viewer", "kubeflow-view"))
+        for account, role in accounts:
+            self.admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                              {"metadata": {"name": account}})  # fmt: skip
+            binding = {
+                "metadata": {"name": account},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            }
+            self.admin.create(
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", binding
+            )
+
+    def profile_kubeconfig(self, path: Path, namespace: str) -> Path:
+        """A kubeconfig holding a token of the profile's ``default-editor`` account."""
+        token = self.plane.token(namespace, "default-editor")
+        return self.plane.write_kubeconfig(Path(path), self.url, token, namespace)
+
     def delete_namespace(self, namespace: str, timeout: float = 60) -> None:
         """Delete the namespace and wait until its pods are gone: every pod shares this
         machine's network, so the next test's master port is free only once the kubelet has
         stopped them (it deletes a pod only after its processes ended)."""
-        import time
-
         self.admin.delete(
             f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/ktrain-notebook-{namespace}"
         )

@@ -201,9 +201,14 @@ class ControlPlane:
 
     def apply_folder(self, folder: Path) -> None:
         """Every manifest in a project's folder (its kustomization files are not objects)."""
-        files = sorted(p for p in folder.glob("*.yaml") if not p.name.startswith("kustomiz"))
-        args = [a for p in files for a in ("-f", str(p))]
-        self.kubectl("apply", "--server-side", "--force-conflicts", *args)
+        self.apply_files(
+            sorted(p for p in folder.glob("*.yaml") if not p.name.startswith("kustomiz"))
+        )
+
+    def apply_files(self, files: list[Path]) -> None:
+        """``kubectl apply --server-side`` of these manifest files, as the admin."""
+        self.kubectl("apply", "--server-side", "--force-conflicts",
+                     *[a for p in files for a in ("-f", str(p))])  # fmt: skip
 
     def write_kubeconfig(self, path: Path, server: str, token: str, namespace: str) -> Path:
         cfg = {

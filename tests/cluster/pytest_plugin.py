@@ -16,6 +16,15 @@ defaults, namespace deleted by the real namespace controller)::
         test_cluster.kueue_queue("team-a", cpu="2")  # a Kueue LocalQueue and its ClusterQueue
         test_cluster.kubectl("get", "pods")          # as the notebook user
         test_cluster.kubectl("get", "nodes", admin=True)
+
+``kubeflow_profiles`` (one per test module) makes Kubeflow profile namespaces, as Kubeflow's
+profile controller does, with Kubeflow's own user roles (``tests/data/kubeflow``): each
+handle's kubeconfig holds a token of the namespace's ``default-editor`` ServiceAccount, bound
+by a RoleBinding to ``kubeflow-edit`` and to nothing cluster-wide::
+
+    def test_y(kubeflow_profiles):
+        alice = kubeflow_profiles("alice")   # a ClusterHandle; namespace "kf-alice-XXXX"
+        alice.kubectl("auth", "can-i", "create", "pytorchjobs")
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,3 +214,31 @@ def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[Cl
         # before would stay Terminating until the pod garbage collector's orphan sweep (~50 s)
         cluster.delete_namespace(ns)
         cluster.set_nodes([Node()])
+
+
+@pytest.fixture(scope="module")
+def kubeflow_profiles(
+    ktrain_cluster_session: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], ClusterHandle]]:
+    """``make(user)`` -> a new Kubeflow profile namespace of this module (deleted at its end),
+    as a :class:`ClusterHandle` whose kubeconfig is the profile's ``default-editor``."""
+    cluster = ktrain_cluster_session
+    made: list[str] = []
+
+    def make(user: str) -> ClusterHandle:
+        ns = f"kf-{user}-{uuid.uuid4().hex[:6]}"
+        cluster.create_profile(ns)
+        made.append(ns)
+        tmp = tmp_path_factory.mktemp(ns)
+        home = tmp / "home"
+        home.mkdir()
+        kubeconfig = cluster.profile_kubeconfig(tmp / "kubeconfig", ns)
+        admin = cluster.admin_kubeconfig(tmp / "admin.kubeconfig", ns)
+        return ClusterHandle(cluster, kubeconfig, admin, ns, home)
+
+    try:
+        yield make
+    finally:
+        cluster.faults.reset()
+        for ns in made:
+            cluster.delete_namespace(ns)

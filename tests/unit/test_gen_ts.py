@@ -26,7 +26,7 @@ def test_checked_in_typescript_matches_the_python_it_is_generated_from() -> None
 
 
 def test_every_payload_field_reaches_typescript() -> None:
-    from jupyter_ktrain.monitor.viewmodel import PALETTE
+    from jupyter_ktrain.monitor.viewmodel import JOB_STATES, PALETTE
     from jupyter_ktrain.server import payloads
 
     ts = _gen().payloads_ts()  # type: ignore[attr-defined]
@@ -34,5 +34,10 @@ def test_every_payload_field_reaches_typescript() -> None:
         assert f"export interface {name}" in ts
     assert "colour: string;" in ts
     assert "values: SummaryPayload[];" in ts
+    # a job's state is the union of the states, not any string: the panel's checks are typed
+    assert "  state: JobState;" in ts
+    union = next(line for line in ts.splitlines() if line.startswith("export type JobState ="))
+    assert union.count("|") == len(JOB_STATES) - 1
+    assert all(f'"{state}"' in union for state in JOB_STATES)
     palette = _gen().palette_ts()  # type: ignore[attr-defined]
     assert all(c in palette for c in PALETTE)

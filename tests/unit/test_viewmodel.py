@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.viewmodel import (
+    JOB_STATES,
     PALETTE,
     PanelKey,
+    job_state,
     plot_panels,
     rank_colour,
     summary_values,
@@ -61,6 +65,12 @@ def test_panel_keys_titles_and_colours_come_from_one_place() -> None:
     assert PanelKey.parse("loss").id == "metric:loss"
     assert PanelKey("gpu", "util").title == "GPU utilisation (%)"
     assert rank_colour(11) == PALETTE[1]
+
+
+def test_a_state_word_outside_the_job_states_is_refused_by_name() -> None:
+    assert [job_state(str(s)) for s in JOB_STATES] == list(JOB_STATES)
+    with pytest.raises(ValueError, match=r"unknown job state 'running': a job is one of Pending,"):
+        job_state("running")
 
 
 def test_widget_layout_never_sets_an_axis_and_its_attribute_together() -> None:

@@ -20,12 +20,19 @@ from urllib.parse import quote
 
 from ...errors import ClusterError
 
-__all__ = ["Api", "ApiFailure", "RetryPolicy", "ns_path", "with_retries"]
+__all__ = ["Api", "ApiFailure", "RetryPolicy", "in_cluster", "ns_path", "with_retries"]
 
 T = TypeVar("T")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 2.0
+
+
+def in_cluster() -> bool:
+    """Whether this process runs in a pod with an API token: the kubelet's
+    ``KUBERNETES_SERVICE_HOST`` and the service account's projected token (a Kubeflow notebook
+    pod runs as its profile's ``default-editor``)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
 
 
 class ApiFailure(ClusterError):
@@ -182,13 +189,16 @@ class Api:
         default = Path.home() / ".kube" / "config"
         if path is None and default.exists():
             path = str(default)
-        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if path is None and in_cluster():
             from kubernetes import client, config
 
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
-            ns = (SA_DIR / "namespace").read_text().strip() if SA_DIR.exists() else "default"
-            return cls(client.ApiClient(cfg), ns, "in-cluster service account")
+            cfg.retries = 0  # with_retries is the one retry policy
+            # the pod's own namespace (a Kubeflow profile's): its account's rights are there
+            ns_file = SA_DIR / "namespace"
+            ns = ns_file.read_text().strip() if ns_file.is_file() else "default"
+            return cls(client.ApiClient(cfg), ns, f"in-cluster service account of {ns!r}")
         if path is None:
             raise ClusterError(
                 "No Kubernetes credentials: no kubeconfig and not running in a pod. Set one "

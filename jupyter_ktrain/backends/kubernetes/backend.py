@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -38,7 +39,7 @@ from ..base import (
     complete_exit_codes,
 )
 from ..warm import check_warm, warm_shape
-from .api import Api, ApiFailure, ns_path
+from .api import Api, ApiFailure, in_cluster, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .kueue import QueuePositions
 from .labels import JOB_LABEL, MANAGED_BY
@@ -154,8 +155,7 @@ class KubernetesBackend(Backend):
         notes: tuple[str, ...] = ()
         if spec.warm:
             check_warm(spec)
-            if not spec.image and self.config.base_image:
-                spec = spec.evolve(image=self.config.base_image)
+            spec = self._default_image(spec)
             spec, found, notes = self.warm.target(spec.evolve(namespace=self._ns(spec)))
             if found is not None:
                 return self.warm.run_plan(spec, program, found)
@@ -164,8 +164,7 @@ class KubernetesBackend(Backend):
         except ClusterError as exc:  # a dry run renders without a cluster (e.g. for git)
             spec = spec.evolve(namespace="default")
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
-        if not spec.image and self.config.base_image:
-            spec = spec.evolve(image=self.config.base_image)
+        spec = self._default_image(spec)
         spec, notes = self._default_queue(spec, notes)
         monitor, notes = self._service_monitor(spec, notes)
         registry = self.config.registry or None
@@ -174,6 +173,25 @@ class KubernetesBackend(Backend):
             request, notes = self._fault_runtime(request, spec)
         text = describe(request)
         return LaunchPlan(spec, program, self.name, request, text, files, notes)
+
+    def _default_image(self, spec: JobSpec) -> JobSpec:
+        """The image of a job that names none: ``%ktrain config base_image``, else, in a pod
+        (a Kubeflow notebook), the image the notebook itself runs on (its libraries are what
+        the cell was written against); else none (the render says to pass --image)."""
+        image = spec.image or self.config.base_image or (in_cluster() and self._own_image())
+        return spec.evolve(image=image) if image and image != spec.image else spec
+
+    def _own_image(self) -> str | None:
+        """The first container's image of this process's own pod (``$HOSTNAME`` in the pod's
+        namespace), or None where it cannot be read."""
+        pod = os.environ.get("HOSTNAME", "")
+        try:
+            got = self.api.get(ns_path("", "v1", self.api.namespace, "pods", pod)) if pod else {}
+        except ClusterError:
+            return None
+        containers = (got.get("spec") or {}).get("containers") or [{}]
+        image = containers[0].get("image")
+        return str(image) if image else None
 
     def _default_queue(
         self, spec: JobSpec, notes: tuple[str, ...]
@@ -339,7 +357,7 @@ class KubernetesBackend(Backend):
     # -- lookup -------------------------------------------------------------------------------
     def _kind(self, name: str) -> str:
         if name not in self._kinds:
-            for job in self._list(f"{JOB_LABEL}={name}"):
+            for job in self._list(f"{JOB_LABEL}={name}", name):
                 if job["metadata"]["name"] == name:
                     self._kinds[name] = job["kind"]
             if name not in self._kinds:
@@ -349,20 +367,40 @@ class KubernetesBackend(Backend):
                 )
         return self._kinds[name]
 
-    def _list(self, selector: str) -> list[dict[str, Any]]:
+    def _list(self, selector: str, name: str = "") -> list[dict[str, Any]]:
+        """The jobs of every kind matching ``selector``; a kind not served (404) or not
+        readable (403: a Kubeflow profile may not read RayJobs) is skipped, but a namespace
+        where no kind may be read is one ``forbidden`` error (looking up job ``name``)."""
         out: list[dict[str, Any]] = []
+        denied: list[str] = []
+        readable = False
         for kind, info in KIND_TABLE.items():
             path = ns_path(*info.api[:2], self.namespace, info.plural)
             try:
                 items = self.api.get(path, {"labelSelector": selector}).get("items") or []
             except ApiFailure as exc:
+                if exc.status == 403:
+                    denied.append(f"{info.plural}.{info.api[0]}" if info.api[0] else info.plural)
                 if exc.status in (403, 404):
                     continue
                 raise
+            readable = True
             for item in items:
                 item.setdefault("kind", kind)
             out += items
+        if denied and not readable:
+            why = f" (to find job {name!r}; cancel and delete need delete too)" if name else ""
+            raise self._forbidden(f"list {_some(denied)}{why}")
         return out
+
+    def _forbidden(self, what: str) -> ClusterError:
+        """The one line for a request RBAC refuses: which namespace, which right, who fixes it."""
+        ns = self.namespace
+        return ClusterError(
+            f"forbidden: you may not {what} in namespace {ns!r}. Only a RoleBinding there gives "
+            f"that right: ask an owner of {ns!r} (in Kubeflow, to add you as a contributor to "
+            "that profile), or work in your own namespace."
+        )
 
     def _watch(self, name: str) -> JobWatch:
         watch = self._watches.get(name)
@@ -601,6 +639,9 @@ class KubernetesBackend(Backend):
         try:
             self.api.request("DELETE", path, {"propagationPolicy": "Background"})
         except ApiFailure as exc:
+            if exc.status == 403:
+                res = f"{plural}.{group}" if group else plural
+                raise self._forbidden(f"delete {res} ({kind} {name!r} is left as it is)") from None
             if exc.status != 404:
                 raise
 
@@ -624,6 +665,12 @@ _OWNED = {
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    """``a, b, c and 4 more``."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _collection(obj: Manifest, ns: str) -> str:

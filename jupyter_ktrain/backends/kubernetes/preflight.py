@@ -3,11 +3,14 @@
 Checks, in order: the CRD for the kind is served; the namespace exists; RBAC allows what the
 backend will do (one SelfSubjectAccessReview per verb and resource); every PVC, Secret (and
 key) and image pull secret the spec names exists; some node advertises the GPUs and RDMA
-devices asked for with enough allocatable for all replicas (only a warning when nodes cannot be
-listed); the Multus NetworkAttachmentDefinitions an ``--rdma`` profile names exist (a missing
-one leaves every pod in ContainerCreating); the Volcano queue or Kueue LocalQueue exists when
-named. ``run_preflight`` returns the
-warnings and raises one :class:`PreflightError` holding every problem.
+devices asked for with enough allocatable for all replicas; the Multus
+NetworkAttachmentDefinitions an ``--rdma`` profile names exist (a missing one leaves every pod
+in ContainerCreating); the Volcano queue or Kueue LocalQueue exists when named.
+``run_preflight`` raises one :class:`PreflightError` holding every problem.
+
+What this user may not read (a Kubeflow profile's account reads nothing cluster-wide: no
+nodes, no Volcano queues; nor Kueue's LocalQueues under ``kubeflow-edit``) is not a problem:
+those checks are skipped and named together in the one warning ``run_preflight`` returns.
 """
 
 from __future__ import annotations
@@ -97,13 +100,14 @@ def run_preflight(
     service: bool = False,
     service_monitor: bool = False,
 ) -> list[str]:
-    """Raise PreflightError with every problem; return warnings (checks that could not run).
+    """Raise PreflightError with every problem; return the warnings: at most one line naming
+    every check skipped because this user may not read what it reads.
 
     The checks are independent reads, so they run concurrently: the preflight costs about one
     round trip, not one per check. Problems are reported in a fixed order.
     """
-    ref_warnings: list[str] = []
-    node_warnings: list[str] = []
+    # what each check could not read (short names), in a fixed order: nodes first
+    skipped: dict[str, list[str]] = {k: [] for k in ("nodes", "refs", "queues", "networks")}
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="ktrain-preflight") as pool:
         crd = pool.submit(_crd, api, spec)
         ns = pool.submit(_namespace, api, namespace)
@@ -111,10 +115,10 @@ def run_preflight(
             pool.submit(_access, api, access, namespace)
             for access in required_access(spec, configmap, service, service_monitor)
         ]
-        refs = pool.submit(_references, api, spec, namespace, ref_warnings)
-        queues = pool.submit(_queues, api, spec, namespace, ref_warnings)
-        networks = pool.submit(_networks, api, spec, namespace, ref_warnings)
-        nodes = pool.submit(_nodes, api, spec, node_warnings)
+        refs = pool.submit(_references, api, spec, namespace, skipped["refs"])
+        queues = pool.submit(_queues, api, spec, namespace, skipped["queues"])
+        networks = pool.submit(_networks, api, spec, namespace, skipped["networks"])
+        nodes = pool.submit(_nodes, api, spec, skipped["nodes"])
         exists = ns.result()
         problems = crd.result() + _namespace_problems(exists, [c.result() for c in rbac], namespace)
         if exists is not False:  # in a missing namespace every reference is missing
@@ -122,7 +126,18 @@ def run_preflight(
         problems += nodes.result()
     if problems:
         raise PreflightError(problems)
-    return (ref_warnings if exists is not False else []) + node_warnings
+    in_namespace = [] if exists is False else [*skipped["refs"], *skipped["queues"]]
+    return unchecked_line([*skipped["nodes"], *in_namespace, *skipped["networks"]])
+
+
+def unchecked_line(skipped: list[str]) -> list[str]:
+    """The one warning for the checks skipped (RBAC), or none."""
+    if not skipped:
+        return []
+    return [
+        f"not checked, as you may not read them: {'; '.join(skipped)}. The job is submitted "
+        "without these checks."
+    ]
 
 
 def _crd(api: Api, spec: JobSpec) -> list[str]:
@@ -202,7 +217,8 @@ def _access(api: Api, access: Access, namespace: str) -> list[str]:
 
 
 def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] | None:
-    """The object, {} when it cannot be checked (403, warned), None when it does not exist."""
+    """The object, {} when it cannot be checked (403: ``what`` goes to ``warnings``), None
+    when it does not exist."""
     try:
         found: dict[str, Any] = api.get(path)
         return found
@@ -210,7 +226,7 @@ def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] 
         if exc.status == 404:
             return None
         if exc.status == 403:
-            warnings.append(f"could not check {what} (not allowed to read it).")
+            warnings.append(what)
             return {}
         raise
 
@@ -271,21 +287,19 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
                     f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
                     f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
                 )
-            else:
-                warnings.append(
-                    f"could not check Volcano queue {s.queue!r} (--queue): you may not read "
-                    "queues.scheduling.volcano.sh; the job waits if it does not exist."
-                )
+            else:  # the job waits if it does not exist
+                warnings.append(f"Volcano queue {s.queue!r} (--queue)")
     if s.kueue_queue:
-        problem = _kueue_queue_problem(api, namespace, s.kueue_queue)
+        problem = _kueue_queue_problem(api, namespace, s.kueue_queue, warnings)
         if problem:
             out.append(problem)
     return out
 
 
-def _kueue_queue_problem(api: Api, namespace: str, queue: str) -> str:
+def _kueue_queue_problem(api: Api, namespace: str, queue: str, warnings: list[str]) -> str:
     """Why ``--kueue-queue QUEUE`` would never be admitted, or "": Kueue not installed (its API
-    group not served), or no such LocalQueue in the namespace (with the ones there)."""
+    group not served), or no such LocalQueue in the namespace (with the ones there). A user
+    who may not read LocalQueues (403) gets it named in ``warnings`` instead."""
     group = "kueue.x-k8s.io"
     version = next((v for v in ("v1beta2", "v1beta1") if api.exists(f"/apis/{group}/{v}")), None)
     if version is None:
@@ -294,12 +308,10 @@ def _kueue_queue_problem(api: Api, namespace: str, queue: str) -> str:
             f"{group} API), so the job would never be admitted: drop --kueue-queue, or ask an "
             "admin to install Kueue."
         )
-    try:
-        api.get(ns_path(group, version, namespace, "localqueues", queue))
+    what = f"Kueue LocalQueue {queue!r} (--kueue-queue)"
+    path = ns_path(group, version, namespace, "localqueues", queue)
+    if _get(api, path, warnings, what) is not None:  # there, or not readable (named)
         return ""
-    except ApiFailure as exc:
-        if exc.status != 404:
-            raise
     try:
         items = api.get(ns_path(group, version, namespace, "localqueues")).get("items") or []
         names = sorted(str(i["metadata"]["name"]) for i in items)
@@ -391,10 +403,7 @@ def _nodes(api: Api, spec: JobSpec, warnings: list[str]) -> list[str]:
     except ApiFailure as exc:
         if exc.status != 403:
             raise
-        warnings.append(
-            f"could not list nodes (not allowed), so whether any node offers "
-            f"{_describe(want)} per pod was not checked."
-        )
+        warnings.append(f"whether a node offers {_describe(want)} per pod (nodes)")
         return []
     selector = dict(spec.scheduling.node_selector)
     nodes = [n for n in nodes if _matches(n, selector)]

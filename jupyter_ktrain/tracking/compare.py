@@ -1,0 +1,122 @@
+"""``%ktrain compare A B C``: one metric of several jobs overlaid, and what differed between
+them (the flags and constants whose values are not the same in every job).
+
+The curves come from each job's stored lines (``Backend.read_logs``, rebuilt into a monitor
+model as the side panel does: rank 0's series, or the lowest rank that reported the metric);
+the params from each job's record in the job store (:mod:`.store`). :func:`comparison` is the
+data; :func:`text` and :func:`figure` render it (plotly, as the widget's plots).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+from .store import read_record
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+__all__ = ["Comparison", "comparison", "figure", "text"]
+
+MISSING = "—"
+POINTS = 2_000
+
+
+@dataclass
+class Comparison:
+    """``curves``: job -> (steps, values) of ``metric``; ``differ``: param -> job -> value
+    (only the params whose value is not the same in every job); ``last``: job -> last value."""
+
+    metric: str
+    jobs: list[str]
+    curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    differ: dict[str, dict[str, str]] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    metrics: list[str] = field(default_factory=list)  # every metric name any job reported
+
+
+def _series(backend: Backend, name: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Each metric name of the job -> rank 0's (or the lowest rank's) points."""
+    from ..monitor.live import model_from_logs
+
+    model = model_from_logs(name, backend.read_logs(name), plot_points=POINTS)
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for rank, metric in sorted(model.metrics):
+        if metric not in out:
+            xs, ys = model.metrics[(rank, metric)].points(POINTS)
+            out[metric] = (list(xs), list(ys))
+    return out
+
+
+def comparison(backend: Backend, names: Sequence[str], metric: str | None = None) -> Comparison:
+    """The comparison of ``names`` (at least two jobs of ``backend``) on ``metric`` (default:
+    ``loss`` when every job has it, else the first name they all reported)."""
+    if len(names) < 2:
+        raise SpecError("%ktrain compare needs two jobs or more, e.g. %ktrain compare A B.")
+    series = {name: _series(backend, name) for name in names}
+    common = set.intersection(*(set(s) for s in series.values()))
+    every = sorted(set().union(*(set(s) for s in series.values())))
+    if metric is None:
+        if not common:
+            raise SpecError(
+                f"{', '.join(names)} have no metric in common (they reported: "
+                f"{', '.join(every) or 'none'}); pick one with --metric NAME."
+            )
+        metric = "loss" if "loss" in common else sorted(common)[0]
+    out = Comparison(metric, list(names), metrics=every)
+    for name, found in series.items():
+        if metric in found:
+            out.curves[name] = found[metric]
+            out.last[name] = found[metric][1][-1]
+    if not out.curves:
+        raise SpecError(f"No job of {', '.join(names)} reported {metric!r}: known {every}.")
+    params = {name: (read_record(backend.name, name) or {}).get("params", {}) for name in names}
+    for key in sorted(set().union(*(set(p) for p in params.values()))):
+        values = {name: str(params[name].get(key, MISSING)) for name in names}
+        if len(set(values.values())) > 1:
+            out.differ[key] = values
+    return out
+
+
+def text(c: Comparison) -> str:
+    """The comparison as a table: the metric's last value, then each differing param."""
+    width = max(12, *(len(n) for n in c.jobs))
+    head = f"{'':24} " + " ".join(f"{n:>{width}}" for n in c.jobs)
+    rows = [head]
+    last = [f"{c.last[n]:.6g}" if n in c.last else MISSING for n in c.jobs]
+    rows.append(f"{c.metric + ' (last)':24} " + " ".join(f"{v:>{width}}" for v in last))
+    for key, values in c.differ.items():
+        rows.append(f"{key[:24]:24} " + " ".join(f"{values[n][:width]:>{width}}" for n in c.jobs))
+    if not c.differ:
+        rows.append("(the jobs' flags and constants are the same, or were not recorded)")
+    return "\n".join(rows)
+
+
+def figure(c: Comparison) -> Any:
+    """A plotly figure: ``metric`` against step, one trace per job, the differing params in
+    each trace's name and in a table beside the plot."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.65, 0.35],
+                        specs=[[{"type": "xy"}, {"type": "table"}]])  # fmt: skip
+    for name in c.jobs:
+        if name not in c.curves:
+            continue
+        xs, ys = c.curves[name]
+        label = ", ".join(f"{k}={v[name]}" for k, v in list(c.differ.items())[:3])
+        trace_name = f"{name} ({label})" if label else name
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=trace_name), row=1, col=1)
+    keys = [f"{c.metric} (last)", *c.differ]
+    columns = [keys] + [
+        [f"{c.last[n]:.6g}" if n in c.last else MISSING] + [c.differ[k][n] for k in c.differ]
+        for n in c.jobs
+    ]
+    fig.add_trace(go.Table(header={"values": ["", *c.jobs]}, cells={"values": columns}),
+                  row=1, col=2)  # fmt: skip
+    fig.update_layout(title=f"{c.metric} across {', '.join(c.jobs)}", height=420,
+                      xaxis_title="step", yaxis_title=c.metric)  # fmt: skip
+    return fig

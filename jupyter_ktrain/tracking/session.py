@@ -1,0 +1,236 @@
+"""Tracking wired to a followed job: where the cell and ``%ktrain attach`` hook in.
+
+- :func:`check` before anything is created: the tracking server the job would use (``--mlflow``,
+  else ``%ktrain config mlflow=URI``), refused with one clear error when MLflow is not
+  installed;
+- :func:`started` once the job is scheduled: its record in the job store (params, code hash,
+  where it is tracked), and the code and rendered objects to log as artifacts;
+- :func:`sink_for` wraps the follow loop's sink: the lines go to the view as before, and to the
+  job's MLflow run (:class:`TrackingSink`); a re-attached kernel resumes the same run;
+- :func:`finished` after the follow loop: result scalars, each rank's log, the final state,
+  and one line saying where the run is (or what is still being sent).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+from .params import code_hash, job_params
+from .points import Point, Reading, RecordReader
+from .store import read_record, remove, write_record
+from .uri import OFF, check_uri
+
+if TYPE_CHECKING:
+    from ..backends.base import Job, JobStatus
+    from ..monitor.follow import Sink
+    from ..spec import JobSpec
+    from .mlflow_run import MlflowRun
+
+__all__ = [
+    "TrackingSink",
+    "check",
+    "check_uri",
+    "detached",
+    "finished",
+    "forget",
+    "settings",
+    "sink_for",
+    "started",
+]
+
+DEFAULT_EXPERIMENT = "ktrain"
+FINISH_WAIT_S = 30.0
+
+
+def settings(spec: JobSpec) -> tuple[str, str] | None:
+    """``(tracking URI, experiment)`` for ``spec``'s job, or None when it is not tracked."""
+    from ..config import load_config
+
+    cfg = load_config()
+    uri = spec.mlflow if spec.mlflow is not None else cfg.mlflow
+    if not uri or uri.strip().lower() in OFF:
+        return None
+    return uri.strip(), spec.experiment or cfg.mlflow_experiment or DEFAULT_EXPERIMENT
+
+
+def check(spec: JobSpec) -> tuple[str, str] | None:
+    """:func:`settings`, refused before the job starts when MLflow is not installed."""
+    where = settings(spec)
+    if where is not None and importlib.util.find_spec("mlflow") is None:
+        raise SpecError(
+            f"The job would be tracked in MLflow at {where[0]}, but MLflow is not installed in "
+            "this kernel: `pip install 'jupyter-ktrain[mlflow]'`, or run with --mlflow off "
+            "(`%ktrain config mlflow=` turns it off for every job)."
+        )
+    return where
+
+
+def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = print) -> None:
+    """Write the record of a job just scheduled (replacing an earlier job's of that name);
+    a store that cannot be written is said, and the job runs on untracked."""
+    plan = job.plan
+    if plan is None or job.run is not None:  # a warm job's runs are not tracked (yet)
+        return
+    where = check(plan.spec)
+    record: dict[str, Any] = {
+        "name": job.name,
+        "backend": job.backend.name,
+        "started": time.time(),
+        "params": job_params(plan.spec, given, plan.program.source),
+        "code_sha256": code_hash(dict(plan.files) or plan.program.files),
+    }
+    if where is not None:
+        record["mlflow"] = {"uri": where[0], "experiment": where[1], "sent": {}}
+    try:
+        write_record(job.backend.name, job.name, record)
+    except OSError as exc:
+        say(f"warning: cannot keep the job's record ({exc}); it runs on, untracked.")
+
+
+class TrackingSink:
+    """A follow-loop sink that passes everything to ``inner`` and tracks the job in ``run``;
+    each poll (``tick``) shows what the sender has to say in the cell."""
+
+    def __init__(self, inner: Sink, run: MlflowRun, say: Callable[[str], None]) -> None:
+        self.inner, self.run, self.say = inner, run, say
+        self.reader = RecordReader()
+        self._nodes: dict[str, int] = {}
+        self._restarts = 0
+
+    def lines(self, replica: str, lines: list[Any]) -> None:
+        self.inner.lines(replica, lines)
+        node = self._nodes.setdefault(replica, len(self._nodes))
+        now = time.time()
+        out = Reading()
+        for line in lines:
+            got = self.reader.read(line, now, node)
+            out.points += got.points
+            out.tags.update(got.tags)
+        self.run.add(out)
+
+    def status(self, status: JobStatus) -> None:
+        self.inner.status(status)
+        if status.restarts > self._restarts:
+            self._restarts = status.restarts
+            self.run.tag("ktrain.restarts", str(status.restarts))
+
+    def tick(self) -> None:
+        tick = getattr(self.inner, "tick", None)
+        if tick is not None:
+            tick()
+        for warning in self.run.take_warnings():
+            self.say(f"warning: {warning}")
+
+
+def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
+    """``inner``, wrapped to track the job when its record says where (a job started with
+    tracking, also after a kernel restart: the same run, no point twice)."""
+    if job.run is not None:
+        return inner
+    record = read_record(job.backend.name, job.name)
+    if record is None or "mlflow" not in record:
+        return inner
+    if record["mlflow"].get("finished"):
+        return inner  # everything was sent
+    from .mlflow_run import MlflowRun
+
+    run = MlflowRun(
+        job.backend.name,
+        job.name,
+        record,
+        new_params=record.get("params") or {},
+        tags={"ktrain.code_sha256": str(record.get("code_sha256", ""))},
+    )
+    if job.plan is not None:
+        run.artifact("ktrain/program.py", job.plan.program.source)
+        run.artifact("ktrain/launch.txt", job.plan.describe())
+    return TrackingSink(inner, run, say)
+
+
+def detached(sink: Sink) -> None:
+    """The follower stops watching (Ctrl-C): send what is held, briefly, then stop."""
+    if isinstance(sink, TrackingSink):
+        sink.run.close(timeout=5.0)
+
+
+def finished(
+    sink: Sink,
+    job: Job,
+    status: JobStatus,
+    say: Callable[[str], None],
+    wait_s: float = FINISH_WAIT_S,
+) -> None:
+    """The job ended: its result scalars, each rank's log and its final state go to the run;
+    wait up to ``wait_s`` s for the sender, then say where the run is."""
+    if not isinstance(sink, TrackingSink):
+        return
+    run = sink.run
+    if status.state == "Succeeded":
+        run.add(Reading(points=_result_points(job, status)))
+    for path, text in _rank_logs(job):
+        run.artifact(path, text)
+    run.end(status.state, status.finished)
+    done = run.wait(wait_s)
+    for warning in run.take_warnings():
+        say(f"warning: {warning}")
+    dropped = f"; {run.dropped:,} points were dropped (buffer full)" if run.dropped else ""
+    if done:
+        run.close()
+        say(f"MLflow: {run.link} ({run.sent.count():,} points){dropped}")
+    else:
+        say(
+            f"MLflow at {run.uri} has not taken everything yet: {run.pending:,} items are still "
+            f"being sent in the background{dropped}. If this kernel stops first, "
+            f"`%ktrain attach {job.name}` sends the rest (never a point twice)."
+        )
+
+
+def _result_points(job: Job, status: JobStatus) -> list[Point]:
+    """Rank 0's result names bound to plain numbers, as ``result/NAME`` at step 0."""
+    try:
+        outputs = job.outputs
+    except Exception:  # an unreadable result is the cell's problem, not the tracking's
+        return []
+    ms = int((status.finished or time.time()) * 1000)
+    return [
+        Point(f"result/{name}", float(value), 0, ms)
+        for name, value in outputs.items()
+        if name != "_" and isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
+
+
+def _rank_logs(job: Job) -> list[tuple[str, str]]:
+    """``logs/rank{R}.log`` for every rank that wrote a line, and ``logs/job.log``: all."""
+    shape = job.shape
+    if job.plan is not None:
+        world = job.plan.spec.world_size
+    elif shape is not None:
+        world = shape.nodes * shape.procs_per_node
+    else:
+        world = 1
+    try:
+        out = [("logs/job.log", job.logs())]
+        out += [(f"logs/rank{r}.log", job.logs(rank=r)) for r in range(world)]
+    except Exception:  # the logs are gone (a cluster job deleted meanwhile): nothing to add
+        return []
+    return [(path, text) for path, text in out if text]
+
+
+def forget(backend: str, name: str) -> str:
+    """Remove the job's record from the job store (``%ktrain delete``); what was removed where,
+    as the end of a sentence ("" when it had none). Its MLflow run is kept: the tracking
+    server's, not the job's."""
+    record = read_record(backend, name)
+    folder = remove(backend, name)
+    if folder is None:
+        return ""
+    said = f" Removed its record (params, tracking state) from {folder}."
+    if record is not None and "mlflow" in record and record["mlflow"].get("run_id"):
+        said += (
+            f" Its MLflow run {record['mlflow']['run_id']} at {record['mlflow']['uri']} is kept."
+        )
+    return said

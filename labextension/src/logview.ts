@@ -1,0 +1,127 @@
+/**
+ * A job tab's log pane: the rank selector and line filter, and the lines. Lines are read
+ * incrementally (GET .../logs?offset=, the previous response's next_offset); changing the rank
+ * or filter starts again from offset "" (the server filters). Each line's label is in its
+ * rank's colour; the pane keeps the last MAX_SHOWN_LINES and follows the end while scrolled
+ * there.
+ */
+import { api } from './api';
+import { rankColour } from './colours';
+import { LogLinePayload } from './payloads';
+
+const MAX_SHOWN_LINES = 20000;
+const PAGES_PER_READ = 20;
+
+export class LogView {
+  readonly controls = document.createElement('div');
+  readonly box = document.createElement('pre');
+  private rankSelect = document.createElement('select');
+  private grepInput = document.createElement('input');
+  private offset = '';
+  private ranks = new Set<number>();
+  private shown = 0;
+  private generation = 0;
+  private ended = false;
+
+  /** ``onFilter`` runs after the rank or the filter changed (and the pane was emptied): read
+   * again at once. */
+  constructor(
+    private readonly jobName: string,
+    onFilter: () => void
+  ) {
+    this.rankSelect.className = 'ktrain-RankSelect';
+    this.rankSelect.add(new Option('all ranks', ''));
+    this.grepInput.className = 'ktrain-Grep';
+    this.grepInput.placeholder = 'filter lines…';
+    const changed = (): void => {
+      this.restart();
+      onFilter();
+    };
+    this.rankSelect.onchange = changed;
+    this.grepInput.onchange = changed;
+    this.box.className = 'ktrain-Logs';
+    this.controls.className = 'ktrain-LogControls';
+    this.controls.append('Show ', this.rankSelect, this.grepInput);
+  }
+
+  /** Every line of the ended job was read: nothing more will come. */
+  get done(): boolean {
+    return this.ended;
+  }
+
+  /** The new lines (up to PAGES_PER_READ pages): appended unless the rank or filter changed
+   * meanwhile (that read starts over). */
+  async read(): Promise<void> {
+    const generation = this.generation;
+    const rank = this.rankSelect.value === '' ? null : Number(this.rankSelect.value);
+    for (let page = 0; page < PAGES_PER_READ && !this.ended; page++) {
+      const r = await api.logs(this.jobName, {
+        rank,
+        grep: this.grepInput.value,
+        offset: this.offset
+      });
+      if (generation !== this.generation) {
+        return; // the rank or filter changed meanwhile: that read starts over
+      }
+      this.offset = r.next_offset;
+      this.append(r.lines.map(row));
+      for (const l of r.lines) {
+        this.noteRank(l.rank);
+      }
+      this.ended = r.terminal;
+      if (!r.more) {
+        break;
+      }
+    }
+  }
+
+  private restart(): void {
+    this.generation += 1;
+    this.offset = '';
+    this.shown = 0;
+    this.ended = false;
+    this.box.textContent = '';
+  }
+
+  /** A rank seen for the first time joins the selector (in order; the choice stays). */
+  private noteRank(rank: number | null): void {
+    if (rank === null || this.ranks.has(rank)) {
+      return;
+    }
+    this.ranks.add(rank);
+    const sorted = Array.from(this.ranks).sort((a, b) => a - b);
+    const value = this.rankSelect.value;
+    this.rankSelect.replaceChildren(
+      new Option('all ranks', ''),
+      ...sorted.map(r => new Option(`rank ${r}`, String(r)))
+    );
+    this.rankSelect.value = value;
+  }
+
+  private append(lines: HTMLElement[]): void {
+    if (!lines.length) {
+      return;
+    }
+    const pinned = this.box.scrollTop + this.box.clientHeight >= this.box.scrollHeight - 4;
+    this.box.append(...lines);
+    this.shown += lines.length;
+    while (this.shown > MAX_SHOWN_LINES && this.box.firstChild) {
+      this.box.firstChild.remove();
+      this.shown -= 1;
+    }
+    if (pinned) {
+      this.box.scrollTop = this.box.scrollHeight;
+    }
+  }
+}
+
+/** One line: its label (`[rank3]`) in the rank's colour, then its text. */
+function row(l: LogLinePayload): HTMLElement {
+  const line = document.createElement('span');
+  const label = document.createElement('span');
+  label.className = 'ktrain-LogLabel';
+  label.style.color = rankColour(l.rank);
+  label.textContent = `[${l.label}]`;
+  line.append(label, ` ${l.text}\n`);
+  return line;
+}

@@ -1,0 +1,37 @@
+/**
+ * A job tab's plots: the metric and GPU charts, the values reported once, and the notices of
+ * what the job's records said happened ("resumed from step 40 (checkpoint step-40.pt)"). Drawn
+ * only when the payload's version changed, so a hover on a chart survives the polls.
+ */
+import { renderChart, renderValues } from './chart';
+import { MetricsPayload } from './payloads';
+
+export class MetricsView {
+  readonly notices = document.createElement('div');
+  readonly values = document.createElement('div');
+  readonly charts = document.createElement('div');
+  private version = -1;
+
+  constructor() {
+    this.notices.className = 'ktrain-Notices';
+    this.values.className = 'ktrain-ValuesBox';
+    this.charts.className = 'ktrain-Charts';
+  }
+
+  render(payload: MetricsPayload): void {
+    if (payload.version === this.version) {
+      return; // nothing new: keep the charts (and the user's hover) as they are
+    }
+    this.version = payload.version;
+    this.values.replaceChildren(renderValues(payload.values));
+    this.notices.replaceChildren(
+      ...payload.notices.map(text => {
+        const line = document.createElement('div');
+        line.className = 'ktrain-Notice';
+        line.textContent = `↻ ${text}`;
+        return line;
+      })
+    );
+    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
+  }
+}

@@ -1,0 +1,212 @@
+"""Every job a tracked MLflow run: real local torchrun jobs through the ``%%ktrain`` magic,
+logged to a real ``mlflow server`` (SQLite store) and read back through its REST API. Faults
+are caused for real: a rank kills itself (SIGKILL), the tracking server is killed with
+``kill -9`` and started again, the follower is interrupted and attaches again."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from tests.mlflow_server import MlflowServer
+
+pytest.importorskip("mlflow")
+pytestmark = pytest.mark.slow
+
+SETUP = """
+import os, signal, time
+import jupyter_ktrain as ktrain
+
+LR = 0.05
+LAYERS = [64, 32]
+MARKS = None
+
+def train(steps, pause=0.0, kill_at=None):
+    rank = int(os.environ["RANK"])
+    mark = os.path.join(MARKS, "killed")
+    assert len(LAYERS) == 2  # a constant the job uses: captured, a param
+    print(f"rank {rank} starts", flush=True)
+    for step in range(steps):
+        ktrain.report(step=step, total=steps, loss=1.0 / (step + 1) + rank, lr=LR)
+        if rank == 3 and step == kill_at and not os.path.exists(mark):
+            open(mark, "a").close()
+            time.sleep(0.3)  # the record is out before the kill
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(pause)
+    return steps * LR
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    s = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    s.start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture
+def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert sh.run_cell(SETUP + f"MARKS = {str(marks)!r}\n", store_history=True).success
+    yield sh
+    sh.reset(new_session=True)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _run(server: MlflowServer, name: str, experiment: str) -> dict[str, Any]:
+    exp = server.get("experiments/get-by-name", experiment_name=experiment)["experiment"]
+    found = server.post(
+        "runs/search",
+        {"experiment_ids": [exp["experiment_id"]], "filter": f"tags.`ktrain.job` = '{name}'"},
+    )["runs"]
+    assert len(found) == 1, found  # one run per job, also after a restart or a re-attach
+    run: dict[str, Any] = found[0]
+    return run
+
+
+def _steps(server: MlflowServer, run_id: str, key: str) -> list[int]:
+    return sorted(int(p.get("step", 0)) for p in server.history(run_id, key))
+
+
+def _wait(check: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)
+
+
+def test_a_2x2_job_is_one_run_with_its_params_every_point_and_its_logs(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert shell.run_cell(f"%ktrain config mlflow={server.uri}").success
+    result = shell.run_cell(
+        "%%ktrain --nodes 2 --procs-per-node 2 --name tracked --experiment exp-a\nr = train(30)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    run = _run(server, "tracked", "exp-a")
+    run_id = run["info"]["run_id"]
+    assert f"MLflow: {server.uri}/#/experiments/" in out, out
+    assert run_id in out, out
+    assert run["info"]["status"] == "FINISHED"
+    params = {p["key"]: p["value"] for p in run["data"]["params"]}
+    assert params["nodes"] == "2"
+    assert params["procs_per_node"] == "2"
+    assert params["const.LR"] == "0.05"
+    assert params["const.LAYERS"] == "[64, 32]"
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["ktrain.state"] == "Succeeded"
+    assert len(tags["ktrain.code_sha256"]) == 64
+    # every point of every rank, once, at its step
+    for key in ("loss", "rank1/loss", "rank2/loss", "rank3/loss", "lr"):
+        assert _steps(server, run_id, key) == list(range(30)), key
+    rank2 = server.history(run_id, "rank2/loss")
+    assert sorted(p["value"] for p in rank2)[0] == pytest.approx(2 + 1 / 30)
+    assert [p["value"] for p in server.history(run_id, "result/r")] == [pytest.approx(1.5)]
+    files = set(server.artifacts(run_id))
+    assert {"ktrain/program.py", "ktrain/launch.txt", "logs/job.log"} <= files, files
+    assert {f"logs/rank{r}.log" for r in range(4)} <= files, files
+    program = (Path(run["info"]["artifact_uri"]) / "ktrain/program.py").read_text()
+    assert "LR = 0.05" in program
+
+
+def test_a_restarted_job_reports_no_step_twice(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = shell.run_cell(
+        f"%%ktrain --nodes 2 --procs-per-node 2 --name restarted --mlflow {server.uri}\n"
+        "r = train(20, pause=0.1, kill_at=5)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    assert "restarted after exit 137" in out, out
+    run = _run(server, "restarted", "ktrain")
+    run_id = run["info"]["run_id"]
+    for key in ("loss", "rank3/loss"):  # steps 0..5 came twice from the ranks: sent once
+        assert _steps(server, run_id, key) == list(range(20)), key
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["ktrain.restarts"] == "2"  # each of the two nodes started again once
+
+
+def test_the_tracking_server_killed_and_started_again_mid_job_gets_every_point_once(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    restarted = threading.Event()
+
+    def outage() -> None:
+        _wait(lambda: _some_points(server, "outage"), 120, "the first points")
+        server.kill()
+        time.sleep(3)  # the job reports on while the server is down
+        server.start()
+        restarted.set()
+
+    t = threading.Thread(target=outage, daemon=True)
+    t.start()
+    result = shell.run_cell(
+        f"%%ktrain --nodes 1 --procs-per-node 2 --name outage --mlflow {server.uri}\n"
+        "r = train(150, pause=0.05)\n"
+    )
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    t.join(timeout=300)
+    assert restarted.is_set()
+    assert out.count("did not take the job's data") == 1, out
+    run_id = _run(server, "outage", "ktrain")["info"]["run_id"]
+    _wait(lambda: _steps(server, run_id, "rank1/loss") == list(range(150)), 60, "all points")
+    for key in ("loss", "rank1/loss", "lr"):
+        assert _steps(server, run_id, key) == list(range(150)), key
+
+
+def _some_points(server: MlflowServer, name: str, experiment: str = "ktrain") -> bool:
+    try:
+        runs = server.runs(experiment)
+    except OSError:
+        return False
+    ids = [r["info"]["run_id"] for r in runs if r["info"].get("run_name") == name]
+    return bool(ids) and len(server.history(ids[0], "loss")) >= 10
+
+
+def test_a_kernel_that_attaches_again_sends_no_point_twice(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cell = (
+        f"%%ktrain --nodes 1 --procs-per-node 2 --name reattach --mlflow {server.uri} "
+        "--experiment exp-b --detach\nr = train(200, pause=0.05)\n"
+    )
+    assert shell.run_cell(cell).success
+    # the first follower sees part of the job, then is interrupted (Ctrl-C) once points came
+    import _thread
+
+    def interrupt() -> None:
+        _wait(lambda: _some_points(server, "reattach", "exp-b"), 240, "the first points")
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    shell.run_cell("%ktrain attach reattach")
+    t.join()
+    out = _plain(capsys.readouterr().out)
+    assert "Detached from 'reattach'" in out, out
+    run_id = _run(server, "reattach", "exp-b")["info"]["run_id"]
+    first = len(server.history(run_id, "loss"))
+    assert 0 < first < 200, first
+    # a later follower (a restarted kernel reads the same job store) replays every line
+    assert shell.run_cell("%ktrain attach reattach").success
+    assert _run(server, "reattach", "exp-b")["info"]["run_id"] == run_id
+    for key in ("loss", "rank1/loss"):
+        assert _steps(server, run_id, key) == list(range(200)), key
