@@ -76,7 +76,6 @@ __all__ = [
 ]
 
 
-
 def job_state(word: str) -> JobState:
     """``word`` as a :data:`JobState`; ValueError naming the states for any other word (every
     backend reports one of :data:`JOB_STATES`, so another is a bug, not a state to show)."""
