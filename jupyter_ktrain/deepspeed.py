@@ -29,7 +29,7 @@ from typing import Any
 
 from .errors import SpecError
 from .pod.launch import CODE_DIR
-from .spec import DeepSpeed
+from .spec_parts import DeepSpeed
 
 __all__ = [
     "CONFIG_ENV",

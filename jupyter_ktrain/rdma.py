@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
-from .spec import Rdma
+from .spec_parts import Rdma
 
 __all__ = ["PROFILES_ENV", "builtin_profiles", "load_profiles", "resolve_profile"]
 

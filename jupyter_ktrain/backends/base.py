@@ -22,15 +22,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
-from ..kinds import DEFAULT_KIND
 
-# the job states: one list for backends and views (jupyter_ktrain.monitor.viewmodel)
-from ..monitor.viewmodel import CANCELLED as CANCELLED
-from ..monitor.viewmodel import FAILED as FAILED
-from ..monitor.viewmodel import PENDING as PENDING
-from ..monitor.viewmodel import QUEUED as QUEUED
-from ..monitor.viewmodel import RUNNING as RUNNING
-from ..monitor.viewmodel import SUCCEEDED as SUCCEEDED
+# the job states: one list for backends and views (jupyter_ktrain.jobs)
+from ..jobs import BACKEND_ENDS
+from ..jobs import CANCELLED as CANCELLED
+from ..jobs import FAILED as FAILED
+from ..jobs import PENDING as PENDING
+from ..jobs import QUEUED as QUEUED
+from ..jobs import RUNNING as RUNNING
+from ..jobs import SUCCEEDED as SUCCEEDED
+from ..kinds import DEFAULT_KIND
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -54,7 +55,7 @@ __all__ = [
     "complete_exit_codes",
 ]
 
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})  # a backend's ends (a model adds Deleted)
+TERMINAL = BACKEND_ENDS  # a backend's ends (a model adds Deleted)
 
 
 @dataclass(frozen=True)

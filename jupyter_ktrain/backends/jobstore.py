@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import BackendError, SpecError
+from ..jobs import BACKEND_ENDS
 
 __all__ = [
     "create_job_dir",
@@ -43,7 +44,6 @@ STATE = "state.json"
 _LOCK = ".state.lock"
 _RESERVE = ".reserve"
 _RESERVE_BYTES = 256 * 1024
-_TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -155,7 +155,7 @@ def update_state(job_dir: Path, changes: dict[str, Any], marker: str | None = No
         if marker is not None and job_marker(job_dir) != marker:
             return False
         state = read_state(job_dir) or {}
-        if state.get("state") in _TERMINAL:
+        if state.get("state") in BACKEND_ENDS:
             return False
         state.update(changes)
         _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())

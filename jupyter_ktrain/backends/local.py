@@ -61,6 +61,7 @@ from .jobstore import (
     update_state,
     write_private,
 )
+from .local_request import PLAN, LocalRequest, NodeLaunch, read_plan
 from .local_warm import LocalWarm, warm_info
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 from .warm import warm_shape
@@ -91,47 +92,6 @@ def _free_port(taken: set[int]) -> int:
         if port not in taken:
             return port
     raise BackendError("Could not find a free TCP port on 127.0.0.1 for the job's rendezvous.")
-
-
-@dataclass(frozen=True)
-class NodeLaunch:
-    """One local node: the command, its full environment, and where it runs."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
-
-
-@dataclass(frozen=True)
-class LocalRequest:
-    """What the supervisor gets (``plan.json``): each node's launch, the rendezvous port, the
-    marker its processes carry (so a stop finds them all), and the restart policy."""
-
-    master_port: int
-    marker: str
-    nodes: tuple[NodeLaunch, ...]
-    max_restarts: int
-    restart_delay_s: float = 0.0
-    warm: bool = False  # the nodes are warm agents (--warm): they stay for the next run
-    reuse: bool = False  # a run on a warm job that already runs: nothing new is started
-    replaces: str = ""  # a warm job of this name with another shape, deleted first
-
-    @property
-    def image_digest(self) -> None:
-        """Local nodes run this machine's Python: no image."""
-        return None
-
-    def to_json(self) -> dict[str, object]:
-        """The supervisor's ``plan.json``."""
-        nodes = [{"argv": list(n.argv), "env": dict(n.env), "cwd": n.cwd} for n in self.nodes]
-        return {
-            "master_port": self.master_port,
-            "marker": self.marker,
-            "nodes": nodes,
-            "max_restarts": self.max_restarts,
-            "restart_delay_s": self.restart_delay_s,
-            "warm": self.warm,
-        }
 
 
 def _package_root() -> str:
@@ -259,13 +219,13 @@ class LocalBackend(Backend):
         ports = set()
         for status in self.list_jobs():
             if not status.terminal:
-                plan = self.job_dir(status.name) / "plan.json"
+                job_dir = self.job_dir(status.name)
                 try:
-                    ports.add(int(json.loads(plan.read_text())["master_port"]))
-                except (OSError, ValueError, KeyError):
+                    ports.add(read_plan(job_dir).master_port)
+                except (OSError, ValueError):  # PlanError too: a folder we cannot read
                     continue
                 with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # on a restart
-                    ports.add(int((read_state(plan.parent) or {})["master_port"]))
+                    ports.add(int((read_state(job_dir) or {})["master_port"]))
         return ports
 
     # -- plan -----------------------------------------------------------------------------
@@ -416,7 +376,7 @@ class LocalBackend(Backend):
         if plan.request.warm:
             meta.update(warm=True, warm_shape=warm_shape(spec))
         write_private(job_dir / "job.json", json.dumps(meta, indent=1).encode())
-        write_private(job_dir / "plan.json", json.dumps(plan.request.to_json(), indent=1).encode())
+        write_private(job_dir / PLAN, json.dumps(plan.request.to_json(), indent=1).encode())
         write_private(job_dir / "dry-run.txt", plan.text.encode())
 
     def status(self, name: str) -> JobStatus:
@@ -562,7 +522,7 @@ class LocalBackend(Backend):
             raise store_error(jobs_dir, exc, "read") from None
         out = []
         for _, entry in entries:
-            if (entry / "plan.json").exists():
+            if (entry / PLAN).exists():
                 try:
                     out.append(self.status(entry.name))
                 except (JobNotFound, SpecError):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -41,15 +40,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..jobs import BACKEND_ENDS, CANCELLED_BY_USER
 from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
-from ..pod.progress import ProgressTracker
-from ..pod.protocol import EXIT, format_agent_line, parse_line, record_type
+from ..pod.progress import JobProgress
+from ..pod.protocol import Exit, Metric, format_agent_line, parse_line
 from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
+from .local_request import PlanError, read_plan
 from .procs import (
     NODE_ENV,
     NodeKill,
@@ -64,12 +66,10 @@ from .procs import (
 __all__ = ["main", "watch"]
 
 GRACE_AFTER_FAILURE_S = 5.0
-RESTART_DELAY_S = 1.0  # plan.json's restart_delay_s, when it has none
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
-CANCEL_LINE = (format_agent_line("cancelled by the user") + "\n").encode()
+CANCEL_LINE = (format_agent_line(CANCELLED_BY_USER) + "\n").encode()
 PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
 TERM_TIMEOUT_S = 10.0
-_TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
 _PR_SET_PDEATHSIG = 1
 
@@ -105,8 +105,8 @@ def _copy_error_text(exc: BaseException) -> str:
 class Supervisor:
     def __init__(self, job_dir: Path):
         self.dir = job_dir
-        self.plan = json.loads((job_dir / "plan.json").read_text())
-        self.marker = self.plan["marker"]
+        self.plan = read_plan(job_dir)
+        self.marker = self.plan.marker
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
@@ -116,15 +116,13 @@ class Supervisor:
         self.cancelled = False
         self.copy_error: str | None = None
         self.reports: dict[int, TorchrunReport] = {}
-        self.progress = ProgressTracker()
-        self.progress_rank: int | None = None
+        self.progress = JobProgress()
         self.progress_saved = 0.0
         # restarts: None in a plan from before restarts existed (never restarted)
-        limit = self.plan.get("max_restarts")
-        self.max_restarts: int | None = None if limit is None else int(limit)
-        self.restart_delay = float(self.plan.get("restart_delay_s", RESTART_DELAY_S))
+        self.max_restarts = self.plan.max_restarts
+        self.restart_delay = self.plan.restart_delay_s
         self.restarts = 0
-        self.events = [""] * len(self.plan["nodes"])  # each node's last restart, in words
+        self.events = [""] * len(self.plan.nodes)  # each node's last restart, in words
         self.ended: list[int] = []  # nodes of this attempt that failed, in the order seen
         self.reaped: dict[int, NodeKill] = {}  # nodes of this attempt whose leftovers were killed
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
@@ -202,22 +200,19 @@ class Supervisor:
         if line.record is None:
             with self.lock:
                 self._rank_file(line.rank).write(line.text.encode() + b"\n")
-        elif record_type(line.record) == EXIT:
-            self._on_rank_exit(line.rank, int(line.record.get("code", 1)))
-        elif "total" in line.record:
-            self._on_progress(line.rank, line.record)
+        else:
+            record = line.typed
+            if isinstance(record, Exit):
+                self._on_rank_exit(line.rank, record.code)
+            elif isinstance(record, Metric):
+                self._on_progress(line.rank, record)
 
-    def _on_progress(self, rank: int, record: dict[str, Any]) -> None:
-        step, total, t = record.get("step"), record.get("total"), record.get("t")
-        if not (isinstance(step, int) and isinstance(total, int)):
-            return
-        with self.lock:  # the lowest rank that reports progress is the job's
-            if self.progress_rank is None or rank < self.progress_rank:
-                self.progress, self.progress_rank = ProgressTracker(), rank
-            if rank != self.progress_rank:
-                return
+    def _on_progress(self, rank: int, record: Metric) -> None:
+        with self.lock:
             now = time.time()
-            p = self.progress.update(step, total, float(t) if isinstance(t, (int, float)) else now)
+            p = self.progress.feed(rank, record, now)
+            if p is None:
+                return
             if now - self.progress_saved < PROGRESS_SAVE_S and not p.done:
                 return
             self.progress_saved = now
@@ -277,13 +272,13 @@ class Supervisor:
         forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
         die_with_us = _die_with(os.getpid())
-        for node, launch in enumerate(self.plan["nodes"]):
+        for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
             self.procs.append(
                 subprocess.Popen(
-                    launch["argv"],
-                    env={**base_env, **launch["env"], **mark},
-                    cwd=launch["cwd"],
+                    launch.argv,
+                    env={**base_env, **launch.env, **mark},
+                    cwd=launch.cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
@@ -414,7 +409,7 @@ class Supervisor:
         return next((n for n in failed if codes[n] != PEER_LOST), failed[0])
 
     def _nproc(self) -> int:
-        env = self.plan["nodes"][0]["env"]
+        env = self.plan.nodes[0].env
         try:
             return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
         except ValueError:
@@ -487,7 +482,7 @@ class Supervisor:
         """An ``[agent]:`` line at the end of every node's log (or of ``nodes``') and its time,
         where ``%ktrain logs`` and the cell show it."""
         line = (format_agent_line(text) + "\n").encode()
-        for node in range(len(self.plan["nodes"])) if nodes is None else nodes:
+        for node in range(len(self.plan.nodes)) if nodes is None else nodes:
             with contextlib.suppress(OSError):
                 times = _Log(self.dir / f"node-{node}.times")
                 log = _Log(self.dir / f"node-{node}.log")
@@ -500,15 +495,13 @@ class Supervisor:
 
     def _free_port(self) -> None:
         """The rendezvous port again, or a fresh one when something else took it meanwhile."""
-        port = int(self.plan.get("master_port") or 0)
+        port = self.plan.master_port
         if not port or _port_free(port):
             return
         port = _any_port()
-        for launch in self.plan["nodes"]:
-            for key in ("MASTER_PORT", "PET_MASTER_PORT"):
-                if key in launch["env"]:
-                    launch["env"][key] = str(port)
-        self.plan["master_port"] = port
+        changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
+        nodes = tuple(launch.with_env(changes) for launch in self.plan.nodes)
+        self.plan = replace(self.plan, master_port=port, nodes=nodes)
         self.state["master_port"] = port
 
     def finish(self) -> None:
@@ -629,7 +622,7 @@ def watch(job_dir: Path, supervisor: int) -> int:
     _, status = os.waitpid(supervisor, 0)
     if marker is None or job_marker(job_dir) != marker:
         return 0
-    if ((read_state(job_dir) or {}).get("state")) in _TERMINAL:
+    if ((read_state(job_dir) or {}).get("state")) in BACKEND_ENDS:
         return 0
     how, reason = _how_it_ended(status)
     who = f"its supervisor (pid {supervisor}) {how}"
@@ -686,8 +679,12 @@ def main(argv: list[str]) -> int:
         if child:
             return watch(Path(argv[0]), child)
     job_dir = Path(argv[0])
-    sup = Supervisor(job_dir)
-    if sup.plan.get("warm"):  # the nodes stay for the next run (--warm)
+    try:
+        sup = Supervisor(job_dir)
+    except PlanError as exc:  # a newer version's job folder: refused, nothing started
+        sys.stderr.write(f"jupyter-ktrain supervisor: {job_dir.name}: {exc}\n")
+        return 2
+    if sup.plan.warm:  # the nodes stay for the next run (--warm)
         from .warm_supervisor import WarmSupervisor
 
         sup = WarmSupervisor(job_dir)

@@ -26,6 +26,7 @@ from .base import (
     WarmInfo,
 )
 from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
+from .local_request import read_plan
 from .warm import check_warm, shape_changes, warm_shape
 from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
 
@@ -100,13 +101,13 @@ class LocalWarm:
                 f"The warm job {job.name!r} is busy with run {job.warm.active}: wait for it, or "
                 f"stop it with `%ktrain cancel {job.name} --run {job.warm.active}`."
             )
-        plan = json.loads((self.b.job_dir(job.name) / "plan.json").read_text())
+        plan = read_plan(self.b.job_dir(job.name))
         spec = spec.evolve(name=job.name)
         from .local import LocalRequest
 
         request = LocalRequest(
-            master_port=int(plan["master_port"]),
-            marker=str(plan["marker"]),
+            master_port=plan.master_port,
+            marker=plan.marker,
             nodes=(),
             max_restarts=0,
             warm=True,

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ..jobs import CANCELLED_BY_USER
 from ..pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
 from .jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
 from .local_supervisor import Supervisor, _Log
@@ -36,7 +37,7 @@ DEFAULT_IDLE_S = 15 * 60.0
 FAIL_GRACE_S = 2.0
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
-CANCEL_WORDS = "cancelled by the user"
+CANCEL_WORDS = CANCELLED_BY_USER
 
 
 def read_idle_limit(job_dir: Path) -> float:
@@ -175,7 +176,7 @@ class WarmSupervisor(Supervisor):
     def _on_run(self, number: int) -> None:
         with self.lock:
             if number not in self.runs:
-                self.runs[number] = _Run(number, len(self.plan["nodes"]))
+                self.runs[number] = _Run(number, len(self.plan.nodes))
                 self.last_run = max(self.last_run, number)
         self._save_run(self.runs[number])
         self._save_warm()
@@ -272,7 +273,7 @@ class WarmSupervisor(Supervisor):
 
     def finish(self) -> None:
         """The job's end, and the end of a run it cut short."""
-        why = self.ended_why or "cancelled by the user"
+        why = self.ended_why or CANCELLED_BY_USER
         for run in self.runs.values():
             if not run.ended:
                 with self.lock:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
+from ..jobs import CANCELLED_BY_USER
 from ..pod.exits import describe_exit
 from .failures import classify, ranks_text
 
@@ -112,7 +113,7 @@ def _run_flag(job: Job) -> str:
 def job_error(job: Job, status: JobStatus, tail: int = 20) -> JobFailed:
     """The error for ``job``, which ended ``status`` (Failed or Cancelled)."""
     if status.state == "Cancelled":
-        headline = f"{_who(job)} was cancelled by the user; the cell set no names."
+        headline = f"{_who(job)} was {CANCELLED_BY_USER}; the cell set no names."
         return JobCancelled(f"Job {headline}", headline=headline)
     if status.failed_rank is not None:
         return _rank_failure(job, status, status.failed_rank, tail)

@@ -76,8 +76,9 @@ def follow(
 def _status(job: Job) -> JobStatus:
     """The job's status; a job deleted while followed (``%ktrain cancel``, the panel's or the
     CLI's cancel, ``kubectl delete``: a cancel deletes a cluster job) ended Cancelled."""
-    from ..backends.base import CANCELLED, JobStatus
+    from ..backends.base import JobStatus
     from ..errors import JobNotFound
+    from ..jobs import CANCELLED
 
     try:
         return job.status()

@@ -32,15 +32,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..kinds import DEFAULT_KIND, job_kind
-from ..pod.progress import Progress, ProgressTracker
+from ..pod.progress import JobProgress, Progress
 from ..pod.protocol import (
-    GPU,
     METRIC,
     RESERVED_KEYS,
-    RESTART,
+    Checkpoint,
+    Gpu,
     LogLine,
-    metric_values,
+    Metric,
+    Restart,
+    Resume,
     parse_line,
+    parse_record,
     record_type,
 )
 from .downsample import StreamingDownsampler
@@ -195,8 +198,7 @@ class MonitorModel:
         self._alerts: dict[tuple[str, str], Alert] = {}
         self._queued_since: float | None = None  # since when the job waits in a queue
         self._t0: float | None = header.start_time
-        self._progress = ProgressTracker()
-        self._progress_rank: int | None = None  # the lowest rank that reports a total
+        self._progress = JobProgress()
         self._live_progress: Progress | None = None  # the backend's (see set_live)
         self.restarting = False  # the job starts its nodes again after a fault
         self.lines_left = 0  # lines that left the all-ranks view (its buffer was full)
@@ -413,35 +415,32 @@ class MonitorModel:
         plotted = any(k not in RESERVED_KEYS for k in rec)
         # a progress-only record (step and total) does not hide the last metric values
         self.last_records["progress" if kind == METRIC and not plotted else str(kind)] = rec
-        if kind == METRIC:
-            self._metric(line, rec, now)
-        elif kind == GPU:
+        record = parse_record(rec)
+        if isinstance(record, Metric):
+            self._metric(line.rank if line.rank is not None else record.rank, record, now)
+        elif isinstance(record, Gpu):
             self._gpu(rec, now, node)
-        elif kind == RESTART:  # a node restarted its ranks itself (an MPIJob's mpirun)
-            n, limit = rec.get("n"), rec.get("max")
-            of = f" of at most {limit}" if isinstance(limit, int) else ""
-            key, why = f"launcher#{n}", rec.get("why")
-            text = f"the launcher started the ranks again: {why} (restart {n}{of})"
+        elif isinstance(record, Restart):  # a node restarted its ranks itself (an MPIJob's mpirun)
+            of = f" of at most {record.max}" if record.max is not None else ""
+            key = f"launcher#{record.n}"
+            text = f"the launcher started the ranks again: {record.why} (restart {record.n}{of})"
             self._alerts[("restart", key)] = Alert("restart", key, text, now)
-        elif kind == "resume":
-            self._resumed(rec, now)
-        elif kind == "checkpoint" and isinstance(rec.get("world_size"), int):
-            self._world_size = rec["world_size"]
+        elif isinstance(record, Resume):
+            self._resumed(record, now)
+        elif isinstance(record, Checkpoint) and record.world_size is not None:
+            self._world_size = record.world_size
 
-    def _metric(self, line: LogLine, rec: dict[str, Any], now: float) -> None:
-        rank = line.rank if line.rank is not None else rec.get("rank")
-        if not isinstance(rank, int):
+    def _metric(self, rank: int | None, rec: Metric, now: float) -> None:
+        if rank is None:
             return
-        step = rec.get("step")
-        t = rec.get("t")
-        x = float(step) if isinstance(step, int) else self.elapsed_x(_num(t, now))
-        if isinstance(step, int) and isinstance(rec.get("total"), int):
-            self._track(rank, step, rec["total"], _num(t, now))
-        for name, value in metric_values(rec).items():
+        step = rec.step
+        x = float(step) if step is not None else self.elapsed_x(_num(rec.t, now))
+        self._progress.feed(rank, rec, now)
+        for name, value in rec.values.items():
             series = self.metrics.get((rank, name))
             if series is None:
                 series = self.metrics[(rank, name)] = StreamingDownsampler(self.plot_points)
-            elif isinstance(step, int) and series.last is not None and x <= series.last[0]:
+            elif step is not None and series.last is not None and x <= series.last[0]:
                 if self._concurrent_steps:  # another task's earlier step, come late
                     series.place(x, value)
                     continue
@@ -465,16 +464,14 @@ class MonitorModel:
         self.markers.append(Marker(x, f"restarted: step {x:g} again"))
         self._rewinds, self._marker_is_resume = {series}, False
 
-    def _resumed(self, rec: dict[str, Any], now: float) -> None:
+    def _resumed(self, rec: Resume, now: float) -> None:
         """A ``resume`` record (``ktrain.checkpoint().load()`` on rank 0): an alert that says
         from which step (and a changed world size), and the plots' marker there."""
-        step = rec.get("step")
-        if not isinstance(step, int):
-            return
+        step = rec.step
         self.resumes += 1
-        size = rec.get("world_size")
-        text = f"resumed from step {step} (checkpoint {rec.get('file', '?')})"
-        if isinstance(size, int):
+        size = rec.world_size
+        text = f"resumed from step {step} (checkpoint {rec.file or '?'})"
+        if size is not None:
             before = self._world_size  # the ranks that saved checkpoints before
             if before is not None and before != size:
                 text += f"; the world size changed from {before} to {size}"
@@ -488,15 +485,6 @@ class MonitorModel:
             self.markers.append(marker)
             self._rewinds = set()
         self._marker_is_resume = True
-
-    def _track(self, rank: int, step: int, total: int, t: float) -> None:
-        """Progress comes from one rank: the lowest that reports it (rank 0 as a rule)."""
-        if self._progress_rank is None or rank < self._progress_rank:
-            if self._progress_rank is not None:
-                self._progress = ProgressTracker()
-            self._progress_rank = rank
-        if rank == self._progress_rank:
-            self._progress.update(step, total, t)
 
     def _gpu(self, rec: dict[str, Any], now: float, node: int | None) -> None:
         n = rec.get("node", node if node is not None else 0)

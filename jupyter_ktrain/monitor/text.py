@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
+from ..jobs import CANCELLED_BY_USER
 from ..pod.progress import fmt_elapsed, progress_text
 from ..pod.protocol import METRIC, metric_values
 from .cell_error import failure_headline
@@ -189,7 +190,7 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     if ended_by_user(status):  # a warm job its user ended: its own end, not a failure
         return ""
     if status.state == "Cancelled":
-        return f"Job {job.name!r} was cancelled by the user; the cell set no names.\n"
+        return f"Job {job.name!r} was {CANCELLED_BY_USER}; the cell set no names.\n"
     if status.state != "Failed":
         return ""
     rank = status.failed_rank

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 
 from ..pod.exits import PEER_LOST, peer_lost_words
-from ..pod.protocol import EXIT, LogLine, record_type
+from ..pod.protocol import Exit, LogLine
 
 __all__ = ["TorchrunFold", "child_failed_line", "lost_peer_line"]
 
@@ -127,7 +127,8 @@ class TorchrunFold:
                 out.extend(self._ranks.pop(rank).lines)
             return
         del self._ranks[rank]
-        lost = record_type(line.record) == EXIT and line.record.get("code") == PEER_LOST
+        record = line.typed
+        lost = isinstance(record, Exit) and record.code == PEER_LOST
         if lost:
             text = lost_peer_line(self.job, rank, (x.text for x in held.lines))
             out.append(LogLine(text=text, rank=rank, source="rank"))

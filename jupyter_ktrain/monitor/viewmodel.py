@@ -5,7 +5,7 @@ Three views render a :class:`~jupyter_ktrain.monitor.model.MonitorModel`: the ce
 panel (:mod:`jupyter_ktrain.server.core` -> JSON -> ``labextension/src``). They all take from
 here, so they cannot drift:
 
-- job states (:data:`JobState`, :data:`TERMINAL_STATES`) and their colours;
+- job states (:class:`~jupyter_ktrain.jobs.JobState`, named here too) and their colours;
 - the palette: one colour per rank (:func:`rank_colour`), the same in every panel and log label;
 - log labels (:func:`log_label`: ``rank3``, ``agent@1``, ``node@1``);
 - plot panels (:func:`plot_panels`): a typed :class:`PanelKey` per panel (a reported metric or
@@ -25,6 +25,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+# the job states: the vocabulary below every layer (jupyter_ktrain.jobs), named here too
+from ..jobs import CANCELLED as CANCELLED
+from ..jobs import DELETED as DELETED
+from ..jobs import FAILED as FAILED
+from ..jobs import JOB_STATES as JOB_STATES
+from ..jobs import PENDING as PENDING
+from ..jobs import QUEUED as QUEUED
+from ..jobs import RUNNING as RUNNING
+from ..jobs import SUCCEEDED as SUCCEEDED
+from ..jobs import TERMINAL_STATES as TERMINAL_STATES
+from ..jobs import JobState as JobState
 
 if TYPE_CHECKING:
     from .downsample import StreamingDownsampler
@@ -62,18 +74,6 @@ __all__ = [
     "summary_values",
     "trace_label",
 ]
-
-# -- job states ----------------------------------------------------------------------------
-JobState = Literal["Pending", "Queued", "Running", "Succeeded", "Failed", "Cancelled", "Deleted"]
-PENDING: JobState = "Pending"
-QUEUED: JobState = "Queued"  # waiting in a queue (Kueue) for quota: created, not yet admitted
-RUNNING: JobState = "Running"
-SUCCEEDED: JobState = "Succeeded"
-FAILED: JobState = "Failed"
-CANCELLED: JobState = "Cancelled"  # stopped on a user's request: its own end, not a failure
-DELETED: JobState = "Deleted"  # gone from the cluster while followed
-JOB_STATES: tuple[JobState, ...] = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, DELETED)
-TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
 
 
 def job_state(word: str) -> JobState:

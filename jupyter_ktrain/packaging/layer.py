@@ -177,13 +177,10 @@ class LayerCache:
         return layer
 
 
-# What runs inside a pod: the package's __init__ (which imports only the pod side eagerly) and
-# everything under pod/ (standard library only). The notebook side stays home.
-POD_MODULES = ("__init__.py", "pod/")
-
-
 def runner_files(lib_dir: str = LIB_DIR) -> dict[str, bytes]:
-    """The pod side of this package (:data:`POD_MODULES`) at ``{lib_dir}/jupyter_ktrain/...``.
+    """The pod side of this package at ``{lib_dir}/jupyter_ktrain/...``: its ``__init__``
+    (which imports only the pod side eagerly) and everything under ``pod/`` (standard library
+    only); the notebook side stays home.
 
     With ``PYTHONPATH={lib_dir}`` the pod runs ``python -m jupyter_ktrain.pod.agent`` without
     installing us; user code can ``import jupyter_ktrain as ktrain; ktrain.report(...)``.

@@ -2,20 +2,24 @@
 ``jupyter_ktrain/__init__.py``) travels to the pod (:func:`jupyter_ktrain.packaging.layer.
 runner_files`).
 
-    protocol.py        the line protocol and its record vocabulary (what a job writes, what
-                       the monitor reads): the lowest contract of the system
+    protocol.py        the line protocol and its records, one dataclass per type (what a job
+                       writes, what the monitor reads): the lowest contract of the system
     ranks.py           which rank and which node this process is, in every kind
     report.py          ``ktrain.report()``: metric records from a rank
     runtime.py         ``python -m jupyter_ktrain.pod.runtime PROGRAM``: one per rank
     integrations.py    Transformers / Lightning report by themselves (import hooks)
     trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
-    progress.py        percent done and time left from ``step``/``total``
+    progress.py        percent done and time left from ``step``/``total``; the one fold of a
+                       job's progress from its ranks' records (the lowest rank's)
+    checkpoint.py      ``ktrain.checkpoint()``: sharded saves written in the background, the
+                       checkpoint and resume records
     exits.py           exit codes that tell a bug from a fault
     mpi.py             what ranks started by ``mpirun`` need for ``env://``
     launch.py          the one command every replica runs
     install.py         installs the job's pinned requirements the image lacks
     agent/             ``python -m jupyter_ktrain.pod.agent``: the per-replica runner (starts
-                       torchrun, samples GPUs, serves Prometheus metrics, re-runs mpirun)
+                       torchrun, samples GPUs, serves Prometheus metrics, re-runs mpirun,
+                       holds a warm job's interpreter, mirrors a warm run's files)
 
 Nothing here imports the rest of ``jupyter_ktrain``, and nothing but the standard library at
 import time (torch, pynvml, transformers only inside the functions that use them); a unit test

@@ -51,7 +51,6 @@ torch (this package never imports it), else with ``pickle``. Checkpoints are pic
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 import re
@@ -64,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from .exits import EXIT_DIR_ENV
+from .protocol import Checkpoint, Resume
 
 __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
@@ -324,17 +324,16 @@ def _world_size() -> int:
 def _emit_saved(
     step: int, size: int, seconds: float, name: str, blocked: float, write: float
 ) -> None:
-    _emit({"type": "checkpoint", "step": step, "bytes": size, "seconds": round(seconds, 4),
-           "blocked_s": round(blocked, 4), "write_s": round(write, 4), "file": name,
-           "world_size": _world_size()})  # fmt: skip
+    _emit(Checkpoint(step, size, round(seconds, 4), round(blocked, 4), round(write, 4), name,
+                     _world_size()))  # fmt: skip
 
 
 def _emit_resumed(step: int, name: str) -> None:
     if _rank() == 0:
-        _emit({"type": "resume", "step": step, "file": name, "world_size": _world_size()})
+        _emit(Resume(step, name, _world_size()))
 
 
-def _emit(record: dict[str, Any]) -> None:
+def _emit(record: Checkpoint | Resume) -> None:
     """One record for the monitor, written as ``ktrain.report`` writes its own (in a job's
     rank only; never raises into training)."""
     try:
@@ -342,7 +341,7 @@ def _emit(record: dict[str, Any]) -> None:
 
         emit(record)
     except Exception as exc:
-        _warn(f"could not report {json.dumps(record)} ({exc!r})")
+        _warn(f"could not report {record.format()} ({exc!r})")
 
 
 def _warn(message: str) -> None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .protocol import Metric
+
 __all__ = [
     "MIN_INTERVALS",
     "STALE_S",
     "WAIT_MIN_S",
     "WAIT_STEPS",
+    "JobProgress",
     "Progress",
     "ProgressTracker",
     "fmt_age",
@@ -239,3 +242,29 @@ class ProgressTracker:
             eta = max(0, known - step - 1) * step_s
         self.progress = Progress(step, self._total, t, eta, self._step_s)
         return self.progress
+
+
+class JobProgress:
+    """The progress of a job from its ranks' records, the one rule every reader keeps: the
+    lowest rank that reports a ``total`` is the job's (rank 0 as a rule; a higher rank's
+    progress until rank 0's first record comes, then rank 0's, measured anew). Not
+    thread-safe."""
+
+    def __init__(self) -> None:
+        self.tracker = ProgressTracker()
+        self.rank: int | None = None
+
+    @property
+    def progress(self) -> Progress | None:
+        return self.tracker.progress
+
+    def feed(self, rank: int, record: Metric, now: float) -> Progress | None:
+        """Take ``rank``'s record (at ``record.t``, else ``now``): the job's new progress when
+        the record carries a step and a total and ``rank`` is the job's, else None."""
+        if record.step is None or record.total is None:
+            return None
+        if self.rank is None or rank < self.rank:
+            self.tracker, self.rank = ProgressTracker(), rank
+        if rank != self.rank:
+            return None
+        return self.tracker.update(record.step, record.total, now if record.t is None else record.t)

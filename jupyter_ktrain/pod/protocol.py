@@ -21,13 +21,15 @@ ip=10.0.0.3) `` (the ``ip`` only from another node, the prefix in ANSI colour un
 :func:`parse_line` reads through that prefix, so a record a Ray task writes is the same record,
 and the rest of such a line keeps Ray's prefix as its text.
 
-The record vocabulary lives here and nowhere else: producers and consumers import the record
-types (:data:`METRIC`, :data:`GPU`, :data:`RESULT`, :data:`EXIT`, :data:`RESTART`, and a warm
-job's :data:`READY`, :data:`RUN`, :data:`RUN_END`) and
-:data:`RESERVED_KEYS`. To add a record: name its type here (who writes it, what it carries),
-write it with :func:`format_record` (``{TYPE: NEW, ...}``), and read it where the monitor's
-model dispatches on :func:`record_type` (``MonitorModel._record`` in
-:mod:`jupyter_ktrain.monitor.model`).
+The record vocabulary lives here and nowhere else: one frozen dataclass per record type
+(:class:`Metric`, :class:`Gpu`, :class:`Result`, :class:`Exit`, :class:`Restart`,
+:class:`Checkpoint`, :class:`Resume`, and a warm job's :class:`Ready`, :class:`Run`,
+:class:`RunEnd`), each with ``to_dict``/``format`` (the wire form, one line) and ``from_dict``
+(None for a record that is not one); :func:`parse_record` reads any record into its class
+(None for an unknown or malformed one, so an older or newer job's log still reads). To add a
+record: write its dataclass here (its ``TYPE``, who writes it, its fields), add it to
+:data:`RECORD_CLASSES`, write it with ``.format()``, and read it where the readers dispatch on
+:func:`parse_record` (``MonitorModel._record`` in :mod:`jupyter_ktrain.monitor.model`).
 """
 
 from __future__ import annotations
@@ -35,29 +37,44 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 __all__ = [
     "AGENT_PREFIX",
+    "CHECKPOINT",
     "EXIT",
     "GPU",
     "METRIC",
     "READY",
+    "RECORD_CLASSES",
     "RECORD_MARK",
     "RECORD_TYPES",
     "RESERVED_KEYS",
     "RESTART",
     "RESULT",
+    "RESUME",
     "RUN",
     "RUN_END",
     "TYPE",
+    "Checkpoint",
+    "Exit",
+    "Gpu",
     "LogLine",
+    "Metric",
+    "Ready",
+    "Record",
+    "Restart",
+    "Result",
+    "Resume",
+    "Run",
+    "RunEnd",
     "format_agent_line",
     "format_rank_line",
     "format_record",
     "metric_values",
     "parse_line",
+    "parse_record",
     "record_type",
 ]
 
@@ -79,7 +96,9 @@ RESTART = "restart"  # an MPIJob launcher re-ran mpirun (pod.agent.relaunch): n,
 RUN = "run"  # a warm node's agent starts run N of its job (pod.agent.warm): run, node
 RUN_END = "run_end"  # a warm node's run ended (pod.agent.warm): run, node, code, why, aborted
 READY = "ready"  # a warm node's agent holds a ready interpreter (pod.agent.warm): node, s
-RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, RUN, RUN_END, READY)
+CHECKPOINT = "checkpoint"  # a rank saved a checkpoint (pod.checkpoint): step, bytes, seconds...
+RESUME = "resume"  # rank 0 loaded a checkpoint (pod.checkpoint): step, file, world_size
+RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, CHECKPOINT, RESUME, RUN, RUN_END, READY)
 
 # The keys of a metric record that are not metrics: ktrain.report refuses them as names, and
 # no reader (the monitor, the Prometheus endpoint, trainerStatus) plots or exports them.
@@ -95,6 +114,11 @@ class LogLine:
     rank: int | None = None
     source: str = "rank"  # "rank" | "agent" | "node"
     record: dict[str, Any] | None = None
+
+    @property
+    def typed(self) -> Record | None:
+        """The record as its dataclass (:func:`parse_record`); None for none or an unknown one."""
+        return parse_record(self.record)
 
 
 def format_rank_line(rank: int, text: str) -> str:
@@ -163,3 +187,269 @@ def parse_line(line: str) -> LogLine:
     if line.startswith(AGENT_PREFIX):
         return _line(line[len(AGENT_PREFIX) :], None, "agent")
     return _line(line, None, "node")
+
+
+# -- the records, typed: one frozen dataclass per type, the wire form unchanged ----------------
+def _int(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _some(**fields: Any) -> dict[str, Any]:
+    """The fields that are set (None leaves a key out of the wire form)."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+class _Record:
+    """What every record class has: its ``TYPE`` and its one line (``format``)."""
+
+    TYPE: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def format(self) -> str:
+        """The record as a line body (no newline, no rank prefix): see :func:`format_record`."""
+        return format_record(self.to_dict())
+
+
+@dataclass(frozen=True)
+class Metric(_Record):
+    """A rank's ``ktrain.report`` (:mod:`.report`): the named numbers at ``step`` (of
+    ``total``); a record with a ``total`` is also the job's progress (:mod:`.progress`)."""
+
+    TYPE: ClassVar[str] = METRIC
+    rank: int | None
+    t: float | None
+    step: int | None = None
+    total: int | None = None
+    values: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        head = _some(rank=self.rank, t=self.t, step=self.step, total=self.total)
+        return {TYPE: METRIC, **head, **self.values}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Metric | None:
+        return cls(_int(raw, "rank"), _num(raw, "t"), _int(raw, "step"), _int(raw, "total"),
+                   metric_values(raw))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Gpu(_Record):
+    """One GPU's sample (:mod:`.agent.sampler`); a reading NVML cannot take is None (left out)."""
+
+    TYPE: ClassVar[str] = GPU
+    node: int | None
+    gpu: int
+    uuid: str
+    t: float | None
+    util: float | None = None
+    power: float | None = None
+    temp: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: GPU, **_some(node=self.node), "gpu": self.gpu, "uuid": self.uuid,
+                **_some(t=self.t, util=self.util, power=self.power, temp=self.temp,
+                        mem_used=self.mem_used, mem_total=self.mem_total)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Gpu | None:
+        gpu = _int(raw, "gpu")
+        if gpu is None:
+            return None
+        readings = {k: _num(raw, k) for k in ("util", "power", "temp", "mem_used", "mem_total")}
+        return cls(_int(raw, "node"), gpu, _str(raw, "uuid"), _num(raw, "t"), **readings)
+
+
+@dataclass(frozen=True)
+class Result(_Record):
+    """Rank 0's cell results (:mod:`.runtime`): ``values`` = {name: base64 of a pickle}."""
+
+    TYPE: ClassVar[str] = RESULT
+    values: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: RESULT, "values": dict(self.values)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Result | None:
+        values = raw.get("values") or {}
+        return cls(dict(values)) if isinstance(values, dict) else None
+
+
+@dataclass(frozen=True)
+class Exit(_Record):
+    """A rank's last record (:mod:`.runtime`): its exit code (1 when a record lacks one)."""
+
+    TYPE: ClassVar[str] = EXIT
+    rank: int | None
+    code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: EXIT, **_some(rank=self.rank), "code": self.code}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Exit | None:
+        code = _int(raw, "code")
+        return cls(_int(raw, "rank"), 1 if code is None else code)
+
+
+@dataclass(frozen=True)
+class Restart(_Record):
+    """An MPIJob launcher re-ran mpirun (:mod:`.agent.relaunch`): restart ``n`` of ``max``."""
+
+    TYPE: ClassVar[str] = RESTART
+    n: int | None
+    max: int | None
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: RESTART, "n": self.n, "max": self.max, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Restart | None:
+        return cls(_int(raw, "n"), _int(raw, "max"), _str(raw, "why"))
+
+
+@dataclass(frozen=True)
+class Checkpoint(_Record):
+    """A rank saved a checkpoint (:mod:`.checkpoint`): ``seconds`` from the call to on disk,
+    ``blocked_s`` training waited, ``write_s`` the background write; ``rank``/``t`` added by
+    :func:`.report.emit`."""
+
+    TYPE: ClassVar[str] = CHECKPOINT
+    step: int
+    bytes: int | None = None
+    seconds: float | None = None
+    blocked_s: float | None = None
+    write_s: float | None = None
+    file: str = ""
+    world_size: int | None = None
+    rank: int | None = None
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: self.TYPE, "step": self.step, "bytes": self.bytes, "seconds": self.seconds,
+                "blocked_s": self.blocked_s, "write_s": self.write_s, "file": self.file,
+                "world_size": self.world_size, **_some(rank=self.rank, t=self.t)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Checkpoint | None:
+        step = _int(raw, "step")
+        if step is None:
+            return None
+        return cls(step, _int(raw, "bytes"), _num(raw, "seconds"), _num(raw, "blocked_s"),
+                   _num(raw, "write_s"), _str(raw, "file"), _int(raw, "world_size"),
+                   _int(raw, "rank"), _num(raw, "t"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Resume(_Record):
+    """Rank 0 loaded a checkpoint (:mod:`.checkpoint`): training goes on from ``step``."""
+
+    TYPE: ClassVar[str] = RESUME
+    step: int
+    file: str = ""
+    world_size: int | None = None
+    rank: int | None = None
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: self.TYPE, "step": self.step, "file": self.file,
+                "world_size": self.world_size, **_some(rank=self.rank, t=self.t)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Resume | None:
+        step = _int(raw, "step")
+        if step is None:
+            return None
+        return cls(step, _str(raw, "file"), _int(raw, "world_size"), _int(raw, "rank"),
+                   _num(raw, "t"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Run(_Record):
+    """A warm node's agent starts run ``run`` of its job (:mod:`.agent.warm`)."""
+
+    TYPE: ClassVar[str] = RUN
+    run: int
+    node: int | None
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: RUN, "run": self.run, "node": self.node, **_some(t=self.t)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Run | None:
+        run = _int(raw, "run")
+        return None if run is None else cls(run, _int(raw, "node"), _num(raw, "t"))
+
+
+@dataclass(frozen=True)
+class RunEnd(_Record):
+    """A warm node's run ended (:mod:`.agent.warm`): its code, why, and what aborted it."""
+
+    TYPE: ClassVar[str] = RUN_END
+    run: int
+    node: int | None
+    code: int | None
+    why: str = ""
+    aborted: str = ""
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: RUN_END, "run": self.run, "node": self.node, "code": self.code,
+                "why": self.why, "aborted": self.aborted, **_some(t=self.t)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RunEnd | None:
+        run = _int(raw, "run")
+        if run is None:
+            return None
+        return cls(run, _int(raw, "node"), _int(raw, "code"), _str(raw, "why"),
+                   _str(raw, "aborted"), _num(raw, "t"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Ready(_Record):
+    """A warm node's agent holds a ready interpreter (:mod:`.agent.warm`), after ``s`` s."""
+
+    TYPE: ClassVar[str] = READY
+    node: int | None
+    s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: READY, "node": self.node, "s": self.s}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Ready | None:
+        return cls(_int(raw, "node"), _num(raw, "s"))
+
+
+Record = Metric | Gpu | Result | Exit | Restart | Checkpoint | Resume | Run | RunEnd | Ready
+RECORD_CLASSES: tuple[type[Record], ...] = (
+    Metric, Gpu, Result, Exit, Restart, Checkpoint, Resume, Run, RunEnd, Ready
+)  # fmt: skip
+_BY_TYPE: dict[str, type[Record]] = {cls.TYPE: cls for cls in RECORD_CLASSES}
+
+
+def parse_record(raw: Mapping[str, Any] | None) -> Record | None:
+    """``raw`` (a decoded record) as its typed record; None for no record, an unknown type (a
+    newer job's) or one whose required fields are missing or of the wrong type."""
+    cls = _BY_TYPE.get(record_type(raw) or "")
+    return None if cls is None or raw is None else cls.from_dict(raw)

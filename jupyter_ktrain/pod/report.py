@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .protocol import METRIC, RECORD_MARK, RESERVED_KEYS, TYPE, format_record
+from .protocol import RECORD_MARK, RESERVED_KEYS, Checkpoint, Metric, Resume, format_record
 from .ranks import global_rank
 
 __all__ = ["add_listener", "emit", "report"]
@@ -139,20 +139,18 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
     if rank is None:
         return
     try:
-        record: dict[str, object] = {TYPE: METRIC, "rank": rank, "t": round(time.time(), 3)}
+        t = round(time.time(), 3)
         s = _step(step)
-        if s is not None:
-            record["step"] = s
-            n = _total(total)
-            if n is not None:
-                record["total"] = n
+        n = _total(total) if s is not None else None
+        values: dict[str, float] = {}
         for name, value in metrics.items():
             if name in RESERVED_KEYS:
                 _warn_once(name, f"{name!r} is a reserved name; dropped")
                 continue
             v = _number(name, value)
             if v is not None:
-                record[name] = v
+                values[name] = v
+        record = Metric(rank, t, s, n, values).to_dict()
         _write(record)
         for listener in _listeners:
             listener(record)
@@ -160,16 +158,16 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
         _warn_once("__error__", f"could not write a metric record ({exc!r})")
 
 
-def emit(record: dict[str, Any]) -> None:
+def emit(record: Checkpoint | Resume) -> None:
     """Write one record of another ``type`` (a checkpoint saved, a resume) from the calling
     rank the way :func:`report` writes metrics, with ``rank`` and ``t`` added; a no-op outside
     a job. Raises what writing raises (the caller decides what a failure means)."""
     rank = _rank()
     if rank is not None:
-        _write({**record, "rank": rank, "t": round(time.time(), 3)})
+        _write({**record.to_dict(), "rank": rank, "t": round(time.time(), 3)})
 
 
-def _write(record: dict[str, object]) -> None:
+def _write(record: dict[str, Any]) -> None:
     line = format_record(record) + "\n"
     with _lock:
         out = sys.stdout

@@ -28,7 +28,7 @@ from typing import Any
 
 from .exits import PEER_LOST, peer_lost, write_rank_code
 from .mpi import rank_env
-from .protocol import EXIT, RESULT, TYPE, format_rank_line, format_record
+from .protocol import Exit, Result, format_rank_line
 from .ranks import global_rank
 
 __all__ = ["main", "run_cell"]
@@ -183,7 +183,7 @@ def _emit_results(results: dict[str, Any]) -> None:
         return
     encoded = {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()}
     sys.stdout.flush()
-    print(format_record({TYPE: RESULT, "values": encoded}), flush=True)
+    print(Result(encoded).format(), flush=True)
 
 
 # the product's frames (jupyter_ktrain/...) and runpy's are left out of a notebook traceback
@@ -293,7 +293,7 @@ def main(argv: list[str]) -> int:
     code = _checkpoints_written(code, program)
     write_rank_code(rank, code)
     prefixer.stop()
-    record = format_record({TYPE: EXIT, "rank": rank, "code": code})
+    record = Exit(rank, code).format()
     prefixer.write_direct(format_rank_line(rank, record) + "\n")
     return code
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
 from ...kinds import KIND_TABLE, job_kind
-from ...pod.progress import Progress, ProgressTracker
-from ...pod.protocol import EXIT, parse_line, record_type
+from ...pod.progress import JobProgress, Progress
+from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
 from ..base import (
     FAILED,
     RUNNING,
@@ -83,8 +83,7 @@ class JobRuntime:
             lambda: collections.deque(maxlen=TAIL_LINES)
         )
         self.last_progress: float | None = None
-        self.progress = ProgressTracker()  # percent done / ETA from records with a total
-        self.progress_rank: int | None = None
+        self.progress = JobProgress()  # percent done / ETA from records with a total
         self.loaded = False
         self.lock = threading.Lock()
         self.book = RunBook()  # a warm job's runs, from the same lines
@@ -105,22 +104,13 @@ class JobRuntime:
             self.last_progress = time.time()
             if line.rank is None:
                 return
+            record = line.typed
             if line.record is None:
                 self.tails[line.rank].append(line.text)
-            elif record_type(line.record) == EXIT:
-                self.exits.setdefault(line.rank, (ts, int(line.record.get("code", 1))))
-            elif "total" in line.record:
-                self._track(line.rank, line.record)
-
-    def _track(self, rank: int, record: dict[str, Any]) -> None:
-        step, total, t = record.get("step"), record.get("total"), record.get("t")
-        if not (isinstance(step, int) and isinstance(total, int)):
-            return
-        if self.progress_rank is None or rank < self.progress_rank:
-            self.progress, self.progress_rank = ProgressTracker(), rank
-        if rank == self.progress_rank:
-            when = float(t) if isinstance(t, (int, float)) else time.time()
-            self.progress.update(step, total, when)
+            elif isinstance(record, Exit):
+                self.exits.setdefault(line.rank, (ts, record.code))
+            elif isinstance(record, Metric):
+                self.progress.feed(line.rank, record, time.time())
 
 
 class KubernetesBackend(Backend):

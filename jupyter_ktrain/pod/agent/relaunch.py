@@ -24,7 +24,7 @@ from typing import IO
 
 from .. import mpi
 from ..exits import describe_exit
-from ..protocol import EXIT, RESTART, TYPE, format_record, parse_line, record_type
+from ..protocol import Exit, Restart, parse_line
 
 __all__ = ["MAX_RESTARTS_ENV", "forward_signals", "relaunch_mpirun"]
 
@@ -51,11 +51,10 @@ def forward_signals(child: Callable[[], subprocess.Popen[bytes] | None]) -> list
 def bug_in(line: bytes) -> tuple[int, int] | None:
     """(rank, code) when ``line`` is a rank's exit record saying its code raised."""
     parsed = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
-    rec = parsed.record
-    if record_type(rec) != EXIT or rec is None or parsed.rank is None:
+    rec = parsed.typed
+    if not isinstance(rec, Exit) or parsed.rank is None:
         return None
-    code = rec.get("code")
-    return (parsed.rank, code) if isinstance(code, int) and 0 < code < 128 else None
+    return (parsed.rank, rec.code) if 0 < rec.code < 128 else None
 
 
 def _relay(stream: IO[bytes], out: IO[bytes]) -> tuple[int, int] | None:
@@ -114,4 +113,4 @@ def relaunch_mpirun(
         attempt += 1
         why = f"mpirun {describe_exit(code)} and no rank reported a bug (a worker lost or killed)"
         say(f"restart {attempt} of at most {limit}: {why}; starting mpirun again")
-        say(format_record({TYPE: RESTART, "n": attempt, "max": limit, "why": why}))
+        say(Restart(attempt, limit, why).format())

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..protocol import GPU, TYPE, format_agent_line, format_record
+from ..protocol import Gpu, format_agent_line, format_record
 
 __all__ = ["GPU_UUIDS_ENV", "GpuInfo", "Nvml", "PynvmlNvml", "Sampler", "list_gpus", "select_gpus"]
 
@@ -257,10 +257,7 @@ class Sampler:
         t = round(self.clock(), 3)
         records = []
         for k, handle, uuid in self.gpus:
-            rec: dict[str, Any] = {TYPE: GPU, "node": self.node, "gpu": k, "uuid": uuid}
-            rec["t"] = t
-            rec.update(self._read(handle))
-            records.append(rec)
+            records.append(Gpu(self.node, k, uuid, t, **self._read(handle)).to_dict())
         return records
 
     def _read(self, handle: Any) -> dict[str, float]:
