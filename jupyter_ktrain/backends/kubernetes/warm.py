@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...jobs import CANCELLED_BY_USER
 from ...pod.agent.deliver import KEY_ENV
 from ...pod.agent.mirror import (
     CONFIGMAP_ENV,
@@ -62,7 +63,7 @@ WARM_LABEL = "ktrain.io/warm"
 SHAPE_ANNOTATION = "ktrain.io/warm-shape"
 IDLE_TTL_S = 5  # after the idle limit ended the job: deleted, with what it owns, this soon
 KEY_FIELD = "key"  # the Secret's one key: 64 hex characters
-CANCEL_WORDS = "cancelled by the user"
+CANCEL_WORDS = CANCELLED_BY_USER
 
 
 def warm_port(job: str) -> int:
