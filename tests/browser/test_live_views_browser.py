@@ -197,7 +197,9 @@ def _disagreements(samples: list[list[Any]]) -> list[str]:
             if not state or done is None:
                 continue
             near = [_value(s[theirs_at]) for s in samples if abs(s[0] - t) <= ms]
-            steps = [d for st, d in near if d is not None]
+            # a running view that shows no progress yet has done no step: the other view's
+            # first step may come a poll before this one's
+            steps = [d if d is not None else 0 for st, d in near if d is not None or st]
             if (
                 state not in {st for st, _ in near}
                 or not steps
