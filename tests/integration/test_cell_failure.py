@@ -85,7 +85,12 @@ def test_failed_job_stops_run_all_with_one_error(kernel_env: Path) -> None:
     assert error.evalue.startswith("Job 'loader' failed: rank 1 raised FileNotFoundError")
     shown = ANSI.sub("", "\n".join(error.traceback))  # what JupyterLab renders
     lines = shown.splitlines()
-    assert lines[0] == "JobFailed: rank 1 raised FileNotFoundError: /data/shard-1"
+    # the one headline the cell, the widget and the panel say; the ranks torchrun stopped
+    # after rank 1 failed ended with an error code too
+    assert lines[0] == (
+        "JobFailed: rank 1 raised FileNotFoundError: /data/shard-1; "
+        "ranks 0, 2 and 3 ended with an error too"
+    )
     assert shown.count("/data/shard-1") == 2  # the header, and the line that raised it
     assert 'raise FileNotFoundError("/data/shard-1")' in shown
     # rank 1's own traceback, its frames named by notebook cell, and what it printed
