@@ -236,7 +236,13 @@ def test_trainjob_progress_reaches_trainer_status(k8s_shell, test_cluster, capsy
     assert metrics["loss"] == pytest.approx(1 / 30, rel=1e-5), final
     progress = job.status().progress
     assert progress is not None
-    assert (progress.step, progress.total, progress.percent) == (30, 30, 100)
+    # steps 0..29 of 30: the last step is 29, and 30 steps are done
+    assert (progress.step, progress.steps_done, progress.total, progress.percent) == (
+        29,
+        30,
+        30,
+        100,
+    )
     assert job.outputs["steps"] == 30  # detached: rank 0's values are read back on request
 
 
