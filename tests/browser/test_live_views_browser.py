@@ -42,9 +42,9 @@ from .test_widget_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
-    LAB_CONFIG,
     ROOT,
     Lab,
+    lab_env,
 )
 
 pytestmark = pytest.mark.slow
@@ -127,27 +127,9 @@ def live_lab(tmp_path: Path) -> Iterator[Lab]:
     if not (BUILT / "package.json").exists():
         pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
     pytest.importorskip("playwright.sync_api")
-    root, config, data = tmp_path / "root", tmp_path / "config", tmp_path / "data"
-    for d in (root, config, data / "labextensions"):
-        d.mkdir(parents=True)
-    (data / "labextensions" / "jupyter-ktrain").symlink_to(BUILT)  # this checkout's build
-    (config / "jupyter_server_config.py").write_text(LAB_CONFIG)
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     home, token = tmp_path / "ktrain-home", secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config"),
-        "JUPYTER_PATH": str(data),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-        "KTRAIN_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("KTRAIN_MONITOR", None)
+    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
+    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
     with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
         yield Lab(url, token, root, home)
 

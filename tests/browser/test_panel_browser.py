@@ -11,7 +11,6 @@ Screenshot: test-artifacts/panel.png.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -33,9 +32,9 @@ from .test_widget_browser import (
     CHROMIUM_ARGS,
     HEADER,
     KERNEL_IDLE,
-    LAB_CONFIG,
     ROOT,
     Lab,
+    lab_env,
 )
 
 pytestmark = pytest.mark.slow
@@ -55,31 +54,13 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     if not (BUILT / "package.json").exists():
         pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
     pytest.importorskip("playwright.sync_api")
-    root, config, data = tmp_path / "root", tmp_path / "config", tmp_path / "data"
-    for d in (root, config, data / "labextensions"):
-        d.mkdir(parents=True)
-    (data / "labextensions" / "jupyter-ktrain").symlink_to(BUILT)  # this checkout's build
-    (config / "jupyter_server_config.py").write_text(LAB_CONFIG)
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     home = tmp_path / "ktrain-home"
     if server_ext:
         # before JupyterLab starts: "started earlier"; its ranks print in turn
         run_job(home, EARLIER, nodes=2, steps=5, pause=0.3)
         write_failed_job(home)
     token = secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_PATH": str(data),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-        "KTRAIN_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("KTRAIN_MONITOR", None)
+    root, config, env = lab_env(tmp_path, home, labextension=BUILT)
     if server_ext:
         env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
     else:  # an installed package enables it in the environment's config: the user's wins

@@ -50,20 +50,19 @@ class Lab:
     home: Path
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
-    pytest.importorskip("playwright.sync_api")
+def lab_env(
+    tmp_path: Path, home: Path, labextension: Path | None = None
+) -> tuple[Path, Path, dict[str, str]]:
+    """A lab's root and config folders (LAB_CONFIG; no "get notified about Jupyter news?"
+    toast over the page) and its environment, with ``home`` as the job store; with
+    ``labextension``, that build is the only jupyter-ktrain panel the lab finds."""
     root, config = tmp_path / "root", tmp_path / "config"
     root.mkdir()
     config.mkdir()
     (config / "jupyter_server_config.py").write_text(LAB_CONFIG)
     settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the page
+    settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    token = secrets.token_hex(16)
-    home = tmp_path / "ktrain-home"
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config),
@@ -74,6 +73,21 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("KTRAIN_MONITOR", None)
+    if labextension is not None:
+        data = tmp_path / "data"
+        (data / "labextensions").mkdir(parents=True)
+        (data / "labextensions" / "jupyter-ktrain").symlink_to(labextension)
+        env["JUPYTER_PATH"] = str(data)
+    return root, config, env
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
+    pytest.importorskip("playwright.sync_api")
+    home, token = tmp_path / "ktrain-home", secrets.token_hex(16)
+    root, _config, env = lab_env(tmp_path, home)
     with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
         yield Lab(url, token, root, home)
 

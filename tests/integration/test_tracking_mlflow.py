@@ -16,6 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from tests.mlflow_server import MlflowServer
+from tests.notebook_cells import extension_shell
 
 pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow
@@ -54,14 +55,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
 
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
     marks = tmp_path / "marks"
     marks.mkdir()
-    assert sh.run_cell(SETUP + f"MARKS = {str(marks)!r}\n", store_history=True).success
-    yield sh
-    sh.reset(new_session=True)
+    yield from extension_shell(SETUP + f"MARKS = {str(marks)!r}\n")
 
 
 def _plain(text: str) -> str:
