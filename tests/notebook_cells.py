@@ -51,7 +51,9 @@ def reported(job: Any, name: str) -> dict[int, list[float]]:
     from the job's stored logs (``Job`` of any backend)."""
     from jupyter_ktrain.monitor.live import model_from_logs
 
-    model = model_from_logs(job.name, job.backend.read_logs(job.name))
+    shape = job.backend.shape(job.name)
+    kind = shape.kind if shape else None
+    model = model_from_logs(job.name, job.backend.read_logs(job.name), kind=kind)
     return {
         rank: list(series.points()[1])
         for (rank, metric), series in sorted(model.metrics.items())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..pod.protocol import LogLine, parse_line
@@ -155,8 +156,17 @@ class LogReplay:
     every series start in 1970. Without ``start_time``, the first record's time is the start.
     """
 
-    def __init__(self, name: str, start_time: float | None = None, **options: Any) -> None:
-        self.model = MonitorModel(JobHeader(name=name, start_time=start_time), **options)
+    def __init__(
+        self,
+        name: str,
+        start_time: float | None = None,
+        kind: str | None = None,
+        **options: Any,
+    ) -> None:
+        # the kind says how steps are read: a Ray driver's tasks report at once, out of order
+        header = JobHeader(name=name, start_time=start_time)
+        header = replace(header, kind=kind) if kind else header
+        self.model = MonitorModel(header, **options)
         self._now = start_time
         self._nodes: dict[str, int] = {}
 
@@ -176,17 +186,18 @@ def model_from_logs(
     lines: Iterable[tuple[str, str]],
     *,
     start_time: float | None = None,
+    kind: str | None = None,
     **options: Any,
 ) -> MonitorModel:
     """A model rebuilt from a job's stored ``(replica, raw line)`` pairs (``read_logs``), for
     reports after the fact (:class:`LogReplay` at once). Metric x values are steps, or
     seconds since ``start_time`` (the job's start; default: its earliest record), like GPU
-    series."""
+    series. ``kind``: the job's (``Backend.shape``), when known."""
     parsed = [(replica, parse_line(raw)) for replica, raw in lines]
     if start_time is None:
         times = [t for _, line in parsed if (t := _record_time(line)) is not None]
         start_time = min(times) if times else None
-    replay = LogReplay(name, start_time, **options)
+    replay = LogReplay(name, start_time, kind, **options)
     for replica, line in parsed:
         replay.feed_line(replica, line)
     return replay.model

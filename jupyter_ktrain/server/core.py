@@ -389,9 +389,15 @@ class PanelCore:
         """The job's model (a new one for a new job of that name), the least used dropped."""
         key = (backend, name)
         with self._lock:
+            feed = self._feeds.get(key)
+        fresh = None
+        if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
+            shape = self._backend(backend).shape(name)
+            fresh = _MetricFeed(name, started, shape.kind if shape else None, self.plot_points)
+        with self._lock:
             feed = self._feeds.pop(key, None)
             if feed is None or feed.started != started:
-                feed = _MetricFeed(name, started, self.plot_points)
+                feed = fresh or _MetricFeed(name, started, None, self.plot_points)
             self._feeds[key] = feed  # most recently used last
             while len(self._feeds) > MAX_FEEDS:
                 del self._feeds[next(iter(self._feeds))]
@@ -419,12 +425,19 @@ class PanelCore:
 class _MetricFeed:
     """One job's metrics model in the server, and how far into each replica's log it is."""
 
-    def __init__(self, name: str, started: float | None, plot_points: int) -> None:
+    def __init__(
+        self, name: str, started: float | None, kind: str | None, plot_points: int
+    ) -> None:
         from ..monitor.live import LogReplay
 
         self.started = started
         self.replay = LogReplay(
-            name, started, plot_points=max(plot_points, 500), max_lines=1, max_lines_per_rank=1
+            name,
+            started,
+            kind,
+            plot_points=max(plot_points, 500),
+            max_lines=1,
+            max_lines_per_rank=1,
         )
         self.counts: dict[str, int] = {}
         self.lock = threading.Lock()

@@ -42,7 +42,9 @@ def _series(backend: Backend, name: str) -> dict[str, tuple[list[float], list[fl
     """Each metric name of the job -> rank 0's (or the lowest rank's) points."""
     from ..monitor.live import model_from_logs
 
-    model = model_from_logs(name, backend.read_logs(name), plot_points=POINTS)
+    shape = backend.shape(name)
+    kind = shape.kind if shape else None
+    model = model_from_logs(name, backend.read_logs(name), kind=kind, plot_points=POINTS)
     out: dict[str, tuple[list[float], list[float]]] = {}
     for rank, metric in sorted(model.metrics):
         if metric not in out:

@@ -45,6 +45,7 @@ from .test_widget_browser import (
     ROOT,
     Lab,
     lab_env,
+    screenshot,
 )
 
 pytestmark = pytest.mark.slow
@@ -239,9 +240,9 @@ def test_widget_and_panel_show_one_truth_through_a_killed_node(live_lab: Lab) ->
             )
             name_cell = page.evaluate(f"(name) => ({NAME_CELL})(name)", name)
             chart = page.evaluate(CHART_FIT)
-            page.screenshot(path=str(ARTIFACTS / "live-views.png"))
+            screenshot(page, "live-views.png")
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "live-views-failed.png"))
+            screenshot(page, "live-views-failed.png")
             raise
         finally:
             browser.close()

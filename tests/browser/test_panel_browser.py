@@ -35,6 +35,7 @@ from .test_widget_browser import (
     ROOT,
     Lab,
     lab_env,
+    screenshot,
 )
 
 pytestmark = pytest.mark.slow
@@ -120,10 +121,10 @@ def test_panel_lists_jobs_survives_restart_and_opens_every_ranks_logs(panel_lab:
             page.goto(f"{lab.url}/lab/tree/panel.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
             _steps(page)
-            page.screenshot(path=str(ARTIFACTS / "panel.png"))
+            screenshot(page, "panel.png")
             _polls_only_while_visible(page, api_calls)
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "panel-failed.png"))
+            screenshot(page, "panel-failed.png")
             raise
         finally:
             browser.close()
@@ -174,7 +175,7 @@ def _steps(page: Any) -> None:
         has_text=re.compile(r"Running · \d+(\.\d)?% \(\d+/400\) · ")
     ).wait_for(timeout=10_000)
     assert f"{EARLIER}:100%" in page.evaluate(PROGRESS)
-    page.screenshot(path=str(ARTIFACTS / "panel-running.png"))
+    screenshot(page, "panel-running.png")
     # the tab's Cancel button stops it; the widget in the cell and the panel both see it end,
     # as Cancelled: its own final state, not a failure
     page.locator(f"#ktrain-job-{CELL_JOB} .ktrain-Cancel").click()

@@ -206,7 +206,7 @@ def test_side_panel_through_the_prefix_lists_shows_logs_and_cancels(
     pytest.importorskip("playwright.sync_api")
     from playwright.sync_api import sync_playwright
 
-    from tests.browser.test_widget_browser import ARTIFACTS, CHROMIUM_ARGS
+    from tests.browser.test_widget_browser import CHROMIUM_ARGS, screenshot
 
     got = kernel.run("%%ktrain --nodes 2 --procs-per-node 1 --name kf-long --detach\n"
                      "steps(3000, 0.2)\n")  # fmt: skip
@@ -238,10 +238,9 @@ def test_side_panel_through_the_prefix_lists_shows_logs_and_cancels(
             header.filter(has_text="Cancelled").wait_for(timeout=30_000)
             page.wait_for_function(f"() => !({rows})().includes('kf-long:Running')",
                                    timeout=30_000)  # fmt: skip
-            page.screenshot(path=str(ARTIFACTS / "kubeflow-panel.png"))
+            screenshot(page, "kubeflow-panel.png")
         except Exception:
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "kubeflow-panel-failed.png"))
+            screenshot(page, "kubeflow-panel-failed.png")
             raise
         finally:
             browser.close()

@@ -84,6 +84,21 @@ def test_model_from_stored_logs_plots_every_rank() -> None:
     assert metrics_figure(model_from_logs("empty", [])) is None
 
 
+def test_a_ray_drivers_tasks_reporting_out_of_order_keep_every_point() -> None:
+    """A RayJob's tasks report as the driver (rank 0), at once: step 1 after step 2 is another
+    task's, come late. Read back knowing the kind, nothing is dropped; a PyTorchJob's step
+    going back is a restart, whose steps replace the earlier ones."""
+    stored = [
+        ("ray-head", format_rank_line(0, format_record(
+            {"type": "metric", "step": step, "task": float(step), "t": T0 + i})))
+        for i, step in enumerate((0, 2, 1))
+    ]  # fmt: skip
+    ray = model_from_logs("ray", stored, kind="RayJob")
+    assert list(ray.metrics[(0, "task")].points()[1]) == [0.0, 1.0, 2.0]
+    torch = model_from_logs("pt", stored)
+    assert list(torch.metrics[(0, "task")].points()[1]) == [0.0, 1.0]
+
+
 def test_every_rank_gets_an_exit_code_once_the_job_ended() -> None:
     """A 2 x 2 job where rank 3 failed and rank 2 was stopped with its node before it could
     report: rank 2 gets its node's code, so ``exit_codes`` names all four ranks."""

@@ -25,6 +25,7 @@ from ...errors import ClusterError
 __all__ = [
     "Api",
     "ApiFailure",
+    "ExecLost",
     "ExecResult",
     "RetryPolicy",
     "in_cluster",
@@ -51,6 +52,11 @@ class ApiFailure(ClusterError):
     def __init__(self, message: str, *, status: int = 0, reason: str = "", body: Any = None):
         super().__init__(message, status=status, reason=reason)
         self.body = body
+
+
+class ExecLost(ClusterError):
+    """A ``pods/exec`` connection that failed or dropped before the command's exit status
+    came: whether the command ran, and how far, is unknown."""
 
 
 class RetryPolicy:
@@ -355,7 +361,8 @@ class Api:
     ) -> ExecResult:
         """Run ``command`` in ``container`` of ``pod`` (``pods/exec``, over the WebSocket
         that the client's ``kubernetes.stream`` speaks), ``stdin`` written first; its exit
-        status and output. Not retried: a command may not be safe to run twice. Safe to call
+        status and output. Not retried: a command may not be safe to run twice (a connection that
+        drops raises :class:`ExecLost`, for a caller whose command is). Safe to call
         from several threads at once."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
@@ -385,7 +392,7 @@ class Api:
             status = int(getattr(exc, "status_code", 0) or 0)  # the upgrade was refused
             if status:
                 raise ApiFailure(f"{what}: {status} {exc}", status=status) from None
-            raise ClusterError(f"{what}: {connection_problem(exc)}") from None
+            raise ExecLost(f"{what}: {connection_problem(exc)}") from None
         try:
             if stdin:  # a text frame: the command reads what it needs (no EOF in v4)
                 ws.write_stdin(stdin.decode())
@@ -394,7 +401,7 @@ class Api:
                 raise ClusterError(f"{what}: no answer within {timeout:.0f} s")
             out, err, status = ws.read_channel(1), ws.read_channel(2), ws.read_channel(3)
         except (OSError, _websocket_errors()) as exc:
-            raise ClusterError(f"{what}: {connection_problem(exc)}") from None
+            raise ExecLost(f"{what}: {connection_problem(exc)}") from None
         finally:
             ws.close()
             # close() is a no-op once the server closed first: the socket is ours to close

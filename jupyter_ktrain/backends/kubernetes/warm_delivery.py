@@ -12,19 +12,24 @@ Kubeflow's ``kubeflow-edit`` grants: ``get`` of secrets and pods, ``pods/exec``.
 from __future__ import annotations
 
 import base64
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...errors import BackendError, ClusterError
 from ...pod.agent.deliver import REFUSED, STALE, seal
 from ...pod.agent.mirror import CONFIGMAP_ENV
-from .api import Api, ApiFailure, ns_path
+from .api import Api, ApiFailure, ExecLost, ns_path
 from .labels import JOB_LABEL
 from .warm import KEY_FIELD, warm_secret
 
 __all__ = ["Courier"]
 
 EXEC_TIMEOUT_S = 30.0
+# a dropped exec connection is tried again: a delivery is idempotent (the pod answers STALE to
+# an order it applied already), and a busy API server or node drops one now and then
+EXEC_TRIES = 3
+EXEC_RETRY_S = 0.5
 DELIVER_MODULE = "jupyter_ktrain.pod.agent.deliver"
 
 
@@ -96,12 +101,20 @@ class Courier:
         # -S: no site-packages (a big image's .pth files cost ~0.1 s); it needs only the
         # standard library and the runner library on PYTHONPATH
         command = [python, "-S", "-m", DELIVER_MODULE]
-        try:
-            got = self.api.exec(
-                namespace, pod, container, command, stdin=envelope, timeout=EXEC_TIMEOUT_S
-            )
-        except ClusterError as exc:
-            return f"pod {pod}: {exc}"
+        for attempt in range(1, EXEC_TRIES + 1):
+            try:
+                got = self.api.exec(
+                    namespace, pod, container, command, stdin=envelope, timeout=EXEC_TIMEOUT_S
+                )
+                break
+            except (ExecLost, ApiFailure) as exc:
+                transient = isinstance(exc, ExecLost) or exc.status >= 500 or exc.status == 429
+                if not transient or attempt == EXEC_TRIES:
+                    tried = f" (tried {attempt} times)" if attempt > 1 else ""
+                    return f"pod {pod}: {exc}{tried}"
+            except ClusterError as exc:
+                return f"pod {pod}: {exc}"
+            time.sleep(EXEC_RETRY_S * attempt)
         if got.code in (0, STALE):
             return ""
         said = (got.stderr.strip().splitlines() or [f"exit code {got.code}"])[-1]
