@@ -6,7 +6,14 @@ backends, the monitor, the server and the front ends build on it.
   (:data:`RUNNING` ...), :data:`JOB_STATES` in their order, :data:`TERMINAL_STATES`, and
   :data:`BACKEND_ENDS` (the ends a backend writes: ``Deleted`` is the monitor's own);
 - :data:`CANCELLED_BY_USER`: the words for a job or run stopped on the user's request, the same
-  in a log line, a run's end and a cell's error.
+  in a log line, a run's end and a cell's error;
+- what a backend says of a job and every view reads: :class:`JobStatus` (with its
+  :class:`ReplicaStatus` rows, queue :class:`Eviction` counts and :class:`WarmInfo`),
+  :class:`JobShape` (how it was started) and :func:`complete_exit_codes`;
+- :class:`View`: the monitor's port, what a view of a running job offers (the widget, the text).
+
+Below it only :mod:`jupyter_ktrain.pod` (standard library only) and :mod:`jupyter_ktrain.kinds`
+(the kind table, standard library only); ``tests/unit/test_import_cycles.py`` holds it there.
 
 The TypeScript payloads take the states from here (``scripts/gen_ts.py`` through
 :mod:`jupyter_ktrain.server.payloads`).
@@ -15,6 +22,13 @@ The TypeScript payloads take the states from here (``scripts/gen_ts.py`` through
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from .kinds import DEFAULT_KIND
+from .pod.progress import Progress, fmt_duration, progress_text
 
 __all__ = [
     "BACKEND_ENDS",
@@ -28,7 +42,14 @@ __all__ = [
     "RUNNING",
     "SUCCEEDED",
     "TERMINAL_STATES",
+    "Eviction",
+    "JobShape",
     "JobState",
+    "JobStatus",
+    "ReplicaStatus",
+    "View",
+    "WarmInfo",
+    "complete_exit_codes",
     "is_terminal",
 ]
 
@@ -74,3 +95,144 @@ CANCELLED_BY_USER = "cancelled by the user"
 def is_terminal(state: str | None) -> bool:
     """``state`` (a word as read from a file or an API, or None) is an end."""
     return state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica: a pod, or one local node (a torchrun agent)."""
+
+    name: str
+    phase: str
+    restarts: int = 0
+    node: str = ""
+    exit_code: int | None = None
+    last_event: str = ""
+    # why it last restarted ("restarted after exit 137, ..."), kept apart from ``last_event``,
+    # which a newer state (e.g. PodInitializing) may take over
+    restart_cause: str = ""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """How often a queue (Kueue) took the job's pods back for one reason: preempted by a
+    higher-priority job, pods not ready in time, ... The job was requeued, not failed."""
+
+    reason: str
+    text: str  # the reason as a user reads it ("" when the queue gave none we know)
+    count: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
+
+    ``failed_rank`` is the first rank that failed (by time), when known, so its last lines can
+    be shown first. ``max_restarts`` is the job's limit of fault restarts (Kubernetes:
+    ``backoffLimit``). ``progress`` is percent done and time left, once the job reports a total
+    (``ktrain.report(step=..., total=...)`` or the Transformers Trainer); None before.
+    """
+
+    name: str
+    state: JobState
+    reason: str = ""
+    message: str = ""
+    exit_codes: Mapping[int, int] = field(default_factory=dict)
+    replicas: tuple[ReplicaStatus, ...] = ()
+    started: float | None = None
+    finished: float | None = None
+    failed_rank: int | None = None
+    progress: Progress | None = None
+    max_restarts: int | None = None  # how many fault restarts the job allows, when known
+    # a warm job (``--warm``): its runs so far, the run in progress, since when it is idle, its
+    # idle limit in seconds and its GPUs; None for any other job
+    warm: WarmInfo | None = None
+    # a queued job (Kueue): each reason it was evicted and requeued for, with its count, and
+    # the queue that admitted it ("ClusterQueue 'x'"; "" while it waits or went through none)
+    evictions: tuple[Eviction, ...] = ()
+    admitted_by: str = ""
+    # where to watch the job in its framework's own UI ("Ray dashboard: http://..."), once known
+    dashboard: str = ""
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of every replica so far (a fault restarted: killed, deleted, preempted)."""
+        return sum(r.restarts for r in self.replicas)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in BACKEND_ENDS
+
+    def describe(self, now: float | None = None) -> str:
+        """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
+        parts: list[str] = [self.state]
+        if self.progress is not None:
+            parts.append(progress_text(self.progress, now or time.time(), self.terminal))
+        if self.warm is not None:
+            parts.append(self.warm.describe(now or time.time(), self.terminal))
+        if self.reason:
+            parts.append(self.reason)
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class WarmInfo:
+    """A warm job between and during runs (what ``%ktrain list`` and the side panel show)."""
+
+    runs: int = 0
+    active: int | None = None
+    idle_since: float | None = None
+    idle_limit_s: float = 900.0
+    gpus: int = 0
+
+    def idle_s(self, now: float) -> float:
+        return 0.0 if self.idle_since is None else max(0.0, now - self.idle_since)
+
+    def idle_gpu_hours(self, now: float) -> float:
+        """GPU-hours held idle since the last run ended (the current idle stretch)."""
+        return self.gpus * self.idle_s(now) / 3600.0
+
+    def describe(self, now: float, ended: bool = False) -> str:
+        runs = f"warm, {self.runs} run(s)"
+        if ended:
+            return runs
+        if self.active is not None:
+            return f"{runs}, run {self.active} running"
+        idle, limit = fmt_duration(self.idle_s(now), 1), fmt_duration(self.idle_limit_s, 1)
+        idle = f"{runs}, idle {idle} of {limit}"
+        if self.gpus:
+            idle += f", {self.gpus} GPU(s), {self.idle_gpu_hours(now):.2f} idle GPU-h"
+        return idle
+
+
+def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
+    """``status`` with one exit code per rank once it ended: a rank that never reported its
+    own (stopped with its replica, or never started) gets its replica's code (1 if unknown).
+    Replicas are in node-rank order; rank r runs on replica r // procs_per_node."""
+    if not status.terminal or not status.replicas or procs_per_node < 1:
+        return status
+    codes = dict(status.exit_codes)
+    for node, replica in enumerate(status.replicas):
+        for rank in range(node * procs_per_node, (node + 1) * procs_per_node):
+            code = replica.exit_code
+            codes.setdefault(rank, code if code is not None else 1)
+    return replace(status, exit_codes=codes)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How a job was started: what its monitor's header shows, also after ``attach``."""
+
+    kind: str = DEFAULT_KIND
+    nodes: int = 1
+    procs_per_node: int = 1
+    gpus_per_node: int = 0
+
+
+class View(Protocol):
+    """A view of a running job (the notebook widget, the text in a terminal or nbclient):
+    ``show()`` once, ``update(now)`` on a timer (each view throttles itself), ``close(now)`` when
+    the job is over or the user detaches. The monitor's follow loop drives it."""
+
+    def show(self) -> None: ...
+    def update(self, now: float | None = None) -> None: ...
+    def close(self, now: float | None = None) -> None: ...

@@ -16,10 +16,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend, listed_backends
-from .backends.base import CANCELLED, FAILED, Backend, Job, JobStatus
+from .backends.base import Backend, Job
 from .backends.warm import check_warm
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
+from .jobs import CANCELLED, FAILED, JobStatus
 from .monitor.cell_error import job_error
 from .monitor.follow import follow
 from .monitor.live import ModelSink, model_for
@@ -31,7 +32,7 @@ from .tracking import session as tracking
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
-    from .widgets.monitor import View
+    from .jobs import View
 
 __all__ = [
     "KtrainMagics",

@@ -349,7 +349,7 @@ FAILURES = {
 
 
 def check_failures(kernel: Kernel) -> dict[str, Any]:
-    from jupyter_ktrain.monitor.failures import classify
+    from jupyter_ktrain.failures import classify
 
     out: dict[str, Any] = {}
     for key, (cell, flags, want) in FAILURES.items():

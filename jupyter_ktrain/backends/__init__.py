@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
-from .base import Backend, Job, JobStatus, LaunchPlan
+from ..jobs import JobStatus
+from .base import Backend, Job, LaunchPlan
 
 if TYPE_CHECKING:
     from ..config import Config

@@ -1,4 +1,5 @@
-"""The one Backend interface, the job handle, and the shapes they exchange.
+"""The one Backend interface and the job handle (the states and statuses they speak are in
+:mod:`jupyter_ktrain.jobs`, below every layer).
 
 Public methods live here and call a few hooks each backend implements (torchx's shape):
 ``submit`` is ``schedule(dryrun(...))``, and the dry run is the exact request a backend would
@@ -18,20 +19,11 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
-
-# the job states: one list for backends and views (jupyter_ktrain.jobs)
-from ..jobs import BACKEND_ENDS
-from ..jobs import CANCELLED as CANCELLED
-from ..jobs import FAILED as FAILED
-from ..jobs import PENDING as PENDING
-from ..jobs import QUEUED as QUEUED
-from ..jobs import RUNNING as RUNNING
-from ..jobs import SUCCEEDED as SUCCEEDED
-from ..kinds import DEFAULT_KIND
+from ..jobs import CANCELLED, JobShape, JobStatus
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -39,154 +31,12 @@ if TYPE_CHECKING:
     from ..spec import JobSpec
 
 __all__ = [
-    "CANCELLED",
-    "QUEUED",
-    "TERMINAL",
     "Backend",
-    "Eviction",
     "Job",
-    "JobShape",
-    "JobStatus",
     "LaunchPlan",
     "LogSource",
-    "ReplicaStatus",
     "Request",
-    "WarmInfo",
-    "complete_exit_codes",
 ]
-
-TERMINAL = BACKEND_ENDS  # a backend's ends (a model adds Deleted)
-
-
-@dataclass(frozen=True)
-class ReplicaStatus:
-    """One replica: a pod, or one local node (a torchrun agent)."""
-
-    name: str
-    phase: str
-    restarts: int = 0
-    node: str = ""
-    exit_code: int | None = None
-    last_event: str = ""
-    # why it last restarted ("restarted after exit 137, ..."), kept apart from ``last_event``,
-    # which a newer state (e.g. PodInitializing) may take over
-    restart_cause: str = ""
-
-
-@dataclass(frozen=True)
-class Eviction:
-    """How often a queue (Kueue) took the job's pods back for one reason: preempted by a
-    higher-priority job, pods not ready in time, ... The job was requeued, not failed."""
-
-    reason: str
-    text: str  # the reason as a user reads it ("" when the queue gave none we know)
-    count: int
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """What a user checks: state (Pending/Running/Succeeded/Failed), why, and per-rank codes.
-
-    ``failed_rank`` is the first rank that failed (by time), when known, so its last lines can
-    be shown first. ``max_restarts`` is the job's limit of fault restarts (Kubernetes:
-    ``backoffLimit``). ``progress`` is percent done and time left, once the job reports a total
-    (``ktrain.report(step=..., total=...)`` or the Transformers Trainer); None before.
-    """
-
-    name: str
-    state: str
-    reason: str = ""
-    message: str = ""
-    exit_codes: Mapping[int, int] = field(default_factory=dict)
-    replicas: tuple[ReplicaStatus, ...] = ()
-    started: float | None = None
-    finished: float | None = None
-    failed_rank: int | None = None
-    progress: Progress | None = None
-    max_restarts: int | None = None  # how many fault restarts the job allows, when known
-    # a warm job (``--warm``): its runs so far, the run in progress, since when it is idle, its
-    # idle limit in seconds and its GPUs; None for any other job
-    warm: WarmInfo | None = None
-    # a queued job (Kueue): each reason it was evicted and requeued for, with its count, and
-    # the queue that admitted it ("ClusterQueue 'x'"; "" while it waits or went through none)
-    evictions: tuple[Eviction, ...] = ()
-    admitted_by: str = ""
-    # where to watch the job in its framework's own UI ("Ray dashboard: http://..."), once known
-    dashboard: str = ""
-
-    @property
-    def restarts(self) -> int:
-        """Restarts of every replica so far (a fault restarted: killed, deleted, preempted)."""
-        return sum(r.restarts for r in self.replicas)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
-
-    def describe(self, now: float | None = None) -> str:
-        """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
-        parts = [self.state]
-        if self.progress is not None:
-            from ..pod.progress import progress_text
-
-            parts.append(progress_text(self.progress, now or time.time(), self.terminal))
-        if self.warm is not None:
-            parts.append(self.warm.describe(now or time.time(), self.terminal))
-        if self.reason:
-            parts.append(self.reason)
-        return " · ".join(parts)
-
-
-@dataclass(frozen=True)
-class WarmInfo:
-    """A warm job between and during runs (what ``%ktrain list`` and the side panel show)."""
-
-    runs: int = 0
-    active: int | None = None
-    idle_since: float | None = None
-    idle_limit_s: float = 900.0
-    gpus: int = 0
-
-    def idle_s(self, now: float) -> float:
-        return 0.0 if self.idle_since is None else max(0.0, now - self.idle_since)
-
-    def idle_gpu_hours(self, now: float) -> float:
-        """GPU-hours held idle since the last run ended (the current idle stretch)."""
-        return self.gpus * self.idle_s(now) / 3600.0
-
-    def describe(self, now: float, ended: bool = False) -> str:
-        runs = f"warm, {self.runs} run(s)"
-        if ended:
-            return runs
-        if self.active is not None:
-            return f"{runs}, run {self.active} running"
-        idle = f"{runs}, idle {_short(self.idle_s(now))} of {_short(self.idle_limit_s)}"
-        if self.gpus:
-            idle += f", {self.gpus} GPU(s), {self.idle_gpu_hours(now):.2f} idle GPU-h"
-        return idle
-
-
-def _short(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
-    """``status`` with one exit code per rank once it ended: a rank that never reported its
-    own (stopped with its replica, or never started) gets its replica's code (1 if unknown).
-    Replicas are in node-rank order; rank r runs on replica r // procs_per_node."""
-    if not status.terminal or not status.replicas or procs_per_node < 1:
-        return status
-    codes = dict(status.exit_codes)
-    for node, replica in enumerate(status.replicas):
-        for rank in range(node * procs_per_node, (node + 1) * procs_per_node):
-            code = replica.exit_code
-            codes.setdefault(rank, code if code is not None else 1)
-    return replace(status, exit_codes=codes)
 
 
 class Request(Protocol):
@@ -381,16 +231,6 @@ class Backend(ABC):
         return None
 
 
-@dataclass(frozen=True)
-class JobShape:
-    """How a job was started: what its monitor's header shows, also after ``attach``."""
-
-    kind: str = DEFAULT_KIND
-    nodes: int = 1
-    procs_per_node: int = 1
-    gpus_per_node: int = 0
-
-
 class Job:
     """Handle on a submitted job: ``state``, ``status()`` (with ``progress``), ``logs()``,
     ``exit_codes``, ``result``, ``progress_history()``, ``wait()``, ``cancel()``. Cheap to
@@ -499,7 +339,7 @@ class Job:
 
     def progress_history(self) -> list[Progress]:
         """Every progress update so far (percent done, ETA as it was then), from the logs."""
-        from ..monitor.results import progress_from_logs
+        from .results import progress_from_logs
 
         return progress_from_logs(self.read_logs())
 
@@ -507,7 +347,7 @@ class Job:
     def outputs(self) -> dict[str, Any]:
         """Names the cell bound on rank 0 (and ``_`` for a trailing expression)."""
         if self._outputs is None:
-            from ..monitor.results import results_from_lines
+            from .results import results_from_lines
 
             lines = (raw for _replica, raw in self.read_logs())
             found = results_from_lines(lines)

@@ -28,28 +28,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, JobNotFound, SpecError
+from ..jobs import (
+    BACKEND_ENDS,
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    JobShape,
+    JobState,
+    JobStatus,
+    ReplicaStatus,
+    complete_exit_codes,
+)
 from ..kinds import DEFAULT_KIND, KIND_TABLE
 from ..pod.agent.warm import CONTROL_ENV
 from ..pod.checkpoint import CHECKPOINTS_ENV
 from ..pod.launch import node_command, operator_env
 from ..pod.progress import Progress
 from ..spec import check_job_name
-from .base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
-    TERMINAL,
-    Backend,
-    Job,
-    JobShape,
-    JobStatus,
-    LaunchPlan,
-    LogSource,
-    ReplicaStatus,
-    Request,
-    complete_exit_codes,
-)
+from .base import Backend, Job, LaunchPlan, LogSource, Request
 from .jobstore import (
     create_job_dir,
     job_marker,
@@ -382,7 +379,7 @@ class LocalBackend(Backend):
     def status(self, name: str) -> JobStatus:
         raw = self._state(name)
         state = raw.get("state", PENDING)
-        if state not in TERMINAL and not self._alive(raw):
+        if state not in BACKEND_ENDS and not self._alive(raw):
             raw.update(self._without_supervisor(name, raw))
             state = raw["state"]
         return self._to_status(name, raw, state, self.shape(name))
@@ -406,7 +403,7 @@ class LocalBackend(Backend):
         warm = raw.get("warm")
         status = JobStatus(
             name=name,
-            state=state,
+            state=JobState(state),
             reason=raw.get("reason", ""),
             message=raw.get("message", ""),
             exit_codes={int(k): int(v) for k, v in raw.get("exit_codes", {}).items()},
@@ -462,7 +459,7 @@ class LocalBackend(Backend):
         what it found. Raises :class:`BackendError` only when processes could not be stopped."""
         raw = self._state(name)
         marker = job_marker(self.job_dir(name))
-        if marker is None or (raw.get("state") in TERMINAL and not marked_pids(marker)):
+        if marker is None or (raw.get("state") in BACKEND_ENDS and not marked_pids(marker)):
             return  # ended, or not started yet (its folder is being made)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         while raw.get("supervisor_pid") is None and time.monotonic() < deadline:

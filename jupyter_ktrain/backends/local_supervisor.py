@@ -45,8 +45,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ..failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ..jobs import BACKEND_ENDS, CANCELLED_BY_USER
-from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ..pod.progress import JobProgress
 from ..pod.protocol import Exit, Metric, format_agent_line, parse_line

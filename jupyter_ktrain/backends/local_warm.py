@@ -14,17 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobNotFound, SpecError
-from .base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    TERMINAL,
-    JobShape,
-    JobStatus,
-    LaunchPlan,
-    LogSource,
-    WarmInfo,
-)
+from ..jobs import BACKEND_ENDS, CANCELLED, FAILED, PENDING, JobShape, JobStatus, WarmInfo
+from .base import LaunchPlan, LogSource
 from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
 from .local_request import read_plan
 from .warm import check_warm, shape_changes, warm_shape
@@ -161,7 +152,7 @@ class LocalWarm:
         raw = read_state(run_dir)
         if raw is None:
             raise JobNotFound(f"The warm job {name!r} has no run {run}.")
-        if raw.get("state") not in TERMINAL and job.terminal:
+        if raw.get("state") not in BACKEND_ENDS and job.terminal:
             why = job.message or job.reason or job.state
             ended = {"state": CANCELLED if job.state == CANCELLED else FAILED}
             raw = {**raw, **ended, "reason": job.reason, "message": f"the warm job ended: {why}"}

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..jobs import CANCELLED_BY_USER
+from ..pod.progress import fmt_duration
 from ..pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
 from .jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
 from .local_supervisor import Supervisor, _Log
@@ -259,7 +260,8 @@ class WarmSupervisor(Supervisor):
             return False
         self.ended_reason = IDLE_LIMIT
         self.ended_why = (
-            f"its idle limit ({_duration(limit)}) ended it after {_duration(idle)} without a run"
+            f"its idle limit ({fmt_duration(limit)}) ended it after {fmt_duration(idle)} "
+            "without a run"
             if limit > 0
             else "ended with --idle 0"
         )
@@ -297,12 +299,3 @@ class WarmSupervisor(Supervisor):
 
 def run_state(job_dir: Path, run: int) -> dict[str, Any] | None:
     return read_state(job_dir / "runs" / str(run))
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s" if seconds % 60 else f"{seconds // 60}m"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"

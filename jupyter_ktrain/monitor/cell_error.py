@@ -2,7 +2,7 @@
 
 A header that says what happened (``rank 1 raised ValueError: no shard``), then the first
 failing rank's own last lines (its traceback, frames named ``cell [N]``), what to do for a
-known kind of failure (:func:`~jupyter_ktrain.monitor.failures.classify`), and where the whole
+known kind of failure (:func:`~jupyter_ktrain.failures.classify`), and where the whole
 log is. The exception line is said once, in the header. Nothing of torchrun's report (its
 ``ChildFailedError`` traceback and "Root Cause" banner names whichever rank its node saw end
 first, often one that was only stopped): the ranks' own lines are the truth.
@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
+from ..failures import classify, ranks_text
 from ..jobs import CANCELLED_BY_USER
 from ..pod.exits import describe_exit
-from .failures import classify, ranks_text
 
 if TYPE_CHECKING:
-    from ..backends.base import Job, JobStatus
+    from ..backends.base import Job
+    from ..jobs import JobStatus
 
 __all__ = ["exception_line", "failure_headline", "job_error", "raised_at"]
 

@@ -11,10 +11,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from ..errors import JobNotFound
+from ..jobs import CANCELLED, JobStatus
 from ..pod.protocol import LogLine, parse_line
 
 if TYPE_CHECKING:
-    from ..backends.base import Job, JobStatus
+    from ..backends.base import Job
 
 __all__ = ["Sink", "follow"]
 
@@ -76,9 +78,6 @@ def follow(
 def _status(job: Job) -> JobStatus:
     """The job's status; a job deleted while followed (``%ktrain cancel``, the panel's or the
     CLI's cancel, ``kubectl delete``: a cancel deletes a cluster job) ended Cancelled."""
-    from ..backends.base import JobStatus
-    from ..errors import JobNotFound
-    from ..jobs import CANCELLED
 
     try:
         return job.status()

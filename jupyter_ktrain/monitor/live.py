@@ -18,8 +18,8 @@ from .model import JobHeader, MonitorModel, ReplicaRow
 from .torchrun import TorchrunFold
 
 if TYPE_CHECKING:
-    from ..backends.base import Job, JobStatus, ReplicaStatus
-    from ..widgets.monitor import View
+    from ..backends.base import Job
+    from ..jobs import JobStatus, ReplicaStatus, View
 
 __all__ = [
     "LogReplay",

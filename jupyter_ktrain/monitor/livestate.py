@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..pod.progress import fmt_age, progress_short, progress_text
+from ..pod.progress import fmt_duration, progress_short, progress_text
 from .model import ReplicaRow
 from .viewmodel import CANCELLED, RUNNING, TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from ..backends.base import JobStatus, ReplicaStatus
+    from ..jobs import JobStatus, ReplicaStatus
 
 __all__ = [
     "ended_by_user",
@@ -97,7 +97,7 @@ def warm_words(status: JobStatus, now: float) -> str:
     if w.active is not None:
         return run_words(w.active)
     gpus = f" · {w.gpus} GPU · {w.idle_gpu_hours(now):.2f} GPU-h idle" if w.gpus else ""
-    return f"warm · {runs} · idle {fmt_age(w.idle_s(now))}{gpus}"
+    return f"warm · {runs} · idle {fmt_duration(w.idle_s(now), 1)}{gpus}"
 
 
 def ended_by_user(status: JobStatus) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from ..jobs import CANCELLED_BY_USER
-from ..pod.progress import fmt_elapsed, progress_text
+from ..pod.progress import fmt_duration, progress_text
 from ..pod.protocol import METRIC, metric_values
 from .cell_error import failure_headline
 from .livestate import ended_by_user, run_words
@@ -22,12 +22,12 @@ from .model import LogEntry, MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
 
 if TYPE_CHECKING:
-    from ..backends.base import Job, JobStatus
+    from ..backends.base import Job
+    from ..jobs import JobStatus
 
 __all__ = [
     "TextView",
     "failure_summary",
-    "fmt_elapsed",
     "header_text",
     "status_text",
     "text_line",
@@ -52,7 +52,7 @@ def header_text(model: MonitorModel, now: float) -> str:
     """``mnist · PyTorchJob on local · Running 1m 05s · 42% (420/1000) · 1m 30s left · 2
     node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
     h = model.header
-    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_elapsed(h.elapsed(now))}"]
+    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_duration(int(h.elapsed(now)))}"]
     if h.run is not None:
         parts.insert(1, run_words(h.run))  # a warm job's run: said, not only in a tooltip
     if model.progress is not None:
@@ -180,7 +180,8 @@ class TextView:
             values = " · ".join(f"{v.name} {fmt_value(v.value)}" for v in once)
             self.out.write(f"[ktrain] reported once: {values}\n")
         tail = f" ({h.message})" if h.message else ""
-        self.out.write(f"[ktrain] {h.name} {h.state} after {fmt_elapsed(h.elapsed(now))}{tail}\n")
+        ran = fmt_duration(int(h.elapsed(now)))  # whole seconds: a clock does not run ahead
+        self.out.write(f"[ktrain] {h.name} {h.state} after {ran}{tail}\n")
         self.out.flush()
 
 
@@ -216,7 +217,7 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
 def _explanation(code: int | None, lines: list[str]) -> str:
     """What a rank's end means and what to do, when its lines or its signal say more than the
     headline: ``OOM: out of memory (...): lower the batch size ...``."""
-    from .failures import classify, signal_failure
+    from ..failures import classify, signal_failure
 
     said = classify(lines, None if signal_failure(code) else code)
     if said.kind != "error":
@@ -255,7 +256,7 @@ def status_text(status: JobStatus, backend: str, now: float | None = None) -> st
     lines = [f"{status.name} on {backend}: {status.state}{why if status.reason else ''}"]
     if status.started is not None:
         end = status.finished if status.finished is not None else now
-        ran = fmt_elapsed(max(0.0, end - status.started))
+        ran = fmt_duration(int(max(0.0, end - status.started)))
         verb = "ran" if status.finished is not None else "running for"
         lines.append(f"  started   {_when(status.started)} ({verb} {ran})")
     if status.finished is not None:

@@ -33,9 +33,7 @@ __all__ = [
     "JobProgress",
     "Progress",
     "ProgressTracker",
-    "fmt_age",
-    "fmt_elapsed",
-    "fmt_seconds",
+    "fmt_duration",
     "progress_short",
     "progress_text",
 ]
@@ -47,31 +45,26 @@ WAIT_STEPS = 3.0  # with no step for this many step times (and WAIT_MIN_S) the j
 WAIT_MIN_S = 2.0
 
 
-def fmt_seconds(seconds: float) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m`` (rounded: a time left)."""
-    return _fmt(round(seconds))
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
-def fmt_age(seconds: float) -> str:
-    """One unit, for narrow columns (the side panel's list): ``42s``, ``3m``, ``2h``, ``4d``."""
-    s = round(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{round(s / size)}{unit}"
-    return f"{s}s"
-
-
-def fmt_elapsed(seconds: float) -> str:
-    """Like :func:`fmt_seconds`, whole seconds passed (a clock does not round up)."""
-    return _fmt(int(seconds))
-
-
-def _fmt(s: int) -> str:
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+def fmt_duration(seconds: float, units: int = 2) -> str:
+    """A length of time in its ``units`` largest units, the smaller ones two digits wide:
+    ``42s``, ``3m 05s``, ``2h 07m``, ``1d 03h``; ``units=1`` for narrow columns and short
+    lines: ``42s``, ``3m``, ``2h``, ``4d``. Rounded to the nearest of the last unit shown (a
+    clock that must not run ahead passes whole seconds passed, ``int(elapsed)``). The one
+    duration wording: the side panel's ``age`` (``labextension/src/format.ts``) says the same."""
+    s = max(0, int(seconds + 0.5))
+    for _ in range(2):  # a second pass when rounding carried into a larger unit (59m 40s: 1h)
+        first = next(i for i, (_, size) in enumerate(_UNITS) if s >= size or size == 1)
+        shown = _UNITS[first : first + max(1, units)]
+        last = shown[-1][1]
+        s = (s + last // 2) // last * last
+    parts = []
+    for i, (unit, size) in enumerate(shown):
+        value = s // size if i == 0 else s % shown[i - 1][1] // size
+        parts.append(f"{value}{unit}" if i == 0 else f"{value:02d}{unit}")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -156,11 +149,11 @@ class Progress:
         stalled = self.stalled_for(now)
         waiting = self.waiting_for(now)
         if waiting is not None and stalled is None:
-            return f"{head} · waiting (no step for {fmt_seconds(waiting)})"
+            return f"{head} · waiting (no step for {fmt_duration(waiting)})"
         left = self.remaining(now)
         if left is not None:
-            return f"{head} · {fmt_seconds(left)} left"
-        why = "" if stalled is None else f" (no step for {fmt_seconds(stalled)})"
+            return f"{head} · {fmt_duration(left)} left"
+        why = "" if stalled is None else f" (no step for {fmt_duration(stalled)})"
         return f"{head} · ETA unknown{why}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,7 +203,7 @@ def progress_short(
     if progress.waiting_for(now) is not None and progress.stalled_for(now) is None:
         return f"{pct:g}% · waiting"
     left = progress.remaining(now)
-    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_age(left))
+    return f"{pct:g}% · " + ("ETA unknown" if left is None else fmt_duration(left, units=1))
 
 
 class ProgressTracker:

@@ -52,7 +52,8 @@ from .payloads import (
 )
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, JobStatus
+    from ..backends.base import Backend
+    from ..jobs import JobStatus
     from ..monitor.model import MonitorModel
 
 __all__ = [

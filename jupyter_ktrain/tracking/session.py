@@ -25,7 +25,8 @@ from .store import read_record, remove, write_record
 from .uri import OFF, check_uri
 
 if TYPE_CHECKING:
-    from ..backends.base import Job, JobStatus
+    from ..backends.base import Job
+    from ..jobs import JobStatus
     from ..monitor.follow import Sink
     from ..spec import JobSpec
     from .mlflow_run import MlflowRun

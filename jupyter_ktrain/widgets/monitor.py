@@ -1,8 +1,9 @@
 """The monitor in the ``%%ktrain`` cell: ipywidgets + plotly, or plain text without widgets.
 
 Both views read a :class:`~jupyter_ktrain.monitor.model.MonitorModel` and share one small
-interface (:class:`View`): ``show()`` once, ``update(now)`` on a timer (every ~0.2 s is fine:
-each view throttles itself), ``close(now)`` when the job is over or the user detaches. The
+interface (the monitor's port, :class:`jupyter_ktrain.jobs.View`): ``show()`` once,
+``update(now)`` on a timer (every ~0.2 s is fine: each view throttles itself), ``close(now)``
+when the job is over or the user detaches. The
 text view is :class:`jupyter_ktrain.monitor.text.TextView` (re-exported here); both are fed
 by the follow loop through :class:`jupyter_ktrain.monitor.live.ModelSink`.
 
@@ -29,8 +30,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
+from ..jobs import View
 from ..monitor.model import LogEntry, MonitorModel
 from ..monitor.text import TextView, header_text
 from ..monitor.viewmodel import (
@@ -49,7 +51,6 @@ __all__ = [
     "PANEL_BUTTON_CLASS",
     "MonitorView",
     "TextView",
-    "View",
     "make_view",
     "open_in_panel",
     "widgets_available",
@@ -58,12 +59,6 @@ __all__ = [
 PANEL_BUTTON_CLASS = "ktrain-open-panel"
 
 Callback = Callable[[], None]
-
-
-class View(Protocol):
-    def show(self) -> None: ...
-    def update(self, now: float | None = None) -> None: ...
-    def close(self, now: float | None = None) -> None: ...
 
 
 def _matches(entry: LogEntry, needle: str) -> bool:

@@ -202,7 +202,7 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
     again, _ = _run(shell)
     out = capsys.readouterr().out
     assert again.name != job.name
-    assert f"the warm job {job.name!r} was ended: its idle limit (1 s)" in out
+    assert f"the warm job {job.name!r} was ended: its idle limit (1s)" in out
     shell.run_line_magic("ktrain", f"warm {again.name} --idle 0")
     assert LocalBackend().status(again.name).reason == "IdleLimit"
     with pytest.raises(UsageError, match="already ended"):

@@ -133,8 +133,8 @@ def test_hf_finetune_notebook_reports_trainer_logs_and_progress(tmp_path: Path) 
     pytest.importorskip("transformers")
     pytest.importorskip("deepspeed")
     from jupyter_ktrain.backends.local import FileLogSource, LocalBackend
+    from jupyter_ktrain.backends.results import progress_from_logs
     from jupyter_ktrain.monitor.live import model_from_logs
-    from jupyter_ktrain.monitor.results import progress_from_logs
 
     out = tmp_path / "hf"
     done = run_notebook(NOTEBOOKS / "05-hf-finetune.ipynb", out)

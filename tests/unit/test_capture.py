@@ -15,8 +15,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain import CaptureError, SecretError
+from jupyter_ktrain.backends.results import results_from_lines
 from jupyter_ktrain.capture import CapturedProgram, capture
-from jupyter_ktrain.monitor.results import results_from_lines
 
 TRICKY = "cost $HOME `id` $(whoami) \\\\n \\' \" 'q' ünïcødé ✓\nEOF\nEOM\n\\"
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain.backends.base import JobStatus
 from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
+from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.monitor.cell_error import exception_line, job_error
 from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line, lost_peer_line
 from jupyter_ktrain.pod.protocol import LogLine, parse_line

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.monitor.failures import (
+from jupyter_ktrain.failures import (
     TorchrunReport,
     WorkerExit,
     classify,

@@ -101,3 +101,83 @@ def test_the_check_sees_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _circles(graph) == [["a", "b", "c"]]
     assert _graph()["jupyter_ktrain.backends.base"] >= {"jupyter_ktrain.jobs"}
+
+
+# -- the layers: the job vocabulary at the bottom, backends and the monitor side by side on it --
+BOTTOM = ("jupyter_ktrain.jobs", "jupyter_ktrain.failures", "jupyter_ktrain.kinds")
+POD = "jupyter_ktrain.pod"
+
+
+def _imports(name: str) -> dict[str, set[str]]:
+    """What module ``name`` imports from the package, every import (module level, in functions,
+    under ``if TYPE_CHECKING:``), as {module: names taken from it}."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    path = files[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.setdefault(alias.name, set())
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = (f"{base}.{node.module}" if node.module else base) if node.level else (
+                node.module or "")  # fmt: skip
+            found.setdefault(module, set()).update(a.name for a in node.names)
+    return {m: n for m, n in found.items() if m.startswith("jupyter_ktrain")}
+
+
+def _modules_under(prefix: str) -> list[str]:
+    names = (_module_name(p) for p in PACKAGE.rglob("*.py"))
+    return sorted(n for n in names if n == prefix or n.startswith(prefix + "."))
+
+
+def _within(module: str, layers: tuple[str, ...]) -> bool:
+    return any(module == layer or module.startswith(layer + ".") for layer in layers)
+
+
+def test_the_job_vocabulary_is_the_bottom_layer() -> None:
+    """``jobs`` (states, statuses, the view port), ``failures`` and ``kinds`` import nothing of
+    the package but each other and the standard-library-only ``pod`` package, which imports
+    nothing above it."""
+    above = {
+        name: sorted(m for m in _imports(name) if not _within(m, (*BOTTOM, POD)))
+        for name in (*BOTTOM, *_modules_under(POD))
+    }
+    assert {k: v for k, v in above.items() if v} == {}
+    pod_up = {
+        n: sorted(m for m in _imports(n) if not _within(m, (POD,))) for n in _modules_under(POD)
+    }
+    assert {k: v for k, v in pod_up.items() if v} == {}
+
+
+def test_backends_and_the_monitor_do_not_import_each_other() -> None:
+    """The backends never import the monitor; the monitor takes from the backends only the
+    job handle's type (``backends.base.Job``, under ``if TYPE_CHECKING:``), never code."""
+    backends = {
+        name: sorted(m for m in _imports(name) if _within(m, ("jupyter_ktrain.monitor",)))
+        for name in _modules_under("jupyter_ktrain.backends")
+    }
+    assert {k: v for k, v in backends.items() if v} == {}
+    monitor: dict[str, set[str]] = {}
+    for name in _modules_under("jupyter_ktrain.monitor"):
+        for module, names in _imports(name).items():
+            if _within(module, ("jupyter_ktrain.backends",)):
+                monitor.setdefault(module, set()).update(names)
+    assert monitor == {"jupyter_ktrain.backends.base": {"Job"}}
+    graph = _graph()
+    for name in _modules_under("jupyter_ktrain.monitor"):  # and that one at type-check time only
+        assert not _within_any(graph[name], "jupyter_ktrain.backends"), name
+
+
+def _within_any(modules: set[str], layer: str) -> bool:
+    return any(_within(m, (layer,)) for m in modules)
+
+
+def test_the_layer_check_sees_every_kind_of_import() -> None:
+    assert "jupyter_ktrain.pod.progress" in _imports("jupyter_ktrain.jobs")  # module level
+    assert _imports("jupyter_ktrain.monitor.live")["jupyter_ktrain.backends.base"] == {"Job"}
+    lazy = _imports("jupyter_ktrain.backends.base")  # inside a function
+    assert lazy["jupyter_ktrain.backends.results"] == {"progress_from_logs", "results_from_lines"}

@@ -43,9 +43,9 @@ def test_dry_run_needs_no_cluster(
 
 def test_attach_reads_the_shape_the_job_was_created_with() -> None:
     """What `%ktrain attach` shows for a cluster job: read back from its object, not 1 x 1."""
-    from jupyter_ktrain.backends.base import JobShape
     from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
     from jupyter_ktrain.backends.kubernetes.status import job_shape
+    from jupyter_ktrain.jobs import JobShape
     from jupyter_ktrain.spec import JobSpec
 
     spec = JobSpec.create(name="shape", backend="kubernetes", nodes=3, resources={"gpus": 4},

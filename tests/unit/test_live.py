@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus
+from jupyter_ktrain.jobs import JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import TextView
@@ -102,7 +102,7 @@ def test_a_ray_drivers_tasks_reporting_out_of_order_keep_every_point() -> None:
 def test_every_rank_gets_an_exit_code_once_the_job_ended() -> None:
     """A 2 x 2 job where rank 3 failed and rank 2 was stopped with its node before it could
     report: rank 2 gets its node's code, so ``exit_codes`` names all four ranks."""
-    from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus, complete_exit_codes
+    from jupyter_ktrain.jobs import JobStatus, ReplicaStatus, complete_exit_codes
 
     replicas = (ReplicaStatus("j-node-0", "Succeeded", exit_code=0),
                 ReplicaStatus("j-node-1", "Failed", exit_code=143))  # fmt: skip
@@ -116,8 +116,9 @@ def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
     """On Kubernetes, cancel deletes the job: the handle that cancelled it (the cell's
     follow loop, the widget's Cancel) reads Cancelled, its own final state, not "not found";
     another handle still learns that the job is gone."""
-    from jupyter_ktrain.backends.base import TERMINAL, Backend, Job, JobStatus
+    from jupyter_ktrain.backends.base import Backend, Job
     from jupyter_ktrain.errors import JobNotFound
+    from jupyter_ktrain.jobs import BACKEND_ENDS, JobStatus
 
     class Deleting(Backend):
         name = "kubernetes"
@@ -139,7 +140,7 @@ def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
     job.cancel()
     status = job.status()
     assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
-    assert "Cancelled" in TERMINAL
+    assert "Cancelled" in BACKEND_ENDS
     with pytest.raises(JobNotFound):  # a handle that did not cancel invents no state
         other.status()
 

@@ -4,7 +4,7 @@ ranks printed, tqdm's last frame under its rank, and the log notice only when li
 
 from __future__ import annotations
 
-from jupyter_ktrain.backends.base import JobStatus, ReplicaStatus, WarmInfo
+from jupyter_ktrain.jobs import JobStatus, ReplicaStatus, WarmInfo
 from jupyter_ktrain.monitor import livestate
 from jupyter_ktrain.monitor.fold import RepeatFold, shown_text
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.base import Backend, JobStatus
+from jupyter_ktrain.backends.base import Backend
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.errors import BackendError, ClusterError, JobNotFound, SpecError
+from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.server.core import PanelCore, decode_offset, encode_offset, http_status
 
 from ..panel_jobs import run_job

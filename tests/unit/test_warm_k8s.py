@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jupyter_ktrain.backends.base import JobStatus
+from jupyter_ktrain.backends.kubernetes.labels import SHAPE_ANNOTATION
 from jupyter_ktrain.backends.kubernetes.plan import describe, render_request
 from jupyter_ktrain.backends.kubernetes.warm import (
-    SHAPE_ANNOTATION,
     RunBook,
     control_of,
     order_run,
@@ -18,6 +17,7 @@ from jupyter_ktrain.backends.kubernetes.warm import (
     with_control,
 )
 from jupyter_ktrain.capture import capture
+from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.packaging.configmap import render_code_configmap
 from jupyter_ktrain.pod.agent.mirror import CONTROL_KEY, CONTROL_PATH, apply, folder_seq, seed
 from jupyter_ktrain.pod.protocol import (

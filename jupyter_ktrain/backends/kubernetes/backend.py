@@ -23,26 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import Config, load_config
 from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
+from ...jobs import FAILED, RUNNING, JobShape, JobStatus, complete_exit_codes
 from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
-from ..base import (
-    FAILED,
-    RUNNING,
-    Backend,
-    Job,
-    JobShape,
-    JobStatus,
-    LaunchPlan,
-    LogSource,
-    Request,
-    complete_exit_codes,
-)
+from ..base import Backend, Job, LaunchPlan, LogSource, Request
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, in_cluster, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .kueue import QueuePositions
-from .labels import JOB_LABEL, MANAGED_BY
+from .labels import JOB_LABEL, MANAGED_BY, WARM_LABEL
 from .logs import FollowedLines, PodLogSource, split_stamped
 from .metrics import SERVICE_MONITOR_API, metrics_service_name
 from .plan import KubernetesRequest, Manifest, describe, kind_and_name, render_request
@@ -55,10 +45,7 @@ from .status import (
     replica_pods,
     trainer_progress,
 )
-from .warm import (
-    WARM_LABEL,
-    RunBook,
-)
+from .warm import RunBook
 from .warm_backend import WarmJobs, remember
 from .watch import JobWatch, owned_workload
 

@@ -25,7 +25,8 @@ from ...kinds import KIND_TABLE, JobKind
 from ...pod.agent.relaunch import MAX_RESTARTS_ENV
 from ...pod.launch import node_command, warm_command
 from ...spec import JobSpec
-from .podtemplate import KUEUE_LABEL, MAX_RESTARTS_ANNOTATION, CodeSource, PodRole, pod_template
+from .labels import MAX_RESTARTS_ANNOTATION, PATCH_MANAGER
+from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 
 __all__ = [
     "BUILDERS",
@@ -344,7 +345,6 @@ _PATCHABLE = (
     "securityContext",
     "terminationGracePeriodSeconds",
 )
-PATCH_MANAGER = "ktrain.io/notebook"
 
 
 @_registered

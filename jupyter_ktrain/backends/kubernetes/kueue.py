@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ClusterError
-from ..base import Eviction
+from ...jobs import Eviction
 from .api import ns_path
 
 __all__ = [

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, cast
 
 from ...pod.launch import LIB_DIR
+from .labels import SHAPE_ANNOTATION, WARM_LABEL
 from .podtemplate import CodeSource, job_labels
 
 if TYPE_CHECKING:
@@ -149,7 +150,6 @@ def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
     import json
 
     from ..warm import warm_shape
-    from .warm import SHAPE_ANNOTATION, WARM_LABEL
 
     meta: dict[str, object] = dict(cast("Mapping[str, Mapping[str, object]]", job)["metadata"])
     labels = cast("Mapping[str, str]", meta.get("labels") or {})

@@ -28,8 +28,6 @@ __all__ = [
 ]
 
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# on a TrainJob: its fault restarts limit (its runtime's JobSet maxRestarts), for the monitor
-MAX_RESTARTS_ANNOTATION = "ktrain.io/max-restarts"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 ISTIO_ANNOTATION = "sidecar.istio.io/inject"
 CODE_VOLUME = "ktrain-code"

@@ -13,22 +13,23 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
-from ...monitor.failures import classify, pod_problem
-from ...pod.exits import PEER_LOST, restart_cause
-from ...pod.progress import Progress
-from ..base import (
+from ...failures import classify, pod_problem
+from ...jobs import (
     FAILED,
     PENDING,
     QUEUED,
     RUNNING,
     SUCCEEDED,
     JobShape,
+    JobState,
     JobStatus,
     ReplicaStatus,
 )
+from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
+from ...pod.exits import PEER_LOST, restart_cause
+from ...pod.progress import Progress
 from .kueue import queue_info, queued_message
-from .podtemplate import MAX_RESTARTS_ANNOTATION
+from .labels import MAX_RESTARTS_ANNOTATION
 
 __all__ = [
     "build_status",
@@ -46,7 +47,7 @@ STALL_S = 60.0
 JOBSET_RESTARTS_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 
-def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
+def job_state(job: Mapping[str, Any]) -> tuple[JobState, str, str]:
     """(state, reason, message) from the job's conditions (a RayJob's: its two fields)."""
     status = job.get("status") or {}
     if "jobDeploymentStatus" in status:
@@ -69,7 +70,7 @@ def job_state(job: Mapping[str, Any]) -> tuple[str, str, str]:
 
 def queued_state(
     job: Mapping[str, Any], workload: Mapping[str, Any] | None, position: int | None = None
-) -> tuple[str, str, str]:
+) -> tuple[JobState, str, str]:
     """:func:`job_state`, except that a job its Kueue ``workload`` has not admitted (yet, or
     again after an eviction) is ``Queued``, with Kueue's reason."""
     state, reason, message = job_state(job)
@@ -92,7 +93,7 @@ def _dashboard(status: Mapping[str, Any]) -> str:
     return f"Ray dashboard: {url if '://' in url else 'http://' + url}"
 
 
-def _ray_state(status: Mapping[str, Any]) -> tuple[str, str, str]:
+def _ray_state(status: Mapping[str, Any]) -> tuple[JobState, str, str]:
     """A RayJob's state: KubeRay's ``jobDeploymentStatus`` (its own progress: Initializing,
     Running, Complete, Failed, Suspended...) and Ray's ``jobStatus`` (the driver's: PENDING,
     RUNNING, SUCCEEDED, FAILED, STOPPED). It ends when the deployment is Complete or Failed; a

@@ -30,11 +30,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...jobs import CANCELLED_BY_USER
+from ...jobs import (
+    CANCELLED,
+    CANCELLED_BY_USER,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobState,
+    JobStatus,
+    ReplicaStatus,
+)
 from ...pod.agent.deliver import KEY_ENV
 from ...pod.agent.mirror import (
     CONFIGMAP_ENV,
-    CONTROL_ANNOTATION,
     CONTROL_ENV,
     CONTROL_KEY,
     CONTROL_PATH,
@@ -42,12 +51,10 @@ from ...pod.agent.mirror import (
 )
 from ...pod.launch import WARM_DIR
 from ...pod.protocol import EXIT, RUN, RUN_END, LogLine, record_type
-from ..base import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, JobStatus, ReplicaStatus
+from .labels import CONTROL_ANNOTATION
 
 __all__ = [
     "IDLE_TTL_S",
-    "SHAPE_ANNOTATION",
-    "WARM_LABEL",
     "RunBook",
     "control_of",
     "key_secret",
@@ -59,8 +66,6 @@ __all__ = [
     "with_control",
 ]
 
-WARM_LABEL = "ktrain.io/warm"
-SHAPE_ANNOTATION = "ktrain.io/warm-shape"
 IDLE_TTL_S = 5  # after the idle limit ended the job: deleted, with what it owns, this soon
 KEY_FIELD = "key"  # the Secret's one key: 64 hex characters
 CANCEL_WORDS = CANCELLED_BY_USER
@@ -250,7 +255,7 @@ class RunBook:
         return len(got.ends) if got else 0
 
 
-def _ended(status: JobStatus, state: str, reason: str, message: str) -> JobStatus:
+def _ended(status: JobStatus, state: JobState, reason: str, message: str) -> JobStatus:
     from dataclasses import replace
 
     return replace(status, state=state, reason=reason, message=message, finished=time.time())

@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
+from ...jobs import PENDING, RUNNING, SUCCEEDED, JobStatus, WarmInfo
 from ...pod.protocol import RUN, RUN_END, parse_line, record_type
-from ..base import PENDING, RUNNING, SUCCEEDED, Job, JobStatus, LaunchPlan, LogSource, WarmInfo
+from ..base import Job, LaunchPlan, LogSource
 from ..warm import shape_changes, warm_shape
 from .api import ApiFailure, ns_path
+from .labels import SHAPE_ANNOTATION, WARM_LABEL
 from .plan import KubernetesRequest, describe
 from .status import job_shape, job_state
 from .warm import (
     CANCEL_WORDS,
-    SHAPE_ANNOTATION,
-    WARM_LABEL,
     RunBook,
     control_of,
     order_run,
