@@ -6,7 +6,8 @@ backends, the monitor, the server and the front ends build on it.
   (:data:`RUNNING` ...), :data:`JOB_STATES` in their order, :data:`TERMINAL_STATES`, and
   :data:`BACKEND_ENDS` (the ends a backend writes: ``Deleted`` is the monitor's own);
 - :data:`CANCELLED_BY_USER`: the words for a job or run stopped on the user's request, the same
-  in a log line, a run's end and a cell's error;
+  in a log line, a run's end and a cell's error, and :data:`CANCELLED_REASON`, its reason code
+  (``Cancelled (CancelledByUser)``);
 - what a backend says of a job and every view reads: :class:`JobStatus` (with its
   :class:`ReplicaStatus` rows, queue :class:`Eviction` counts and :class:`WarmInfo`),
   :class:`JobShape` (how it was started) and :func:`complete_exit_codes`;
@@ -34,6 +35,7 @@ __all__ = [
     "BACKEND_ENDS",
     "CANCELLED",
     "CANCELLED_BY_USER",
+    "CANCELLED_REASON",
     "DELETED",
     "FAILED",
     "JOB_STATES",
@@ -90,6 +92,7 @@ TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELET
 BACKEND_ENDS: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 CANCELLED_BY_USER = "cancelled by the user"
+CANCELLED_REASON = "CancelledByUser"
 
 
 def is_terminal(state: str | None) -> bool:

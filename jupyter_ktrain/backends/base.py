@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
-from ..jobs import CANCELLED, JobShape, JobStatus
+from ..jobs import CANCELLED, CANCELLED_REASON, JobShape, JobStatus
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -275,7 +275,7 @@ class Job:
             if not self.cancelled:
                 raise
             # a backend whose cancel removes the job (Kubernetes deletes it): still Cancelled
-            return JobStatus(self.name, CANCELLED, "CancelledByUser", finished=time.time())
+            return JobStatus(self.name, CANCELLED, CANCELLED_REASON, finished=time.time())
 
     @property
     def state(self) -> str:

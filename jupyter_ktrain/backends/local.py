@@ -31,6 +31,7 @@ from ..errors import BackendError, JobNotFound, SpecError
 from ..jobs import (
     BACKEND_ENDS,
     CANCELLED,
+    CANCELLED_REASON,
     FAILED,
     PENDING,
     RUNNING,
@@ -493,7 +494,7 @@ class LocalBackend(Backend):
             if running
             else "none of the job's processes was running"
         )
-        ended = {"state": CANCELLED, "reason": "CancelledByUser", "message": message}
+        ended = {"state": CANCELLED, "reason": CANCELLED_REASON, "message": message}
         if update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker):
             release_reserve(self.job_dir(name))
         if supervised:  # stuck: the job has its final state now, and it may not write another

@@ -46,7 +46,14 @@ from types import FrameType
 from typing import IO, Any
 
 from ..failures import TorchrunReport, WorkerExit, ranks_text, signal_text
-from ..jobs import BACKEND_ENDS, CANCELLED_BY_USER
+from ..jobs import (
+    BACKEND_ENDS,
+    CANCELLED,
+    CANCELLED_BY_USER,
+    CANCELLED_REASON,
+    FAILED,
+    SUCCEEDED,
+)
 from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ..pod.progress import JobProgress
 from ..pod.protocol import Exit, Metric, format_agent_line, parse_line
@@ -509,25 +516,25 @@ class Supervisor:
         codes = [n["exit_code"] for n in nodes]
         message = ""
         if self.cancelled:
-            state, reason = "Cancelled", "CancelledByUser"
+            state, reason = CANCELLED, CANCELLED_REASON
         elif self.copy_error is not None:
-            state, reason = "Failed", "LogWriteFailed"
+            state, reason = FAILED, "LogWriteFailed"
             message = (
                 f"{self.copy_error}: the job was stopped, because its output could no longer "
                 f"be kept. Free space in {self.dir.parent} (or point KTRAIN_HOME at a folder "
                 f"with room), then run it again."
             )
         elif all(c == 0 for c in codes):
-            state, reason = "Succeeded", "AllRanksSucceeded"
+            state, reason = SUCCEEDED, "AllRanksSucceeded"
         elif self.stop_error:
-            state, reason, message = "Failed", "RestartFailed", self.stop_error
+            state, reason, message = FAILED, "RestartFailed", self.stop_error
         else:
-            state = "Failed"
+            state = FAILED
             reason = "RankFailed" if self.first_failure else "NodeFailed"
             message = self._killed_rank()
             if self.no_restart:
                 message = f"{message}: {self.no_restart}" if message else self.no_restart
-        if self.first_failure is None and state == "Failed" and not self.cancelled:
+        if self.first_failure is None and state == FAILED and not self.cancelled:
             bad = next((i for i, c in enumerate(codes) if c != 0), None)
             if bad is not None:
                 self.state["failed_node"] = bad

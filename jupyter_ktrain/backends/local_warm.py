@@ -14,12 +14,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobNotFound, SpecError
-from ..jobs import BACKEND_ENDS, CANCELLED, FAILED, PENDING, JobShape, JobStatus, WarmInfo
+from ..jobs import (
+    BACKEND_ENDS,
+    CANCELLED,
+    CANCELLED_BY_USER,
+    CANCELLED_REASON,
+    FAILED,
+    PENDING,
+    JobShape,
+    JobStatus,
+    WarmInfo,
+)
 from .base import LaunchPlan, LogSource
 from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
 from .local_request import read_plan
 from .warm import check_warm, shape_changes, warm_shape
-from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
+from .warm_supervisor import DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -177,13 +187,13 @@ class LocalWarm:
         job_dir = self.b.job_dir(name)
         if self.run_status(name, run).terminal:
             return
-        abort_run(job_dir, run, CANCEL_WORDS)
+        abort_run(job_dir, run, CANCELLED_BY_USER)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.run_status(name, run).terminal:
                 return
             time.sleep(0.05)
-        ended = {"state": CANCELLED, "reason": "CancelledByUser", "finished": time.time()}
+        ended = {"state": CANCELLED, "reason": CANCELLED_REASON, "finished": time.time()}
         update_state(job_dir / "runs" / str(run), {**ended, "message": "its nodes did not answer"})
 
     def set_idle_limit(self, name: str, seconds: float) -> JobStatus:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..jobs import CANCELLED_BY_USER
+from ..jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED
 from ..pod.progress import fmt_duration
 from ..pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
 from .jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
@@ -38,7 +38,6 @@ DEFAULT_IDLE_S = 15 * 60.0
 FAIL_GRACE_S = 2.0
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
-CANCEL_WORDS = CANCELLED_BY_USER
 
 
 def read_idle_limit(job_dir: Path) -> float:
@@ -93,8 +92,8 @@ class _Run:
             return out
         out["finished"] = time.time()
         why = next(iter(self.aborted.values()), "")
-        if any(w.startswith(CANCEL_WORDS) for w in self.aborted.values()):
-            out.update(state="Cancelled", reason="CancelledByUser", message=why)
+        if any(w.startswith(CANCELLED_BY_USER) for w in self.aborted.values()):
+            out.update(state=CANCELLED, reason=CANCELLED_REASON, message=why)
         elif any(self.node_codes.values()):
             reason = "RankFailed" if self.first_failure is not None else "NodeFailed"
             out.update(state="Failed", reason=reason, message=why)
@@ -284,11 +283,11 @@ class WarmSupervisor(Supervisor):
                         run.aborted.setdefault(k, why)
                 self._save_run(run)
         if self.ended_reason == "NodeFailed":
-            state, reason = "Failed", "NodeFailed"
+            state, reason = FAILED, "NodeFailed"
         elif self.ended_reason == IDLE_LIMIT:
-            state, reason = "Cancelled", IDLE_LIMIT
+            state, reason = CANCELLED, IDLE_LIMIT
         else:
-            state, reason = "Cancelled", "CancelledByUser"
+            state, reason = CANCELLED, CANCELLED_REASON
         self._save_warm()
         self.save(
             state=state, reason=reason, message=self.ended_why, finished=time.time(),

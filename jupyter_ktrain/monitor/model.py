@@ -470,7 +470,8 @@ class MonitorModel:
         step = rec.step
         self.resumes += 1
         size = rec.world_size
-        text = f"resumed from step {step} (checkpoint {rec.file or '?'})"
+        said = f"resumed from step {step}"  # the alert and the plots' marker say the same
+        text = f"{said} (checkpoint {rec.file or '?'})"
         if size is not None:
             before = self._world_size  # the ranks that saved checkpoints before
             if before is not None and before != size:
@@ -478,7 +479,7 @@ class MonitorModel:
             self._world_size = size
         key = f"#{self.resumes}"
         self._alerts[("resume", key)] = Alert("resume", key, text, now)
-        marker = Marker(float(step), f"resumed from step {step}")
+        marker = Marker(float(step), said)
         if self.markers and not self._marker_is_resume and self.markers[-1].x > step:
             self.markers[-1] = marker  # the restart some ranks' repeated steps marked first
         else:

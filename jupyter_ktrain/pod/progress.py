@@ -53,7 +53,8 @@ def fmt_duration(seconds: float, units: int = 2) -> str:
     ``42s``, ``3m 05s``, ``2h 07m``, ``1d 03h``; ``units=1`` for narrow columns and short
     lines: ``42s``, ``3m``, ``2h``, ``4d``. Rounded to the nearest of the last unit shown (a
     clock that must not run ahead passes whole seconds passed, ``int(elapsed)``). The one
-    duration wording: the side panel's ``age`` (``labextension/src/format.ts``) says the same."""
+    duration wording in Python; the side panel's ``age`` (``labextension/src/panel.ts``) is its
+    TypeScript twin for ``units=1``."""
     s = max(0, int(seconds + 0.5))
     for _ in range(2):  # a second pass when rounding carried into a larger unit (59m 40s: 1h)
         first = next(i for i, (_, size) in enumerate(_UNITS) if s >= size or size == 1)

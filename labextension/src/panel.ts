@@ -12,20 +12,25 @@ import { publish, subscribe } from './progress';
 
 export const POLL_MS = 3000;
 
+const UNITS: [string, number][] = [
+  ['d', 86400],
+  ['h', 3600],
+  ['m', 60],
+  ['s', 1]
+];
+
+/** A length of time in its largest unit, rounded: `42s`, `3m`, `2h`, `4d` (`—` when unknown).
+ * The browser's one duration wording, the server's `fmt_duration(seconds, 1)` (pod/progress.py). */
 export function age(seconds: number | null): string {
   if (seconds === null) {
     return '—';
   }
-  if (seconds < 60) {
-    return `${Math.round(seconds)}s`;
-  }
-  if (seconds < 3600) {
-    return `${Math.round(seconds / 60)}m`;
-  }
-  if (seconds < 86400) {
-    return `${Math.round(seconds / 3600)}h`;
-  }
-  return `${Math.round(seconds / 86400)}d`;
+  const s = Math.max(0, Math.round(seconds));
+  const i = UNITS.findIndex(([, size]) => s >= size || size === 1);
+  const rounded = Math.round(s / UNITS[i][1]) * UNITS[i][1];
+  // rounding may carry into the next larger unit (59m 40s is 1h, not 60m)
+  const [unit, size] = i > 0 && rounded >= UNITS[i - 1][1] ? UNITS[i - 1] : UNITS[i];
+  return `${Math.round(rounded / size)}${unit}`;
 }
 
 /** The list's progress cell as the server words it (`42% · 1m 30s`, `42% · restarting`), `—`

@@ -7,7 +7,7 @@ import pytest
 
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import header_text
-from jupyter_ktrain.pod.progress import MIN_INTERVALS, Progress, ProgressTracker
+from jupyter_ktrain.pod.progress import MIN_INTERVALS, Progress, ProgressTracker, fmt_duration
 from jupyter_ktrain.pod.protocol import format_rank_line, format_record
 
 T0 = 1_795_000_000.0
@@ -102,3 +102,11 @@ def test_a_stalled_job_has_no_eta_instead_of_zero_seconds_left() -> None:
     assert p.describe(p.t + 300) == "5% (5/100) · ETA unknown (no step for 5m 00s)"
     slow = Progress(4, 100, T0, eta_s=96 * 120.0, step_s=120.0)  # 2 min a step: still fine
     assert slow.remaining(T0 + 300) == pytest.approx(96 * 120.0 - 300)
+
+
+def test_one_duration_wording_for_clocks_times_left_and_narrow_columns() -> None:
+    words = [fmt_duration(s) for s in (9, 96, 300, 7625, 97200 + 59)]
+    assert words == ["9s", "1m 36s", "5m 00s", "2h 07m", "1d 03h"]
+    narrow = [fmt_duration(s, units=1) for s in (41.6, 90, 3590, 5 * 86400)]
+    assert narrow == ["42s", "2m", "1h", "5d"]  # rounded; 59m 50s carries into 1h, not 60m
+    assert fmt_duration(-3) == "0s"

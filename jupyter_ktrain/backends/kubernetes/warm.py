@@ -33,6 +33,7 @@ from typing import Any
 from ...jobs import (
     CANCELLED,
     CANCELLED_BY_USER,
+    CANCELLED_REASON,
     FAILED,
     PENDING,
     RUNNING,
@@ -68,7 +69,6 @@ __all__ = [
 
 IDLE_TTL_S = 5  # after the idle limit ended the job: deleted, with what it owns, this soon
 KEY_FIELD = "key"  # the Secret's one key: 64 hex characters
-CANCEL_WORDS = CANCELLED_BY_USER
 
 
 def warm_port(job: str) -> int:
@@ -229,8 +229,8 @@ class RunBook:
             return base
         aborted = [str(e.get("aborted") or "") for e in got.ends.values() if e.get("aborted")]
         codes = [int(e.get("code") or 0) for e in got.ends.values()]
-        if any(w.startswith(CANCEL_WORDS) for w in aborted):
-            return _ended(base, CANCELLED, "CancelledByUser", aborted[0])
+        if any(w.startswith(CANCELLED_BY_USER) for w in aborted):
+            return _ended(base, CANCELLED, CANCELLED_REASON, aborted[0])
         if any(codes):
             reason = "RankFailed" if got.first_failure is not None else "NodeFailed"
             why = next((str(e.get("why") or "") for e in got.ends.values() if e.get("code")), "")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
-from ...jobs import PENDING, RUNNING, SUCCEEDED, JobStatus, WarmInfo
+from ...jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus, WarmInfo
 from ...pod.protocol import RUN, RUN_END, parse_line, record_type
 from ..base import Job, LaunchPlan, LogSource
 from ..warm import shape_changes, warm_shape
@@ -24,7 +24,6 @@ from .labels import SHAPE_ANNOTATION, WARM_LABEL
 from .plan import KubernetesRequest, describe
 from .status import job_shape, job_state
 from .warm import (
-    CANCEL_WORDS,
     RunBook,
     control_of,
     order_run,
@@ -262,7 +261,7 @@ class WarmJobs:
         if self.run_status(name, run).terminal:
             return
         self._change_control(
-            name, lambda c: c.setdefault("abort", {}).setdefault(str(run), CANCEL_WORDS)
+            name, lambda c: c.setdefault("abort", {}).setdefault(str(run), CANCELLED_BY_USER)
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
