@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
 from ..failures import classify, ranks_text
-from ..jobs import CANCELLED_BY_USER
+from ..jobs import CANCELLED, CANCELLED_BY_USER
 from ..pod.exits import describe_exit
 
 if TYPE_CHECKING:
     from ..backends.base import Job
     from ..jobs import JobStatus
 
-__all__ = ["exception_line", "failure_headline", "job_error", "raised_at"]
+__all__ = ["cancelled_headline", "exception_line", "failure_headline", "job_error", "raised_at"]
 
 TRACEBACK = "Traceback (most recent call last):"
 _MAX_HEADLINE = 300
@@ -100,6 +100,12 @@ def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFaile
     return JobFailed(text, state=status.state, headline=headline)
 
 
+def cancelled_headline(job: Job) -> str:
+    """``'train-1a2b3c' was cancelled by the user; the cell set no names.``: the one wording
+    of a followed job's cancel, in the cell's error and in the text monitor's summary."""
+    return f"{_who(job)} was {CANCELLED_BY_USER}; the cell set no names."
+
+
 def _who(job: Job) -> str:
     """``'train-1a2b3c'``, or ``'train-1a2b3c' run 2`` for a run of a warm job."""
     run = getattr(job, "run", None)  # a job-like handle may have no runs
@@ -113,8 +119,8 @@ def _run_flag(job: Job) -> str:
 
 def job_error(job: Job, status: JobStatus, tail: int = 20) -> JobFailed:
     """The error for ``job``, which ended ``status`` (Failed or Cancelled)."""
-    if status.state == "Cancelled":
-        headline = f"{_who(job)} was {CANCELLED_BY_USER}; the cell set no names."
+    if status.state == CANCELLED:
+        headline = cancelled_headline(job)
         return JobCancelled(f"Job {headline}", headline=headline)
     if status.failed_rank is not None:
         return _rank_failure(job, status, status.failed_rank, tail)

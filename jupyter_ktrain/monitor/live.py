@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..jobs import FAILED
 from ..pod.protocol import LogLine, parse_line
 from . import livestate
 from .model import JobHeader, MonitorModel, ReplicaRow
@@ -140,7 +141,7 @@ def _state_message(status: JobStatus) -> str:
     """What the header says after the state: the backend's reason and message, or for a
     failed job without a message, which rank failed first (not a reason code)."""
     rank, message = status.failed_rank, status.message
-    if status.state == "Failed" and rank is not None and not message:
+    if status.state == FAILED and rank is not None and not message:
         code = status.exit_codes.get(rank)
         return f"rank {rank} failed first" + (f" (exit code {code})" if code is not None else "")
     reason = "" if status.reason == status.state else status.reason  # not "Queued (Queued: ...)"

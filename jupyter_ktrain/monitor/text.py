@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from ..jobs import CANCELLED_BY_USER
+from ..jobs import CANCELLED, FAILED
 from ..pod.progress import fmt_duration, progress_text
 from ..pod.protocol import METRIC, metric_values
-from .cell_error import failure_headline
+from .cell_error import cancelled_headline, failure_headline
 from .livestate import ended_by_user, run_words
 from .model import LogEntry, MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
@@ -190,9 +190,9 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
     its last lines, first; without a failing rank, the job's own reason."""
     if ended_by_user(status):  # a warm job its user ended: its own end, not a failure
         return ""
-    if status.state == "Cancelled":
-        return f"Job {job.name!r} was {CANCELLED_BY_USER}; the cell set no names.\n"
-    if status.state != "Failed":
+    if status.state == CANCELLED:
+        return f"Job {cancelled_headline(job)}\n"
+    if status.state != FAILED:
         return ""
     rank = status.failed_rank
     if rank is None:

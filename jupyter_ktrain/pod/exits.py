@@ -25,6 +25,7 @@ from collections.abc import Mapping
 __all__ = [
     "EXIT_DIR_ENV",
     "KILLED",
+    "NOT_RESTARTED",
     "PEER_LOST",
     "describe_exit",
     "node_exit",
@@ -39,6 +40,8 @@ __all__ = [
 EXIT_DIR_ENV = "KTRAIN_EXIT_DIR"
 KILLED = 128 + signal.SIGKILL  # 137
 PEER_LOST = 128 + signal.SIGTERM  # 143
+# why a node whose rank failed with its own error is not started again (node agents, launchers)
+NOT_RESTARTED = "not restarted (a bug fails again)"
 
 # torch.distributed's own classes for a broken peer (DistBackendError is also raised for NCCL
 # misuse, a bug: it is judged by its message below, not by its class)
@@ -148,7 +151,7 @@ def node_exit(child_code: int, ranks: Mapping[int, int | None]) -> tuple[int, st
     bugs = sorted((r, c) for r, c in ranks.items() if c is not None and 0 < c < 128)
     if bugs:
         rank, code = bugs[0]
-        return code, f"rank {rank} failed with exit code {code}: not restarted (a bug fails again)"
+        return code, f"rank {rank} failed with exit code {code}: {NOT_RESTARTED}"
     if child_code >= 128:
         return child_code, f"the node command was {describe_exit(child_code)}: restartable"
     vanished = sorted(r for r, c in ranks.items() if c is None)

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import IO
 
 from .. import mpi
-from ..exits import describe_exit
+from ..exits import NOT_RESTARTED, describe_exit
 from ..protocol import Exit, Restart, parse_line
 
 __all__ = ["MAX_RESTARTS_ENV", "forward_signals", "relaunch_mpirun"]
@@ -104,7 +104,7 @@ def relaunch_mpirun(
             return 0
         if bug is not None:
             say(f"node command exited with code {code}: rank {bug[0]} failed with exit code "
-                f"{bug[1]}: not restarted (a bug fails again)")  # fmt: skip
+                f"{bug[1]}: {NOT_RESTARTED}")  # fmt: skip
             return code
         if attempt >= limit:
             say(f"node command exited with code {code}: a fault, and no restart is left "
