@@ -3,7 +3,7 @@
 Public methods live here and call a few hooks each backend implements (torchx's shape):
 ``submit`` is ``schedule(dryrun(...))``, and the dry run is the exact request a backend would
 make: a :class:`LaunchPlan` over the backend's own request dataclass (the local backend's
-:class:`~.local.LocalRequest`: argv and environment per node; the Kubernetes backend's
+:class:`~.local.request.LocalRequest`: argv and environment per node; the Kubernetes backend's
 :class:`~.kubernetes.plan.KubernetesRequest`: the objects to create). A plan is never changed
 after it is made: what is known only later (the code image's digest, after the push) goes into
 a new plan (``dataclasses.replace``).
@@ -258,7 +258,7 @@ class LogSource(ABC):
 
 
 class WarmRuns(Protocol):
-    """The runs of a backend's warm jobs (``--warm``): local ``local_warm.LocalWarm``,
+    """The runs of a backend's warm jobs (``--warm``): local ``local.warm.LocalWarm``,
     Kubernetes ``kubernetes.warm_backend.WarmJobs``; :class:`Backend` hands these calls on."""
 
     def latest_run(self, name: str) -> int | None: ...

@@ -85,7 +85,7 @@ def test_the_lowest_reporting_rank_is_the_jobs_progress() -> None:
 def test_a_plan_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path) -> None:
     import pytest
 
-    from jupyter_ktrain.backends.local_request import (
+    from jupyter_ktrain.backends.local.request import (
         LocalRequest,
         NodeLaunch,
         PlanError,

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError, JobNotFound, SpecError
-from ..kinds import DEFAULT_KIND, KIND_TABLE
-from ..pod.agent.warm import CONTROL_ENV
-from ..pod.checkpoint import CHECKPOINTS_ENV
-from ..pod.launch import node_command, operator_env
-from ..pod.progress import Progress
-from ..spec import check_job_name
-from .base import (
+from ...errors import BackendError, JobNotFound, SpecError
+from ...kinds import DEFAULT_KIND, KIND_TABLE
+from ...pod.agent.warm import CONTROL_ENV
+from ...pod.checkpoint import CHECKPOINTS_ENV
+from ...pod.launch import node_command, operator_env
+from ...pod.progress import Progress
+from ...spec import check_job_name
+from ..base import (
     CANCELLED,
     FAILED,
     PENDING,
@@ -50,7 +50,7 @@ from .base import (
     Request,
     complete_exit_codes,
 )
-from .jobstore import (
+from ..jobstore import (
     create_job_dir,
     job_marker,
     make_private_dirs,
@@ -61,15 +61,15 @@ from .jobstore import (
     update_state,
     write_private,
 )
-from .local_request import PLAN, LocalRequest, NodeLaunch, read_plan
-from .local_warm import LocalWarm, warm_info
+from ..warm import warm_shape
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
-from .warm import warm_shape
+from .request import PLAN, LocalRequest, NodeLaunch, read_plan
+from .warm import LocalWarm, warm_info
 
 if TYPE_CHECKING:
-    from ..capture import CapturedProgram
-    from ..pod.agent.sampler import GpuInfo
-    from ..spec import JobSpec
+    from ...capture import CapturedProgram
+    from ...pod.agent.sampler import GpuInfo
+    from ...spec import JobSpec
 
 __all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
 
@@ -96,7 +96,7 @@ def _free_port(taken: set[int]) -> int:
 
 def _package_root() -> str:
     """Directory that holds this package, so node processes import the same jupyter_ktrain."""
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[3])
 
 
 class FileLogSource(LogSource):
@@ -138,7 +138,7 @@ class FileLogSource(LogSource):
 def machine_gpus() -> list[GpuInfo]:
     """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
     ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
-    from ..pod.agent.sampler import list_gpus, select_gpus
+    from ...pod.agent.sampler import list_gpus, select_gpus
 
     try:
         found = list_gpus()
@@ -165,7 +165,7 @@ def split_gpus(spec: JobSpec, gpus: list[GpuInfo]) -> list[dict[str, str]]:
             f"machine has {len(gpus)} for the kernel: lower --nodes or --gpus-per-node "
             f"(local nodes share one machine), or run on --backend kubernetes."
         )
-    from ..pod.agent.sampler import GPU_UUIDS_ENV
+    from ...pod.agent.sampler import GPU_UUIDS_ENV
 
     out = []
     for node in range(spec.nodes):
@@ -341,7 +341,7 @@ class LocalBackend(Backend):
                 [
                     self.python,
                     "-m",
-                    "jupyter_ktrain.backends.local_supervisor",
+                    "jupyter_ktrain.backends.local.supervisor",
                     "--daemon",
                     str(job_dir),
                 ],
@@ -710,7 +710,7 @@ def _deepspeed_files(spec: JobSpec, program_source: str | None = None) -> dict[s
     against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
     if spec.deepspeed is None:
         return {}
-    from ..deepspeed import CONFIG_FILE, config_bytes
+    from ...deepspeed import CONFIG_FILE, config_bytes
 
     return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 
@@ -735,7 +735,7 @@ def cluster_only_settings(spec: JobSpec) -> list[str]:
     and says so before the job starts (a note), so the same cell runs here unchanged. CPU and
     memory requests and limits are among them: nothing limits a local job's memory (a
     per-process rlimit would not be the pod's limit, and breaks CUDA's address space)."""
-    from ..spec import JobSpec
+    from ...spec import JobSpec
 
     default = JobSpec(name=spec.name)
     res = spec.resources

@@ -1,4 +1,4 @@
-"""``python -m jupyter_ktrain.backends.local_supervisor JOB_DIR``: owns one local job.
+"""``python -m jupyter_ktrain.backends.local.supervisor JOB_DIR``: owns one local job.
 
 Started detached (its own session) by the local backend, so the job outlives the kernel. It
 starts one node command per node from ``plan.json``, copies each node's output to
@@ -45,13 +45,12 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..jobs import BACKEND_ENDS, CANCELLED_BY_USER
-from ..monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
-from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
-from ..pod.progress import JobProgress
-from ..pod.protocol import Exit, Metric, format_agent_line, parse_line
-from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
-from .local_request import PlanError, read_plan
+from ...jobs import BACKEND_ENDS, CANCELLED_BY_USER
+from ...monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
+from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
+from ...pod.progress import JobProgress
+from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
+from ..jobstore import job_marker, open_append, read_state, release_reserve, update_state
 from .procs import (
     NODE_ENV,
     NodeKill,
@@ -62,6 +61,7 @@ from .procs import (
     process_start,
     stop_marked,
 )
+from .request import PlanError, read_plan
 
 __all__ = ["main", "watch"]
 

@@ -1,4 +1,4 @@
-"""The runs of a local ``--warm`` job, for :class:`~.local.LocalBackend` (which delegates its
+"""The runs of a local ``--warm`` job, for :class:`~.backend.LocalBackend` (which delegates its
 warm hooks here): find the live warm job a cell runs on (or say why a new one starts), order a
 run through the job's folder (``runs/N/code``, then ``control.json``, which the nodes' warm
 agents watch), read a run's state and logs (``runs/N/``, written by
@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobNotFound, SpecError
-from .base import (
+from ...errors import JobNotFound, SpecError
+from ..base import (
     CANCELLED,
     FAILED,
     PENDING,
@@ -25,15 +25,15 @@ from .base import (
     LogSource,
     WarmInfo,
 )
-from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
-from .local_request import read_plan
-from .warm import check_warm, shape_changes, warm_shape
+from ..jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
+from ..warm import check_warm, shape_changes, warm_shape
+from .request import read_plan
 from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
-    from ..capture import CapturedProgram
-    from ..spec import JobSpec
-    from .local import LocalBackend, LocalRequest
+    from ...capture import CapturedProgram
+    from ...spec import JobSpec
+    from .backend import LocalBackend, LocalRequest
 
 __all__ = ["LocalWarm", "warm_info"]
 
@@ -41,7 +41,7 @@ CANCEL_TIMEOUT_S = 15.0
 
 
 class LocalWarm:
-    """The warm side of one :class:`~.local.LocalBackend` (``backend.warm``)."""
+    """The warm side of one :class:`~.backend.LocalBackend` (``backend.warm``)."""
 
     def __init__(self, backend: LocalBackend):
         self.b = backend
@@ -103,7 +103,7 @@ class LocalWarm:
             )
         plan = read_plan(self.b.job_dir(job.name))
         spec = spec.evolve(name=job.name)
-        from .local import LocalRequest
+        from .backend import LocalRequest
 
         request = LocalRequest(
             master_port=plan.master_port,
@@ -170,7 +170,7 @@ class LocalWarm:
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
         nodes = json.loads((self.b.job_dir(name) / "job.json").read_text())["nodes"]
         folder = self.b.job_dir(name) / "runs" / str(run)
-        from .local import FileLogSource
+        from .backend import FileLogSource
 
         return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
 

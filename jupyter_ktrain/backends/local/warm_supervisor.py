@@ -1,6 +1,6 @@
 """The supervisor of a local ``--warm`` job: the node agents stay, runs come and go.
 
-Started like every local job (:mod:`.local_supervisor`, which picks this class when
+Started like every local job (:mod:`.supervisor`, which picks this class when
 ``plan.json`` says ``"warm": true``), it starts one warm agent per node
 (:mod:`jupyter_ktrain.pod.agent.warm`) and keeps them. Each node's stream is split by run: the
 agent frames a run with ``run`` and ``run_end`` records, and what lies between goes to
@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..jobs import CANCELLED_BY_USER
-from ..pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
-from .jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
-from .local_supervisor import Supervisor, _Log
+from ...jobs import CANCELLED_BY_USER
+from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
+from ..jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
+from ..warm import DEFAULT_IDLE_S
+from .supervisor import Supervisor, _Log
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
-DEFAULT_IDLE_S = 15 * 60.0
 FAIL_GRACE_S = 2.0
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
