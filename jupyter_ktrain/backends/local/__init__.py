@@ -3,12 +3,16 @@ exactly as a PyTorchJob replica is, and owned by a detached supervisor so a job 
 kernel. Laid out like :mod:`..kubernetes`:
 
 - :mod:`.backend`: :class:`LocalBackend`, the job store's verbs (plan, start, status, cancel,
-  list, delete, logs), the log index, GPU discovery;
+  list, delete, logs);
+- :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files, restart limit,
+  cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.supervisor`: the process that owns one job (``python -m
   jupyter_ktrain.backends.local.supervisor``), and its watchdog;
 - :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
   backend reads and orders them;
+- :mod:`.logs`: node logs read as they grow (:class:`FileLogSource`, :class:`LogIndex`);
+- :mod:`.gpus`: this machine's GPUs and each node's share;
 - :mod:`.procs`: every process of a job or node, found and stopped by its marker.
 
 ``LocalBackend`` and the names below are imported from here on first use: the supervisor
@@ -21,7 +25,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backend import FileLogSource, LocalBackend, ktrain_home
+    from .backend import LocalBackend, ktrain_home
+    from .logs import FileLogSource
     from .request import LocalRequest, NodeLaunch
 
 __all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
@@ -29,7 +34,7 @@ __all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrai
 _HOMES = {
     "LocalBackend": "backend",
     "ktrain_home": "backend",
-    "FileLogSource": "backend",
+    "FileLogSource": "logs",
     "LocalRequest": "request",
     "NodeLaunch": "request",
 }

@@ -1,4 +1,4 @@
-"""The local backend (the embedded default): N "nodes" of torchrun on 127.0.0.1.
+""":class:`LocalBackend`: N "nodes" of torchrun on 127.0.0.1 (the embedded default).
 
 Each node gets exactly the command and the ``PET_*``/``MASTER_*`` environment a PyTorchJob
 replica gets from the Training Operator, so a job that runs here runs the same way on a
@@ -10,20 +10,16 @@ list and re-attach to it.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +58,17 @@ from ..jobstore import (
     write_private,
 )
 from ..warm import warm_shape
+from .gpus import machine_gpus, split_gpus
+from .logs import FileLogSource, LogIndex
+from .plan import (
+    cluster_only_settings,
+    deepspeed_files,
+    describe_plan,
+    free_port,
+    local_max_restarts,
+    metrics_env,
+    package_root,
+)
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 from .request import PLAN, LocalRequest, NodeLaunch, read_plan
 from .warm import LocalWarm, warm_info
@@ -71,7 +78,7 @@ if TYPE_CHECKING:
     from ...pod.agent.sampler import GpuInfo
     from ...spec import JobSpec
 
-__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
+__all__ = ["LocalBackend", "ktrain_home"]
 
 CANCEL_TIMEOUT_S = 15.0
 # between stopping every node after a fault and starting them all again: a moment for the
@@ -81,103 +88,6 @@ RESTART_DELAY_S = 1.0
 
 def ktrain_home() -> Path:
     return Path(os.environ.get("KTRAIN_HOME") or Path.home() / ".ktrain")
-
-
-def _free_port(taken: set[int]) -> int:
-    """A port nothing listens on now and no other local job of ours planned to use."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in taken:
-            return port
-    raise BackendError("Could not find a free TCP port on 127.0.0.1 for the job's rendezvous.")
-
-
-def _package_root() -> str:
-    """Directory that holds this package, so node processes import the same jupyter_ktrain."""
-    return str(Path(__file__).resolve().parents[3])
-
-
-class FileLogSource(LogSource):
-    """Tails one node's log file: complete lines only, from where the last read stopped."""
-
-    def __init__(self, path: Path, replica: str):
-        self.path = path
-        self.replica = replica
-        self._offset = 0
-        self._partial = b""
-        self._eof = False
-
-    def read(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", "replace") for line in lines]
-
-    def finish(self) -> list[str]:
-        """Read what is left, including a last line without a newline."""
-        lines = self.read()
-        if self._partial:
-            lines.append(self._partial.decode("utf-8", "replace"))
-            self._partial = b""
-        self._eof = True
-        return lines
-
-    @property
-    def done(self) -> bool:
-        return self._eof
-
-
-def machine_gpus() -> list[GpuInfo]:
-    """This machine's GPUs that the kernel may use: NVML's list narrowed by the kernel's own
-    ``CUDA_VISIBLE_DEVICES``. Raises :class:`SpecError` when NVML cannot tell."""
-    from ...pod.agent.sampler import list_gpus, select_gpus
-
-    try:
-        found = list_gpus()
-    except Exception as exc:
-        raise SpecError(
-            f"--gpus-per-node needs NVML to find this machine's GPUs, and it cannot "
-            f"({type(exc).__name__}: {exc}): install the NVIDIA driver and nvidia-ml-py "
-            "(pip install 'jupyter-ktrain[gpu]'), or drop --gpus-per-node to run on CPU."
-        ) from None
-    return select_gpus(found, os.environ)
-
-
-def split_gpus(spec: JobSpec, gpus: list[GpuInfo]) -> list[dict[str, str]]:
-    """Each node's share of ``gpus`` (NVML order) as environment: CUDA_VISIBLE_DEVICES by
-    index in PCI bus order (CUDA's default order differs from NVML's) and the UUIDs for the
-    agent's sampler. Raises :class:`SpecError` when the machine has too few."""
-    per_node = spec.resources.gpus
-    if not per_node:
-        return [{} for _ in range(spec.nodes)]
-    need = per_node * spec.nodes
-    if need > len(gpus):
-        raise SpecError(
-            f"--nodes {spec.nodes} x --gpus-per-node {per_node} needs {need} GPUs, but this "
-            f"machine has {len(gpus)} for the kernel: lower --nodes or --gpus-per-node "
-            f"(local nodes share one machine), or run on --backend kubernetes."
-        )
-    from ...pod.agent.sampler import GPU_UUIDS_ENV
-
-    out = []
-    for node in range(spec.nodes):
-        mine = gpus[node * per_node : (node + 1) * per_node]
-        out.append(
-            {
-                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                "CUDA_VISIBLE_DEVICES": ",".join(str(g.nvml_index) for g in mine),
-                GPU_UUIDS_ENV: ",".join(g.uuid for g in mine),
-            }
-        )
-    return out
 
 
 class LocalBackend(Backend):
@@ -247,10 +157,10 @@ class LocalBackend(Backend):
             spec = spec.evolve(nodes=1, procs_per_node=1)
         job_dir = self.job_dir(spec.name)
         code_dir = job_dir / "code"
-        port = _free_port(self._ports_in_use())
+        port = free_port(self._ports_in_use())
         marker = uuid.uuid4().hex
         python_path = os.pathsep.join(
-            p for p in (str(code_dir), _package_root(), os.environ.get("PYTHONPATH", "")) if p
+            p for p in (str(code_dir), package_root(), os.environ.get("PYTHONPATH", "")) if p
         )
         gpu_env = split_gpus(spec, self._gpus() if spec.resources.gpus else [])
         nodes = []
@@ -272,7 +182,7 @@ class LocalBackend(Backend):
                 # ktrain.checkpoint(): in the job's folder, so a restarted node finds it
                 CHECKPOINTS_ENV: str(job_dir / "checkpoints"),
                 **gpu_env[node],
-                **_metrics_env(spec, node),
+                **metrics_env(spec, node),
                 **dict(kind.driver_env),
                 MARKER_ENV: marker,
                 **spec.env_dict,
@@ -295,11 +205,11 @@ class LocalBackend(Backend):
             warm=spec.warm,
             replaces=replaces,
         )
-        files = {**program.files, **_deepspeed_files(spec, program.source)}
+        files = {**program.files, **deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)
         unlimited = "; nothing limits a local job's memory" if "-memory" in str(ignored) else ""
         said = f"local run: {', '.join(ignored)} apply on --backend kubernetes only{unlimited}"
-        text = _describe(spec, nodes)
+        text = describe_plan(spec, nodes)
         notes: tuple[str, ...] = (*warm_notes, *((said,) if ignored else ()))
         if kind.driver_only:
             notes = (
@@ -580,111 +490,6 @@ class LocalBackend(Backend):
                 yield t, source.replica, index, line
 
 
-@dataclass(frozen=True)
-class _Mark:
-    """Line ``lines`` of a node log starts at byte ``log_at`` (its stamp at ``times_at``)."""
-
-    lines: int
-    log_at: int
-    times_at: int
-    ident: tuple[int, int]  # (inode, device): a log written anew starts from 0 again
-
-
-class LogIndex:
-    """Where lines start in the node logs read so far (a mark every ``every`` lines and at
-    the end of each read), so a read seeks to the nearest mark before the line it wants and
-    reads on from there. Thread-safe enough: marks are immutable, a lost update a re-read."""
-
-    def __init__(self, every: int = 2_000, keep: int = 1_024, block: int = 1 << 20) -> None:
-        self.every = every
-        self.keep = keep
-        self.block = block
-        self._marks: dict[Path, list[_Mark]] = {}  # by line number
-        self.bytes_read = 0  # what the reads cost, for the bench and tests
-
-    def read(
-        self, log: Path, times: Path, start: int, limit: int | None = None
-    ) -> Iterator[tuple[float | None, int, str]]:
-        """(time or None, index, line) of the lines from index ``start`` on (at most
-        ``limit``), the last one also when it has no newline yet (``FileLogSource.finish``)."""
-        try:
-            ident = (log.stat().st_ino, log.stat().st_dev)
-        except FileNotFoundError:
-            return
-        marks = [m for m in self._marks.get(log, ()) if m.ident == ident]
-        k = bisect.bisect_right([m.lines for m in marks], start)
-        mark = marks[k - 1] if k else _Mark(0, 0, 0, ident)
-        stamps = _Stamps(times, mark.times_at)
-        index, log_at = mark.lines, mark.log_at
-        found: list[_Mark] = []
-        before: _Mark | None = None
-        shown = 0
-        with open(log, "rb") as f:
-            f.seek(log_at)
-            rest = b""
-            while limit is None or shown < limit:
-                chunk = f.read(self.block)
-                self.bytes_read += len(chunk)
-                data = rest + chunk
-                *complete, rest = data.split(b"\n")
-                if not chunk:  # the end: a last line without its newline yet
-                    complete, rest = ([rest] if rest else []), b""
-                    stamps.whole = False  # (no mark after it)
-                for raw in complete:
-                    line_mark = _Mark(index, log_at, stamps.at, ident) if stamps.whole else None
-                    t = stamps.next()
-                    if index >= start and (limit is None or shown < limit):
-                        shown += 1
-                        yield t, index, raw.decode("utf-8", "replace")
-                    if chunk:  # a whole line (newline seen)
-                        before = line_mark  # where the last whole line starts
-                        log_at += len(raw) + 1
-                        index += 1
-                        if index % self.every == 0 and stamps.whole:
-                            found.append(_Mark(index, log_at, stamps.at, ident))
-                if not chunk:
-                    break
-        if before is not None and before.lines > mark.lines:
-            found.append(before)  # a poller holds the last line back: it starts there next
-        if stamps.whole and index > mark.lines:
-            found.append(_Mark(index, log_at, stamps.at, ident))
-        if found:
-            known = {m.lines: m for m in (*marks, *found)}
-            self._marks[log] = [known[n] for n in sorted(known)][-self.keep :]
-
-
-class _Stamps:
-    """The ``node-K.times`` file read along with its log: one stamp per line."""
-
-    def __init__(self, path: Path, at: int) -> None:
-        try:
-            with open(path, "rb") as f:
-                f.seek(at)
-                self._rows = f.read().split(b"\n")
-        except OSError:
-            self._rows = [b""]
-        self._next = 0
-        self.at = at  # byte offset after the stamps handed out
-        self.whole = True  # every line so far had its stamp: ``at`` is a valid mark
-
-    def next(self) -> float | None:
-        if self._next >= len(self._rows) - 1:  # no complete stamp for this line (yet)
-            self.whole = False
-            return None
-        raw = self._rows[self._next]
-        self._next += 1
-        if self.whole:
-            self.at += len(raw) + 1
-        return _stamp(raw)
-
-
-def _stamp(raw: bytes) -> float | None:
-    try:
-        return float(raw)
-    except ValueError:
-        return None
-
-
 def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
     """(modification time, folder) of each job folder; nothing when there is no store yet."""
     if not jobs_dir.is_dir():
@@ -694,87 +499,9 @@ def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
             yield entry.stat().st_mtime, entry
 
 
-def _metrics_env(spec: JobSpec, node: int) -> dict[str, str]:
-    """The agent's Prometheus endpoint: node i on 127.0.0.1, port ``--metrics-port`` + i."""
-    if spec.metrics_port is None:
-        return {}
-    return {
-        "KTRAIN_METRICS_PORT": str(spec.metrics_port + node),
-        "KTRAIN_METRICS_HOST": "127.0.0.1",
-        "KTRAIN_REPLICA": f"{spec.name}-node-{node}",
-    }
-
-
-def _deepspeed_files(spec: JobSpec, program_source: str | None = None) -> dict[str, bytes]:
-    """The generated or given DeepSpeed config, checked against the world size already (and
-    against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
-    if spec.deepspeed is None:
-        return {}
-    from ...deepspeed import CONFIG_FILE, config_bytes
-
-    return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
-
-
-def local_max_restarts(spec: JobSpec) -> int:
-    """How often a local job restarts every node after a fault (``--max-restarts``, default
-    :data:`~jupyter_ktrain.spec_parts.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
-    policy = spec.run_policy
-    return 0 if policy.restart_policy == "Never" else int(policy.max_restarts)
-
-
 def _phase(exit_code: int | None, job_state: str) -> str:
     if exit_code is None:
         return "Running" if job_state == "Running" else job_state
     if exit_code == 0:
         return "Succeeded"
     return job_state if job_state == "Cancelled" else "Failed"
-
-
-def cluster_only_settings(spec: JobSpec) -> list[str]:
-    """Settings that only mean something on a cluster; the local backend runs without them
-    and says so before the job starts (a note), so the same cell runs here unchanged. CPU and
-    memory requests and limits are among them: nothing limits a local job's memory (a
-    per-process rlimit would not be the pod's limit, and breaks CUDA's address space)."""
-    from ...spec import JobSpec
-
-    default = JobSpec(name=spec.name)
-    res = spec.resources
-    checks = {
-        "--image": spec.image,
-        # requests and limits are the pod's; local nodes share this machine, unlimited
-        "--cpu": res.cpu,
-        "--memory": res.memory,
-        "--cpu-limit": res.cpu_limit,
-        "--memory-limit": res.memory_limit,
-        "--namespace": spec.namespace,
-        "--rdma": spec.rdma,
-        "storage (--dataset/--checkpoints/--volume/--shm)": spec.storage != default.storage,
-        "scheduling (--node-selector/--toleration/--gang/...)": (
-            spec.scheduling != default.scheduling
-        ),
-        "--secret-env/--env-from-secret": spec.secret_env or spec.env_from_secrets,
-        "--kind " + spec.kind: spec.kind != DEFAULT_KIND and not KIND_TABLE[spec.kind].driver_only,
-    }
-    return [flag for flag, given in checks.items() if given]
-
-
-def _describe(spec: JobSpec, nodes: list[NodeLaunch]) -> str:
-    lines = [
-        f"# {spec.name}: {spec.nodes} node(s) x {spec.nproc} process(es) on the local backend",
-        f"# a fault (a node exit code >= 128: a rank killed, OOM, a lost peer) stops every node "
-        f"and starts them all again, up to {local_max_restarts(spec)} time(s) (--max-restarts); "
-        f"a bug (exit code 1-127) fails the job at once",
-        "# each node runs in a new session with the kernel's environment plus:",
-    ]
-    ignored = cluster_only_settings(spec)
-    if ignored:
-        lines.insert(1, f"# cluster-only, not used here: {', '.join(ignored)}")
-    if spec.pass_env:
-        names = ", ".join(spec.pass_env)
-        lines.append(f"# from the kernel's environment (never written down): {names}")
-    for i, node in enumerate(nodes):
-        lines.append(f"\n# node {i}")
-        lines.append(f"cd {shlex.quote(node.cwd)}")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(node.env.items()))
-        lines.append(f"env {env} \\\n  {shlex.join(node.argv)}")
-    return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from ..base import (
 )
 from ..jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
 from ..warm import check_warm, shape_changes, warm_shape
+from .logs import FileLogSource
 from .request import read_plan
 from .warm_supervisor import CANCEL_WORDS, DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
 
@@ -170,8 +171,6 @@ class LocalWarm:
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
         nodes = json.loads((self.b.job_dir(name) / "job.json").read_text())["nodes"]
         folder = self.b.job_dir(name) / "runs" / str(run)
-        from .backend import FileLogSource
-
         return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
