@@ -20,21 +20,18 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, JobNotFound, SpecError
+from ...jobs import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobState
 from ...kinds import DEFAULT_KIND, KIND_TABLE
 from ...pod.agent.warm import CONTROL_ENV
 from ...pod.checkpoint import CHECKPOINTS_ENV
 from ...pod.launch import node_command, operator_env
-from ...pod.progress import Progress
 from ...spec import check_job_name
 from ..base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
     TERMINAL,
     Backend,
     Job,
@@ -51,10 +48,8 @@ from ..jobstore import (
     job_marker,
     make_private_dirs,
     open_append,
-    read_state,
     release_reserve,
     store_error,
-    update_state,
     write_private,
 )
 from ..warm import warm_shape
@@ -71,6 +66,7 @@ from .plan import (
 )
 from .procs import MARKER_ENV, marked_pids, process_start, stop_marked
 from .request import PLAN, LocalRequest, NodeLaunch, read_plan
+from .state import LocalState, StateError, change_state, read_state
 from .warm import LocalWarm, warm_info
 
 if TYPE_CHECKING:
@@ -114,14 +110,14 @@ class LocalBackend(Backend):
         """The job's folder, always inside the store: ``name`` must be a valid job name."""
         return self.home / "jobs" / check_job_name(name)
 
-    def _state(self, name: str) -> dict[str, Any]:
+    def _state(self, name: str) -> LocalState:
         job_dir = self.job_dir(name)
         if not job_dir.is_dir():
             raise JobNotFound(
                 f"No local job named {name!r}. `%ktrain list` shows the jobs this machine knows."
             )
         try:
-            return read_state(job_dir) or {"state": PENDING}
+            return read_state(job_dir) or LocalState()
         except OSError as exc:
             raise store_error(job_dir, exc, "read") from None
 
@@ -134,8 +130,9 @@ class LocalBackend(Backend):
                     ports.add(read_plan(job_dir).master_port)
                 except (OSError, ValueError):  # PlanError too: a folder we cannot read
                     continue
-                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # on a restart
-                    ports.add(int((read_state(job_dir) or {})["master_port"]))
+                with contextlib.suppress(OSError, ValueError):  # StateError too
+                    moved = (read_state(job_dir) or LocalState()).master_port  # on a restart
+                    ports.update([moved] if moved else [])
         return ports
 
     # -- plan -----------------------------------------------------------------------------
@@ -291,75 +288,71 @@ class LocalBackend(Backend):
 
     def status(self, name: str) -> JobStatus:
         raw = self._state(name)
-        state = raw.get("state", PENDING)
-        if state not in TERMINAL and not self._alive(raw):
-            raw.update(self._without_supervisor(name, raw))
-            state = raw["state"]
-        return self._to_status(name, raw, state, self.shape(name))
+        if raw.state not in TERMINAL and not self._alive(raw):
+            raw = self._without_supervisor(name, raw)
+        return self._to_status(name, raw, self.shape(name))
 
-    def _to_status(
-        self, name: str, raw: dict[str, Any], state: str, shape: JobShape | None
-    ) -> JobStatus:
+    def _to_status(self, name: str, raw: LocalState, shape: JobShape | None) -> JobStatus:
         """A job's (or a warm job's run's) ``state.json`` as a :class:`JobStatus`."""
-        nodes = raw.get("nodes", [])
         replicas = tuple(
             ReplicaStatus(
                 name=f"{name}-node-{i}",
-                phase=n.get("phase") or _phase(n.get("exit_code"), state),
-                restarts=int(n.get("restarts") or 0),
+                phase=n.phase or _phase(n.exit_code, raw.state),
+                restarts=n.restarts,
                 node="127.0.0.1",
-                exit_code=n.get("exit_code"),
-                last_event=str(n.get("last_event") or ""),
+                exit_code=n.exit_code,
+                last_event=n.last_event,
             )
-            for i, n in enumerate(nodes)
+            for i, n in enumerate(raw.nodes)
         )
-        warm = raw.get("warm")
         status = JobStatus(
             name=name,
-            state=state,
-            reason=raw.get("reason", ""),
-            message=raw.get("message", ""),
-            exit_codes={int(k): int(v) for k, v in raw.get("exit_codes", {}).items()},
+            state=raw.state,
+            reason=raw.reason,
+            message=raw.message,
+            exit_codes=dict(raw.exit_codes),
             replicas=replicas,
-            started=raw.get("started"),
-            finished=raw.get("finished"),
-            failed_rank=raw.get("failed_rank"),
-            progress=Progress.from_dict(raw.get("progress")),
-            max_restarts=raw.get("max_restarts"),
-            warm=warm_info(warm, shape) if isinstance(warm, dict) else None,
+            started=raw.started,
+            finished=raw.finished,
+            failed_rank=raw.failed_rank,
+            progress=raw.progress,
+            max_restarts=raw.max_restarts,
+            warm=warm_info(raw.warm, shape) if raw.warm is not None else None,
         )
         return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 
-    def _without_supervisor(self, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    def _without_supervisor(self, name: str, raw: LocalState) -> LocalState:
         """The truth about a job whose supervisor is gone and which has no final state (its
         watchdog is stopping it, or was killed too): Running while any of its processes runs,
         else Failed, with the reason."""
-        pid = raw.get("supervisor_pid")
+        pid = raw.supervisor_pid
         running = len(self._running(name))
         if running:
-            if raw.get("reason", "").startswith("Supervisor"):
-                return {"state": RUNNING}  # the watchdog said why, and is stopping them
-            return {
-                "state": RUNNING,
-                "reason": "SupervisorLost",
-                "message": f"its supervisor (pid {pid}) is gone, but {running} process(es) of "
+            if raw.reason.startswith("Supervisor"):
+                return replace(raw, state=RUNNING)  # the watchdog said why, and is stopping them
+            return replace(
+                raw,
+                state=RUNNING,
+                reason="SupervisorLost",
+                message=f"its supervisor (pid {pid}) is gone, but {running} process(es) of "
                 f"the job still run: `%ktrain cancel {name}` stops them",
-            }
-        who = raw.get("supervisor_end") or (
+            )
+        who = raw.supervisor_end or (
             f"its supervisor (pid {pid}) ended (it was killed, or the machine restarted)"
         )
-        return {
-            "state": FAILED,
-            "reason": raw.get("reason") if raw.get("supervisor_end") else "SupervisorLost",
-            "message": f"{who} before the job ended; none of the job's processes runs any more",
-        }
+        return replace(
+            raw,
+            state=FAILED,
+            reason=raw.reason if raw.supervisor_end else "SupervisorLost",
+            message=f"{who} before the job ended; none of the job's processes runs any more",
+        )
 
-    def _alive(self, raw: dict[str, Any]) -> bool:
-        pid = raw.get("supervisor_pid")
+    def _alive(self, raw: LocalState) -> bool:
+        pid = raw.supervisor_pid
         if pid is None:
             return True  # just scheduled: the supervisor has not written its state yet
-        started = process_start(int(pid))
-        return started is not None and raw.get("supervisor_start") in (None, started)
+        started = process_start(pid)
+        return started is not None and raw.supervisor_start in (None, started)
 
     def _running(self, name: str) -> list[int]:
         """The processes of the job that run now, wherever they went (by its marker)."""
@@ -372,16 +365,17 @@ class LocalBackend(Backend):
         what it found. Raises :class:`BackendError` only when processes could not be stopped."""
         raw = self._state(name)
         marker = job_marker(self.job_dir(name))
-        if marker is None or (raw.get("state") in TERMINAL and not marked_pids(marker)):
+        if marker is None or (raw.state in TERMINAL and not marked_pids(marker)):
             return  # ended, or not started yet (its folder is being made)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
-        while raw.get("supervisor_pid") is None and time.monotonic() < deadline:
+        while raw.supervisor_pid is None and time.monotonic() < deadline:
             time.sleep(0.05)  # scheduled a moment ago: its supervisor is starting
             raw = self._state(name)
-        supervised = self._alive(raw) and raw.get("supervisor_pid") is not None
-        if supervised:
+        pid = raw.supervisor_pid
+        supervised = self._alive(raw) and pid is not None
+        if pid is not None and supervised:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(raw["supervisor_pid"]), signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             while time.monotonic() < deadline and self._alive(self._state(name)):
                 time.sleep(0.05)
         running = len(marked_pids(marker))
@@ -395,23 +389,23 @@ class LocalBackend(Backend):
         self._end_cancelled(name, raw, marker, supervised, running)
 
     def _end_cancelled(
-        self, name: str, raw: dict[str, Any], marker: str, supervised: bool, running: int
+        self, name: str, raw: LocalState, marker: str, supervised: bool, running: int
     ) -> None:
         """Cancelled, when the supervisor could not say it (it was gone, or stuck)."""
         if supervised and not self._alive(self._state(name)):
             return  # it ended the job itself
         gone = "was gone" if not supervised else "did not answer"
-        message = f"its supervisor (pid {raw.get('supervisor_pid')}) {gone}; " + (
+        message = f"its supervisor (pid {raw.supervisor_pid}) {gone}; " + (
             f"the cancel stopped the {running} process(es) of the job that still ran"
             if running
             else "none of the job's processes was running"
         )
         ended = {"state": CANCELLED, "reason": "CancelledByUser", "message": message}
-        if update_state(self.job_dir(name), {**ended, "finished": time.time()}, marker):
+        if change_state(self.job_dir(name), marker, **ended, finished=time.time()):
             release_reserve(self.job_dir(name))
-        if supervised:  # stuck: the job has its final state now, and it may not write another
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(raw["supervisor_pid"]), signal.SIGKILL)
+        if supervised and raw.supervisor_pid is not None:  # stuck: the job has its final state
+            with contextlib.suppress(ProcessLookupError):  # now, and it may not write another
+                os.kill(raw.supervisor_pid, signal.SIGKILL)
 
     def delete(self, name: str) -> None:
         """Cancel if running, then remove the job and its logs from the registry."""
@@ -435,8 +429,9 @@ class LocalBackend(Backend):
             if (entry / PLAN).exists():
                 try:
                     out.append(self.status(entry.name))
-                except (JobNotFound, SpecError):
-                    continue  # removed meanwhile, or a folder that is no job of ours
+                except (JobNotFound, SpecError, StateError):
+                    continue  # removed meanwhile, a folder that is no job of ours, or a newer
+                    # version's job (`status NAME` says which)
         return out
 
     def shape(self, name: str) -> JobShape | None:
@@ -499,9 +494,10 @@ def _by_age(jobs_dir: Path) -> Iterator[tuple[float, Path]]:
             yield entry.stat().st_mtime, entry
 
 
-def _phase(exit_code: int | None, job_state: str) -> str:
+def _phase(exit_code: int | None, job_state: JobState) -> JobState:
+    """A node's phase from its exit code, where the supervisor gave it none."""
     if exit_code is None:
-        return "Running" if job_state == "Running" else job_state
+        return job_state
     if exit_code == 0:
-        return "Succeeded"
-    return job_state if job_state == "Cancelled" else "Failed"
+        return SUCCEEDED
+    return job_state if job_state == CANCELLED else FAILED

@@ -45,12 +45,12 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ...jobs import BACKEND_ENDS, CANCELLED_BY_USER
+from ...jobs import BACKEND_ENDS, CANCELLED, CANCELLED_BY_USER, FAILED, RUNNING, SUCCEEDED
 from ...monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
-from ..jobstore import job_marker, open_append, read_state, release_reserve, update_state
+from ..jobstore import job_marker, open_append, release_reserve
 from .procs import (
     NODE_ENV,
     NodeKill,
@@ -62,6 +62,7 @@ from .procs import (
     stop_marked,
 )
 from .request import PlanError, read_plan
+from .state import LocalState, NodeState, change_state, read_state, save_state
 
 __all__ = ["main", "watch"]
 
@@ -127,23 +128,21 @@ class Supervisor:
         self.reaped: dict[int, NodeKill] = {}  # nodes of this attempt whose leftovers were killed
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
-        self.state: dict[str, Any] = {
-            "state": "Pending",
-            "supervisor_pid": os.getpid(),
-            "supervisor_start": process_start(os.getpid()),
-            "created": time.time(),
-            "nodes": [],
-            "restarts": 0,
-            "max_restarts": self.max_restarts,
-        }
+        self.state = LocalState(
+            supervisor_pid=os.getpid(),
+            supervisor_start=process_start(os.getpid()),
+            created=time.time(),
+            max_restarts=self.max_restarts,
+        )
 
     def save(self, **changes: Any) -> None:
+        """``changes`` (fields of :class:`LocalState`) and the ranks' codes so far, written."""
         with self.lock:
-            self.state.update(changes)
-            self.state["exit_codes"] = {str(k): v for k, v in sorted(self.exit_codes.items())}
+            changes["exit_codes"] = dict(self.exit_codes)
             if self.first_failure:
-                self.state["failed_rank"] = self.first_failure[1]
-            update_state(self.dir, self.state, self.marker)  # never over another's end
+                changes["failed_rank"] = self.first_failure[1]
+            self.state = replace(self.state, **changes)
+            save_state(self.dir, self.state, self.marker)  # never over another's end
 
     # -- output ---------------------------------------------------------------------------
     def _rank_file(self, rank: int) -> _Log:
@@ -216,7 +215,7 @@ class Supervisor:
             if now - self.progress_saved < PROGRESS_SAVE_S and not p.done:
                 return
             self.progress_saved = now
-            self.state["progress"] = p.to_dict()
+            self.state = replace(self.state, progress=p)
         self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
@@ -290,8 +289,8 @@ class Supervisor:
             pump = threading.Thread(target=self._pump, args=(node, proc.stdout), daemon=True)
             pump.start()
             self.pumps.append(pump)
-        started = self.state.get("started") or time.time()  # the job's, not this attempt's
-        self.save(state="Running", started=started, nodes=self._nodes(), reason="", message="")
+        started = self.state.started or time.time()  # the job's, not this attempt's
+        self.save(state=RUNNING, started=started, nodes=self._nodes(), reason="", message="")
 
     def terminate(self, *_args: Any) -> None:
         for proc in self.procs:
@@ -362,17 +361,11 @@ class Supervisor:
             f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}", [node]
         )
 
-    def _nodes(self, phase: str = "") -> list[dict[str, Any]]:
-        return [
-            {
-                "pid": p.pid,
-                "exit_code": _code(p.returncode),
-                "restarts": self.restarts,
-                "last_event": self.events[node],
-                **({"phase": phase} if phase else {}),
-            }
+    def _nodes(self, phase: str = "") -> tuple[NodeState, ...]:
+        return tuple(
+            NodeState(p.pid, _code(p.returncode), self.restarts, self.events[node], phase)
             for node, p in enumerate(self.procs)
-        ]
+        )
 
     # -- restarts -------------------------------------------------------------------------
     def _fault(self) -> tuple[int, int] | None:
@@ -454,7 +447,7 @@ class Supervisor:
             self.reaped = {}
             self.exit_codes.clear()
             self.first_failure = None
-            self.state["failed_rank"] = None  # the new attempt's, once one fails
+            self.state = replace(self.state, failed_rank=None)  # the new attempt's, once one fails
         self.start()
         return True
 
@@ -502,37 +495,37 @@ class Supervisor:
         changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
         nodes = tuple(launch.with_env(changes) for launch in self.plan.nodes)
         self.plan = replace(self.plan, master_port=port, nodes=nodes)
-        self.state["master_port"] = port
+        self.state = replace(self.state, master_port=port)
 
     def finish(self) -> None:
         nodes = self._nodes()
-        codes = [n["exit_code"] for n in nodes]
+        codes = [n.exit_code for n in nodes]
         message = ""
         if self.cancelled:
-            state, reason = "Cancelled", "CancelledByUser"
+            state, reason = CANCELLED, "CancelledByUser"
         elif self.copy_error is not None:
-            state, reason = "Failed", "LogWriteFailed"
+            state, reason = FAILED, "LogWriteFailed"
             message = (
                 f"{self.copy_error}: the job was stopped, because its output could no longer "
                 f"be kept. Free space in {self.dir.parent} (or point KTRAIN_HOME at a folder "
                 f"with room), then run it again."
             )
         elif all(c == 0 for c in codes):
-            state, reason = "Succeeded", "AllRanksSucceeded"
+            state, reason = SUCCEEDED, "AllRanksSucceeded"
         elif self.stop_error:
-            state, reason, message = "Failed", "RestartFailed", self.stop_error
+            state, reason, message = FAILED, "RestartFailed", self.stop_error
         else:
-            state = "Failed"
+            state = FAILED
             reason = "RankFailed" if self.first_failure else "NodeFailed"
             message = self._killed_rank()
             if self.no_restart:
                 message = f"{message}: {self.no_restart}" if message else self.no_restart
-        if self.first_failure is None and state == "Failed" and not self.cancelled:
+        if self.first_failure is None and state == FAILED and not self.cancelled:
             bad = next((i for i, c in enumerate(codes) if c != 0), None)
             if bad is not None:
-                self.state["failed_node"] = bad
+                self.state = replace(self.state, failed_node=bad)
         if self.progress.progress is not None:  # the last update may have been held back
-            self.state["progress"] = self.progress.progress.to_dict()
+            self.state = replace(self.state, progress=self.progress.progress)
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
         release_reserve(self.dir)
 
@@ -622,12 +615,12 @@ def watch(job_dir: Path, supervisor: int) -> int:
     _, status = os.waitpid(supervisor, 0)
     if marker is None or job_marker(job_dir) != marker:
         return 0
-    if ((read_state(job_dir) or {}).get("state")) in BACKEND_ENDS:
+    if (read_state(job_dir) or LocalState()).state in BACKEND_ENDS:
         return 0
     how, reason = _how_it_ended(status)
     who = f"its supervisor (pid {supervisor}) {how}"
-    stopping = {"reason": reason, "message": f"{who}; stopping the job's processes"}
-    update_state(job_dir, {**stopping, "supervisor_end": who}, marker)
+    stopping = f"{who}; stopping the job's processes"
+    change_state(job_dir, marker, reason=reason, message=stopping, supervisor_end=who)
     running = len(marked_pids(marker))
     left = stop_marked(marker, exclude={os.getpid()})
     if left:  # unkillable (stuck in the kernel): the job still runs, and says so
@@ -638,8 +631,8 @@ def watch(job_dir: Path, supervisor: int) -> int:
         else "none of the job's processes was left"
     )
     message = f"{who} before the job ended; {what}. Run it again (add --replace to reuse the name)."
-    ended = {"state": "Failed", "reason": reason, "message": message, "finished": time.time()}
-    if update_state(job_dir, ended, marker):
+    ended = {"state": FAILED, "reason": reason, "message": message, "finished": time.time()}
+    if change_state(job_dir, marker, **ended):
         _tell_node_logs(job_dir, message)
         release_reserve(job_dir)
     return 1
@@ -695,7 +688,7 @@ def main(argv: list[str]) -> int:
         sup.run()
     except Exception as exc:  # never leave a job in "Running" with nothing behind it
         sup.terminate()
-        sup.save(state="Failed", reason="SupervisorError", message=str(exc), finished=time.time())
+        sup.save(state=FAILED, reason="SupervisorError", message=str(exc), finished=time.time())
         kill_marked(sup.marker, exclude={os.getpid()})
         raise
     sup.finish()
