@@ -38,6 +38,7 @@ from ..base import (
     Request,
     complete_exit_codes,
 )
+from ..capabilities import ShapeKnown, WarmCapable
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, in_cluster, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
@@ -113,7 +114,7 @@ class JobRuntime:
                 self.progress.feed(line.rank, record, time.time())
 
 
-class KubernetesBackend(Backend):
+class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
     name = "kubernetes"
 
     def __init__(

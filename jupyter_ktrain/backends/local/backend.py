@@ -43,6 +43,7 @@ from ..base import (
     Request,
     complete_exit_codes,
 )
+from ..capabilities import ShapeKnown, WarmCapable
 from ..jobstore import (
     create_job_dir,
     job_marker,
@@ -86,7 +87,7 @@ def ktrain_home() -> Path:
     return Path(os.environ.get("KTRAIN_HOME") or Path.home() / ".ktrain")
 
 
-class LocalBackend(Backend):
+class LocalBackend(Backend, WarmCapable, ShapeKnown):
     """``gpus`` lists this machine's GPUs (a seam for tests; default :func:`machine_gpus`,
     asked only when a job wants GPUs)."""
 
