@@ -8,7 +8,9 @@ kernel. Laid out like :mod:`..kubernetes`:
   cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.supervisor`: the process that owns one job (``python -m
-  jupyter_ktrain.backends.local.supervisor``), and its watchdog;
+  jupyter_ktrain.backends.local.supervisor``); :mod:`.watchdog`: its parent, which ends the job
+  when the supervisor dies;
+- :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
 - :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
   backend reads and orders them;
 - :mod:`.logs`: node logs read as they grow (:class:`FileLogSource`, :class:`LogIndex`);

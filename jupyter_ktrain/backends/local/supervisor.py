@@ -45,26 +45,25 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ...jobs import BACKEND_ENDS, CANCELLED, CANCELLED_BY_USER, FAILED, RUNNING, SUCCEEDED
+from ...jobs import CANCELLED, CANCELLED_BY_USER, FAILED, RUNNING, SUCCEEDED
 from ...monitor.failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
-from ..jobstore import job_marker, open_append, release_reserve
+from ..jobstore import open_append, release_reserve
 from .procs import (
     NODE_ENV,
     NodeKill,
     kill_marked,
     kill_node,
-    marked_pids,
     node_marker,
     process_start,
     stop_marked,
 )
 from .request import PlanError, read_plan
-from .state import LocalState, NodeState, change_state, read_state, save_state
+from .state import LocalState, NodeState, save_state
 
-__all__ = ["main", "watch"]
+__all__ = ["main"]
 
 GRACE_AFTER_FAILURE_S = 5.0
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
@@ -604,61 +603,6 @@ def _die_with(parent: int) -> Callable[[], None]:
     return preexec
 
 
-# -- the watchdog ---------------------------------------------------------------------------
-def watch(job_dir: Path, supervisor: int) -> int:
-    """The supervisor's parent: wait for it, and when it ended before the job did (killed, or
-    crashed), stop every process of the job and write the job's final state with the reason.
-    Returns 0 when it had nothing to do, 1 when it had to end the job."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    marker = job_marker(job_dir)  # the folder may hold another job later (--replace)
-    _, status = os.waitpid(supervisor, 0)
-    if marker is None or job_marker(job_dir) != marker:
-        return 0
-    if (read_state(job_dir) or LocalState()).state in BACKEND_ENDS:
-        return 0
-    how, reason = _how_it_ended(status)
-    who = f"its supervisor (pid {supervisor}) {how}"
-    stopping = f"{who}; stopping the job's processes"
-    change_state(job_dir, marker, reason=reason, message=stopping, supervisor_end=who)
-    running = len(marked_pids(marker))
-    left = stop_marked(marker, exclude={os.getpid()})
-    if left:  # unkillable (stuck in the kernel): the job still runs, and says so
-        return 1
-    what = (
-        f"stopped the {running} process(es) of the job that still ran"
-        if running
-        else "none of the job's processes was left"
-    )
-    message = f"{who} before the job ended; {what}. Run it again (add --replace to reuse the name)."
-    ended = {"state": FAILED, "reason": reason, "message": message, "finished": time.time()}
-    if change_state(job_dir, marker, **ended):
-        _tell_node_logs(job_dir, message)
-        release_reserve(job_dir)
-    return 1
-
-
-def _how_it_ended(status: int) -> tuple[str, str]:
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        who = " (the OOM killer, or a kill -9)" if number == signal.SIGKILL else ""
-        return f"was killed by {signal_text(_SIGNAL_BASE + number)}{who}", "SupervisorKilled"
-    code = os.WEXITSTATUS(status)
-    return f"exited with code {code} (see supervisor.log)", "SupervisorFailed"
-
-
-def _tell_node_logs(job_dir: Path, message: str) -> None:
-    """The reason at the end of every node's log too, where a user reading logs looks."""
-    line = (format_agent_line(message) + "\n").encode()
-    for path in sorted(job_dir.glob("node-*.log")):
-        with contextlib.suppress(OSError):
-            log = _Log(path)
-            try:
-                log.write(line)
-            finally:
-                log.close()
-
-
 def main(argv: list[str]) -> int:
     """``[--daemon] JOB_DIR``: with --daemon, fork into a new session and return at once, so the
     caller can reap us and the job is nobody's child (no zombie, survives the kernel); the
@@ -670,6 +614,8 @@ def main(argv: list[str]) -> int:
         os.setsid()
         child = os.fork()  # no thread runs yet: forking is safe
         if child:
+            from .watchdog import watch
+
             return watch(Path(argv[0]), child)
     job_dir = Path(argv[0])
     try:
