@@ -15,6 +15,7 @@ those two for its callers, and the capability in the class line of each backend 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -67,13 +68,13 @@ class WarmCapable:
         return self.warm.set_idle_limit(name, seconds)
 
 
-class ShapeKnown:
+class ShapeKnown(ABC):
     """A backend that stores the shape each job was started with (kind, nodes, processes,
     GPUs)."""
 
+    @abstractmethod
     def shape(self, name: str) -> JobShape | None:
         """The shape job ``name`` was started with; None when it was not stored."""
-        raise NotImplementedError
 
 
 def warm_capable(backend: Backend, name: str) -> WarmCapable:
