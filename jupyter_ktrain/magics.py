@@ -17,6 +17,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .backends import get_backend, listed_backends
 from .backends.base import Backend, Job
+from .backends.capabilities import job_shape, warm_capable
 from .backends.warm import check_warm
 from .capture import capture
 from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
@@ -247,7 +248,7 @@ def _warm_line(backend: Backend, name: str) -> str:
         return f"The warm job {name!r} ended ({status.describe()})."
     if status.warm is None:
         return ""
-    w, shape = status.warm, backend.shape(name)
+    w, shape = status.warm, job_shape(backend, name)
     gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
     held = f"{gpus} GPU(s)" if gpus else "its nodes"
     limit = w.idle_limit_s / 60
@@ -417,7 +418,7 @@ def _warm(backend: Backend, name: str, argv: list[str]) -> None:
     if len(argv) != 2 or argv[0] != "--idle":
         raise SpecError("usage: %ktrain warm NAME --idle DURATION (e.g. 15m; 0 ends it now)")
     seconds = parse_duration(argv[1])
-    status = backend.set_idle_limit(name, seconds)
+    status = warm_capable(backend, name).set_idle_limit(name, seconds)
     if seconds <= 0:
         _say(f"Ended the warm job {name!r} ({status.describe()}).")
     else:
@@ -428,8 +429,9 @@ def _cancel_run(backend: Backend, name: str, argv: list[str]) -> None:
     if len(argv) != 2 or argv[0] != "--run" or not argv[1].isdigit():
         raise SpecError("usage: %ktrain cancel NAME [--run N]")
     run = int(argv[1])
-    backend.cancel_run(name, run)
-    _say(f"Run {run} of {name!r}: {backend.run_status(name, run).state}; its nodes stay warm.")
+    warm = warm_capable(backend, name)
+    warm.cancel_run(name, run)
+    _say(f"Run {run} of {name!r}: {warm.run_status(name, run).state}; its nodes stay warm.")
 
 
 def _cancelled(name: str, status: JobStatus | None) -> str:

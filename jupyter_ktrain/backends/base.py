@@ -4,14 +4,15 @@
 Public methods live here and call a few hooks each backend implements (torchx's shape):
 ``submit`` is ``schedule(dryrun(...))``, and the dry run is the exact request a backend would
 make: a :class:`LaunchPlan` over the backend's own request dataclass (the local backend's
-:class:`~.local.LocalRequest`: argv and environment per node; the Kubernetes backend's
+:class:`~.local.request.LocalRequest`: argv and environment per node; the Kubernetes backend's
 :class:`~.kubernetes.plan.KubernetesRequest`: the objects to create). A plan is never changed
 after it is made: what is known only later (the code image's digest, after the push) goes into
 a new plan (``dataclasses.replace``).
 
 To add a backend: a frozen request dataclass (what ``schedule`` needs, and nothing else), a
 ``Backend`` subclass whose ``dryrun`` returns ``LaunchPlan[YourRequest]`` and whose ``schedule``
-starts with ``plan.made_by(YourRequest)``, and a name in :func:`~.get_backend`.
+starts with ``plan.made_by(YourRequest)``, the capabilities it has (:mod:`.capabilities`: warm
+jobs, stored shapes) in its class line, and a name in :func:`~.get_backend`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
 from ..jobs import CANCELLED, CANCELLED_REASON, JobShape, JobStatus
+from .capabilities import WarmCapable, job_shape, warm_capable
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -107,20 +109,10 @@ class LogSource(ABC):
         """Release what the source holds (threads, connections)."""
 
 
-class WarmRuns(Protocol):
-    """The runs of a backend's warm jobs (``--warm``): local ``local_warm.LocalWarm``,
-    Kubernetes ``kubernetes.warm_backend.WarmJobs``; :class:`Backend` hands these calls on."""
-
-    def latest_run(self, name: str) -> int | None: ...
-    def run_status(self, name: str, run: int) -> JobStatus: ...
-    def run_log_sources(self, name: str, run: int) -> list[LogSource]: ...
-    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]: ...
-    def cancel_run(self, name: str, run: int) -> None: ...
-    def set_idle_limit(self, name: str, seconds: float) -> JobStatus: ...
-
-
 class Backend(ABC):
-    """Runs jobs somewhere. Implementations provide the abstract hooks."""
+    """Runs jobs somewhere: the core verbs every backend has. Implementations provide the
+    abstract hooks; what only some backends do (warm jobs, stored shapes) is a capability they
+    inherit from :mod:`.capabilities`, which callers check by type."""
 
     name: str = "?"
     #: whether ``--rdma`` takes effect here (the monitor then checks NCCL's transport)
@@ -183,37 +175,6 @@ class Backend(ABC):
             if index >= first and (limit is None or index < first + limit):
                 yield t, replica, index, line
 
-    # -- the runs of a warm job (``--warm``): a backend that keeps warm jobs sets ``warm`` --
-    #: what keeps this backend's warm jobs (see :class:`WarmRuns`); None: it has none
-    warm: WarmRuns | None = None
-
-    def _warm_runs(self, name: str) -> WarmRuns:
-        if self.warm is None:
-            raise BackendError(f"The {self.name} backend has no warm jobs (no runs of {name!r}).")
-        return self.warm
-
-    def run_status(self, name: str, run: int) -> JobStatus:
-        """Run ``run`` of warm job ``name``, as a job's status (its own state, codes, times)."""
-        return self._warm_runs(name).run_status(name, run)
-
-    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        return self._warm_runs(name).run_log_sources(name, run)
-
-    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        return self._warm_runs(name).read_run_logs(name, run)
-
-    def cancel_run(self, name: str, run: int) -> None:
-        """Stop run ``run``; the warm job's nodes stay, ready for the next."""
-        self._warm_runs(name).cancel_run(name, run)
-
-    def latest_run(self, name: str) -> int | None:
-        """The last run of warm job ``name``; None for a job that is not warm."""
-        return None if self.warm is None else self.warm.latest_run(name)
-
-    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
-        """``%ktrain warm NAME --idle``: a warm job's idle limit; 0 ends it now."""
-        return self._warm_runs(name).set_idle_limit(name, seconds)
-
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
         from .warm import check_warm
 
@@ -223,12 +184,8 @@ class Backend(ABC):
     def attach(self, name: str) -> Job:
         """A handle on ``name``; on a warm job, on its last run."""
         self.status(name)  # raises JobNotFound
-        return Job(name, self, shape=self.shape(name), run=self.latest_run(name))
-
-    def shape(self, name: str) -> JobShape | None:
-        """The shape the job was started with (kind, nodes, processes, GPUs), when the backend
-        stored it: what a monitor attached later shows. None when unknown."""
-        return None
+        run = self.latest_run(name) if isinstance(self, WarmCapable) else None
+        return Job(name, self, shape=job_shape(self, name), run=run)
 
 
 class Job:
@@ -269,7 +226,7 @@ class Job:
             )
         try:
             if self.run is not None:
-                return self.backend.run_status(self.name, self.run)
+                return warm_capable(self.backend, self.name).run_status(self.name, self.run)
             return self.backend.status(self.name)
         except JobNotFound:
             if not self.cancelled:
@@ -303,21 +260,21 @@ class Job:
         """Stop the job; on a warm job, stop this handle's run (the nodes stay warm)."""
         self.cancelled = True
         if self.run is not None:
-            self.backend.cancel_run(self.name, self.run)
+            warm_capable(self.backend, self.name).cancel_run(self.name, self.run)
         else:
             self.backend.cancel(self.name)
 
     def log_sources(self) -> list[LogSource]:
         """Each replica's stream: of this handle's run, on a warm job."""
         if self.run is not None:
-            return self.backend.run_log_sources(self.name, self.run)
+            return warm_capable(self.backend, self.name).run_log_sources(self.name, self.run)
         return self.backend.log_sources(self.name)
 
     def read_logs(self, run: int | None = None) -> Iterator[tuple[str, str]]:
         """Every stored line as (replica, line): of run ``run`` (default this handle's)."""
         run = self.run if run is None else run
         if run is not None:
-            return self.backend.read_run_logs(self.name, run)
+            return warm_capable(self.backend, self.name).read_run_logs(self.name, run)
         return self.backend.read_logs(self.name)
 
     def logs(self, rank: int | None = None, grep: str | None = None, run: int | None = None) -> str:

@@ -35,7 +35,6 @@ __all__ = [
     "store_error",
     "update_state",
     "write_private",
-    "write_state",
 ]
 
 DIR_MODE = 0o700
@@ -132,18 +131,13 @@ def _locked(job_dir: Path) -> Iterator[None]:
 
 
 def read_state(job_dir: Path) -> dict[str, Any] | None:
-    """The job's ``state.json``; None before the supervisor wrote it."""
+    """The job's ``state.json`` as JSON (typed: :mod:`.local.state`); None before the supervisor
+    wrote it."""
     try:
         state: dict[str, Any] = json.loads((job_dir / STATE).read_text())
     except (FileNotFoundError, ValueError):
         return None
     return state
-
-
-def write_state(job_dir: Path, state: dict[str, Any]) -> None:
-    """Replace ``state.json`` atomically (readers see the old or the new file, whole)."""
-    with _locked(job_dir):
-        _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())
 
 
 def update_state(job_dir: Path, changes: dict[str, Any], marker: str | None = None) -> bool:

@@ -16,10 +16,11 @@ from ..kinds import DEFAULT_KIND
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
-__all__ = ["WARM_KINDS", "check_warm", "shape_changes", "warm_shape"]
+__all__ = ["DEFAULT_IDLE_S", "WARM_KINDS", "check_warm", "shape_changes", "warm_shape"]
 
 WARM_KINDS = (DEFAULT_KIND,)  # the kinds a warm job can be, so far
 WARM_BACKENDS = ("local", "kubernetes")
+DEFAULT_IDLE_S = 15 * 60.0  # how long a warm job waits for its next run, unless told
 
 
 def warm_shape(spec: JobSpec) -> dict[str, Any]:

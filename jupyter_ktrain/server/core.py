@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..backends.capabilities import job_shape
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..monitor import livestate
 from ..monitor.fold import RepeatFold, shown_text
@@ -393,7 +394,7 @@ class PanelCore:
             feed = self._feeds.get(key)
         fresh = None
         if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
-            shape = self._backend(backend).shape(name)
+            shape = job_shape(self._backend(backend), name)
             fresh = _MetricFeed(name, started, shape.kind if shape else None, self.plot_points)
         with self._lock:
             feed = self._feeds.pop(key, None)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..backends.capabilities import job_shape
 from ..errors import SpecError
 from .store import read_record
 
@@ -42,7 +43,7 @@ def _series(backend: Backend, name: str) -> dict[str, tuple[list[float], list[fl
     """Each metric name of the job -> rank 0's (or the lowest rank's) points."""
     from ..monitor.live import model_from_logs
 
-    shape = backend.shape(name)
+    shape = job_shape(backend, name)
     kind = shape.kind if shape else None
     model = model_from_logs(name, backend.read_logs(name), kind=kind, plot_points=POINTS)
     out: dict[str, tuple[list[float], list[float]]] = {}

@@ -26,7 +26,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain import magics
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.procs import marked_pids, process_start
+from jupyter_ktrain.backends.local.procs import marked_pids, process_start
 from jupyter_ktrain.cli import main as ktrain_cli
 from jupyter_ktrain.errors import JobFailed, SpecError
 from tests.jupyter_process import PanelServer as Server

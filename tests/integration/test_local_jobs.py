@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.procs import marked_pids
+from jupyter_ktrain.backends.local.procs import marked_pids
 from jupyter_ktrain.errors import JobFailed
 from tests.notebook_cells import ALLREDUCE_TRAIN, extension_shell, reported
 

@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.procs import marked_pids
+from jupyter_ktrain.backends.local.procs import marked_pids
 from jupyter_ktrain.errors import JobCancelled, JobFailed
 from jupyter_ktrain.monitor.cell_error import job_error
 from tests.notebook_cells import extension_shell

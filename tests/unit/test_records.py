@@ -85,7 +85,7 @@ def test_the_lowest_reporting_rank_is_the_jobs_progress() -> None:
 def test_a_plan_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path) -> None:
     import pytest
 
-    from jupyter_ktrain.backends.local_request import (
+    from jupyter_ktrain.backends.local.request import (
         LocalRequest,
         NodeLaunch,
         PlanError,
@@ -101,3 +101,45 @@ def test_a_plan_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path)
     (tmp_path / "plan.json").write_text(json.dumps({**plan.to_json(), "version": 99}))
     with pytest.raises(PlanError, match="version 99, written by a newer jupyter-ktrain"):
         read_plan(tmp_path)
+
+
+def test_a_state_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path) -> None:
+    import pytest
+
+    from jupyter_ktrain.backends.local.backend import LocalBackend
+    from jupyter_ktrain.backends.local.state import (
+        LocalState,
+        NodeState,
+        StateError,
+        WarmState,
+        change_state,
+        read_state,
+        save_state,
+    )
+    from jupyter_ktrain.jobs import CANCELLED, FAILED, RUNNING
+    from jupyter_ktrain.pod.progress import Progress
+
+    (tmp_path / ".state.lock").write_text("")
+    state = LocalState(
+        RUNNING, supervisor_pid=7, nodes=(NodeState(11, None, 1, "restarted after exit 137"),),
+        exit_codes={1: 137, 0: 143}, failed_rank=1, progress=Progress(3, 10, 2.0, 1.0),
+        warm=WarmState(runs=2, active=2),
+    )  # fmt: skip
+    assert save_state(tmp_path, state)
+    assert read_state(tmp_path) == state
+    # a field at a time keeps the others; the first end written stands
+    assert change_state(tmp_path, state=FAILED, reason="RankFailed")
+    assert read_state(tmp_path) == LocalState(
+        **{**vars(state), "state": FAILED, "reason": "RankFailed"}
+    )
+    assert not change_state(tmp_path, state=CANCELLED)
+    # a file from before versions (what a supervisor wrote then) reads, missing entries default
+    old = {"state": "Succeeded", "exit_codes": {"0": 0}, "nodes": [{"pid": 3, "exit_code": 0}]}
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    job = LocalBackend(home=tmp_path)._to_status("old", read_state(tmp_path), None)
+    assert (job.state, job.exit_codes, job.replicas[0].phase) == ("Succeeded", {0: 0}, "Succeeded")
+    (tmp_path / "state.json").write_text(json.dumps({**state.to_json(), "version": 99}))
+    with pytest.raises(StateError, match="version 99, written by a newer jupyter-ktrain") as e:
+        read_state(tmp_path)
+    assert "\n" not in str(e.value)
+    assert str(e.value).endswith("use that version for this job, or delete it")

@@ -28,6 +28,7 @@ from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
 from ..base import Backend, Job, LaunchPlan, LogSource, Request
+from ..capabilities import ShapeKnown, WarmCapable
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, in_cluster, ns_path
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
@@ -100,7 +101,7 @@ class JobRuntime:
                 self.progress.feed(line.rank, record, time.time())
 
 
-class KubernetesBackend(Backend):
+class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
     name = "kubernetes"
 
     def __init__(

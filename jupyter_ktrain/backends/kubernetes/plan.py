@@ -138,7 +138,7 @@ def _warm_before(
 ) -> tuple[Manifest, Manifest]:
     """A warm job's ConfigMap ordering run 1 (the pods start it from their mount of it), and
     the Secret with the job's key (what every later delivery is signed with)."""
-    from ..warm_supervisor import DEFAULT_IDLE_S
+    from ..warm import DEFAULT_IDLE_S
     from .warm import key_secret, with_control
 
     control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}

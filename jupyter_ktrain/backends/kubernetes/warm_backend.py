@@ -372,7 +372,7 @@ class _RunSource(LogSource):
 
 
 def _warm_file() -> Any:
-    from ..local import ktrain_home
+    from ..local.backend import ktrain_home
 
     return ktrain_home() / "warm-kubernetes.json"
 

@@ -1,4 +1,4 @@
-"""The runs of a local ``--warm`` job, for :class:`~.local.LocalBackend` (which delegates its
+"""The runs of a local ``--warm`` job, for :class:`~.backend.LocalBackend` (which delegates its
 warm hooks here): find the live warm job a cell runs on (or say why a new one starts), order a
 run through the job's folder (``runs/N/code``, then ``control.json``, which the nodes' warm
 agents watch), read a run's state and logs (``runs/N/``, written by
@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobNotFound, SpecError
-from ..jobs import (
+from ...errors import JobNotFound, SpecError
+from ...jobs import (
     BACKEND_ENDS,
     CANCELLED,
     CANCELLED_BY_USER,
@@ -25,16 +26,18 @@ from ..jobs import (
     JobStatus,
     WarmInfo,
 )
-from .base import LaunchPlan, LogSource
-from .jobstore import make_private_dirs, read_state, replace_private, update_state, write_private
-from .local_request import read_plan
-from .warm import check_warm, shape_changes, warm_shape
-from .warm_supervisor import DEFAULT_IDLE_S, IDLE_LIMIT, abort_run
+from ..base import LaunchPlan, LogSource
+from ..jobstore import make_private_dirs, replace_private, write_private
+from ..warm import check_warm, shape_changes, warm_shape
+from .logs import FileLogSource
+from .request import LocalRequest, read_plan
+from .state import WarmState, change_state, read_state
+from .warm_supervisor import IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
-    from ..capture import CapturedProgram
-    from ..spec import JobSpec
-    from .local import LocalBackend, LocalRequest
+    from ...capture import CapturedProgram
+    from ...spec import JobSpec
+    from .backend import LocalBackend
 
 __all__ = ["LocalWarm", "warm_info"]
 
@@ -42,7 +45,7 @@ CANCEL_TIMEOUT_S = 15.0
 
 
 class LocalWarm:
-    """The warm side of one :class:`~.local.LocalBackend` (``backend.warm``)."""
+    """The warm side of one :class:`~.backend.LocalBackend` (``backend.warm``)."""
 
     def __init__(self, backend: LocalBackend):
         self.b = backend
@@ -104,8 +107,6 @@ class LocalWarm:
             )
         plan = read_plan(self.b.job_dir(job.name))
         spec = spec.evolve(name=job.name)
-        from .local import LocalRequest
-
         request = LocalRequest(
             master_port=plan.master_port,
             marker=plan.marker,
@@ -142,19 +143,19 @@ class LocalWarm:
         for rel, data in files.items():
             make_private_dirs((code_dir / rel).parent)
             write_private(code_dir / rel, data)
-        update_state(runs / str(number), {"state": PENDING, "run": number})
+        change_state(runs / str(number), state=PENDING, run=number)
         order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
         replace_private(job_dir / "control.json", order)
         return number
 
     def latest_run(self, name: str) -> int | None:
-        raw = self.b._state(name).get("warm")
-        if not isinstance(raw, dict):
+        raw = self.b._state(name).warm
+        if raw is None:
             try:
                 return max(int(p.name) for p in (self.b.job_dir(name) / "runs").iterdir())
             except (OSError, ValueError):
                 return None
-        return int(raw.get("runs") or 0) or None
+        return raw.runs or None
 
     def run_status(self, name: str, run: int) -> JobStatus:
         job = self.b.status(name)
@@ -162,17 +163,15 @@ class LocalWarm:
         raw = read_state(run_dir)
         if raw is None:
             raise JobNotFound(f"The warm job {name!r} has no run {run}.")
-        if raw.get("state") not in BACKEND_ENDS and job.terminal:
+        if raw.state not in BACKEND_ENDS and job.terminal:
             why = job.message or job.reason or job.state
-            ended = {"state": CANCELLED if job.state == CANCELLED else FAILED}
-            raw = {**raw, **ended, "reason": job.reason, "message": f"the warm job ended: {why}"}
-        return self.b._to_status(name, raw, raw.get("state", PENDING), self.b.shape(name))
+            ended = CANCELLED if job.state == CANCELLED else FAILED
+            raw = replace(raw, state=ended, reason=job.reason, message=f"the warm job ended: {why}")
+        return self.b._to_status(name, raw, self.b.shape(name))
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
         nodes = json.loads((self.b.job_dir(name) / "job.json").read_text())["nodes"]
         folder = self.b.job_dir(name) / "runs" / str(run)
-        from .local import FileLogSource
-
         return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
@@ -193,8 +192,10 @@ class LocalWarm:
             if self.run_status(name, run).terminal:
                 return
             time.sleep(0.05)
-        ended = {"state": CANCELLED, "reason": CANCELLED_REASON, "finished": time.time()}
-        update_state(job_dir / "runs" / str(run), {**ended, "message": "its nodes did not answer"})
+        change_state(
+            job_dir / "runs" / str(run), state=CANCELLED, reason=CANCELLED_REASON,
+            finished=time.time(), message="its nodes did not answer",
+        )  # fmt: skip
 
     def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
         """``%ktrain warm NAME --idle``: the warm job's idle limit (0 ends it now)."""
@@ -212,12 +213,12 @@ class LocalWarm:
         return self.b.status(name)
 
 
-def warm_info(raw: dict[str, Any], shape: JobShape | None) -> WarmInfo:
+def warm_info(raw: WarmState, shape: JobShape | None) -> WarmInfo:
     gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
     return WarmInfo(
-        runs=int(raw.get("runs") or 0),
-        active=raw.get("active"),
-        idle_since=raw.get("idle_since"),
-        idle_limit_s=float(raw.get("idle_limit_s", DEFAULT_IDLE_S)),
+        runs=raw.runs,
+        active=raw.active,
+        idle_since=raw.idle_since,
+        idle_limit_s=raw.idle_limit_s,
         gpus=gpus,
     )

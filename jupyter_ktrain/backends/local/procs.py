@@ -19,7 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..failures import ranks_text
+from ...failures import ranks_text
 
 __all__ = [
     "MARKER_ENV",

@@ -1,4 +1,4 @@
-"""``python -m jupyter_ktrain.backends.local_supervisor JOB_DIR``: owns one local job.
+"""``python -m jupyter_ktrain.backends.local.supervisor JOB_DIR``: owns one local job.
 
 Started detached (its own session) by the local backend, so the job outlives the kernel. It
 starts one node command per node from ``plan.json``, copies each node's output to
@@ -45,32 +45,25 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ..failures import TorchrunReport, WorkerExit, ranks_text, signal_text
-from ..jobs import (
-    BACKEND_ENDS,
-    CANCELLED,
-    CANCELLED_BY_USER,
-    CANCELLED_REASON,
-    FAILED,
-    SUCCEEDED,
-)
-from ..pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
-from ..pod.progress import JobProgress
-from ..pod.protocol import Exit, Metric, format_agent_line, parse_line
-from .jobstore import job_marker, open_append, read_state, release_reserve, update_state
-from .local_request import PlanError, read_plan
+from ...failures import TorchrunReport, WorkerExit, ranks_text, signal_text
+from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
+from ...pod.progress import JobProgress
+from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
+from ..jobstore import open_append, release_reserve
 from .procs import (
     NODE_ENV,
     NodeKill,
     kill_marked,
     kill_node,
-    marked_pids,
     node_marker,
     process_start,
     stop_marked,
 )
+from .request import PlanError, read_plan
+from .state import LocalState, NodeState, save_state
 
-__all__ = ["main", "watch"]
+__all__ = ["main"]
 
 GRACE_AFTER_FAILURE_S = 5.0
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
@@ -134,23 +127,21 @@ class Supervisor:
         self.reaped: dict[int, NodeKill] = {}  # nodes of this attempt whose leftovers were killed
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
-        self.state: dict[str, Any] = {
-            "state": "Pending",
-            "supervisor_pid": os.getpid(),
-            "supervisor_start": process_start(os.getpid()),
-            "created": time.time(),
-            "nodes": [],
-            "restarts": 0,
-            "max_restarts": self.max_restarts,
-        }
+        self.state = LocalState(
+            supervisor_pid=os.getpid(),
+            supervisor_start=process_start(os.getpid()),
+            created=time.time(),
+            max_restarts=self.max_restarts,
+        )
 
     def save(self, **changes: Any) -> None:
+        """``changes`` (fields of :class:`LocalState`) and the ranks' codes so far, written."""
         with self.lock:
-            self.state.update(changes)
-            self.state["exit_codes"] = {str(k): v for k, v in sorted(self.exit_codes.items())}
+            changes["exit_codes"] = dict(self.exit_codes)
             if self.first_failure:
-                self.state["failed_rank"] = self.first_failure[1]
-            update_state(self.dir, self.state, self.marker)  # never over another's end
+                changes["failed_rank"] = self.first_failure[1]
+            self.state = replace(self.state, **changes)
+            save_state(self.dir, self.state, self.marker)  # never over another's end
 
     # -- output ---------------------------------------------------------------------------
     def _rank_file(self, rank: int) -> _Log:
@@ -223,7 +214,7 @@ class Supervisor:
             if now - self.progress_saved < PROGRESS_SAVE_S and not p.done:
                 return
             self.progress_saved = now
-            self.state["progress"] = p.to_dict()
+            self.state = replace(self.state, progress=p)
         self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
@@ -297,8 +288,8 @@ class Supervisor:
             pump = threading.Thread(target=self._pump, args=(node, proc.stdout), daemon=True)
             pump.start()
             self.pumps.append(pump)
-        started = self.state.get("started") or time.time()  # the job's, not this attempt's
-        self.save(state="Running", started=started, nodes=self._nodes(), reason="", message="")
+        started = self.state.started or time.time()  # the job's, not this attempt's
+        self.save(state=RUNNING, started=started, nodes=self._nodes(), reason="", message="")
 
     def terminate(self, *_args: Any) -> None:
         for proc in self.procs:
@@ -369,17 +360,11 @@ class Supervisor:
             f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}", [node]
         )
 
-    def _nodes(self, phase: str = "") -> list[dict[str, Any]]:
-        return [
-            {
-                "pid": p.pid,
-                "exit_code": _code(p.returncode),
-                "restarts": self.restarts,
-                "last_event": self.events[node],
-                **({"phase": phase} if phase else {}),
-            }
+    def _nodes(self, phase: str = "") -> tuple[NodeState, ...]:
+        return tuple(
+            NodeState(p.pid, _code(p.returncode), self.restarts, self.events[node], phase)
             for node, p in enumerate(self.procs)
-        ]
+        )
 
     # -- restarts -------------------------------------------------------------------------
     def _fault(self) -> tuple[int, int] | None:
@@ -461,7 +446,7 @@ class Supervisor:
             self.reaped = {}
             self.exit_codes.clear()
             self.first_failure = None
-            self.state["failed_rank"] = None  # the new attempt's, once one fails
+            self.state = replace(self.state, failed_rank=None)  # the new attempt's, once one fails
         self.start()
         return True
 
@@ -509,11 +494,11 @@ class Supervisor:
         changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
         nodes = tuple(launch.with_env(changes) for launch in self.plan.nodes)
         self.plan = replace(self.plan, master_port=port, nodes=nodes)
-        self.state["master_port"] = port
+        self.state = replace(self.state, master_port=port)
 
     def finish(self) -> None:
         nodes = self._nodes()
-        codes = [n["exit_code"] for n in nodes]
+        codes = [n.exit_code for n in nodes]
         message = ""
         if self.cancelled:
             state, reason = CANCELLED, CANCELLED_REASON
@@ -537,9 +522,9 @@ class Supervisor:
         if self.first_failure is None and state == FAILED and not self.cancelled:
             bad = next((i for i, c in enumerate(codes) if c != 0), None)
             if bad is not None:
-                self.state["failed_node"] = bad
+                self.state = replace(self.state, failed_node=bad)
         if self.progress.progress is not None:  # the last update may have been held back
-            self.state["progress"] = self.progress.progress.to_dict()
+            self.state = replace(self.state, progress=self.progress.progress)
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
         release_reserve(self.dir)
 
@@ -618,61 +603,6 @@ def _die_with(parent: int) -> Callable[[], None]:
     return preexec
 
 
-# -- the watchdog ---------------------------------------------------------------------------
-def watch(job_dir: Path, supervisor: int) -> int:
-    """The supervisor's parent: wait for it, and when it ended before the job did (killed, or
-    crashed), stop every process of the job and write the job's final state with the reason.
-    Returns 0 when it had nothing to do, 1 when it had to end the job."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    marker = job_marker(job_dir)  # the folder may hold another job later (--replace)
-    _, status = os.waitpid(supervisor, 0)
-    if marker is None or job_marker(job_dir) != marker:
-        return 0
-    if ((read_state(job_dir) or {}).get("state")) in BACKEND_ENDS:
-        return 0
-    how, reason = _how_it_ended(status)
-    who = f"its supervisor (pid {supervisor}) {how}"
-    stopping = {"reason": reason, "message": f"{who}; stopping the job's processes"}
-    update_state(job_dir, {**stopping, "supervisor_end": who}, marker)
-    running = len(marked_pids(marker))
-    left = stop_marked(marker, exclude={os.getpid()})
-    if left:  # unkillable (stuck in the kernel): the job still runs, and says so
-        return 1
-    what = (
-        f"stopped the {running} process(es) of the job that still ran"
-        if running
-        else "none of the job's processes was left"
-    )
-    message = f"{who} before the job ended; {what}. Run it again (add --replace to reuse the name)."
-    ended = {"state": "Failed", "reason": reason, "message": message, "finished": time.time()}
-    if update_state(job_dir, ended, marker):
-        _tell_node_logs(job_dir, message)
-        release_reserve(job_dir)
-    return 1
-
-
-def _how_it_ended(status: int) -> tuple[str, str]:
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        who = " (the OOM killer, or a kill -9)" if number == signal.SIGKILL else ""
-        return f"was killed by {signal_text(_SIGNAL_BASE + number)}{who}", "SupervisorKilled"
-    code = os.WEXITSTATUS(status)
-    return f"exited with code {code} (see supervisor.log)", "SupervisorFailed"
-
-
-def _tell_node_logs(job_dir: Path, message: str) -> None:
-    """The reason at the end of every node's log too, where a user reading logs looks."""
-    line = (format_agent_line(message) + "\n").encode()
-    for path in sorted(job_dir.glob("node-*.log")):
-        with contextlib.suppress(OSError):
-            log = _Log(path)
-            try:
-                log.write(line)
-            finally:
-                log.close()
-
-
 def main(argv: list[str]) -> int:
     """``[--daemon] JOB_DIR``: with --daemon, fork into a new session and return at once, so the
     caller can reap us and the job is nobody's child (no zombie, survives the kernel); the
@@ -684,6 +614,8 @@ def main(argv: list[str]) -> int:
         os.setsid()
         child = os.fork()  # no thread runs yet: forking is safe
         if child:
+            from .watchdog import watch
+
             return watch(Path(argv[0]), child)
     job_dir = Path(argv[0])
     try:
@@ -702,7 +634,7 @@ def main(argv: list[str]) -> int:
         sup.run()
     except Exception as exc:  # never leave a job in "Running" with nothing behind it
         sup.terminate()
-        sup.save(state="Failed", reason="SupervisorError", message=str(exc), finished=time.time())
+        sup.save(state=FAILED, reason="SupervisorError", message=str(exc), finished=time.time())
         kill_marked(sup.marker, exclude={os.getpid()})
         raise
     sup.finish()

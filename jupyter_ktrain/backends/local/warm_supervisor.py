@@ -1,6 +1,6 @@
 """The supervisor of a local ``--warm`` job: the node agents stay, runs come and go.
 
-Started like every local job (:mod:`.local_supervisor`, which picks this class when
+Started like every local job (:mod:`.supervisor`, which picks this class when
 ``plan.json`` says ``"warm": true``), it starts one warm agent per node
 (:mod:`jupyter_ktrain.pod.agent.warm`) and keeps them. Each node's stream is split by run: the
 agent frames a run with ``run`` and ``run_end`` records, and what lies between goes to
@@ -23,18 +23,20 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from ..jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED
-from ..pod.progress import fmt_duration
-from ..pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
-from .jobstore import make_private_dirs, read_state, release_reserve, update_state, write_private
-from .local_supervisor import Supervisor, _Log
+from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ...pod.progress import fmt_duration
+from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
+from ..jobstore import make_private_dirs, release_reserve, write_private
+from ..warm import DEFAULT_IDLE_S
+from .state import LocalState, NodeState, WarmState, save_state
+from .supervisor import Supervisor, _Log
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
-DEFAULT_IDLE_S = 15 * 60.0
 FAIL_GRACE_S = 2.0
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
@@ -76,32 +78,30 @@ class _Run:
     def ended(self) -> bool:
         return len(self.node_codes) == self.nodes
 
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "state": "Running",
-            "run": self.number,
-            "started": self.started,
-            "exit_codes": {str(k): v for k, v in sorted(self.exit_codes.items())},
-            "failed_rank": self.first_failure,
-            "nodes": [
-                {"exit_code": self.node_codes.get(k), "last_event": self.aborted.get(k, "")}
+    def state(self) -> LocalState:
+        out = LocalState(
+            state=RUNNING,
+            run=self.number,
+            started=self.started,
+            exit_codes=dict(self.exit_codes),
+            failed_rank=self.first_failure,
+            nodes=tuple(
+                NodeState(exit_code=self.node_codes.get(k), last_event=self.aborted.get(k, ""))
                 for k in range(self.nodes)
-            ],
-        }
+            ),
+        )
         if not self.ended:
             return out
-        out["finished"] = time.time()
+        out = replace(out, finished=time.time())
         why = next(iter(self.aborted.values()), "")
         if any(w.startswith(CANCELLED_BY_USER) for w in self.aborted.values()):
-            out.update(state=CANCELLED, reason=CANCELLED_REASON, message=why)
-        elif any(self.node_codes.values()):
+            return replace(out, state=CANCELLED, reason=CANCELLED_REASON, message=why)
+        if any(self.node_codes.values()):
             reason = "RankFailed" if self.first_failure is not None else "NodeFailed"
-            out.update(state="Failed", reason=reason, message=why)
-        elif self.aborted:
-            out.update(state="Failed", reason="Aborted", message=why)
-        else:
-            out.update(state="Succeeded", reason="AllRanksSucceeded")
-        return out
+            return replace(out, state=FAILED, reason=reason, message=why)
+        if self.aborted:
+            return replace(out, state=FAILED, reason="Aborted", message=why)
+        return replace(out, state=SUCCEEDED, reason="AllRanksSucceeded")
 
 
 class WarmSupervisor(Supervisor):
@@ -205,18 +205,18 @@ class WarmSupervisor(Supervisor):
     def _save_run(self, run: _Run) -> None:
         with self.lock:
             state = run.state()
-        update_state(self._run_dir(run.number), state)  # the first end written stands
+        save_state(self._run_dir(run.number), state)  # the first end written stands
 
     def _save_warm(self) -> None:
         active = self.runs.get(self.last_run)
         running = active is not None and not active.ended
         self.save(
-            warm={
-                "runs": self.last_run,
-                "active": self.last_run if running else None,
-                "idle_since": None if running else self.idle_since,
-                "idle_limit_s": read_idle_limit(self.dir),
-            }
+            warm=WarmState(
+                runs=self.last_run,
+                active=self.last_run if running else None,
+                idle_since=None if running else self.idle_since,
+                idle_limit_s=read_idle_limit(self.dir),
+            )
         )
 
     # -- the job's life --------------------------------------------------------------------
@@ -294,7 +294,3 @@ class WarmSupervisor(Supervisor):
             nodes=self._nodes(),
         )  # fmt: skip
         release_reserve(self.dir)
-
-
-def run_state(job_dir: Path, run: int) -> dict[str, Any] | None:
-    return read_state(job_dir / "runs" / str(run))

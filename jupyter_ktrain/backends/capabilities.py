@@ -1,0 +1,91 @@
+"""What a backend may do besides the core verbs of :class:`~.base.Backend` (plan, start, status,
+logs, cancel, list, delete): each capability is a mixin a backend class inherits, and callers
+check it by type, as torchx does with its scheduler mixins.
+
+- :class:`WarmCapable`: keeps warm jobs (``--warm``) and their runs; the backend sets ``warm``
+  to what keeps them (a :class:`WarmRuns`), and the mixin hands the calls on;
+- :class:`ShapeKnown`: stored the shape a job was started with (what a monitor attached later,
+  the side panel and ``compare`` show).
+
+A caller that needs a capability asks :func:`warm_capable` (the backend as that capability, or
+one :class:`~jupyter_ktrain.errors.BackendError` saying it lacks it) or :func:`job_shape` (None
+where unknown). To add a capability: a mixin here with its methods and docstrings, a helper like
+those two for its callers, and the capability in the class line of each backend that has it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import BackendError
+
+if TYPE_CHECKING:
+    from ..jobs import JobShape, JobStatus
+    from .base import Backend, LogSource
+
+__all__ = ["ShapeKnown", "WarmCapable", "WarmRuns", "job_shape", "warm_capable"]
+
+
+class WarmRuns(Protocol):
+    """The runs of a backend's warm jobs: local ``local.warm.LocalWarm``, Kubernetes
+    ``kubernetes.warm_backend.WarmJobs``."""
+
+    def latest_run(self, name: str) -> int | None: ...
+    def run_status(self, name: str, run: int) -> JobStatus: ...
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]: ...
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]: ...
+    def cancel_run(self, name: str, run: int) -> None: ...
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus: ...
+
+
+class WarmCapable:
+    """A backend that keeps warm jobs (``--warm``): nodes that stay up between runs. It sets
+    ``warm`` in its ``__init__``; these calls go there."""
+
+    warm: WarmRuns
+
+    def run_status(self, name: str, run: int) -> JobStatus:
+        """Run ``run`` of warm job ``name``, as a job's status (its own state, codes, times)."""
+        return self.warm.run_status(name, run)
+
+    def run_log_sources(self, name: str, run: int) -> list[LogSource]:
+        return self.warm.run_log_sources(name, run)
+
+    def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
+        return self.warm.read_run_logs(name, run)
+
+    def cancel_run(self, name: str, run: int) -> None:
+        """Stop run ``run``; the warm job's nodes stay, ready for the next."""
+        self.warm.cancel_run(name, run)
+
+    def latest_run(self, name: str) -> int | None:
+        """The last run of warm job ``name``; None for a job that is not warm."""
+        return self.warm.latest_run(name)
+
+    def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
+        """``%ktrain warm NAME --idle``: a warm job's idle limit; 0 ends it now."""
+        return self.warm.set_idle_limit(name, seconds)
+
+
+class ShapeKnown(ABC):
+    """A backend that stores the shape each job was started with (kind, nodes, processes,
+    GPUs)."""
+
+    @abstractmethod
+    def shape(self, name: str) -> JobShape | None:
+        """The shape job ``name`` was started with; None when it was not stored."""
+
+
+def warm_capable(backend: Backend, name: str) -> WarmCapable:
+    """``backend`` as a keeper of warm jobs; :class:`BackendError` when it keeps none (a
+    caller asked for runs of job ``name``)."""
+    if not isinstance(backend, WarmCapable):
+        raise BackendError(f"The {backend.name} backend has no warm jobs (no runs of {name!r}).")
+    return backend
+
+
+def job_shape(backend: Backend, name: str) -> JobShape | None:
+    """The shape job ``name`` was started with, where ``backend`` stores shapes; else None."""
+    return backend.shape(name) if isinstance(backend, ShapeKnown) else None

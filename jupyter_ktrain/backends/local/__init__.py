@@ -1,0 +1,48 @@
+"""The local backend (the embedded default): N "nodes" of torchrun on 127.0.0.1, each started
+exactly as a PyTorchJob replica is, and owned by a detached supervisor so a job outlives its
+kernel. Laid out like :mod:`..kubernetes`:
+
+- :mod:`.backend`: :class:`LocalBackend`, the job store's verbs (plan, start, status, cancel,
+  list, delete, logs);
+- :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files, restart limit,
+  cluster-only settings, the dry run's text);
+- :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
+- :mod:`.supervisor`: the process that owns one job (``python -m
+  jupyter_ktrain.backends.local.supervisor``); :mod:`.watchdog`: its parent, which ends the job
+  when the supervisor dies;
+- :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
+- :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
+  backend reads and orders them;
+- :mod:`.logs`: node logs read as they grow (:class:`FileLogSource`, :class:`LogIndex`);
+- :mod:`.gpus`: this machine's GPUs and each node's share;
+- :mod:`.procs`: every process of a job or node, found and stopped by its marker.
+
+``LocalBackend`` and the names below are imported from here on first use: the supervisor
+process imports this package too, and needs none of the backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .backend import LocalBackend, ktrain_home
+    from .logs import FileLogSource
+    from .request import LocalRequest, NodeLaunch
+
+__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
+
+_HOMES = {
+    "LocalBackend": "backend",
+    "ktrain_home": "backend",
+    "FileLogSource": "logs",
+    "LocalRequest": "request",
+    "NodeLaunch": "request",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
