@@ -1,45 +1,64 @@
-"""The ``ktrain`` console script: ``ktrain render`` (manifests for git), ``ktrain list``,
-``ktrain logs NAME``, ``ktrain status NAME``, ``ktrain cancel NAME``, ``ktrain delete NAME``."""
+"""The ``ktrain`` console script: ``ktrain render`` (manifests for git), and the line commands
+of :mod:`.commands` (``ktrain list``, ``ktrain logs NAME``, ``ktrain status NAME``, ...) with
+their replies printed as text, worded for a shell. No IPython here."""
 
 from __future__ import annotations
 
 import sys
 
+from . import commands
+from .backends.base import Job
 from .errors import KtrainError, SpecError
 
 __all__ = ["for_shell", "main"]
 
-_USAGE = """usage: ktrain COMMAND [ARGS]
+_RENDER = ("render [flags | -f spec.yaml]", "print the Kubernetes objects of a job (YAML)")
+_EXIT = "Exit status: 0 done, 1 the command failed (the message says why), 2 bad usage.\n"
 
-  render [flags | -f spec.yaml]   print the Kubernetes objects of a job (YAML)
-  list                            jobs of every backend (local, and the configured cluster)
-  status NAME | logs NAME [--rank R] [--grep TEXT] | cancel NAME | delete NAME
-  config [key=value ...]          show or set defaults (backend, kubeconfig, context, ...)
 
-Exit status: 0 done, 1 the command failed (the message says why), 2 bad usage.
-"""
+def usage() -> str:
+    """``ktrain --help``: ``render`` and every command of the table, worded for a shell."""
+    text = commands.help_text("ktrain ", extra=[_RENDER])
+    return for_shell(f"usage: ktrain COMMAND [ARGS]\n\n{text}\n{_EXIT}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(_USAGE)
+    if not args or args[0] in commands.HELP_WORDS:
+        print(usage())
         return 0 if args else 2
     try:
         if args[0] == "render":
             from .cli_render import render_main
 
             return render_main(args[1:])
-        from . import magics
-
-        magics.set_wording(for_shell)
-        result = magics.run_line_command(args)
-        if result is not None:
-            print(for_shell(str(result)))
+        reply = commands.run(args)
+        if reply.text:
+            _say(reply.text)
+        if reply.error is not None:
+            raise reply.error
+        if reply.follow is not None:
+            _say(repr(_follow(reply.follow)))
         return 0
     except KtrainError as exc:
         print(for_shell(f"ktrain: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, SpecError) else 1  # bad usage, or the command failed
+
+
+def _say(text: str) -> None:
+    text = for_shell(text)
+    print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
+
+def _follow(job: Job) -> Job:
+    """``ktrain attach NAME``: the job's lines, states and metrics as text until it ends;
+    Ctrl-C detaches. A failed or cancelled job raises (the command fails)."""
+    from .monitor.live import model_for
+    from .monitor.text import TextView
+
+    model = model_for(job)
+    commands.follow_into(job, model, TextView(model), _say)
+    return job
 
 
 def for_shell(text: str) -> str:

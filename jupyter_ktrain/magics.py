@@ -1,6 +1,7 @@
 """``%%ktrain`` (run a cell as a job) and ``%ktrain`` (list, attach, logs, cancel, delete).
 
-Argument parsing and wiring only: capture, backends and views do the work.
+Argument parsing and wiring only: capture, backends and views do the work. The line commands
+are the table of :mod:`.commands`; here their replies are shown in the notebook.
 """
 
 from __future__ import annotations
@@ -9,26 +10,21 @@ import dataclasses
 import os
 import re
 import shlex
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from .backends import get_backend, listed_backends
+from . import commands
+from .backends import get_backend
 from .backends.base import Backend, Job
-from .backends.capabilities import job_shape, warm_capable
+from .backends.capabilities import job_shape
 from .backends.warm import check_warm
 from .capture import capture
-from .errors import ClusterError, JobFailed, JobNotFound, KtrainError, SpecError
-from .jobs import CANCELLED, FAILED, JobStatus
-from .monitor.cell_error import job_error
-from .monitor.follow import follow
-from .monitor.live import ModelSink, model_for
+from .errors import JobFailed, JobNotFound, KtrainError, SpecError
+from .monitor.live import model_for
 from .monitor.model import MonitorModel
-from .monitor.text import status_text
 from .options import build_parser, env_names, parse_flags, spec_from_args, values_from_args
-from .spec import check_job_name
 from .tracking import session as tracking
 from .widgets.controls import kernel_busy
 
@@ -41,44 +37,17 @@ __all__ = [
     "last_monitor",
     "run_job_cell",
     "run_line_command",
-    "set_wording",
 ]
 
 _last_monitor: tuple[MonitorModel, View] | None = None
 
-_LINE_HELP = """\
-%ktrain list                        jobs of the backend (local, or the namespace's ktrain jobs)
-%ktrain attach NAME                 follow a running job again (e.g. after a kernel restart)
-%ktrain logs NAME [--rank R] [--grep TEXT] [--run N]
-%ktrain status NAME
-%ktrain cancel NAME [--run N]       stop the job (on Kubernetes: delete it and its pods);
-                                    --run N stops one run of a warm job (its nodes stay)
-%ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
-%ktrain delete NAME                 cancel, then remove everything it left (files, objects)
-%ktrain compare A B [C ...] [--metric NAME]
-                                    one metric of several jobs overlaid, with the flags and
-                                    constants that differ between them
-%ktrain config [key=value ...]      show or set defaults (backend, namespace, kubeconfig,
-                                    context, registry, base_image, insecure_registries,
-                                    offline_requirements); never secrets
-Every command but config takes --backend local|kubernetes (default: the configured one), and
-on Kubernetes --namespace NS (default: the configured one, else the kubeconfig's or the pod's).
-"""
-
-
-_HELP_WORDS = ("-h", "--help", "help")
-
-_wording: Callable[[str], str] = str  # the console script rewrites `%ktrain X` for a shell
-
-
-def set_wording(rewrite: Callable[[str], str]) -> None:
-    """How messages name commands: as typed in a notebook (default) or in a shell."""
-    global _wording
-    _wording = rewrite
+_CELL_HELP = (
+    "%%ktrain [FLAGS] on a cell's first line runs the cell as a job; "
+    "`%%ktrain --help` alone in a cell lists the flags."
+)
 
 
 def _say(text: str) -> None:
-    text = _wording(text)
     print(text, end="" if text.endswith("\n") else "\n", flush=True)
 
 
@@ -93,23 +62,8 @@ def _watch(job: Job, shell: Any) -> Job:
     model = model_for(job)
     view = _make_view(job, model)
     _last_monitor = (model, view)
-    view.show()
-    sink = tracking.sink_for(job, ModelSink(model, view), _say)  # MLflow, when configured
-    try:
-        status = follow(job, sink)
-    except KeyboardInterrupt:
-        tracking.detached(sink)
-        view.close()
-        _say(
-            f"Detached from {job.name!r}; it keeps running.\n"
-            f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
-        )
-        return job
-    view.close()
-    tracking.finished(sink, job, status, _say)
-    if status.state in (FAILED, CANCELLED):
-        raise job_error(job, status)
-    if status.state == "Succeeded" and shell is not None:
+    status = commands.follow_into(job, model, view, _say)
+    if status is not None and status.state == "Succeeded" and shell is not None:
         outputs = {k: v for k, v in job.outputs.items() if k != "_"}
         shell.user_ns.update(outputs)
         if outputs:
@@ -305,235 +259,35 @@ class KtrainMagics(Magics):
         """Manage jobs: list, attach, logs, status, cancel, delete."""
         with kernel_busy():
             try:
-                return self._line(shlex.split(line))
+                return run_line_command(shlex.split(line), self.shell)
             except JobFailed:
                 raise
             except KtrainError as exc:
                 raise UsageError(f"ktrain: {exc}") from None
 
-    def _line(self, argv: list[str]) -> Any:
-        if not argv or argv[0] in _HELP_WORDS:  # in a notebook, the cell magic too
-            _say(_LINE_HELP + "%%ktrain [FLAGS] on a cell's first line runs the cell as a job; "
-                 "`%%ktrain --help` alone in a cell lists the flags.")  # fmt: skip
-            return None
-        return run_line_command(argv, self.shell)
-
 
 def run_line_command(argv: list[str], shell: Any = None) -> Any:
-    """``%ktrain COMMAND ...`` and ``ktrain COMMAND ...`` (the console script) alike."""
-    if not argv or argv[0] in _HELP_WORDS:
-        _say(_LINE_HELP)
+    """``%ktrain COMMAND ...``: the command of :data:`~jupyter_ktrain.commands.COMMANDS`,
+    its reply shown in the notebook (a compare's figure in a kernel, a followed job in the
+    monitor, its outputs set in ``shell``); the followed :class:`Job`, else None."""
+    if not argv or argv[0] in commands.HELP_WORDS:  # in a notebook, the cell magic too
+        _say(commands.help_text("%ktrain ") + _CELL_HELP)
         return None
-    command, args = argv[0], argv[1:]
-    if command == "config":
-        from .config import load_config, set_config
-
-        cfg = set_config(args) if args else load_config()
-        _say(cfg.describe())
-        return None
-    backend_name, args = _pop_option(args, "--backend", "local or kubernetes")
-    namespace, args = _pop_option(args, "--namespace", "a Kubernetes namespace")
-    if command == "list":
-        _list(backend_name, namespace)
-        return None
-    backend = _backend(backend_name, namespace)
-    if command == "compare":
-        return _compare(backend, args)
-    if command not in ("attach", "status", "logs", "cancel", "delete", "warm"):
-        raise SpecError(f"Unknown %ktrain command {command!r}.\n{_LINE_HELP}")
-    if not args:
-        raise SpecError(f"%ktrain {command} needs a job name, e.g. %ktrain {command} NAME.")
-    name = check_job_name(args[0])
-    if command == "attach":
-        return _watch(backend.attach(name), shell)
-    if command == "status":
-        _say(status_text(backend.status(name), backend.name))
-        return None
-    if command == "logs":
-        return _logs(backend.attach(name), args[1:])
-    if command == "warm":
-        return _warm(backend, name, args[1:])
-    if command == "cancel" and args[1:]:
-        return _cancel_run(backend, name, args[1:])
-    if command == "cancel":
-        status = backend.status(name)
-        if status.terminal:
-            _say(f"{name!r} already ended ({status.state}); nothing to cancel.")
-            return None
-        backend.cancel(name)
-        try:
-            after: JobStatus | None = backend.status(name)
-        except JobNotFound:
-            after = None
-        _say(_cancelled(name, after))
-        return None
-    backend.attach(name)
-    backend.delete(name)
-    _say(f"Deleted {name!r}." + tracking.forget(backend.name, name))
-    return None
-
-
-def _compare(backend: Backend, argv: list[str]) -> Any:
-    """``%ktrain compare A B C [--metric NAME]``: the table always, the plot where it shows."""
-    from .tracking import compare
-
-    metric = None
-    if "--metric" in argv:
-        i = argv.index("--metric")
-        if i + 1 >= len(argv):
-            raise SpecError("--metric needs a name, e.g. %ktrain compare A B --metric loss.")
-        metric, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
-    names = [check_job_name(n) for n in argv]
-    for name in names:
-        backend.status(name)  # a job that is not there: one error naming it
-    c = compare.comparison(backend, names, metric)
-    _say(compare.text(c))
-    if _in_kernel():
+    reply = commands.run(argv)
+    if reply.text:
+        _say(reply.text)
+    if reply.figure is not None and _in_kernel():
         from IPython.display import display
 
-        display(compare.figure(c))  # type: ignore[no-untyped-call]
-    return None
+        display(reply.figure())  # type: ignore[no-untyped-call]
+    if reply.error is not None:
+        raise reply.error
+    return _watch(reply.follow, shell) if reply.follow is not None else None
 
 
 def _in_kernel() -> bool:
-    """A Jupyter kernel (the plot shows there), not a terminal or the console script."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
+    """A Jupyter kernel (a figure shows there), not a terminal IPython."""
+    from IPython import get_ipython
+
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def parse_duration(text: str) -> float:
-    """``15m`` -> 900.0; ``90s``, ``1h``, ``0``; a bare number is minutes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not m:
-        raise SpecError(f"--idle {text!r} is not a duration: use e.g. 90s, 15m, 2h, or 0 (end).")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
-
-
-def _warm(backend: Backend, name: str, argv: list[str]) -> None:
-    """``%ktrain warm NAME --idle 15m``: change a warm job's idle limit; 0 ends it now."""
-    if len(argv) != 2 or argv[0] != "--idle":
-        raise SpecError("usage: %ktrain warm NAME --idle DURATION (e.g. 15m; 0 ends it now)")
-    seconds = parse_duration(argv[1])
-    status = warm_capable(backend, name).set_idle_limit(name, seconds)
-    if seconds <= 0:
-        _say(f"Ended the warm job {name!r} ({status.describe()}).")
-    else:
-        _say(f"The warm job {name!r} now ends after {argv[1]} without a run.")
-
-
-def _cancel_run(backend: Backend, name: str, argv: list[str]) -> None:
-    if len(argv) != 2 or argv[0] != "--run" or not argv[1].isdigit():
-        raise SpecError("usage: %ktrain cancel NAME [--run N]")
-    run = int(argv[1])
-    warm = warm_capable(backend, name)
-    warm.cancel_run(name, run)
-    _say(f"Run {run} of {name!r}: {warm.run_status(name, run).state}; its nodes stay warm.")
-
-
-def _cancelled(name: str, status: JobStatus | None) -> str:
-    """What a cancel did, as it happened: ``Cancelled 'x'.``, with what the backend found
-    (``its supervisor was gone; the cancel stopped ...``), or how the job ended meanwhile.
-    ``status`` is None when the cancel removed the job (Kubernetes deletes it)."""
-    if status is None or not status.terminal:
-        return f"Cancelled {name!r}."
-    if status.state == CANCELLED:
-        return (
-            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
-        )
-    why = f"{status.reason}: {status.message}" if status.message else status.reason
-    return (
-        f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
-    )
-
-
-def _list(backend_name: str | None, namespace: str | None = None) -> None:
-    """Jobs of every listed backend (local always, the configured one too; with
-    ``namespace``, the cluster's there only); a backend that cannot answer is one line (a
-    ClusterError: the cell and ``ktrain list`` fail), after the others' jobs are listed."""
-    names = [backend_name] if backend_name else listed_backends()
-    if namespace is not None:
-        names = [backend_name or "kubernetes"]
-    rows: list[str] = []
-    problems: list[str] = []
-    for name in names:
-        try:
-            statuses = _backend(name, namespace).list_jobs()
-        except KtrainError as exc:
-            problems.append(f"{name}: {exc}")
-            continue
-        rows += [f"{s.name:32} {name:10} {s.describe()}".rstrip() for s in statuses]
-    if rows:
-        _say(f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows))
-    elif not problems:
-        _say(f"No jobs yet on {' or '.join(names)}.")
-    if problems:  # what could be listed is shown; the list is incomplete, so it fails
-        raise ClusterError("\n".join(problems))
-
-
-def _backend(name: str | None, namespace: str | None) -> Backend:
-    """Backend ``name`` (default: the configured one); with ``namespace``, the Kubernetes
-    backend working in that namespace (``--namespace``), whatever the config names."""
-    if namespace is None:
-        return get_backend(name)
-    from .backends import default_backend_name
-    from .config import load_config
-
-    if (name or default_backend_name()) != "kubernetes":
-        raise SpecError(
-            "--namespace is for the kubernetes backend: add --backend kubernetes, or set "
-            "`%ktrain config backend=kubernetes`."
-        )
-    return get_backend("kubernetes", config=dataclasses.replace(load_config(), namespace=namespace))
-
-
-def _pop_option(args: list[str], flag: str, what: str) -> tuple[str | None, list[str]]:
-    """``FLAG VALUE`` / ``FLAG=VALUE`` anywhere in ``args``; the rest unchanged."""
-    out, name, i = [], None, 0
-    while i < len(args):
-        arg = args[i]
-        if arg == flag:
-            if i + 1 >= len(args):
-                raise SpecError(f"{flag} needs a value: {what}.")
-            name, i = args[i + 1], i + 2
-            continue
-        if arg.startswith(f"{flag}="):
-            name = arg.split("=", 1)[1]
-        else:
-            out.append(arg)
-        i += 1
-    return name, out
-
-
-def _logs(job: Job, argv: list[str]) -> None:
-    """Print the stored lines, or one line saying why there are none."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="%ktrain logs", add_help=False, exit_on_error=False)
-    p.add_argument("--rank", type=int)
-    p.add_argument("--grep")
-    p.add_argument("--run", type=int)
-    try:
-        ns = p.parse_args(argv)
-    except (argparse.ArgumentError, SystemExit):
-        raise SpecError("usage: %ktrain logs NAME [--rank R] [--grep TEXT] [--run N]") from None
-    text = job.logs(rank=ns.rank, grep=ns.grep, run=ns.run)
-    if text:
-        _say(text)
-        return None
-    shape = job.shape
-    world = shape.nodes * shape.procs_per_node if shape is not None else None
-    if ns.rank is not None and world is not None and not 0 <= ns.rank < world:
-        raise SpecError(
-            f"{job.name!r} has ranks 0-{world - 1}; there is no rank {ns.rank}. "
-            f"Pass --rank 0 to {world - 1}, or leave --rank out for every rank."
-        )
-    who = f"rank {ns.rank}" if ns.rank is not None else job.name
-    if ns.grep is not None:
-        _say(f"No line of {who} contains {ns.grep!r} (so far).")
-    else:
-        _say(f"No output from {who} yet ({job.state}).")
-    return None

@@ -23,7 +23,6 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain import magics
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.local.procs import marked_pids, process_start
@@ -395,9 +394,7 @@ def test_a_name_that_is_a_path_is_refused_by_every_front_end_and_touches_nothing
     canaries: list[Path],
     server: Server,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(magics, "_wording", magics._wording)  # the CLI rewords for a shell
     refusal = "is not a valid job name (a DNS-1035 label)"
     for name in BAD_NAMES:
         for command in COMMANDS:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_ktrain.backends.warm import check_warm, shape_changes, warm_shape
+from jupyter_ktrain.commands import parse_duration
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.jobs import WarmInfo
-from jupyter_ktrain.magics import parse_duration
 from jupyter_ktrain.pod.agent.warm import FolderControl, rank_environ
 from jupyter_ktrain.pod.protocol import RUN_END, parse_line, record_type
 from jupyter_ktrain.spec import JobSpec

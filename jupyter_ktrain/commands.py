@@ -1,0 +1,504 @@
+"""The line commands (``%ktrain list``, ``ktrain logs NAME``, ...): one table that the magic
+(:mod:`.magics`) and the console script (:mod:`.cli`) both adapt.
+
+A :class:`Command` names its arguments (:class:`Arg`) and a handler that works on plain values
+and returns a :class:`Reply`: the text to print, a figure for a front end that can show one, a
+job to follow, an error to raise after the text. :func:`parse` turns ``argv`` into a
+:class:`Call` (every bad input one :class:`SpecError` saying what was wrong and the usage);
+:func:`help_text` lists the table. To add a line command: write its handler, add its row to
+:data:`COMMANDS`; both front ends and both helps then have it.
+
+Messages name commands as typed in a notebook (``%ktrain X``); the console script rewords them
+for a shell. Nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .backends import get_backend, listed_backends
+from .backends.base import Backend, Job
+from .backends.capabilities import warm_capable
+from .errors import ClusterError, JobNotFound, KtrainError, SpecError
+from .jobs import CANCELLED, FAILED, JobStatus
+from .monitor.text import status_text
+from .spec import check_job_name
+from .tracking import session as tracking
+
+if TYPE_CHECKING:
+    from .jobs import View
+    from .monitor.model import MonitorModel
+
+__all__ = [
+    "COMMANDS",
+    "HELP_WORDS",
+    "Arg",
+    "Call",
+    "Command",
+    "Reply",
+    "Target",
+    "follow_into",
+    "help_text",
+    "parse",
+    "parse_duration",
+    "run",
+]
+
+HELP_WORDS = ("-h", "--help", "help")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a command answered. ``text`` is printed first (may be empty); ``figure`` builds a
+    figure a front end with a display shows; ``follow`` is a job the front end follows into
+    its monitor; ``error`` is raised after ``text`` (an answer that is incomplete, e.g. a
+    list one backend could not give)."""
+
+    text: str = ""
+    figure: Callable[[], Any] | None = None
+    follow: Job | None = None
+    error: KtrainError | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which backend a job command works on: ``--backend`` (default: the configured one) and
+    ``--namespace`` (the Kubernetes backend in that namespace, whatever the config names)."""
+
+    backend: str | None = None
+    namespace: str | None = None
+
+    def open(self) -> Backend:
+        if self.namespace is None:
+            return get_backend(self.backend)
+        from .backends import default_backend_name
+        from .config import load_config
+
+        if (self.backend or default_backend_name()) != "kubernetes":
+            raise SpecError(
+                "--namespace is for the kubernetes backend: add --backend kubernetes, or set "
+                "`%ktrain config backend=kubernetes`."
+            )
+        config = dataclasses.replace(load_config(), namespace=self.namespace)
+        return get_backend("kubernetes", config=config)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument: a positional (``name``) or an option (``--name``). ``convert`` turns the
+    text into the handler's value, raising :class:`SpecError` with its own message; ``what``
+    says what a missing value is ("a job name"); ``many``: a positional taking any number."""
+
+    name: str
+    metavar: str
+    what: str
+    convert: Callable[[str], Any] = str
+    required: bool = False
+    many: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+    @property
+    def option(self) -> bool:
+        return self.name.startswith("-")
+
+    def usage(self) -> str:
+        if self.many:
+            return self.metavar  # written out in full: "A B [C ...]"
+        shown = f"{self.name} {self.metavar}" if self.option else self.metavar
+        return shown if self.required else f"[{shown}]"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A line command: its arguments, one line of help or more, its handler. A handler of a
+    command ``on_backend`` takes the :class:`Target` (``--backend``, ``--namespace``) first."""
+
+    name: str
+    args: tuple[Arg, ...]
+    summary: str
+    handler: Callable[..., Reply]
+    on_backend: bool = True
+
+    @property
+    def usage(self) -> str:
+        return " ".join([self.name, *(a.usage() for a in self.args)])
+
+
+@dataclass(frozen=True)
+class Call:
+    """A parsed command line: the command and its handler's arguments, converted."""
+
+    command: Command
+    values: dict[str, Any]
+
+    def run(self) -> Reply:
+        return self.command.handler(**self.values)
+
+
+# --- argument types: each refuses with a message naming the flag and an example -------------
+
+
+def parse_duration(text: str) -> float:
+    """``15m`` -> 900.0; ``90s``, ``1h``, ``0``; a bare number is minutes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise SpecError(f"--idle {text!r} is not a duration: use e.g. 90s, 15m, 2h, or 0 (end).")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
+
+
+def _duration(text: str) -> str:
+    parse_duration(text)
+    return text  # as typed: the reply repeats it
+
+
+def _number(flag: str, what: str, example: str, signed: bool = False) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        if not re.fullmatch(r"-?\d+" if signed else r"\d+", text.strip()):
+            raise SpecError(f"{flag} {text!r} is not {what}: use e.g. {flag} {example}.")
+        return int(text)
+
+    return convert
+
+
+NAME = Arg("name", "NAME", "a job name", convert=check_job_name, required=True)
+RUN = Arg("--run", "N", "a run number", convert=_number("--run", "a run number", "2"))
+TARGET_ARGS = (
+    Arg("--backend", "B", "local or kubernetes"),
+    Arg("--namespace", "NS", "a Kubernetes namespace"),
+)
+
+
+# --- handlers: plain values in, a Reply out ---------------------------------------------------
+
+
+def list_jobs(target: Target) -> Reply:
+    """Jobs of every listed backend (local always, the configured one too; with a namespace,
+    the cluster's there only). A backend that cannot answer is one line of the error, after
+    the others' jobs are listed (the list is incomplete, so the command fails)."""
+    names = [target.backend] if target.backend else listed_backends()
+    if target.namespace is not None:
+        names = [target.backend or "kubernetes"]
+    rows: list[str] = []
+    problems: list[str] = []
+    for name in names:
+        try:
+            statuses = Target(name, target.namespace).open().list_jobs()
+        except KtrainError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        rows += [f"{s.name:32} {name:10} {s.describe()}".rstrip() for s in statuses]
+    text = ""
+    if rows:
+        text = f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows)
+    elif not problems:
+        text = f"No jobs yet on {' or '.join(names)}."
+    return Reply(text, error=ClusterError("\n".join(problems)) if problems else None)
+
+
+def attach(target: Target, name: str) -> Reply:
+    return Reply(follow=target.open().attach(name))
+
+
+def status(target: Target, name: str) -> Reply:
+    backend = target.open()
+    return Reply(status_text(backend.status(name), backend.name))
+
+
+def logs(target: Target, name: str, rank: int | None, grep: str | None, run: int | None) -> Reply:
+    """The stored lines, or one line saying why there are none."""
+    job = target.open().attach(name)
+    text = job.logs(rank=rank, grep=grep, run=run)
+    if text:
+        return Reply(text)
+    shape = job.shape
+    world = shape.nodes * shape.procs_per_node if shape is not None else None
+    if rank is not None and world is not None and not 0 <= rank < world:
+        raise SpecError(
+            f"{job.name!r} has ranks 0-{world - 1}; there is no rank {rank}. "
+            f"Pass --rank 0 to {world - 1}, or leave --rank out for every rank."
+        )
+    who = f"rank {rank}" if rank is not None else job.name
+    if grep is not None:
+        return Reply(f"No line of {who} contains {grep!r} (so far).")
+    return Reply(f"No output from {who} yet ({job.state}).")
+
+
+def cancel(target: Target, name: str, run: int | None) -> Reply:
+    """Stop the job, or one run of a warm job (its nodes stay)."""
+    backend = target.open()
+    if run is not None:
+        warm = warm_capable(backend, name)
+        warm.cancel_run(name, run)
+        state = warm.run_status(name, run).state
+        return Reply(f"Run {run} of {name!r}: {state}; its nodes stay warm.")
+    before = backend.status(name)
+    if before.terminal:
+        return Reply(f"{name!r} already ended ({before.state}); nothing to cancel.")
+    backend.cancel(name)
+    try:
+        after: JobStatus | None = backend.status(name)
+    except JobNotFound:
+        after = None
+    return Reply(_cancelled(name, after))
+
+
+def _cancelled(name: str, status: JobStatus | None) -> str:
+    """What a cancel did, as it happened: ``Cancelled 'x'.``, with what the backend found
+    (``its supervisor was gone; the cancel stopped ...``), or how the job ended meanwhile.
+    ``status`` is None when the cancel removed the job (Kubernetes deletes it)."""
+    if status is None or not status.terminal:
+        return f"Cancelled {name!r}."
+    if status.state == CANCELLED:
+        return (
+            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
+        )
+    why = f"{status.reason}: {status.message}" if status.message else status.reason
+    return (
+        f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
+    )
+
+
+def warm(target: Target, name: str, idle: str) -> Reply:
+    """Change a warm job's idle limit; 0 ends it now."""
+    seconds = parse_duration(idle)
+    status = warm_capable(target.open(), name).set_idle_limit(name, seconds)
+    if seconds <= 0:
+        return Reply(f"Ended the warm job {name!r} ({status.describe()}).")
+    return Reply(f"The warm job {name!r} now ends after {idle} without a run.")
+
+
+def delete(target: Target, name: str) -> Reply:
+    backend = target.open()
+    backend.attach(name)  # a job that is not there: one error naming it
+    backend.delete(name)
+    return Reply(f"Deleted {name!r}." + tracking.forget(backend.name, name))
+
+
+def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
+    """The table always; the plot for a front end that shows figures."""
+    from .tracking import compare as comparing
+
+    backend = target.open()
+    for name in names:
+        backend.status(name)  # a job that is not there: one error naming it
+    c = comparing.comparison(backend, list(names), metric)
+    return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
+
+
+def config(settings: Sequence[str]) -> Reply:
+    from .config import load_config, set_config
+
+    cfg = set_config(list(settings)) if settings else load_config()
+    return Reply(cfg.describe())
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "list",
+        (),
+        "jobs of every backend (local, and the configured cluster;\n"
+        "with --namespace NS, the cluster's jobs there)",
+        list_jobs,
+    ),
+    Command(
+        "attach",
+        (NAME,),
+        "follow a running job again (e.g. after a kernel restart)",
+        attach,
+    ),
+    Command(
+        "logs",
+        (
+            NAME,
+            Arg("--rank", "R", "a rank", convert=_number("--rank", "a rank", "0", signed=True)),
+            Arg("--grep", "TEXT", "the text to look for"),
+            RUN,
+        ),
+        "the stored lines: of one rank, those holding TEXT, of run N\nof a warm job",
+        logs,
+    ),
+    Command("status", (NAME,), "state and why, times, exit codes, replicas", status),
+    Command(
+        "cancel",
+        (NAME, RUN),
+        "stop the job (on Kubernetes: delete it and its pods);\n"
+        "--run N stops one run of a warm job (its nodes stay)",
+        cancel,
+    ),
+    Command(
+        "warm",
+        (
+            NAME,
+            Arg(
+                "--idle",
+                "DURATION",
+                "--idle DURATION (e.g. 15m; 0 ends it now)",
+                convert=_duration,
+                required=True,
+            ),
+        ),
+        "a warm job's idle limit (s, m, h); --idle 0 ends it now",
+        warm,
+    ),
+    Command(
+        "delete",
+        (NAME,),
+        "cancel, then remove everything it left (files, objects)",
+        delete,
+    ),
+    Command(
+        "compare",
+        (
+            Arg("names", "A B [C ...]", "two jobs or more", convert=check_job_name, many=True),
+            Arg("--metric", "NAME", "a metric name, e.g. loss"),
+        ),
+        "one metric of several jobs overlaid, with the flags and\n"
+        "constants that differ between them",
+        compare,
+    ),
+    Command(
+        "config",
+        (Arg("settings", "[key=value ...]", "settings", many=True),),
+        "show or set defaults (backend, namespace, kubeconfig,\n"
+        "context, registry, base_image, insecure_registries,\n"
+        "offline_requirements, kueue_queue, mlflow, ...); never secrets",
+        config,
+        on_backend=False,
+    ),
+)
+
+_BY_NAME = {c.name: c for c in COMMANDS}
+_COLUMN = 36  # where the help's summaries start
+
+
+def _row(usage: str, summary: str) -> list[str]:
+    """One help entry: the usage, its summary from column 36 (on the next line if it is long)."""
+    lines = summary.splitlines() or [""]
+    if len(usage) < _COLUMN:
+        return [f"{usage:{_COLUMN}}{lines[0]}".rstrip()] + [" " * _COLUMN + s for s in lines[1:]]
+    return [usage] + [" " * _COLUMN + s for s in lines]
+
+
+def help_text(prefix: str = "%ktrain ", extra: Sequence[tuple[str, str]] = ()) -> str:
+    """Every command of the table, each usage after ``prefix`` (``"%ktrain "`` or
+    ``"ktrain "``), with ``extra`` rows (usage, summary) first, and the common options."""
+    rows = [line for u, s in extra for line in _row(prefix + u, s)]
+    rows += [line for c in COMMANDS for line in _row(prefix + c.usage, c.summary)]
+    others = [c.name for c in COMMANDS if not c.on_backend]
+    return "\n".join(rows) + (
+        f"\nEvery command but {', '.join(others)} takes --backend local|kubernetes (default: the "
+        "configured one), and\non Kubernetes --namespace NS (default: the configured one, else "
+        "the kubeconfig's or the pod's).\n"
+    )
+
+
+def _command_help(command: Command) -> str:
+    text = "\n".join(_row("%ktrain " + command.usage, command.summary)) + "\n"
+    if command.on_backend:
+        text += "Also --backend local|kubernetes, and on Kubernetes --namespace NS.\n"
+    return text
+
+
+class _BadUsage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print and exit
+        raise _BadUsage(message)
+
+
+def _refuse(command: Command, message: str) -> SpecError:
+    return SpecError(f"%ktrain {command.name}: {message}. Usage: `%ktrain {command.usage}`.")
+
+
+def parse(argv: Sequence[str]) -> Call | Reply:
+    """``argv`` (the command's name first) as a :class:`Call` of its handler; a :class:`Reply`
+    with the command's help for ``-h``/``--help``. Bad input: :class:`SpecError` saying what
+    was wrong and how the command is used."""
+    if not argv:
+        raise SpecError("No %ktrain command given: `%ktrain help` lists them.")
+    command = _BY_NAME.get(argv[0])
+    if command is None:
+        raise SpecError(
+            f"Unknown %ktrain command {argv[0]!r}: the commands are "
+            f"{', '.join(_BY_NAME)} (`%ktrain help` says what each does)."
+        )
+    rest = list(argv[1:])
+    if any(a in HELP_WORDS[:2] for a in rest):
+        return Reply(_command_help(command))
+    args = command.args + (TARGET_ARGS if command.on_backend else ())
+    parser = _Parser(
+        prog=f"%ktrain {command.name}", add_help=False, allow_abbrev=False, exit_on_error=False
+    )
+    for arg in args:
+        if arg.option:
+            parser.add_argument(arg.name, dest=arg.dest, metavar=arg.metavar)
+        else:
+            parser.add_argument(arg.dest, nargs="*" if arg.many else "?", metavar=arg.metavar)
+    try:
+        ns = parser.parse_intermixed_args(rest)  # options anywhere, as typed
+    except argparse.ArgumentError as exc:
+        if exc.message == "expected one argument" and exc.argument_name:
+            what = next(a.what for a in args if a.name == exc.argument_name)
+            raise SpecError(f"{exc.argument_name} needs a value: {what}.") from None
+        raise _refuse(command, f"{exc.argument_name}: {exc.message}") from None
+    except _BadUsage as exc:
+        raise _refuse(command, str(exc)) from None
+    values: dict[str, Any] = {}
+    for arg in args:
+        value = getattr(ns, arg.dest)
+        if value is None and arg.required:
+            raise SpecError(f"%ktrain {command.name} needs {arg.what}: `%ktrain {command.usage}`.")
+        if arg.many:
+            value = [arg.convert(v) for v in value]
+        elif value is not None:
+            value = arg.convert(value)
+        values[arg.dest] = value
+    if command.on_backend:
+        values["target"] = Target(values.pop("backend"), values.pop("namespace"))
+    return Call(command, values)
+
+
+def run(argv: Sequence[str]) -> Reply:
+    """Parse ``argv`` and run the command: its :class:`Reply`."""
+    call = parse(argv)
+    return call if isinstance(call, Reply) else call.run()
+
+
+def follow_into(
+    job: Job, model: MonitorModel, view: View, say: Callable[[str], None]
+) -> JobStatus | None:
+    """Show ``view`` of ``model`` and follow ``job`` into it until the job ends (MLflow
+    tracking too, when its record says so); the final status, or None when Ctrl-C detached
+    (the job keeps running; ``say`` tells how to re-attach). A failed or cancelled job raises
+    its :class:`~jupyter_ktrain.errors.JobFailed` after the view is closed."""
+    from .monitor.cell_error import job_error
+    from .monitor.follow import follow
+    from .monitor.live import ModelSink
+
+    view.show()
+    sink = tracking.sink_for(job, ModelSink(model, view), say)  # MLflow, when configured
+    try:
+        status = follow(job, sink)
+    except KeyboardInterrupt:
+        tracking.detached(sink)
+        view.close()
+        say(
+            f"Detached from {job.name!r}; it keeps running.\n"
+            f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
+        )
+        return None
+    view.close()
+    tracking.finished(sink, job, status, say)
+    if status.state in (FAILED, CANCELLED):
+        raise job_error(job, status)
+    return status
