@@ -28,6 +28,7 @@ from .monitor.text import status_text
 from .options import build_parser, env_names, parse_flags, spec_from_args, values_from_args
 from .spec import check_job_name
 from .tracking import session as tracking
+from .tracking.store import job_dir
 from .widgets.controls import kernel_busy
 
 if TYPE_CHECKING:
@@ -52,7 +53,9 @@ _LINE_HELP = """\
 %ktrain cancel NAME [--run N]       stop the job (on Kubernetes: delete it and its pods);
                                     --run N stops one run of a warm job (its nodes stay)
 %ktrain warm NAME --idle 15m        a warm job's idle limit (s, m, h); --idle 0 ends it now
-%ktrain delete NAME                 cancel, then remove everything it left (files, objects)
+%ktrain delete NAME [--history]     cancel, then remove everything it left (files, objects);
+                                    a cluster job's history (state, logs, params) is kept
+                                    for logs/status/compare unless --history is given
 %ktrain compare A B [C ...] [--metric NAME]
                                     one metric of several jobs overlaid, with the flags and
                                     constants that differ between them
@@ -365,10 +368,37 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
             after = None
         _say(_cancelled(name, after))
         return None
-    backend.attach(name)
-    backend.delete(name)
-    _say(f"Deleted {name!r}." + tracking.forget(backend.name, name))
+    _say(_delete(backend, name, args[1:]))
     return None
+
+
+def _delete(backend: Backend, name: str, argv: list[str]) -> str:
+    """``%ktrain delete NAME [--history]``: what was removed where. A cluster job's objects
+    are deleted and its history kept (``--history`` removes it too); a local job's folder is
+    its history, so all of it goes."""
+    if [a for a in argv if a != "--history"]:
+        raise SpecError(f"%ktrain delete takes a name and --history only, not {argv}.")
+    status = backend.status(name)  # JobNotFound: neither objects nor history
+    namespace = getattr(backend, "namespace", None) if backend.name == "kubernetes" else None
+    if status.from_history:
+        said = f"{name!r} has no objects left in namespace {namespace!r} (deleted before)."
+    else:
+        backend.delete(name)
+        said = (
+            f"Deleted {name!r}."
+            if namespace is None
+            else (
+                f"Deleted {name!r} from namespace {namespace!r}: the job and the pods, ConfigMap "
+                "and Service it owned."
+            )
+        )
+    if namespace is None or "--history" in argv:
+        return said + tracking.forget(backend.name, name)
+    return said + (
+        f" Its history (state, logs, params) is kept in {job_dir(backend.name, name)}: "
+        f"`%ktrain status/logs/compare` still read it; `%ktrain delete {name} --history` "
+        "removes it."
+    )
 
 
 def _compare(backend: Backend, argv: list[str]) -> Any:
