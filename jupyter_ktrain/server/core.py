@@ -37,6 +37,7 @@ from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
+    ComparePayload,
     JobDetail,
     JobsPayload,
     JobSummary,
@@ -118,6 +119,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
         "age_s": None if started is None else round(max(0.0, now - started), 1),
         "progress": _progress(status, now),
         "warm": _warm(status, now),
+        "history": status.from_history,
     }
 
 
@@ -402,6 +404,21 @@ class PanelCore:
             while len(self._feeds) > MAX_FEEDS:
                 del self._feeds[next(iter(self._feeds))]
             return feed
+
+    def compare(
+        self, names: list[str], metric: str | None = None, backend: str | None = None
+    ) -> ComparePayload:
+        """``%ktrain compare``'s comparison of ``names`` (jobs of one backend), for the panel."""
+        from .compare import compare_payload
+
+        found = {self._find(name, backend)[0] for name in names}
+        if len(found) > 1:
+            raise SpecError(
+                f"{', '.join(names)} are jobs of {' and '.join(sorted(found))}: compare jobs "
+                "of one backend."
+            )
+        b = found.pop() if found else (backend or next(iter(self._factories)))
+        return compare_payload(b, self._backend(b), names, metric, self.plot_points)
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""
