@@ -13,7 +13,7 @@ _USAGE = """usage: ktrain COMMAND [ARGS]
 
   render [flags | -f spec.yaml]   print the Kubernetes objects of a job (YAML)
   list                            jobs of every backend (local, and the configured cluster)
-  status NAME | logs NAME [--rank R] [--grep TEXT] | cancel NAME | delete NAME
+  status NAME | logs NAME [--rank R] [--grep TEXT] | cancel NAME | delete NAME [--history]
   config [key=value ...]          show or set defaults (backend, kubeconfig, context, ...)
 
 Exit status: 0 done, 1 the command failed (the message says why), 2 bad usage.
