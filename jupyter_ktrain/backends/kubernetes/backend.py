@@ -648,7 +648,7 @@ class KubernetesBackend(Backend):
     def cancel(self, name: str) -> None:
         """Delete the job (its pods and ConfigMap go with it); its history is kept."""
         kind = self._kind(name)
-        self.history.keep_deleted(name, "%ktrain cancel")
+        self.history.keep_deleted(name, "a cancel")
         self._stop_watch(name)
         self._delete_job(kind, name, self.namespace)
 

@@ -85,7 +85,7 @@ class ClusterHistory:
             status,
             state=CANCELLED,
             reason="Deleted",
-            message=f"cancelled: {by} deleted the job and its pods while it ran",
+            message=f"cancelled: the job and its pods were deleted while it ran (by {by})",
             finished=time.time(),
         )
         self.keep(watch.job, watch.pods, ended)
