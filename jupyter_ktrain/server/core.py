@@ -13,6 +13,7 @@ reads its on-disk registry); nothing is cached between calls.
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 import threading
 import time
@@ -51,6 +52,7 @@ from .payloads import (
     SummaryPayload,
     WarmPayload,
 )
+from .tracking import ServerTracking
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, JobStatus
@@ -65,6 +67,7 @@ __all__ = [
     "metrics_payload",
 ]
 
+_LOG = logging.getLogger("jupyter_ktrain.tracking")
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
@@ -185,6 +188,7 @@ class PanelCore:
         self._feeds: dict[tuple[str, str], _MetricFeed] = {}
         self._folds: dict[tuple[str, str, float | None], RepeatFold] = {}
         self.clock = clock
+        self.tracking = ServerTracking()  # detached jobs the panel follows, logged to MLflow
         self.max_lines = max_lines
         self.plot_points = plot_points
 
@@ -375,7 +379,12 @@ class PanelCore:
                         feed.replay.feed(replica, raw)
                     seen[replica] = index + 1
                 feed.counts = seen
-            return metrics_payload(feed.replay.model, self.plot_points)
+            payload = metrics_payload(feed.replay.model, self.plot_points)
+        try:  # a tracked job no kernel follows goes to MLflow from here; never the panel's fault
+            self.tracking.poll(self._backend(b), name, status)
+        except Exception:
+            _LOG.warning("MLflow logging of %r from the server failed", name, exc_info=True)
+        return payload
 
     def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
         """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
