@@ -100,6 +100,26 @@ def test_state_logs_and_curves_outlive_the_deleted_jobs(
     assert rows["const.LR"] == ["0.1", "0.2"], rows
     assert rows["nodes"] == ["2", "1"], rows
 
+    # the side panel's server: the list marks them deleted, their tabs read from history
+    from jupyter_ktrain.backends import get_backend
+    from jupyter_ktrain.server.core import PanelCore
+
+    core = PanelCore({"kubernetes": lambda: get_backend("kubernetes")})
+    rows = {j["name"]: j for j in core.jobs()["jobs"]}
+    for name in ("hist-a", "hist-b"):
+        assert (rows[name]["state"], rows[name]["history"]) == ("Succeeded", True), rows
+    detail = core.job("hist-b")
+    assert [r["name"] for r in detail["replicas"]] == ["hist-b-master-0"], detail
+    assert detail["terminal"] is True
+    lines = [line["text"] for line in core.logs("hist-b")["lines"]]
+    assert "rank 0 at step 11" in lines, lines
+    panels = {p["name"]: p for p in core.metrics("hist-a")["panels"]}
+    assert len(panels["loss"]["traces"]) == 2, panels  # rank 0's and rank 1's
+    compared = core.compare(["hist-a", "hist-b"])
+    assert {c["job"]: c["last"] for c in compared["curves"]} == pytest.approx(
+        {"hist-a": 0.1, "hist-b": 0.2}
+    )
+
     # --history removes it; then the job is unknown
     assert shell.run_cell("%ktrain delete hist-a --history").success
     said = _out(capsys)
