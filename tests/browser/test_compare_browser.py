@@ -64,6 +64,8 @@ def test_two_finished_jobs_compared_in_the_panel(compare_lab: Lab) -> None:
                 "'ktrain:open-panel')",
                 timeout=90_000,
             )
+            # after the lab restored its layout (a restore would fold the sidebar again)
+            page.evaluate("async () => { await window.jupyterapp.restored; }")
             page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
             page.wait_for_function(PANEL_VISIBLE, timeout=10_000)
             page.wait_for_function(f"() => ({ROWS})().length === 2", timeout=15_000)

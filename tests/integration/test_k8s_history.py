@@ -63,7 +63,8 @@ def test_state_logs_and_curves_outlive_the_deleted_jobs(
     # %ktrain delete removes the cluster objects, says so, and keeps the history
     assert k8s_shell.run_cell("%ktrain delete hist-a").success
     said = _out(capsys)
-    assert "Deleted 'hist-a' from namespace 'default'" in said, said
+    ns = test_cluster.namespace
+    assert f"Deleted 'hist-a' from namespace '{ns}'" in said, said
     assert "Its history (state, logs, params) is kept in " in said, said
     assert "`%ktrain delete hist-a --history` removes it" in said, said
     # the other goes as --ttl or the operator's clean-up would take it: not through us
@@ -123,7 +124,7 @@ def test_state_logs_and_curves_outlive_the_deleted_jobs(
     # --history removes it; then the job is unknown
     assert shell.run_cell("%ktrain delete hist-a --history").success
     said = _out(capsys)
-    assert "'hist-a' has no objects left in namespace 'default'" in said, said
+    assert f"'hist-a' has no objects left in namespace '{ns}'" in said, said
     assert "history/kubernetes/hist-a" in said, said
     result = shell.run_cell("%ktrain status hist-a")
     assert "No ktrain job named 'hist-a'" in str(result.error_in_exec), result.error_in_exec
