@@ -134,7 +134,7 @@ class ServerTracking:
             return None  # untracked, or all sent: nothing to do (and no lock to take)
         from ..backends.base import Job
 
-        job = Job(name, backend)
+        job = Job(name, backend, shape=backend.shape(name))  # its ranks: each one's log
         sink = session.sink_for(job, _Quiet(), lambda text: LOG.info("%s", text))
         if not isinstance(sink, session.TrackingSink):
             return None  # another process logs it
