@@ -35,6 +35,11 @@ RETRY_S = 10.0  # a job another process logs: asked again this often
 LOG = logging.getLogger("jupyter_ktrain.tracking")
 
 
+def _say(text: str) -> None:
+    """What the kernel would say in the cell goes to the server's log (warnings as such)."""
+    LOG.log(logging.WARNING if text.startswith("warning") else logging.INFO, "%s", text)
+
+
 class _Quiet:
     """The sink a server-side follow passes its lines on to: none (the panel reads its own)."""
 
@@ -96,7 +101,7 @@ class _Followed:
 class ServerTracking:
     """The jobs this server logs, started by :meth:`poll` (the panel's metrics poll)."""
 
-    def __init__(self, say: Callable[[str], None] = LOG.warning) -> None:
+    def __init__(self, say: Callable[[str], None] = _say) -> None:
         self.say = say
         self._jobs: dict[tuple[str, str], _Followed] = {}
         self._tried: dict[tuple[str, str], float] = {}  # not ours to log, when last asked
@@ -135,7 +140,7 @@ class ServerTracking:
         from ..backends.base import Job
 
         job = Job(name, backend, shape=backend.shape(name))  # its ranks: each one's log
-        sink = session.sink_for(job, _Quiet(), lambda text: LOG.info("%s", text))
+        sink = session.sink_for(job, _Quiet(), self.say)
         if not isinstance(sink, session.TrackingSink):
             return None  # another process logs it
         LOG.info("MLflow: the Jupyter server logs job %r while the side panel follows it", name)
