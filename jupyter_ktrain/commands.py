@@ -29,6 +29,7 @@ from .jobs import CANCELLED, FAILED, JobStatus
 from .monitor.text import status_text
 from .spec import check_job_name
 from .tracking import session as tracking
+from .tracking.store import job_dir
 
 if TYPE_CHECKING:
     from .jobs import View
@@ -92,7 +93,8 @@ class Target:
 class Arg:
     """One argument: a positional (``name``) or an option (``--name``). ``convert`` turns the
     text into the handler's value, raising :class:`SpecError` with its own message; ``what``
-    says what a missing value is ("a job name"); ``many``: a positional taking any number."""
+    says what a missing value is ("a job name"); ``many``: a positional taking any number;
+    ``switch``: an option that takes no value (True when given)."""
 
     name: str
     metavar: str
@@ -100,6 +102,7 @@ class Arg:
     convert: Callable[[str], Any] = str
     required: bool = False
     many: bool = False
+    switch: bool = False
 
     @property
     def dest(self) -> str:
@@ -112,6 +115,8 @@ class Arg:
     def usage(self) -> str:
         if self.many:
             return self.metavar  # written out in full: "A B [C ...]"
+        if self.switch:
+            return f"[{self.name}]"
         shown = f"{self.name} {self.metavar}" if self.option else self.metavar
         return shown if self.required else f"[{shown}]"
 
@@ -275,11 +280,31 @@ def warm(target: Target, name: str, idle: str) -> Reply:
     return Reply(f"The warm job {name!r} now ends after {idle} without a run.")
 
 
-def delete(target: Target, name: str) -> Reply:
+def delete(target: Target, name: str, history: bool = False) -> Reply:
+    """What was removed where. A cluster job's objects are deleted and its history kept
+    (``--history`` removes it too); a local job's folder is its history, so all of it goes."""
     backend = target.open()
-    backend.attach(name)  # a job that is not there: one error naming it
-    backend.delete(name)
-    return Reply(f"Deleted {name!r}." + tracking.forget(backend.name, name))
+    status = backend.status(name)  # JobNotFound: neither objects nor history
+    namespace = getattr(backend, "namespace", None) if backend.name == "kubernetes" else None
+    if status.from_history:
+        said = f"{name!r} has no objects left in namespace {namespace!r} (deleted before)."
+    else:
+        backend.delete(name)
+        said = (
+            f"Deleted {name!r}."
+            if namespace is None
+            else (
+                f"Deleted {name!r} from namespace {namespace!r}: the job and the pods, ConfigMap "
+                "and Service it owned."
+            )
+        )
+    if namespace is None or history:
+        return Reply(said + tracking.forget(backend.name, name))
+    return Reply(
+        said + f" Its history (state, logs, params) is kept in {job_dir(backend.name, name)}: "
+        f"`%ktrain status/logs/compare` still read it; `%ktrain delete {name} --history` "
+        "removes it."
+    )
 
 
 def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
@@ -350,8 +375,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "delete",
-        (NAME,),
-        "cancel, then remove everything it left (files, objects)",
+        (NAME, Arg("--history", "", "", switch=True)),
+        "cancel, then remove everything it left (files, objects);\n"
+        "a cluster job's history (state, logs, params) is kept\n"
+        "for logs/status/compare unless --history is given",
         delete,
     ),
     Command(
@@ -440,7 +467,9 @@ def parse(argv: Sequence[str]) -> Call | Reply:
         prog=f"%ktrain {command.name}", add_help=False, allow_abbrev=False, exit_on_error=False
     )
     for arg in args:
-        if arg.option:
+        if arg.switch:
+            parser.add_argument(arg.name, dest=arg.dest, action="store_true")
+        elif arg.option:
             parser.add_argument(arg.name, dest=arg.dest, metavar=arg.metavar)
         else:
             parser.add_argument(arg.dest, nargs="*" if arg.many else "?", metavar=arg.metavar)
@@ -460,7 +489,7 @@ def parse(argv: Sequence[str]) -> Call | Reply:
             raise SpecError(f"%ktrain {command.name} needs {arg.what}: `%ktrain {command.usage}`.")
         if arg.many:
             value = [arg.convert(v) for v in value]
-        elif value is not None:
+        elif value is not None and not arg.switch:
             value = arg.convert(value)
         values[arg.dest] = value
     if command.on_backend:

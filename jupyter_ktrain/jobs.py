@@ -155,6 +155,8 @@ class JobStatus:
     admitted_by: str = ""
     # where to watch the job in its framework's own UI ("Ray dashboard: http://..."), once known
     dashboard: str = ""
+    # read from the job store (a backend's history): the job's objects are gone (deleted)
+    from_history: bool = False
 
     @property
     def restarts(self) -> int:

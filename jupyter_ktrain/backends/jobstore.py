@@ -35,6 +35,7 @@ __all__ = [
     "store_error",
     "update_state",
     "write_private",
+    "write_state",
 ]
 
 DIR_MODE = 0o700
@@ -138,6 +139,12 @@ def read_state(job_dir: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError):
         return None
     return state
+
+
+def write_state(job_dir: Path, state: dict[str, Any]) -> None:
+    """Replace ``state.json`` atomically (readers see the old or the new file, whole)."""
+    with _locked(job_dir):
+        _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())
 
 
 def update_state(job_dir: Path, changes: dict[str, Any], marker: str | None = None) -> bool:

@@ -254,6 +254,8 @@ def status_text(status: JobStatus, backend: str, now: float | None = None) -> st
     now = time.time() if now is None else now
     why = f" ({status.reason}{': ' + status.message if status.message else ''})"
     lines = [f"{status.name} on {backend}: {status.state}{why if status.reason else ''}"]
+    if status.from_history:
+        lines.append("  deleted   its objects are gone: this is its history (the job store)")
     if status.started is not None:
         end = status.finished if status.finished is not None else now
         ran = fmt_duration(int(max(0.0, end - status.started)))

@@ -13,6 +13,7 @@ reads its on-disk registry); nothing is cached between calls.
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 import threading
 import time
@@ -38,6 +39,7 @@ from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from .payloads import (
     BackendProblem,
+    ComparePayload,
     JobDetail,
     JobsPayload,
     JobSummary,
@@ -51,6 +53,7 @@ from .payloads import (
     SummaryPayload,
     WarmPayload,
 )
+from .tracking import ServerTracking
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -66,6 +69,7 @@ __all__ = [
     "metrics_payload",
 ]
 
+_LOG = logging.getLogger("jupyter_ktrain.tracking")
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
@@ -120,6 +124,7 @@ def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
         "age_s": None if started is None else round(max(0.0, now - started), 1),
         "progress": _progress(status, now),
         "warm": _warm(status, now),
+        "history": status.from_history,
     }
 
 
@@ -185,6 +190,7 @@ class PanelCore:
         self._feeds: dict[tuple[str, str], _MetricFeed] = {}
         self._folds: dict[tuple[str, str, float | None], RepeatFold] = {}
         self.clock = clock
+        self.tracking = ServerTracking()  # detached jobs the panel follows, logged to MLflow
         self.max_lines = max_lines
         self.plot_points = plot_points
 
@@ -375,7 +381,12 @@ class PanelCore:
                         feed.replay.feed(replica, raw)
                     seen[replica] = index + 1
                 feed.counts = seen
-            return metrics_payload(feed.replay.model, self.plot_points)
+            payload = metrics_payload(feed.replay.model, self.plot_points)
+        try:  # a tracked job no kernel follows goes to MLflow from here; never the panel's fault
+            self.tracking.poll(self._backend(b), name, status)
+        except Exception:
+            _LOG.warning("MLflow logging of %r from the server failed", name, exc_info=True)
+        return payload
 
     def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
         """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
@@ -404,6 +415,21 @@ class PanelCore:
             while len(self._feeds) > MAX_FEEDS:
                 del self._feeds[next(iter(self._feeds))]
             return feed
+
+    def compare(
+        self, names: list[str], metric: str | None = None, backend: str | None = None
+    ) -> ComparePayload:
+        """``%ktrain compare``'s comparison of ``names`` (jobs of one backend), for the panel."""
+        from .compare import compare_payload
+
+        found = {self._find(name, backend)[0] for name in names}
+        if len(found) > 1:
+            raise SpecError(
+                f"{', '.join(names)} are jobs of {' and '.join(sorted(found))}: compare jobs "
+                "of one backend."
+            )
+        b = found.pop() if found else (backend or next(iter(self._factories)))
+        return compare_payload(b, self._backend(b), names, metric, self.plot_points)
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""

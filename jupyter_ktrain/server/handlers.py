@@ -102,6 +102,16 @@ class MetricsHandler(_BaseHandler):
         await self._reply(self.core.metrics, name, self._backend())
 
 
+class CompareHandler(_BaseHandler):
+    """``GET /ktrain/api/compare?jobs=A,B[&metric=M]``: several jobs' metric overlaid."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        names = [n for n in self.get_query_argument("jobs", "").split(",") if n]
+        metric = self.get_query_argument("metric", "") or None
+        await self._reply(self.core.compare, names, metric, self._backend())
+
+
 class CancelHandler(_BaseHandler):
     @tornado.web.authenticated
     async def post(self, name: str) -> None:
@@ -113,6 +123,7 @@ def setup_handlers(web_app: Any, core: PanelCore) -> None:
     routes: list[tuple[str, type[_BaseHandler]]] = [
         (r"/?", RootHandler),
         (r"/jobs/?", JobsHandler),
+        (r"/compare/?", CompareHandler),
         (rf"/jobs/{_NAME}/?", JobHandler),
         (rf"/jobs/{_NAME}/logs/?", LogsHandler),
         (rf"/jobs/{_NAME}/metrics/?", MetricsHandler),

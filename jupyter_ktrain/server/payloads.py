@@ -15,6 +15,9 @@ from ..monitor.viewmodel import JobState
 
 __all__ = [
     "BackendProblem",
+    "CompareCurve",
+    "CompareParam",
+    "ComparePayload",
     "ErrorPayload",
     "JobDetail",
     "JobSummary",
@@ -80,6 +83,8 @@ class JobSummary(TypedDict):
     age_s: float | None
     progress: ProgressPayload | None
     warm: WarmPayload | None  # a warm job's runs and idle time; None for any other job
+    # read from the job store: the job's cluster objects are gone (deleted), its history shown
+    history: bool
 
 
 class BackendProblem(TypedDict):
@@ -185,3 +190,33 @@ class MetricsPayload(TypedDict):
     values: list[SummaryPayload]
     notices: list[str]
     version: int
+
+
+class CompareCurve(TypedDict):
+    """One job's curve of the compared metric (rank 0's, or the lowest rank's), downsampled;
+    ``last`` its last value."""
+
+    job: str
+    colour: str
+    x: list[float]
+    y: list[float]
+    last: float | None
+
+
+class CompareParam(TypedDict):
+    """A flag or captured constant whose value is not the same in every compared job."""
+
+    name: str
+    values: dict[str, str]  # job -> its value ("—": the job had none)
+
+
+class ComparePayload(TypedDict):
+    """``GET /ktrain/api/compare?jobs=A,B[&metric=M][&backend=B]``: one metric of several
+    jobs overlaid, and what differed between them (``%ktrain compare``'s data)."""
+
+    backend: str
+    metric: str
+    metrics: list[str]  # every metric any of the jobs reported (to pick another)
+    jobs: list[str]
+    curves: list[CompareCurve]
+    differ: list[CompareParam]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SpecError
 from .params import code_hash, job_params
 from .points import Point, Reading, RecordReader
-from .store import read_record, remove, write_record
+from .store import hold, read_record, release, remove, write_record
 from .uri import OFF, check_uri
 
 if TYPE_CHECKING:
@@ -96,8 +96,11 @@ class TrackingSink:
     """A follow-loop sink that passes everything to ``inner`` and tracks the job in ``run``;
     each poll (``tick``) shows what the sender has to say in the cell."""
 
-    def __init__(self, inner: Sink, run: MlflowRun, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, inner: Sink, run: MlflowRun, say: Callable[[str], None], held: int | None = None
+    ) -> None:
         self.inner, self.run, self.say = inner, run, say
+        self.held = held  # the right to log the job (:func:`.store.hold`), given back at the end
         self.reader = RecordReader()
         self._nodes: dict[str, int] = {}
         self._restarts = 0
@@ -137,6 +140,17 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
         return inner
     if record["mlflow"].get("finished"):
         return inner  # everything was sent
+    held = hold(job.backend.name, job.name)
+    if held is None:
+        say(
+            f"MLflow: {job.name!r} is being logged by another process (the Jupyter server, "
+            "while the side panel follows it, or another kernel); this one does not send it."
+        )
+        return inner
+    record = read_record(job.backend.name, job.name) or record  # as the last holder left it
+    if record["mlflow"].get("finished"):
+        release(held)
+        return inner
     from .mlflow_run import MlflowRun
 
     run = MlflowRun(
@@ -149,13 +163,14 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
     if job.plan is not None:
         run.artifact("ktrain/program.py", job.plan.program.source)
         run.artifact("ktrain/launch.txt", job.plan.describe())
-    return TrackingSink(inner, run, say)
+    return TrackingSink(inner, run, say, held)
 
 
 def detached(sink: Sink) -> None:
     """The follower stops watching (Ctrl-C): send what is held, briefly, then stop."""
     if isinstance(sink, TrackingSink):
         sink.run.close(timeout=5.0)
+        release(sink.held)
 
 
 def finished(
@@ -169,6 +184,13 @@ def finished(
     wait up to ``wait_s`` s for the sender, then say where the run is."""
     if not isinstance(sink, TrackingSink):
         return
+    if _finish(sink, job, status, say, wait_s):
+        release(sink.held)  # while the sender still sends, no other process takes over
+
+
+def _finish(
+    sink: TrackingSink, job: Job, status: JobStatus, say: Callable[[str], None], wait_s: float
+) -> bool:
     run = sink.run
     if status.state == "Succeeded":
         run.add(Reading(points=_result_points(job, status)))
@@ -182,12 +204,14 @@ def finished(
     if done:
         run.close()
         say(f"MLflow: {run.link} ({run.sent.count():,} points){dropped}")
+        return True
     else:
         say(
             f"MLflow at {run.uri} has not taken everything yet: {run.pending:,} items are still "
             f"being sent in the background{dropped}. If this kernel stops first, "
             f"`%ktrain attach {job.name}` sends the rest (never a point twice)."
         )
+        return False
 
 
 def _result_points(job: Job, status: JobStatus) -> list[Point]:

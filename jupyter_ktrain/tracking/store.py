@@ -8,11 +8,14 @@ files ``0600``, replaced atomically), written by the process that starts or foll
      "mlflow": {"uri", "experiment", "run_id", "sent": {key: [[lo, hi], ...]}, "finished"}}
 
 ``sent`` is what makes tracking idempotent: a kernel that re-attaches reads it and sends no
-point twice. ``%ktrain delete`` removes the folder (:func:`remove`).
+point twice. One process at a time logs a job (:func:`hold`: the kernel that follows it, or the
+Jupyter server while the side panel follows it), so two never send the same point at once.
+``%ktrain delete`` removes the folder (:func:`remove`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,9 +24,10 @@ from typing import Any
 
 from ..backends.jobstore import make_private_dirs, replace_private
 
-__all__ = ["history_dir", "job_dir", "read_record", "remove", "write_record"]
+__all__ = ["history_dir", "hold", "job_dir", "read_record", "release", "remove", "write_record"]
 
 RECORD = "run.json"
+_TRACKING_LOCK = ".tracking.lock"
 
 
 def history_dir() -> Path:
@@ -58,3 +62,26 @@ def remove(backend: str, name: str) -> Path | None:
         return None
     shutil.rmtree(folder, ignore_errors=True)
     return folder
+
+
+def hold(backend: str, name: str) -> int | None:
+    """Take the right to log the job to its tracking server (an exclusive lock, given back by
+    :func:`release` or when the process ends); None while another process holds it."""
+    folder = job_dir(backend, name)
+    try:
+        make_private_dirs(folder)
+        fd = os.open(folder / _TRACKING_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another process (or another follower here)
+        os.close(fd)
+        return None
+    return fd
+
+
+def release(fd: int | None) -> None:
+    """Give back what :func:`hold` took."""
+    if fd is not None:
+        os.close(fd)

@@ -6,7 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { JobDetail, JobsPayload, LogsPayload, MetricsPayload } from './payloads';
+import { ComparePayload, JobDetail, JobsPayload, LogsPayload, MetricsPayload } from './payloads';
 
 export const API_ROOT = 'ktrain/api';
 export const NOT_INSTALLED =
@@ -77,5 +77,7 @@ export const api = {
   logs: (name: string, p: { rank?: number | null; grep?: string; offset?: string }) =>
     requestAPI<LogsPayload>(`${job(name)}/logs${query(p)}`),
   metrics: (name: string) => requestAPI<MetricsPayload>(`${job(name)}/metrics`),
-  cancel: (name: string) => requestAPI<JobDetail>(`${job(name)}/cancel`, { method: 'POST' })
+  cancel: (name: string) => requestAPI<JobDetail>(`${job(name)}/cancel`, { method: 'POST' }),
+  compare: (jobs: string[], metric: string | null, backend: string) =>
+    requestAPI<ComparePayload>(`compare${query({ jobs: jobs.join(','), metric, backend })}`)
 };

@@ -17,6 +17,7 @@ import { DockLayout } from '@lumino/widgets';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { api, KtrainApiError } from './api';
+import { CompareView } from './compareview';
 import { JobView } from './jobview';
 import { JobsPanel } from './panel';
 
@@ -69,7 +70,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return tab;
     };
 
-    const panel = new JobsPanel(name => void app.commands.execute(OPEN_JOB, { name }));
+    const openCompare = (names: string[], backend: string) => {
+      const tab = new MainAreaWidget({ content: new CompareView(names, backend) });
+      tab.id = `ktrain-compare-tab-${backend}-${names.join('-')}`;
+      tab.title.label = `ktrain: ${names.join(' vs ')}`;
+      tab.title.icon = ktrainIcon;
+      app.shell.add(tab, 'main');
+      app.shell.activateById(tab.id);
+    };
+    const panel = new JobsPanel(name => void app.commands.execute(OPEN_JOB, { name }), openCompare);
     panel.title.icon = ktrainIcon;
     app.shell.add(panel, 'left', { rank: 650 });
 

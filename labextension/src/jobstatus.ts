@@ -28,7 +28,9 @@ export class JobStatusView {
     const progress =
       d.progress && !(d.warm && d.warm.active === null) ? ` · ${d.progress.text}` : '';
     const tail = `${warm}${progress}${why ? ` (${why})` : ''}`;
-    this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${tail}`;
+    // a cluster job whose objects are gone: what is shown is its history (the job store)
+    const gone = d.history ? ' · deleted (from history)' : '';
+    this.header.textContent = `● ${d.name} · ${d.backend} · ${d.state}${gone}${tail}`;
     this.header.className = `ktrain-JobHeader ktrain-State-${d.state}`;
     this.header.style.color = stateColour(d.state);
   }

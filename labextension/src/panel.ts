@@ -1,7 +1,10 @@
 /**
  * The "ktrain jobs" side panel: one row per job (name, backend, state, progress, age) from
  * GET /ktrain/api/jobs. It polls every POLL_MS only while it is visible (and once at once when
- * it becomes visible or the refresh button is pressed). Clicking a row runs `ktrain:open-job`.
+ * it becomes visible or the refresh button is pressed). Clicking a row runs `ktrain:open-job`;
+ * ticking the boxes of two jobs or more of one backend and pressing Compare opens their
+ * comparison (compareview.ts). A cluster job whose objects are gone is shown from its history,
+ * marked `deleted`.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -53,8 +56,13 @@ export class JobsPanel extends Widget {
   private inFlight = false;
   private publishing = false;
   private unsubscribe: () => void;
+  private selected = new Map<string, { name: string; backend: string }>();
+  private compareButton = document.createElement('button');
 
-  constructor(private openJob: (name: string) => void) {
+  constructor(
+    private openJob: (name: string) => void,
+    private openCompare: (names: string[], backend: string) => void = () => undefined
+  ) {
     super();
     this.id = 'ktrain-jobs-panel';
     this.addClass('ktrain-JobsPanel');
@@ -69,7 +77,11 @@ export class JobsPanel extends Widget {
     refresh.title = 'Refresh the job list';
     refresh.textContent = '⟳ Refresh';
     refresh.onclick = () => void this.refresh();
-    bar.append(heading, refresh);
+    this.compareButton.className = 'jp-Button ktrain-Compare';
+    this.compareButton.title = 'Overlay a metric of the ticked jobs, with what differed';
+    this.compareButton.onclick = () => this.compare();
+    this.updateCompare();
+    bar.append(heading, this.compareButton, refresh);
     this.status = document.createElement('div');
     this.status.className = 'ktrain-PanelStatus';
     this.list = document.createElement('table');
@@ -77,6 +89,30 @@ export class JobsPanel extends Widget {
     this.node.append(bar, this.status, this.list);
     // an open job tab polls its job every second: its figures replace the row's at once
     this.unsubscribe = subscribe(job => this.updateRow(job));
+  }
+
+  /** The ticked jobs, if two or more of one backend: their comparison tab. */
+  private compare(): void {
+    const jobs = Array.from(this.selected.values());
+    const backends = new Set(jobs.map(j => j.backend));
+    if (jobs.length < 2 || backends.size !== 1) {
+      return;
+    }
+    this.openCompare(
+      jobs.map(j => j.name),
+      jobs[0].backend
+    );
+  }
+
+  private updateCompare(): void {
+    const jobs = Array.from(this.selected.values());
+    const one = new Set(jobs.map(j => j.backend)).size === 1;
+    this.compareButton.textContent = `Compare (${jobs.length})`;
+    this.compareButton.disabled = jobs.length < 2 || !one;
+    this.compareButton.title =
+      jobs.length >= 2 && !one
+        ? 'Compare jobs of one backend'
+        : 'Tick two jobs or more: a metric of them overlaid, with what differed';
   }
 
   /** Redraw the row of ``job`` from a fresher summary (a job tab's poll). */
@@ -120,6 +156,13 @@ export class JobsPanel extends Widget {
     this.status.textContent = payload.jobs.length
       ? problems.join('\n')
       : ['No jobs yet: run a %%ktrain cell.', ...problems].join('\n');
+    const listed = new Set(payload.jobs.map(j => `${j.backend}/${j.name}`));
+    for (const key of Array.from(this.selected.keys())) {
+      if (!listed.has(key)) {
+        this.selected.delete(key); // removed (its history too): no longer ticked
+      }
+    }
+    this.updateCompare();
     this.list.replaceChildren(this.headerRow(), ...payload.jobs.map(j => this.row(j)));
     this.publishing = true;
     try {
@@ -149,14 +192,18 @@ export class JobsPanel extends Widget {
     tr.dataset.state = job.state;
     tr.dataset.backend = job.backend;
     tr.classList.toggle('ktrain-mod-highlighted', job.name === this.highlighted);
+    tr.classList.toggle('ktrain-mod-history', job.history);
     const why = [job.reason, job.message].filter(Boolean).join(': ');
-    tr.title = `${job.name} on ${job.backend}${why ? `: ${why}` : ''}`;
-    const cells = [job.name, job.backend, job.state, progressText(job), age(job.age_s)];
+    const gone = job.history ? ' (deleted: shown from its history)' : '';
+    tr.title = `${job.name} on ${job.backend}${gone}${why ? `: ${why}` : ''}`;
+    const state = job.history ? `${job.state} · deleted` : job.state;
+    const cells = [job.name, job.backend, state, progressText(job), age(job.age_s)];
     cells.forEach((text, i) => {
       const td = document.createElement('td');
       td.textContent = text;
       if (i === 0) {
         td.className = 'ktrain-Name';
+        td.prepend(this.checkbox(job));
       } else if (i === 1) {
         td.className = 'ktrain-Backend';
       } else if (i === 2) {
@@ -171,6 +218,26 @@ export class JobsPanel extends Widget {
     });
     tr.onclick = () => this.openJob(job.name);
     return tr;
+  }
+
+  /** The row's tick box: selects the job for Compare (a click on it opens nothing). */
+  private checkbox(job: JobSummary): HTMLInputElement {
+    const key = `${job.backend}/${job.name}`;
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.className = 'ktrain-Select';
+    box.title = 'Select for Compare';
+    box.checked = this.selected.has(key);
+    box.onclick = event => {
+      event.stopPropagation();
+      if (box.checked) {
+        this.selected.set(key, { name: job.name, backend: job.backend });
+      } else {
+        this.selected.delete(key);
+      }
+      this.updateCompare();
+    };
+    return box;
   }
 
   protected onAfterShow(): void {

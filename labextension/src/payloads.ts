@@ -7,6 +7,39 @@ export interface BackendProblem {
   error: string;
 }
 
+/**
+ * One job's curve of the compared metric (rank 0's, or the lowest rank's), downsampled;
+ * `last` its last value.
+ */
+export interface CompareCurve {
+  job: string;
+  colour: string;
+  x: number[];
+  y: number[];
+  last: number | null;
+}
+
+/**
+ * A flag or captured constant whose value is not the same in every compared job.
+ */
+export interface CompareParam {
+  name: string;
+  values: { [key: string]: string };
+}
+
+/**
+ * `GET /ktrain/api/compare?jobs=A,B[&metric=M][&backend=B]`: one metric of several
+ * jobs overlaid, and what differed between them (`%ktrain compare`'s data).
+ */
+export interface ComparePayload {
+  backend: string;
+  metric: string;
+  metrics: string[];
+  jobs: string[];
+  curves: CompareCurve[];
+  differ: CompareParam[];
+}
+
 export interface ErrorPayload {
   error: string;
 }
@@ -38,6 +71,7 @@ export interface JobSummary {
   age_s: number | null;
   progress: ProgressPayload | null;
   warm: WarmPayload | null;
+  history: boolean;
 }
 
 /**

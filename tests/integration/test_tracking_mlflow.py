@@ -206,3 +206,49 @@ def test_a_kernel_that_attaches_again_sends_no_point_twice(
     assert _run(server, "reattach", "exp-b")["info"]["run_id"] == run_id
     for key in ("loss", "rank1/loss"):
         assert _steps(server, run_id, key) == list(range(200)), key
+
+
+def test_a_detached_job_the_side_panel_follows_is_logged_by_the_server_once(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No kernel follows a ``--detach``ed job; two panel servers poll it (two Jupyter servers
+    on one job store): one logs it, every point once, and finishes the run with its logs; a
+    kernel attaching afterwards sends nothing again."""
+    from jupyter_ktrain.server.core import PanelCore
+
+    cell = (
+        f"%%ktrain --nodes 1 --procs-per-node 2 --name panel-tracked --mlflow {server.uri} "
+        "--experiment exp-p --detach\nr = train(40, pause=0.05)\n"
+    )
+    assert shell.run_cell(cell).success
+    cores = [PanelCore.from_names(("local",)) for _ in range(2)]
+    deadline = time.monotonic() + 240
+    while not cores[0].job("panel-tracked")["terminal"]:
+        assert time.monotonic() < deadline, "the job did not end"
+        for core in cores:
+            core.metrics("panel-tracked")
+        time.sleep(0.3)
+    for core in cores:  # the polls after its end: the run is finished, once
+        core.metrics("panel-tracked")
+
+    def finished() -> bool:
+        try:
+            return bool(_run(server, "panel-tracked", "exp-p")["info"]["status"] == "FINISHED")
+        except (OSError, KeyError):
+            return False
+
+    _wait(finished, 60, "the run finished by the server")
+    run = _run(server, "panel-tracked", "exp-p")
+    run_id = run["info"]["run_id"]
+    for key in ("loss", "rank1/loss", "lr"):
+        assert _steps(server, run_id, key) == list(range(40)), key
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["ktrain.state"] == "Succeeded"
+    params = {p["key"]: p["value"] for p in run["data"]["params"]}
+    assert params["const.LR"] == "0.05"
+    assert {"logs/job.log", "logs/rank0.log", "logs/rank1.log"} <= set(server.artifacts(run_id))
+    # the kernel attaching afterwards: everything was sent, nothing goes twice
+    capsys.readouterr()
+    assert shell.run_cell("%ktrain attach panel-tracked").success
+    assert _run(server, "panel-tracked", "exp-p")["info"]["run_id"] == run_id
+    assert _steps(server, run_id, "loss") == list(range(40))

@@ -22,8 +22,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...config import Config, load_config
-from ...errors import BackendError, ClusterError, JobNotFound, PreflightError, SpecError
-from ...jobs import FAILED, RUNNING, JobShape, JobStatus, complete_exit_codes
+from ...errors import (
+    BackendError,
+    ClusterError,
+    JobNotFound,
+    KtrainError,
+    PreflightError,
+    SpecError,
+)
+from ...jobs import BACKEND_ENDS, FAILED, RUNNING, JobShape, JobStatus, complete_exit_codes
 from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
@@ -31,6 +38,7 @@ from ..base import Backend, Job, LaunchPlan, LogSource, Request
 from ..capabilities import ShapeKnown, WarmCapable
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, in_cluster, ns_path
+from .history import ClusterHistory
 from .kinds import TRAINJOB_TARGET, use_fault_runtime
 from .kueue import QueuePositions
 from .labels import JOB_LABEL, MANAGED_BY, WARM_LABEL
@@ -120,6 +128,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         # job -> (uid, when read, progress) of the rank-0 tail read for lists
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
         self.warm: WarmJobs = WarmJobs(self)  # the runs of --warm jobs
+        self.history = ClusterHistory(self)  # ended jobs, kept past their objects
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -290,6 +299,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
                 self._delete_one(kind, name, ns)
             raise
         self._kinds[spec.name] = spec.kind
+        self.history.started(spec.name)
         self._watch(spec.name)
         if spec.warm:
             remember(ns, spec.name, warm_shape(spec))
@@ -418,11 +428,23 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
 
     # -- status -------------------------------------------------------------------------------
     def status(self, name: str) -> JobStatus:
-        watch = self._watch(name)
+        """The job's status; once its objects are gone, the one kept in its history."""
+        try:
+            watch = self._watch(name)
+        except JobNotFound as exc:
+            return self.history.gone(name, exc).status
         job = watch.job
         if job is None:
             self._stop_watch(name)
-            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+            self._kinds.pop(name, None)
+            gone = JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+            return self.history.gone(name, gone).status
+        status = self._live_status(name, watch, job)
+        if status.terminal:
+            self.history.keep(job, watch.pods, status)
+        return status
+
+    def _live_status(self, name: str, watch: JobWatch, job: dict[str, Any]) -> JobStatus:
         rt = self._runtime[name]
         if job_state(job)[0] == FAILED and not rt.loaded:
             # the operator may declare the job Failed before the followed streams reached
@@ -462,7 +484,10 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         return complete_exit_codes(status, job_shape(job).procs_per_node)
 
     def shape(self, name: str) -> JobShape | None:
-        job = self._watch(name).job
+        try:
+            job = self._watch(name).job
+        except JobNotFound as exc:
+            return self.history.gone(name, exc).shape
         return job_shape(job) if job is not None else None
 
     def list_jobs(self) -> list[JobStatus]:
@@ -475,6 +500,9 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         workloads = self._queue.workloads(self.api, self.namespace, jobs)
         for job in jobs:
             state, reason, message = queued_state(job, owned_workload(job, workloads))
+            if state in BACKEND_ENDS and not self.history.is_kept(job):
+                with contextlib.suppress(KtrainError):  # kept by its status, once
+                    self.status(job["metadata"]["name"])
             progress = self._progress(job, state)
             warm = self.warm.info(job, state)
             out.append(
@@ -482,6 +510,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
                     job["metadata"]["name"], state, reason, message, progress=progress, warm=warm
                 )
             )
+        out += self.history.listed({j["metadata"]["name"] for j in jobs})
         return sorted(out, key=lambda s: s.name)
 
     def _progress(self, job: dict[str, Any], state: str) -> Progress | None:
@@ -548,17 +577,22 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         return [PodLogSource(self.api, watch, pod, container, rt.on_followed) for pod in pods]
 
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
-        watch = self._watch(name)
-        if watch.job is None:
-            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
-        yield from self._stored_logs(watch.job, watch.pods)
+        yield from self._logs(name, stamped=False)
+
+    def _logs(self, name: str, stamped: bool) -> Iterator[tuple[str, str]]:
+        """The stored lines of the job's pods; once its objects are gone, the kept ones."""
+        try:
+            watch = self._watch(name)
+            if watch.job is None:
+                raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
+        except JobNotFound as exc:
+            yield from self.history.logs(name, exc, stamped)
+            return
+        yield from self._stored_logs(watch.job, watch.pods, stamped)
 
     def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
         """Stored lines with the kubelet's timestamps (``timestamps=true``)."""
-        watch = self._watch(name)
-        if watch.job is None:
-            raise JobNotFound(f"Job {name!r} is gone from namespace {self.namespace!r}.")
-        for pod, raw in self._stored_logs(watch.job, watch.pods, stamped=True):
+        for pod, raw in self._logs(name, stamped=True):
             parsed = split_stamped(raw.encode())
             if parsed is None:
                 yield None, pod, raw
@@ -599,14 +633,17 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
 
     # -- cancel / delete -------------------------------------------------------------------------
     def cancel(self, name: str) -> None:
-        """Delete the job (its pods and ConfigMap go with it); the logs go with the pods."""
+        """Delete the job (its pods and ConfigMap go with it); its history is kept."""
         kind = self._kind(name)
+        self.history.keep_deleted(name, "a cancel")
         self._stop_watch(name)
         self._delete_job(kind, name, self.namespace)
 
     def delete(self, name: str) -> None:
-        """Delete the job and everything it owns, and wait until nothing is left."""
+        """Delete the job and everything it owns, and wait until nothing is left; its history
+        is kept (``%ktrain delete --history`` removes it)."""
         kind = self._kind(name)
+        self.history.keep_deleted(name, "%ktrain delete")
         self._stop_watch(name)
         ns = self.namespace
         self._delete_job(kind, name, ns)

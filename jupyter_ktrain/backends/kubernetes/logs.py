@@ -56,12 +56,13 @@ def format_stamp(ns: int) -> str:
 
 class FollowedLines:
     """The lines the follows of one job read, per pod, kept in the job store:
-    ``$KTRAIN_HOME/history/kubernetes/NAME/logs/UID/POD.log`` (private; ``%ktrain delete``
-    removes it). A pod the operator deleted (``cleanPodPolicy: Running`` deletes a failed job's
-    running pods) takes its log with it, and what a follow read of it is then all there is; on
-    disk, every process reads it (``%ktrain logs``, a new kernel, the panel's server). Two
-    processes following the job both write: a line is read once (by its kubelet timestamp and
-    text). Each pod's file keeps its newest KEPT_BYTES or so."""
+    ``$KTRAIN_HOME/history/kubernetes/NAME/logs/UID/POD.log`` (private; ``%ktrain delete
+    --history`` removes it; :mod:`.history` keeps it past the job). A pod the operator deleted
+    (``cleanPodPolicy: Running`` deletes a failed job's running pods) takes its log with it,
+    and what a follow read of it is then all there is; on disk, every process reads it
+    (``%ktrain logs``, a new kernel, the panel's server). Two processes following the job both
+    write: a line is read once (by its kubelet timestamp and text). Each pod's file keeps its
+    newest KEPT_BYTES or so."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -78,6 +79,21 @@ class FollowedLines:
 
     def add(self, pod: str, ts: int, line: str) -> None:
         """Append one line (opened and closed each time: no file outlives a follow)."""
+        self._write(pod, [(ts, line)])
+
+    def add_missing(self, pod: str, stamped: Iterable[tuple[int, str]]) -> int:
+        """Append the lines of ``stamped`` (kubelet timestamp, line) this file lacks (a pod's
+        whole stored log, read when its job ended: what no follow read); how many."""
+        have = set(self._entries(pod))
+        missing = []
+        for ts, line in stamped:
+            if f"{ts} {line}" not in have:
+                have.add(f"{ts} {line}")
+                missing.append((ts, line))
+        self._write(pod, missing)
+        return len(missing)
+
+    def _write(self, pod: str, stamped: list[tuple[int, str]]) -> None:
         with self._lock, contextlib.suppress(OSError):  # keeping a copy never stops a follow
             if not self._made:
                 from ..jobstore import make_private_dirs
@@ -87,10 +103,17 @@ class FollowedLines:
             path = self.folder / f"{pod}.log"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f:
-                f.write(f"{ts} {line}\n")
+                f.write("".join(f"{ts} {line}\n" for ts, line in stamped))
                 size = f.tell()
             if size > KEPT_BYTES:
                 self._trim(path)
+
+    def _entries(self, pod: str) -> list[str]:
+        try:
+            text = (self.folder / f"{pod}.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()
 
     def _trim(self, path: Path) -> None:
         """Keep the newest half of the pod's file (replaced atomically)."""
@@ -108,13 +131,9 @@ class FollowedLines:
 
     def lines(self, pod: str, stamped: bool = False) -> list[str]:
         """``pod``'s lines, oldest first (each with its kubelet timestamp when ``stamped``)."""
-        try:
-            text = (self.folder / f"{pod}.log").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
         seen: set[str] = set()
         out = []
-        for entry in text.splitlines():
+        for entry in self._entries(pod):
             ts, sep, line = entry.partition(" ")
             if not sep or not ts.isdigit() or entry in seen:
                 continue

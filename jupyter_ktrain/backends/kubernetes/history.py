@@ -1,0 +1,117 @@
+"""A cluster job's history (:mod:`..history`): kept when it is seen ended, read once it is gone.
+
+Whoever asks a job's status first after its end (the kernel's follow loop, ``%ktrain status``,
+the panel's server, a list) keeps it: every pod's stored log is copied into the job store
+(the lines a follow kept already are not written twice) and the final
+:class:`~..base.JobStatus` is written, once per job object (its uid). A job deleted by
+``%ktrain cancel``/``delete`` before it ended is kept as it was, Cancelled. When the objects
+are gone, ``status``, ``shape``, ``list_jobs`` and ``read_logs`` answer from here; a new job
+of the name replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ClusterError, JobNotFound
+from ...jobs import CANCELLED, JobStatus
+from ..history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
+from .logs import FollowedLines, split_stamped
+from .status import job_shape
+
+if TYPE_CHECKING:
+    from .backend import KubernetesBackend
+
+__all__ = ["ClusterHistory"]
+
+BACKEND = "kubernetes"
+
+
+class ClusterHistory:
+    """The history of ``backend``'s jobs in its namespace."""
+
+    def __init__(self, backend: KubernetesBackend) -> None:
+        self.backend = backend
+        self._kept: set[str] = set()  # uids this process kept (or found kept)
+
+    def is_kept(self, job: dict[str, Any]) -> bool:
+        uid = str(job["metadata"].get("uid") or "")
+        if uid in self._kept:
+            return True
+        found = kept(BACKEND, job["metadata"]["name"])
+        if found is not None and found.uid == uid:
+            self._kept.add(uid)
+            return True
+        return False
+
+    def keep(self, job: dict[str, Any], pods: dict[str, Any], status: JobStatus) -> None:
+        """Keep the ended job's logs and ``status`` (once per job object)."""
+        if self.is_kept(job):
+            return
+        uid = str(job["metadata"].get("uid") or "")
+        lines = FollowedLines.of_job(job)
+        by_pod: dict[str, list[tuple[int, str]]] = {}
+        with contextlib.suppress(ClusterError):  # what could be read is kept
+            for pod, raw in self.backend._stored_logs(job, pods, stamped=True):
+                parsed = split_stamped(raw.encode())
+                if parsed is not None:
+                    by_pod.setdefault(pod, []).append(parsed)
+        for pod, stamped in by_pod.items():
+            lines.add_missing(pod, stamped)
+        folder = keep(BACKEND, status, job_shape(job), uid, self.backend.namespace)
+        for other in (folder / "logs").glob("*"):  # an earlier job of the name's
+            if other.name != uid:
+                shutil.rmtree(other, ignore_errors=True)
+        prune_logs(BACKEND)
+        self._kept.add(uid)
+
+    def keep_deleted(self, name: str, by: str) -> None:
+        """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,
+        or Cancelled as it was while it ran."""
+        try:
+            status = self.backend.status(name)  # an ended job is kept by this
+        except (ClusterError, JobNotFound):
+            return
+        watch = self.backend._watches.get(name)
+        if status.terminal or status.from_history or watch is None or watch.job is None:
+            return
+        ended = replace(
+            status,
+            state=CANCELLED,
+            reason="Deleted",
+            message=f"cancelled: the job and its pods were deleted while it ran (by {by})",
+            finished=time.time(),
+        )
+        self.keep(watch.job, watch.pods, ended)
+
+    def gone(self, name: str, exc: JobNotFound) -> KeptJob:
+        """The history of job ``name``, whose objects are gone; ``exc`` when none is kept."""
+        found = kept(BACKEND, name)
+        if found is None or found.namespace not in ("", self.backend.namespace):
+            raise exc
+        return found
+
+    def logs(self, name: str, exc: JobNotFound, stamped: bool) -> Iterator[tuple[str, str]]:
+        """The kept lines of the gone job ``name``, pod by pod."""
+        found = self.gone(name, exc)
+        lines = FollowedLines(found.folder / "logs" / (found.uid or "no-uid"))
+        for pod in lines.pods():
+            yield from ((pod, line) for line in lines.lines(pod, stamped))
+
+    def listed(self, present: set[str]) -> list[JobStatus]:
+        """The kept jobs of this namespace whose objects are gone (not in ``present``)."""
+        out = []
+        for name in kept_names(BACKEND):
+            found = None if name in present else kept(BACKEND, name)
+            if found is not None and found.namespace in ("", self.backend.namespace):
+                out.append(found.status)
+        return out
+
+    def started(self, name: str) -> None:
+        """A new job of the name was created: the earlier one's history is no more its own."""
+        forget_state(BACKEND, name)
