@@ -24,6 +24,9 @@ import json, os, sys, time
 facts = {"pid": os.getpid(), "torch_at_start": "torch" in sys.modules,
          "forked": os.environ.get("KTRAIN_FORKED"), "rank": os.environ.get("RANK"),
          "launcher": os.environ.get("KTRAIN_LAUNCHER_PID"), "cwd": os.getcwd()}
+if facts["torch_at_start"]:
+    import torch
+    facts["threads"] = torch.get_num_threads()
 with open(os.path.join(os.path.dirname(__file__), "facts.json"), "w") as f:
     json.dump(facts, f)
 print("hello from the rank", flush=True)
@@ -35,7 +38,7 @@ sys.exit(int(os.environ.get("CODE", "0")))
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"}
     srv = start_server(sys.executable, env)
     yield srv
     srv.stop()
@@ -81,7 +84,7 @@ def _gone(pid: int, timeout: float = 5) -> bool:
 def test_a_rank_runs_forked_with_its_streams_environment_folder_and_exit_code(
     server: Server, tmp_path: Path
 ) -> None:
-    rank = _rank(tmp_path, server.path, CODE="3")
+    rank = _rank(tmp_path, server.path, CODE="3", OMP_NUM_THREADS="1")
     out, _ = rank.communicate(timeout=120)
     assert rank.returncode == 3, out
     assert "[rank1]: hello from the rank" in out  # its output where torchrun reads it
@@ -94,6 +97,7 @@ def test_a_rank_runs_forked_with_its_streams_environment_folder_and_exit_code(
     assert facts["cwd"] == str(tmp_path)
     assert facts["pid"] != rank.pid
     assert facts["launcher"] == str(os.getpid())  # who started the rank (torchrun, there)
+    assert facts["threads"] == 1  # the rank's OMP_NUM_THREADS, not the server's
 
 
 def test_a_forked_rank_killed_by_sigkill_ends_its_launched_process_the_same_way(

@@ -241,6 +241,7 @@ class ForkServer:
             os.environ.clear()
             os.environ.update(request["env"])
             os.environ[FORKED_ENV] = f"{time.time() - float(request['t']):.3f}"
+            _threads_as_asked(os.environ)
             os.chdir(request["cwd"])
             code = self.run(list(request["argv"]))
         finally:
@@ -289,6 +290,15 @@ def _eof(fds: list[int]) -> bytes:
     for fd in fds:
         os.close(fd)
     raise ValueError("the request ended early")
+
+
+def _threads_as_asked(env: Mapping[str, str]) -> None:
+    """OpenMP read ``OMP_NUM_THREADS`` when the server imported torch, from the server's
+    environment; the rank's own (torchrun sets 1 for several ranks a node) is set here."""
+    torch = sys.modules.get("torch")
+    raw = env.get("OMP_NUM_THREADS", "").strip()
+    if torch is not None and raw.isdigit() and int(raw) > 0:
+        torch.set_num_threads(int(raw))
 
 
 def _die_with_parent() -> None:
