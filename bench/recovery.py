@@ -251,6 +251,7 @@ def save_throughput(folder: Path) -> dict[str, float]:
 
     from jupyter_ktrain.pod.checkpoint import Checkpoints
 
+    os.environ.setdefault("RANK", "0")  # as in a job's rank 0: it writes its records
     state = _state(SAVE_MB)
     ours = Checkpoints(folder / "ours")
     plain = folder / "plain"
