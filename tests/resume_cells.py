@@ -32,7 +32,8 @@ def _hosts_store():
                 cols = row.split()
                 if cols[1].endswith(":" + port) and cols[3] == "0A":  # 0A: LISTEN
                     inodes.add(cols[9])
-    fds = f"/proc/{os.getppid()}/fd"
+    launcher = int(os.environ.get("KTRAIN_LAUNCHER_PID") or os.getppid())  # a forked rank's
+    fds = f"/proc/{launcher}/fd"
     for fd in os.listdir(fds):
         try:
             link = os.readlink(os.path.join(fds, fd))

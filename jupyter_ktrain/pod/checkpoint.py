@@ -233,9 +233,11 @@ def _write_atomic(path: Path, write: Any) -> int:
     number of bytes written."""
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        # unbuffered: torch.save's records go to the file as they are, not through a buffer
+        # copy first (a path instead, written from C++, reports a full disk as an unreadable
+        # position mismatch, not ENOSPC)
+        with open(tmp, "wb", buffering=0) as f:
             write(f)
-            f.flush()
             os.fsync(f.fileno())
             size = f.tell()
         os.replace(tmp, path)

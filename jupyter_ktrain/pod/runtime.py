@@ -346,4 +346,6 @@ def _exit(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit(main(sys.argv[1:]))
+    from .agent.forks import run_rank  # through the node's fork server, where there is one
+
+    _exit(run_rank(sys.argv[1:], main))

@@ -291,3 +291,71 @@ def test_a_killed_node_takes_its_ranks_with_it_and_the_job_resumes_from_before_t
         "(ranks 2 and 3 among them) were killed with it (SIGKILL), as a container's are"
     ) in node_log, node_log[-3000:]
     assert gone_after < 1.0, gone_after
+
+
+READY = """
+import sys
+TORCH_AT_START = "torch" in sys.modules  # the program's first line: before it imports torch
+import json, os, time
+import torch
+import torch.distributed as dist
+
+def steady(steps, marks):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = len([n for n in os.listdir(marks) if n.startswith(f"rank-{rank}-")]) + 1
+    start = {"pid": os.getpid(), "torch_at_start": TORCH_AT_START,
+             "forked": os.environ.get("KTRAIN_FORKED"), "t": time.time()}
+    for step in range(steps):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        if step == 0:
+            start["first_step"] = time.time()
+            with open(os.path.join(marks, f"rank-{rank}-{attempt}.json"), "w") as f:
+                json.dump(start, f)
+        time.sleep(0.2)
+    dist.destroy_process_group()
+    return attempt
+"""
+
+
+def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kill -9 of a rank's training process mid-run, default options: the restart shows as
+    every restart does, and the restarted ranks start forked from the job's fork server,
+    with torch imported before their program's first line (no new interpreter)."""
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        assert sh.run_cell(READY, store_history=True).success
+        cell = f"n = steady(30, {str(marks)!r})\n"
+        assert sh.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --name oom --detach", cell)
+        first = marks / "rank-3-1.json"
+        _wait(first.exists, 90, "rank 3's first step")
+        os.kill(json.loads(first.read_text())["pid"], signal.SIGKILL)  # as the OOM killer does
+        killed = time.time()
+        capsys.readouterr()
+        result = sh.run_cell("%ktrain attach oom")
+        out = _plain(capsys.readouterr().out)
+        assert result.error_in_exec is None, out
+        assert sh.user_ns["n"] == 2
+    finally:
+        sh.reset(new_session=True)
+    status = LocalBackend().status("oom")
+    assert (status.state, [r.restarts for r in status.replicas]) == ("Succeeded", [1, 1])
+    assert status.replicas[1].last_event == "restarted after exit 137, killed by signal 9 (SIGKILL)"
+    assert "oom-node-1 restarted after exit 137, killed by signal 9 (SIGKILL)" in out, out
+    said = (
+        "[agent]: restart 1 of at most 3: node 1 exited 137 (rank 3 killed by signal 9 "
+        "(SIGKILL)); starting every node again"
+    )
+    assert sum(said in line for _, line in LocalBackend().read_logs("oom")) == 2
+    again = [json.loads((marks / f"rank-{r}-2.json").read_text()) for r in range(4)]
+    assert all(a["torch_at_start"] and a["forked"] is not None for a in again), again
+    back = max(a["first_step"] for a in again) - killed
+    print(f"killed rank to the restarted job's first step: {back:.2f} s")
+    assert not marked_pids(_marker("oom"))

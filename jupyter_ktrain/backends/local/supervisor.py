@@ -47,11 +47,13 @@ from typing import IO, Any
 
 from ...failures import TorchrunReport, WorkerExit, ranks_text, signal_text
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
 from ..jobstore import open_append, release_reserve
 from .procs import (
+    MARKER_ENV,
     NODE_ENV,
     NodeKill,
     kill_marked,
@@ -127,6 +129,7 @@ class Supervisor:
         self.reaped: dict[int, NodeKill] = {}  # nodes of this attempt whose leftovers were killed
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
+        self.forks: Server | None = None  # the job's fork server (restarted ranks fork)
         self.state = LocalState(
             supervisor_pid=os.getpid(),
             supervisor_start=process_start(os.getpid()),
@@ -272,6 +275,8 @@ class Supervisor:
         die_with_us = _die_with(os.getpid())
         for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
+            if self.forks is not None:
+                mark[FORK_SOCKET_ENV] = self.forks.path
             self.procs.append(
                 subprocess.Popen(
                     launch.argv,
@@ -303,12 +308,33 @@ class Supervisor:
     def run(self) -> None:
         """Start every node, follow them to the end; after a fault with restarts left, stop
         whatever of the job still runs and start every node again."""
-        self.start()
-        while True:
-            self.wait()
-            fault = self._fault()
-            if fault is None or not self._restart(*fault):
-                return
+        self.forks = self._start_forks()
+        try:
+            self.start()
+            while True:
+                self.wait()
+                fault = self._fault()
+                if fault is None or not self._restart(*fault):
+                    return
+        finally:
+            if self.forks is not None:
+                self.forks.stop()
+
+    def _start_forks(self) -> Server | None:
+        """One fork server for the job's ranks, started before any thread (it forks the
+        ranks from an interpreter that has imported torch), kept across restarts: a restarted
+        rank does not import torch again. Unmarked, so no sweep of an attempt ends it; it dies
+        with this process. None where the nodes run no torchrun, or it cannot start."""
+        launch = self.plan.nodes[0]
+        if not forks_ranks(launch.argv):
+            return None
+        env = {**os.environ, **launch.env}
+        for name in (MARKER_ENV, NODE_ENV):
+            env.pop(name, None)
+        try:
+            return start_server(launch.argv[0], env, preexec_fn=_die_with(os.getpid()))
+        except OSError:
+            return None  # each node's agent starts its own
 
     def wait(self) -> None:
         failed_at: float | None = None

@@ -44,6 +44,7 @@ from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
+from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
@@ -217,6 +218,7 @@ def main(
                 metrics.stop()
     exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
     env[EXIT_DIR_ENV] = exit_dir
+    forks = _start_forks(cmd, env)
     sys.stdout.flush()
     child = popen(cmd, env=env)
     stopped = forward_signals(lambda: child)
@@ -229,7 +231,24 @@ def main(
             sampler.stop()
         if metrics is not None:
             metrics.stop()
+        if forks is not None:
+            forks.stop()
     return _verdict(code, exit_dir, stopped)
+
+
+def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
+    """A fork server for the ranks torchrun starts (:mod:`.forks`), its socket in ``env``;
+    None for another launcher, or where a server already serves the node (the local
+    supervisor's, which outlives a restart of the node)."""
+    if not forks_ranks(cmd) or env.get(FORK_SOCKET_ENV):
+        return None
+    try:
+        server = start_server(cmd[0], env)
+    except OSError as exc:  # the ranks then start as they always did
+        _say(f"ranks start without a fork server ({exc})")
+        return None
+    env[FORK_SOCKET_ENV] = server.path
+    return server
 
 
 def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:

@@ -1,0 +1,329 @@
+"""Ranks forked from a ready interpreter: a node's fork server and the rank's side of it.
+
+Every start of a rank by torchrun (the first, and each restart of an elastic or a local job
+whose node lives) would start Python anew and import torch again: seconds per rank (about
+2.3 s on a 2-core machine, 4 s on an H100 node), the larger part of a recovery. So the agent
+starts one fork server per node (``python -m jupyter_ktrain.pod.agent.forks FD``: it imports
+torch and ``$KTRAIN_WARM_PREIMPORT`` once, as a warm node does, then waits on a Unix socket)
+and gives the node command ``$KTRAIN_FORK_SOCKET``. torchrun starts each rank as always
+(``python -m jupyter_ktrain.pod.runtime PROGRAM``); that process finds the socket and, instead
+of importing anything, hands the server its standard streams, environment, folder and
+arguments: the server forks a child that runs :func:`..runtime.main` with them, in a session
+of its own (as torchrun starts its workers). The process torchrun started stays the rank for
+torchrun, the supervisor and the user: it forwards SIGTERM/SIGINT/SIGHUP to the forked child
+and ends the way the child ended (its exit code, or killed by the same signal, so ``kill -9``
+of either reads as a rank killed by SIGKILL). When it dies first (SIGKILL, its node stopped),
+the server kills the child's session at once: nothing of a rank outlives it. A child also
+dies with the server (``PR_SET_PDEATHSIG``).
+
+The forked child carries ``KTRAIN_FORKED=<seconds from the request to the fork>`` in its
+environment, which says how the rank started, and ``KTRAIN_LAUNCHER_PID``: the process that
+started the rank (torchrun), its parent had it not been forked. Where no server answers (none
+started: another launcher; it ended), the rank runs in its own process as before.
+
+Safe to fork: the server never starts a thread and never touches CUDA (each rank initialises
+CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+__all__ = [
+    "FORKED_ENV",
+    "FORK_SOCKET_ENV",
+    "LAUNCHER_ENV",
+    "ForkServer",
+    "Server",
+    "forks_ranks",
+    "run_rank",
+    "start_server",
+]
+
+FORK_SOCKET_ENV = "KTRAIN_FORK_SOCKET"
+FORKED_ENV = "KTRAIN_FORKED"
+LAUNCHER_ENV = "KTRAIN_LAUNCHER_PID"
+_STREAMS = (0, 1, 2)
+_HEADER = struct.Struct("!I")
+_POLL_S = 0.05
+_PR_SET_PDEATHSIG = 1
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+# -- the rank's side ------------------------------------------------------------------------
+def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
+    """Run a rank through the node's fork server, or ``run(argv)`` here when there is none.
+
+    Returns the rank's exit code; a rank killed by a signal kills this process with it."""
+    path = os.environ.get(FORK_SOCKET_ENV)
+    if not path:
+        return run(argv)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:  # the server ended (or never listened): start here as before
+        sock.close()
+        return run(argv)
+    env = {k: v for k, v in os.environ.items() if k != FORK_SOCKET_ENV}
+    env[LAUNCHER_ENV] = str(os.getppid())  # torchrun: the forked rank's parent is the server
+    payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env, "t": time.time()})
+    _send(sock, payload.encode())
+    reader = sock.makefile("rb")
+    first = reader.readline()
+    if not first:  # the server ended before it forked: a fault of the node, not a bug
+        return _lost()
+    pid = int(json.loads(first)["pid"])
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, _f: _kill_group(pid, signum))
+    last = reader.readline()
+    if not last:
+        return _lost()
+    status = int(json.loads(last)["status"])
+    if status < 0:  # killed by a signal: end the same way, so torchrun reads it as such
+        if -status != signal.SIGKILL:
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        return 128 - status
+    return status
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
+    message = _HEADER.pack(len(data)) + data
+    sent = socket.send_fds(sock, [message], list(_STREAMS))
+    if sent < len(message):
+        sock.sendall(message[sent:])
+
+
+def _lost() -> int:
+    sys.stderr.write("jupyter-ktrain: the node's fork server ended before this rank did\n")
+    return 128 + signal.SIGKILL
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+# -- the server -----------------------------------------------------------------------------
+def forks_ranks(argv: Sequence[str]) -> bool:
+    """Whether a node command starts its ranks through torchrun (what a fork server serves)."""
+    return "torch.distributed.run" in argv
+
+
+@dataclass
+class Server:
+    """A running fork server: its process and the folder of its socket."""
+
+    proc: subprocess.Popen[bytes]
+    folder: str
+    path: str
+
+    def stop(self) -> None:
+        """End it (its ranks' sessions with it) and remove its socket."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start_server(
+    python: str, env: Mapping[str, str], preexec_fn: Callable[[], None] | None = None
+) -> Server:
+    """Start a fork server listening on a socket of its own; raises ``OSError``.
+
+    The socket listens before the server starts, so a rank that connects while the server
+    still imports torch waits for it instead of failing."""
+    folder = tempfile.mkdtemp(prefix="ktrain-forks-")  # short: a socket path has 108 bytes
+    path = os.path.join(folder, "forks.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(128)
+        proc = subprocess.Popen(
+            [python, "-u", "-m", "jupyter_ktrain.pod.agent.forks", str(listener.fileno())],
+            env={k: v for k, v in env.items() if k != FORK_SOCKET_ENV},
+            pass_fds=(listener.fileno(),),
+            stdin=subprocess.DEVNULL,
+            preexec_fn=preexec_fn,
+        )
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        listener.close()  # only the server holds it: once it ends, a rank connects to nothing
+    return Server(proc, folder, path)
+
+
+class ForkServer:
+    """The server's loop: a request forks a rank; a rank's end is told to its requester; a
+    requester's end kills its rank's session."""
+
+    def __init__(self, listener: socket.socket, run: Callable[[list[str]], int]):
+        self.listener = listener
+        self.run = run
+        self.ranks: dict[int, socket.socket | None] = {}  # pid -> its requester's connection
+        self.stopping: list[int] = []
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping.append(signum)
+
+    def serve(self) -> int:
+        while not self.stopping:
+            conns = {c.fileno(): (pid, c) for pid, c in self.ranks.items() if c is not None}
+            listening = self.listener.fileno()
+            with contextlib.suppress(InterruptedError):
+                ready, _, _ = select.select([listening, *conns], [], [], _POLL_S)
+                for fd in ready:
+                    if fd == listening:
+                        self._accept()
+                    else:
+                        self._requester_gone(*conns[fd])  # a requester only ever closes
+            self._reap()
+        for pid in list(self.ranks):
+            _kill_group(pid, signal.SIGKILL)
+        return 0
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError):
+            conn.close()
+            return
+        try:
+            pid = self._fork(request, fds, conn)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.ranks[pid] = conn
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+    def _fork(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:  # the child: never returns into the server's loop
+            os.setsid()
+            _die_with_parent()
+            for sig in _FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            self.listener.close()
+            for other in self.ranks.values():
+                if other is not None:
+                    other.close()
+            conn.close()
+            for fd, target in zip(fds, _STREAMS, strict=True):
+                os.dup2(fd, target)
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.environ[FORKED_ENV] = f"{time.time() - float(request['t']):.3f}"
+            _threads_as_asked(os.environ)
+            os.chdir(request["cwd"])
+            code = self.run(list(request["argv"]))
+        finally:
+            os._exit(code)
+
+    def _requester_gone(self, pid: int, conn: socket.socket) -> None:
+        """The process torchrun started ended first (killed): its rank goes with it."""
+        _kill_group(pid, signal.SIGKILL)
+        conn.close()
+        self.ranks[pid] = None
+
+    def _reap(self) -> None:
+        for pid in list(self.ranks):
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if not got:
+                continue
+            conn = self.ranks.pop(pid)
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            _kill_group(pid, signal.SIGKILL)  # whatever the rank started and left behind
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"status": code}).encode() + b"\n")
+                conn.close()
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    conn.settimeout(10.0)  # a requester sends everything at once
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, len(_STREAMS))
+    if len(fds) != len(_STREAMS):
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("a request without its three streams")
+    while len(data) < _HEADER.size:
+        data += conn.recv(1 << 16) or _eof(fds)
+    (size,) = _HEADER.unpack_from(data)
+    while len(data) < _HEADER.size + size:
+        data += conn.recv(1 << 16) or _eof(fds)
+    conn.settimeout(None)
+    return json.loads(data[_HEADER.size : _HEADER.size + size]), fds
+
+
+def _eof(fds: list[int]) -> bytes:
+    for fd in fds:
+        os.close(fd)
+    raise ValueError("the request ended early")
+
+
+def _threads_as_asked(env: Mapping[str, str]) -> None:
+    """OpenMP read ``OMP_NUM_THREADS`` when the server imported torch, from the server's
+    environment; the rank's own (torchrun sets 1 for several ranks a node) is set here."""
+    torch = sys.modules.get("torch")
+    raw = env.get("OMP_NUM_THREADS", "").strip()
+    if torch is not None and raw.isdigit() and int(raw) > 0:
+        torch.set_num_threads(int(raw))
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the server dies (a rank never outlives its node's server)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m jupyter_ktrain.pod.agent.forks FD``: serve on the listening socket ``FD``."""
+    from .. import runtime
+    from .warm import preimport
+
+    listener = socket.socket(fileno=int(argv[0]))
+    server = ForkServer(listener, lambda args: _run_runtime(runtime, args))
+    for sig in _FORWARDED:
+        signal.signal(sig, server.on_signal)
+    preimport(os.environ)
+    return server.serve()
+
+
+def _run_runtime(runtime: Any, argv: list[str]) -> int:
+    runtime._exit(runtime.main(argv))
+    return 1  # not reached: _exit leaves the process
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
