@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jupyter_ktrain.backends.base import Eviction, JobShape, JobStatus, ReplicaStatus
 from jupyter_ktrain.backends.history import (
     forget_state,
     keep,
@@ -14,6 +13,7 @@ from jupyter_ktrain.backends.history import (
     prune_logs,
 )
 from jupyter_ktrain.backends.kubernetes.logs import FollowedLines
+from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus
 from jupyter_ktrain.pod.progress import Progress
 
 

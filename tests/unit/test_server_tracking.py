@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from jupyter_ktrain.backends.base import JobStatus
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.server.tracking import ServerTracking
 from jupyter_ktrain.tracking.store import hold, job_dir, release, write_record
 
