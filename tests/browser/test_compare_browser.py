@@ -83,7 +83,8 @@ def test_two_finished_jobs_compared_in_the_panel(compare_lab: Lab) -> None:
             # points, so none dropped)
             assert curves == {TWO: "5", ONE: "8"}, curves
             view = page.locator(".ktrain-CompareView")
-            assert view.locator(".ktrain-ChartTitle").inner_text() == f"loss across {TWO}, {ONE}"
+            title = view.locator(".ktrain-ChartTitle").text_content()  # an SVG text
+            assert title == f"loss across {TWO}, {ONE}", title
             header = view.locator(".ktrain-CompareParams tr").first.inner_text().split()
             assert header == [TWO, ONE], header
             nodes = view.locator(".ktrain-CompareParam[data-param='nodes'] td")
