@@ -79,6 +79,7 @@ def test_state_logs_and_curves_outlive_the_deleted_jobs(
 
     # a fresh kernel (a new backend, nothing in memory) answers from the job store
     shell = make_shell(test_cluster)
+    capsys.readouterr()  # its %ktrain config
     assert shell.run_cell("%ktrain status hist-a").success
     status = _out(capsys)
     assert status.startswith("hist-a on kubernetes: Succeeded"), status

@@ -367,8 +367,11 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         return self._kinds[name]
 
     def job_object(self, name: str) -> dict[str, Any] | None:
-        """The job as its watch holds it now; None once it is gone."""
-        return self._watch(name).job
+        """The job as its watch holds it now; None once it is gone (its history stays)."""
+        try:
+            return self._watch(name).job
+        except JobNotFound:
+            return None
 
     def runtime(self, name: str) -> JobRuntime:
         """What this process learnt of job ``name`` from its logs (a warm job's run book)."""

@@ -38,6 +38,7 @@ class ClusterHistory:
     def __init__(self, backend: KubernetesBackend) -> None:
         self.backend = backend
         self._kept: set[str] = set()  # uids this process kept (or found kept)
+        self._last: dict[str, JobStatus] = {}  # uid -> the status this process kept last
 
     def is_kept(self, job: dict[str, Any]) -> bool:
         uid = str(job["metadata"].get("uid") or "")
@@ -50,10 +51,14 @@ class ClusterHistory:
         return False
 
     def keep(self, job: dict[str, Any], pods: dict[str, Any], status: JobStatus) -> None:
-        """Keep the ended job's logs and ``status`` (once per job object)."""
-        if self.is_kept(job):
-            return
+        """Keep the ended job's logs (once per job object) and ``status`` (again when a later
+        look differs: the watch may learn how a replica ended after the job's end)."""
         uid = str(job["metadata"].get("uid") or "")
+        if self.is_kept(job):
+            if uid in self._last and self._last[uid] != status:
+                keep(BACKEND, status, job_shape(job), uid, self.backend.namespace)
+                self._last[uid] = status
+            return
         lines = FollowedLines.of_job(job)
         by_pod: dict[str, list[tuple[int, str]]] = {}
         with contextlib.suppress(ClusterError):  # what could be read is kept
@@ -69,6 +74,7 @@ class ClusterHistory:
                 shutil.rmtree(other, ignore_errors=True)
         prune_logs(BACKEND)
         self._kept.add(uid)
+        self._last[uid] = status
 
     def keep_deleted(self, name: str, by: str) -> None:
         """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,
