@@ -4,7 +4,9 @@ their replies printed as text, worded for a shell. No IPython here."""
 
 from __future__ import annotations
 
+import io
 import sys
+from typing import IO, cast
 
 from . import commands
 from .backends.base import Job
@@ -57,8 +59,18 @@ def _follow(job: Job) -> Job:
     from .monitor.text import TextView
 
     model = model_for(job)
-    commands.follow_into(job, model, TextView(model), _say)
+    commands.follow_into(job, model, TextView(model, cast(IO[str], _ShellOut())), _say)
     return job
+
+
+class _ShellOut(io.TextIOBase):
+    """stdout, with the monitor's hints (``%ktrain logs NAME``) worded for a shell."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(for_shell(text))
+
+    def flush(self) -> None:
+        sys.stdout.flush()
 
 
 def for_shell(text: str) -> str:
