@@ -27,6 +27,23 @@ class PlanError(ValueError):
     """A ``plan.json`` this version cannot read (a newer one's, or not a plan)."""
 
 
+def versioned(
+    raw: object, where: str, what: str, newest: int, error: type[Exception]
+) -> dict[str, Any]:
+    """``raw`` (a job file's JSON) as a dict whose ``version`` (1 when absent: the files from
+    before versions) this jupyter-ktrain reads; else ``error`` with one line saying why and
+    what to do. One rule for every versioned file of a local job."""
+    if not isinstance(raw, dict):
+        raise error(f"{where} holds no {what} (not a JSON object)")
+    version = raw.get("version", 1)
+    if not isinstance(version, int) or version > newest:
+        raise error(
+            f"{where} is version {version!r}, written by a newer jupyter-ktrain than this one "
+            f"(reads up to {newest}): use that version for this job, or delete it"
+        )
+    return raw
+
+
 @dataclass(frozen=True)
 class NodeLaunch:
     """One local node: the command, its full environment, and where it runs."""
@@ -78,14 +95,7 @@ class LocalRequest:
     def from_json(cls, raw: Any) -> LocalRequest:
         """Inverse of :meth:`to_json`, for this version's plans and older ones; PlanError with
         one line for a newer one's or for what is no plan."""
-        if not isinstance(raw, dict):
-            raise PlanError("plan.json holds no plan (not a JSON object)")
-        version = raw.get("version", 1)
-        if not isinstance(version, int) or version > PLAN_VERSION:
-            raise PlanError(
-                f"plan.json is version {version!r}, written by a newer jupyter-ktrain than this "
-                f"one (reads up to {PLAN_VERSION}): use that version for this job, or delete it"
-            )
+        raw = versioned(raw, "plan.json", "plan", PLAN_VERSION, PlanError)
         try:
             nodes = tuple(
                 NodeLaunch(tuple(n["argv"]), dict(n["env"]), str(n["cwd"])) for n in raw["nodes"]

@@ -22,6 +22,7 @@ from ...jobs import PENDING, JobState
 from ...pod.progress import Progress
 from .. import jobstore
 from ..warm import DEFAULT_IDLE_S
+from .request import versioned
 
 __all__ = [
     "STATE_VERSION",
@@ -151,14 +152,7 @@ class LocalState:
     def from_json(cls, raw: object, where: str = "state.json") -> LocalState:
         """Inverse of :meth:`to_json`, for this version's files and older ones;
         :class:`StateError` with one line for a newer one's or for what is no state."""
-        if not isinstance(raw, dict):
-            raise StateError(f"{where} holds no job state (not a JSON object)")
-        version = raw.get("version", 1)
-        if not isinstance(version, int) or version > STATE_VERSION:
-            raise StateError(
-                f"{where} is version {version!r}, written by a newer jupyter-ktrain than this one "
-                f"(reads up to {STATE_VERSION}): use that version for this job, or delete it"
-            )
+        raw = versioned(raw, where, "job state", STATE_VERSION, StateError)
         try:
             warm = raw.get("warm")
             return cls(
