@@ -46,6 +46,13 @@ def hold():
     print(f"rank {os.environ['RANK']} up", flush=True)
     time.sleep(600)
 
+def hold_with_helper():
+    # a helper the rank starts in a session of its own (a data server, a log shipper): it
+    # carries the job's environment, and nothing of the job's own ends it
+    import subprocess
+    subprocess.Popen(["sleep", "600"], start_new_session=True)
+    hold()
+
 def chatter():
     print(f"rank {os.environ['RANK']} up", flush=True)
     line = "x" * 2000
@@ -199,20 +206,22 @@ def test_orphaned_ranks_read_running_and_each_front_end_cancels_them(
 ) -> None:
     monkeypatch.setenv("KTRAIN_HOME", str(server.home))  # the store the server reads
     name = f"orphans-{front_end}"
-    job = _start(shell, f"--nodes 2 --procs-per-node 2 --name {name}", "hold()\n", ranks=4)
+    body = "hold_with_helper()\n"
+    job = _start(shell, f"--nodes 2 --procs-per-node 2 --name {name}", body, ranks=4)
     marker = _marker(name)
     supervisor = _supervisor(name)
     watchdog = _parent(supervisor)
     # the supervisor's whole process group (its watchdog, the agents, torchrun) at once, as
-    # `kill -9 -PGID` does: torchrun's workers live in sessions of their own and run on
+    # `kill -9 -PGID` does. The ranks (forked by the job's fork server, which dies with the
+    # supervisor) die with it; each rank's helper, in a session of its own, runs on
     os.killpg(os.getpgid(watchdog), signal.SIGKILL)
     # both gone (a killed process with threads can take a moment longer than its parent)
     gone = (watchdog, supervisor)
     _wait(lambda: all(process_start(p) is None for p in gone), 10, "the group gone")
-    # SIGKILL is delivered to each member on its own time: wait until only the ranks are left
-    _wait(lambda: len(marked_pids(marker)) == 4, 10, "only the ranks left")
-    ranks = _rank_pids(marker)
-    assert len(ranks) == 4, "torchrun's workers should have outlived their parents"
+    # SIGKILL is delivered to each member on its own time: wait until only the helpers are left
+    _wait(lambda: len(marked_pids(marker)) == 4, 10, "only the ranks' helpers left")
+    left = {_environ(p).get("RANK") for p in marked_pids(marker)}
+    assert left == {"0", "1", "2", "3"}, "one helper of each rank outlived the job's processes"
     status = job.status()
     assert (status.state, status.reason) == ("Running", "SupervisorLost"), status
     assert f"4 process(es) of the job still run: `%ktrain cancel {name}`" in status.message
