@@ -387,6 +387,8 @@ class Api:
                 _preload_content=False,
             )
         except ApiException as exc:
+            if not exc.status:  # the client's wrapping of a WebSocket that failed or dropped
+                raise ExecLost(f"{what}: {exc.reason or 'the connection was lost'}") from None
             raise _failure(exc, what) from None
         except (OSError, _websocket_errors()) as exc:
             status = int(getattr(exc, "status_code", 0) or 0)  # the upgrade was refused
