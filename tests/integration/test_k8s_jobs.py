@@ -104,8 +104,10 @@ def test_two_by_two_registry_route_pins_digest(k8s_shell, test_cluster, cluster_
     for rank in range(4):
         assert f"[rank{rank}]: rank {rank} of 4 sum 10.0" in out
     assert k8s_shell.user_ns["result"] == 30.0
+    # the master's pod: the operator's cleanPodPolicy (Running) deletes a worker still running
+    # when the master's success ends the job
     pod = test_cluster.kubectl(
-        "get", "pod", "ddp-reg-worker-0", "-o", "jsonpath={.spec.containers[0].image}"
+        "get", "pod", "ddp-reg-master-0", "-o", "jsonpath={.spec.containers[0].image}"
     )
     assert pod.stdout.startswith(f"{host}/ktrain/code@sha256:"), pod.stdout
     assert test_cluster.kubectl("get", "configmap", "ddp-reg-code").returncode != 0

@@ -568,7 +568,10 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
     def more_log_sources(self, name: str, known: Collection[str]) -> list[LogSource]:
         """Sources for the job's pods not in ``known``: a TrainJob's pods appear as JobSet
         creates them (and a replaced Job pod has a new name), so a follower asks again."""
-        watch = self._watch(name)
+        try:
+            watch = self._watch(name)
+        except JobNotFound:  # deleted (a cancel): its status, from its history, says so
+            return []
         job = watch.job
         if job is None:  # deleted: status() says so
             return []
