@@ -97,3 +97,19 @@ def test_a_pods_whole_log_is_merged_with_what_a_follow_kept(tmp_path: Path) -> N
     assert lines.add_missing("p-0", [(10, "step 1"), (30, "step 3")]) == 0
     assert lines.lines("p-0") == ["step 1", "step 2", "step 3"]
     assert (tmp_path / "u" / "p-0.log").read_text().count("\n") == 3
+
+
+def test_lines_a_follow_missed_read_back_in_the_kubelets_order(tmp_path: Path) -> None:
+    """A follow kept the traceback; the line before it, missed, is added at the job's end:
+    read back, the rank's lines are in their order (the exception line stays last)."""
+    kept = FollowedLines(tmp_path)
+    kept.add("p", 20, "Traceback (most recent call last):")
+    kept.add("p", 30, "ValueError: no shard")
+    assert (
+        kept.add_missing("p", [(10, "rank 3 up"), (20, "Traceback (most recent call last):")]) == 1
+    )
+    assert kept.lines("p") == [
+        "rank 3 up",
+        "Traceback (most recent call last):",
+        "ValueError: no shard",
+    ]

@@ -132,14 +132,17 @@ class FollowedLines:
     def lines(self, pod: str, stamped: bool = False) -> list[str]:
         """``pod``'s lines, oldest first (each with its kubelet timestamp when ``stamped``)."""
         seen: set[str] = set()
-        out = []
+        kept: list[tuple[int, str]] = []
         for entry in self._entries(pod):
             ts, sep, line = entry.partition(" ")
             if not sep or not ts.isdigit() or entry in seen:
                 continue
             seen.add(entry)
-            out.append(f"{format_stamp(int(ts))} {line}" if stamped else line)
-        return out
+            kept.append((int(ts), line))
+        # in the kubelet's time order: lines a follow missed are appended when the job ends
+        # (add_missing), after later ones it read (a stable sort keeps a pod's equal stamps)
+        kept.sort(key=lambda e: e[0])
+        return [f"{format_stamp(ts)} {line}" if stamped else line for ts, line in kept]
 
 
 def split_stamped(raw: bytes) -> tuple[int, str] | None:
