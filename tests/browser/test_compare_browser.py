@@ -14,14 +14,16 @@ import pytest
 from tests.jupyter_process import jupyter_app
 
 from ..panel_jobs import run_job
-from .test_panel_browser import BUILT, PANEL_VISIBLE, ROWS
+from .test_panel_browser import PANEL_VISIBLE, ROWS
 from .test_widget_browser import (
     ARTIFACTS,
+    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     ROOT,
     Lab,
     lab_env,
+    require_panel_browser,
     screenshot,
 )
 
@@ -34,11 +36,7 @@ CURVES = """() => [...document.querySelectorAll('.ktrain-CompareView polyline')]
 
 @pytest.fixture
 def compare_lab(tmp_path: Path) -> Iterator[Lab]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
-    if not (BUILT / "package.json").exists():
-        pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
-    pytest.importorskip("playwright.sync_api")
+    require_panel_browser()
     home = tmp_path / "ktrain-home"
     run_job(home, TWO, nodes=2, steps=5)
     run_job(home, ONE, nodes=1, steps=8)

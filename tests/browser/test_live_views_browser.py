@@ -39,18 +39,19 @@ from tests.jupyter_process import jupyter_app
 
 from .test_widget_browser import (
     ARTIFACTS,
+    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
     ROOT,
     Lab,
     lab_env,
+    require_panel_browser,
     screenshot,
 )
 
 pytestmark = pytest.mark.slow
 
-BUILT = ROOT / "jupyter_ktrain" / "labextension"
 STEPS = 60
 LAG_S = 1.5  # the most one view may trail the other
 FROZEN_S = 2.0
@@ -123,11 +124,7 @@ ZERO_LEFT = re.compile(r"(?<!\d)0s left")  # not 10s, 1m 00s
 @pytest.fixture
 def live_lab(tmp_path: Path) -> Iterator[Lab]:
     """JupyterLab with this checkout's labextension and server extension, its own job store."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
-    if not (BUILT / "package.json").exists():
-        pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
-    pytest.importorskip("playwright.sync_api")
+    require_panel_browser()
     home, token = tmp_path / "ktrain-home", secrets.token_hex(16)
     root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
     env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")

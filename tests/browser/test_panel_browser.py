@@ -28,6 +28,7 @@ from ..panel_failed import FAILED, LAST_LINE, write_failed_job
 from ..panel_jobs import TRAIN, run_job
 from .test_widget_browser import (
     ARTIFACTS,
+    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     HEADER,
@@ -35,12 +36,12 @@ from .test_widget_browser import (
     ROOT,
     Lab,
     lab_env,
+    require_panel_browser,
     screenshot,
 )
 
 pytestmark = pytest.mark.slow
 
-BUILT = ROOT / "jupyter_ktrain" / "labextension"
 EARLIER = "panel-earlier"
 CELL_JOB = "panel-cell"
 
@@ -50,11 +51,7 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     """JupyterLab with this checkout's labextension; the server extension is enabled by the
     package's config file unless the test is marked ``without_server_extension``."""
     server_ext = request.node.get_closest_marker("without_server_extension") is None
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
-    if not (BUILT / "package.json").exists():
-        pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
-    pytest.importorskip("playwright.sync_api")
+    require_panel_browser()
     home = tmp_path / "ktrain-home"
     if server_ext:
         # before JupyterLab starts: "started earlier"; its ranks print in turn

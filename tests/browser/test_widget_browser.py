@@ -35,7 +35,18 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+BUILT = ROOT / "jupyter_ktrain" / "labextension"  # this checkout's side panel, built
 SCREENSHOT_TIMEOUT_MS = 15_000
+
+
+def require_panel_browser() -> None:
+    """Skip, saying what is missing, unless Chromium, Playwright and this checkout's built
+    side panel are here (a browser test of the panel needs all three)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (.ci/run installs it)")
+    if not (BUILT / "package.json").exists():
+        pytest.skip("the labextension is not built: `make setup` builds it (needs npm)")
+    pytest.importorskip("playwright.sync_api")
 
 
 def screenshot(page: Any, name: str, **options: Any) -> None:
