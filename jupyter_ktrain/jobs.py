@@ -37,6 +37,8 @@ __all__ = [
     "CANCELLED_BY_USER",
     "CANCELLED_REASON",
     "DELETED",
+    "DELETED_AFTER_END",
+    "DELETED_WHILE_RUNNING",
     "FAILED",
     "JOB_STATES",
     "PENDING",
@@ -88,6 +90,10 @@ FAILED = JobState.FAILED
 CANCELLED = JobState.CANCELLED
 DELETED = JobState.DELETED
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
+# a replica whose pod is gone once the job ended (the operator's clean-up, cleanPodPolicy
+# Running, deletes the pods still running when a job ends)
+DELETED_WHILE_RUNNING = "its pod was deleted while it still ran, as the job ended"
+DELETED_AFTER_END = "its pod was deleted as the job ended"
 TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
 BACKEND_ENDS: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
@@ -216,11 +222,22 @@ def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
     if not status.terminal or not status.replicas or procs_per_node < 1:
         return status
     codes = dict(status.exit_codes)
-    for node, replica in enumerate(status.replicas):
-        for rank in range(node * procs_per_node, (node + 1) * procs_per_node):
+    replicas = list(status.replicas)
+    for node, replica in enumerate(replicas):
+        ranks = range(node * procs_per_node, (node + 1) * procs_per_node)
+        if replica.phase == DELETED and all(r in codes for r in ranks):
+            # its pod was deleted while it ran, but its ranks said how they ended first
+            worst = next((codes[r] for r in ranks if codes[r] != 0), 0)
+            replicas[node] = replica = replace(
+                replica,
+                phase=SUCCEEDED if worst == 0 else FAILED,
+                exit_code=worst,
+                last_event=f"its ranks ended (exit {worst}), then {DELETED_AFTER_END}",
+            )
+        for rank in ranks:
             code = replica.exit_code
             codes.setdefault(rank, code if code is not None else 1)
-    return replace(status, exit_codes=codes)
+    return replace(status, exit_codes=codes, replicas=tuple(replicas))
 
 
 @dataclass(frozen=True)

@@ -133,8 +133,11 @@ def test_xgboostjob_trains_with_xgboost_collective(k8s_shell, test_cluster, caps
         assert f"[rank{rank}]: xgboost rank {rank} of 3: 5 trees on 600 rows" in out, out
     assert k8s_shell.user_ns["trees"] == 5
     assert reported(job, "rows") == {0: [600.0], 1: [600.0], 2: [600.0]}
-    pods = test_cluster.kubectl("get", "pods", "-l", "ktrain.io/job=xgb", "-o", "name").stdout
-    assert sorted(pods.split()) == [f"pod/xgb-{p}" for p in ("master-0", "worker-0", "worker-1")]
+    # the operator made a Master and two Workers; each ended with its rank's exit 0 (a worker
+    # still running as the master's success ended the job is deleted by cleanPodPolicy Running,
+    # after its rank reported: the status says both)
+    replicas = {r.name: (r.phase, r.exit_code) for r in job.status().replicas}
+    assert replicas == {f"xgb-{p}": ("Succeeded", 0) for p in ("master-0", "worker-0", "worker-1")}
 
 
 def test_trainjob_patches_reach_its_pods(k8s_shell, test_cluster, capsys):

@@ -198,6 +198,45 @@ def test_a_recreated_pod_seen_first_while_initializing_is_said_to_restart_for_it
     ), texts
 
 
+def test_a_pod_the_operator_deleted_as_the_job_ended_reads_as_its_ranks_ended() -> None:
+    """cleanPodPolicy Running: the master's success ends the job and the operator deletes the
+    worker's pod before the kubelet said it ended. The replica is not "NotCreated": as its rank
+    reported exit 0, it succeeded and its pod was deleted; one whose rank never said reads
+    Deleted, with why."""
+    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.jobs import complete_exit_codes
+
+    job = {
+        "kind": "PyTorchJob",
+        "metadata": {"name": "ended"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 2}}},
+        "status": {"conditions": [{"type": "Succeeded", "status": "True"}]},
+    }
+
+    def pod(name: str, phase: str, code: int | None) -> dict[str, object]:
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {
+            "metadata": {"name": name},
+            "spec": {"nodeName": "node-1"},
+            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": state}]},
+        }
+
+    pods = {"ended-master-0": pod("ended-master-0", "Succeeded", 0)}
+    deleted = {n: pod(n, "Running", None) for n in ("ended-worker-0", "ended-worker-1")}
+    exits = {0: (1, 0), 1: (2, 0)}  # rank 2 (worker 1) never reported
+    status = complete_exit_codes(build_status(job, pods, {}, exits, {}, deleted=deleted), 1)
+    by_name = {r.name: r for r in status.replicas}
+    w0, w1 = by_name["ended-worker-0"], by_name["ended-worker-1"]
+    assert (w0.phase, w0.exit_code, w0.node) == ("Succeeded", 0, "node-1")
+    assert w0.last_event == "its ranks ended (exit 0), then its pod was deleted as the job ended"
+    assert (w1.phase, w1.exit_code) == ("Deleted", None)
+    assert w1.last_event == "its pod was deleted while it still ran, as the job ended"
+    # while the job runs, a deleted pod is one the operator makes anew: not shown as deleted
+    job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    running = build_status(job, pods, {}, exits, {}, deleted=deleted)
+    assert {r.name: r.phase for r in running.replicas}["ended-worker-0"] == "NotCreated"
+
+
 def _metric(m: MonitorModel, rank: int, step: int, loss: float, now: float) -> None:
     rec = {"type": "metric", "rank": rank, "step": step, "loss": loss}
     m.feed_text(format_rank_line(rank, format_record(rec)), now, node=rank // 2)

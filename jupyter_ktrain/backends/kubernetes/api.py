@@ -162,6 +162,12 @@ def _retry_after(exc: ApiFailure) -> float | None:
         return None
 
 
+def _shutdown(resp: Any) -> None:
+    """End a streaming response from another thread: its blocked read returns."""
+    with contextlib.suppress(Exception):  # ended already, or released to the pool
+        resp.shutdown()
+
+
 def _urllib3_errors() -> type[Exception]:
     import urllib3.exceptions
 
@@ -323,12 +329,14 @@ class Api:
         query: Mapping[str, Any],
         read_timeout: float | None = None,
         partial: bool = False,
+        opened: Callable[[Callable[[], None]], None] | None = None,
     ) -> Iterator[bytes]:
         """Open a streaming GET (watch, follow logs; retried while opening) and yield lines.
 
         A last line without its newline is yielded only with ``partial``. Ends when the
-        server ends it; a
-        dropped connection ends it too (callers resume from what they saw)."""
+        server ends it; a dropped connection ends it too (callers resume from what they saw).
+        ``opened`` is given a function that ends the stream from another thread (the read
+        blocked in this one returns; the connection is closed)."""
         resp = with_retries(
             lambda: self._raw(
                 "GET", path, query, timeout=(CONNECT_TIMEOUT_S, read_timeout), stream=True
@@ -336,6 +344,8 @@ class Api:
             f"GET {path}",
             unreachable=self.unreachable,
         )
+        if opened is not None:
+            opened(lambda: _shutdown(resp))
         buf = b""
         try:
             for chunk in resp.stream(65536, decode_content=True):

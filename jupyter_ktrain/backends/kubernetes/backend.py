@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -129,6 +130,13 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
         self.warm: WarmJobs = WarmJobs(self)  # the runs of --warm jobs
         self.history = ClusterHistory(self)  # ended jobs, kept past their objects
+        # each command makes a backend: the watches it opened end with it (their threads
+        # hold no reference to it), or when idle (JobWatch)
+        self._closer = weakref.finalize(self, _stop_watches, self._watches)
+
+    def close(self) -> None:
+        """End this backend's watches now (a later read of a job watches it anew)."""
+        _stop_watches(self._watches)
 
     # -- connection ---------------------------------------------------------------------------
     @property
@@ -417,6 +425,9 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
 
     def _watch(self, name: str) -> JobWatch:
         watch = self._watches.get(name)
+        if watch is not None and not watch.running:  # stopped, idle: watch it anew
+            watch.stop()
+            watch = None
         if watch is None:
             group, version, plural = KIND_TABLE[self._kind(name)].api
             watch = JobWatch(self.api, self.namespace, group, version, plural, name).start()
@@ -478,6 +489,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
                 last_exits=dict(watch.last_exit),
                 workload=workload,
                 queue_position=position,
+                deleted=dict(watch.deleted),
             )
         if WARM_LABEL in (job["metadata"].get("labels") or {}):
             status = replace(status, warm=self.warm.info(job, status.state))
@@ -707,6 +719,12 @@ _OWNED = {
     "ServiceMonitor": SERVICE_MONITOR_API,
     "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
 }
+
+
+def _stop_watches(watches: dict[str, JobWatch]) -> None:
+    for watch in list(watches.values()):
+        watch.stop()
+    watches.clear()
 
 
 def _some(names: list[str], shown: int = 3) -> str:

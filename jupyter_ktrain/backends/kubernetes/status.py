@@ -15,11 +15,15 @@ from typing import Any
 
 from ...failures import classify, pod_problem
 from ...jobs import (
+    DELETED,
+    DELETED_AFTER_END,
+    DELETED_WHILE_RUNNING,
     FAILED,
     PENDING,
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    TERMINAL_STATES,
     JobShape,
     JobState,
     JobStatus,
@@ -178,14 +182,18 @@ def _replica(
     event: Any,
     recreations: int = 0,
     last_exit: tuple[int | None, str] | None = None,
+    deleted: Mapping[str, Any] | None = None,
 ) -> ReplicaStatus:
     """One replica; ``recreations``: how often the operator made its pod anew (ExitCode
     deletes a failed pod and creates it again) and ``last_exit`` why the last instance ended:
-    both count as restarts, as a container restart in place does."""
+    both count as restarts, as a container restart in place does. ``deleted``: its pod as last
+    seen, when it was deleted (an ended job's, only)."""
     # the cause: how the pod's previous instance ended (a recreation), else the container's
     # previous run (a restart in place)
     cause = last_exit if recreations else None
     restarted = f"restarted after {restart_cause(*cause)}" if cause else "restarted"
+    if pod is None and deleted is not None:
+        return _deleted_replica(pod_name, deleted, recreations, restarted)
     if pod is None:
         text = _event_text(event) or (restarted if recreations else "")
         return ReplicaStatus(
@@ -220,6 +228,25 @@ def _replica(
     )
 
 
+def _deleted_replica(
+    name: str, pod: Mapping[str, Any], recreations: int, restarted: str
+) -> ReplicaStatus:
+    """A replica whose pod is gone: as it was last seen. One deleted while it still ran (the
+    operator's clean-up of a job that ended, cleanPodPolicy Running) reads ``Deleted``; its
+    ranks' own exit records may say more (:func:`jupyter_ktrain.jobs.complete_exit_codes`)."""
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    ended = phase in (SUCCEEDED, FAILED)
+    return ReplicaStatus(
+        name,
+        phase if ended else DELETED,
+        recreations,
+        node=(pod.get("spec") or {}).get("nodeName", ""),
+        exit_code=_exit_code(pod),
+        last_event=DELETED_AFTER_END if ended else DELETED_WHILE_RUNNING,
+        restart_cause=restarted if recreations else "",
+    )
+
+
 def _timestamp(text: str | None) -> float | None:
     if not text:
         return None
@@ -244,6 +271,7 @@ def build_status(
     last_exits: Mapping[str, tuple[int | None, str]] | None = None,
     workload: Mapping[str, Any] | None = None,
     queue_position: int | None = None,
+    deleted: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> JobStatus:
     """``exits``: rank -> (timestamp ns, exit code) from ``exit`` records; ``tails``: rank ->
     its last lines; ``recreated``: pod -> when it came back with a new uid; ``last_progress``:
@@ -256,8 +284,12 @@ def build_status(
     queue = queue_info(workload) if workload else None
     names = replica_pods(job) or sorted(pods)
     again, ended = recreations or {}, last_exits or {}
+    # a pod deleted once the job ended is shown as last seen; while the job runs, a deleted
+    # pod is one the operator makes anew (its restart says so)
+    was = (deleted or {}) if state in TERMINAL_STATES else {}
     replicas = tuple(
-        _replica(n, pods.get(n), events.get(n), again.get(n, 0), ended.get(n)) for n in names
+        _replica(n, pods.get(n), events.get(n), again.get(n, 0), ended.get(n), was.get(n))
+        for n in names
     )
     per_node = nproc(job)
     codes = {rank: code for rank, (_ts, code) in exits.items()}

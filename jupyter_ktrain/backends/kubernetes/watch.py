@@ -20,6 +20,7 @@ import contextlib
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from .labels import JOB_LABEL
 __all__ = ["Informer", "JobWatch"]
 
 WATCH_TIMEOUT_S = 290  # ask the server to end each watch after this; we reconnect
+IDLE_S = 300.0  # a job's watch nobody read for this long stops (see JobWatch)
+REAP_S = 10.0
 
 
 class Informer:
@@ -54,6 +57,7 @@ class Informer:
         self.relists = 0
         self._rv = ""
         self._stop = threading.Event()
+        self._end: Callable[[], None] | None = None  # ends the open watch stream
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> Informer:
@@ -61,7 +65,21 @@ class Informer:
         return self
 
     def stop(self) -> None:
+        """Stop watching; the open stream is ended now (its connection closed), not when the
+        server next sends something."""
         self._stop.set()
+        end = self._end
+        if end is not None:
+            end()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def _opened(self, end: Callable[[], None]) -> None:
+        self._end = end
+        if self._stop.is_set():  # stopped while it opened
+            end()
 
     def _list(self) -> None:
         data = self.api.request("GET", self.path, self.query)
@@ -85,7 +103,10 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
-        for raw in self.api.stream_lines(self.path, query, read_timeout=WATCH_TIMEOUT_S + 30):
+        lines = self.api.stream_lines(
+            self.path, query, read_timeout=WATCH_TIMEOUT_S + 30, opened=self._opened
+        )
+        for raw in lines:
             if self._stop.is_set():
                 return True
             try:
@@ -136,10 +157,15 @@ class Informer:
 
 
 class JobWatch:
-    """The cache of one job: ``job`` (or None), ``pods`` and ``events`` by object name."""
+    """The cache of one job: ``job`` (or None), ``pods`` and ``events`` by object name.
+
+    A watch nobody has read for :data:`IDLE_S` is stopped (checked every :data:`REAP_S`, by
+    one thread for all): a kernel that looked at a job once holds no connection for it after.
+    Its owner starts a new one when the job is read again (:attr:`running`)."""
 
     def __init__(self, api: Api, namespace: str, group: str, version: str, plural: str, name: str):
         self.api = api
+        self.last_read = time.monotonic()
         self.name = name
         self.namespace = namespace
         self.changed = threading.Condition()
@@ -150,6 +176,9 @@ class JobWatch:
         # pod name -> (exit code, reason) of its last container that ended, or (None,
         # "deleted") for one deleted while it ran: why the replica restarted
         self.last_exit: dict[str, tuple[int | None, str]] = {}
+        # pod name -> the pod as last seen before it was deleted (the operator's clean-up as the
+        # job ended, ``kubectl delete``): its replica says so instead of "not created"
+        self.deleted: dict[str, dict[str, Any]] = {}
         self._uids: dict[str, str] = {}
         self.suspended = False  # the job is suspended (queued, or taken back by its queue)
         self.job_informer = Informer(
@@ -167,7 +196,11 @@ class JobWatch:
             f"watch-{name}-pods",
         )
         self.event_informer = Informer(
-            api, ns_path("", "v1", namespace, "events"), {}, self._on_event, f"watch-{name}-ev"
+            api,
+            ns_path("", "v1", namespace, "events"),
+            {},
+            self._on_event,
+            f"watch-{name}-ev",
         )
         self._informers = (self.job_informer, self.pod_informer, self.event_informer)
         self.workload_informer: Informer | None = None
@@ -175,6 +208,7 @@ class JobWatch:
     def start(self) -> JobWatch:
         for informer in self._informers:
             informer.start()
+        _reaper.track(self)
         return self
 
     def stop(self) -> None:
@@ -196,7 +230,19 @@ class JobWatch:
                 )
 
     @property
+    def running(self) -> bool:
+        """Every informer still watches (none stopped: idle, or :meth:`stop`)."""
+        informers = (*self._informers, self.workload_informer)
+        return all(i.running for i in informers if i is not None)
+
+    @property
+    def idle(self) -> bool:
+        """Nobody read it for :data:`IDLE_S`."""
+        return time.monotonic() - self.last_read >= IDLE_S
+
+    @property
     def job(self) -> dict[str, Any] | None:
+        self.last_read = time.monotonic()
         return self.job_informer.objects.get(self.name)
 
     @property
@@ -213,6 +259,7 @@ class JobWatch:
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until the cache changes after generation ``seen`` (or ``timeout``)."""
+        self.last_read = time.monotonic()
         with self.changed:
             if self.generation == seen:
                 self.changed.wait(timeout)
@@ -241,6 +288,7 @@ class JobWatch:
             self.recreations.clear()
             self.recreated.clear()
             self.last_exit.clear()
+            self.deleted.clear()
         self._bump()
 
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
@@ -250,6 +298,10 @@ class JobWatch:
             self._uids.pop(name, None)
             self._bump()
             return
+        if kind == "DELETED":
+            self.deleted[name] = obj
+        else:
+            self.deleted.pop(name, None)
         ended = terminated(obj)
         if ended is not None:
             self.last_exit[name] = ended
@@ -331,6 +383,34 @@ def terminated(pod: Mapping[str, Any]) -> tuple[int | None, str] | None:
         if term and "exitCode" in term:
             return int(term["exitCode"]), str(term.get("reason") or "")
     return None
+
+
+class _Reaper:
+    """Stops the job watches nobody reads (one daemon thread, started with the first)."""
+
+    def __init__(self) -> None:
+        self.watches: weakref.WeakSet[JobWatch] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def track(self, watch: JobWatch) -> None:
+        with self.lock:
+            self.watches.add(watch)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="watch-reaper", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(REAP_S)
+            with self.lock:
+                watches = list(self.watches)
+            for watch in watches:
+                if watch.running and watch.idle:
+                    watch.stop()
+
+
+_reaper = _Reaper()
 
 
 def close_quietly(watch: JobWatch | None) -> None:

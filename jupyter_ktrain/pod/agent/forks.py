@@ -19,7 +19,8 @@ dies with the server (``PR_SET_PDEATHSIG``).
 The forked child carries ``KTRAIN_FORKED=<seconds from the request to the fork>`` in its
 environment, which says how the rank started, and ``KTRAIN_LAUNCHER_PID``: the process that
 started the rank (torchrun), its parent had it not been forked. Where no server answers (none
-started: another launcher; it ended), the rank runs in its own process as before.
+started: another launcher; it ended; it did not take the request), the rank runs in its own
+process as before.
 
 Safe to fork: the server never starts a thread and never touches CUDA (each rank initialises
 CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard library only.
@@ -83,15 +84,28 @@ def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
     env = {k: v for k, v in os.environ.items() if k != FORK_SOCKET_ENV}
     env[LAUNCHER_ENV] = str(os.getppid())  # torchrun: the forked rank's parent is the server
     payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env, "t": time.time()})
-    _send(sock, payload.encode())
     reader = sock.makefile("rb")
-    first = reader.readline()
-    if not first:  # the server ended before it forked: a fault of the node, not a bug
-        return _lost()
+    try:
+        _send(sock, payload.encode())
+        first = reader.readline()
+    except OSError as exc:
+        first, why = b"", f"{type(exc).__name__}: {exc}"
+    else:
+        why = "it closed the connection"
+    if not first:  # nothing was forked: the rank starts here, as without a server
+        sock.close()
+        sys.stderr.write(
+            f"jupyter-ktrain: the node's fork server did not take this rank ({why}); "
+            "it starts in its own process\n"
+        )
+        return run(argv)
     pid = int(json.loads(first)["pid"])
     for sig in _FORWARDED:
         signal.signal(sig, lambda signum, _f: _kill_group(pid, signum))
-    last = reader.readline()
+    try:
+        last = reader.readline()
+    except OSError:
+        last = b""
     if not last:
         return _lost()
     status = int(json.loads(last)["status"])
@@ -207,7 +221,8 @@ class ForkServer:
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive(conn)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:  # its rank starts in its own process (run_rank)
+            sys.stderr.write(f"jupyter-ktrain fork server: a request failed ({exc!r})\n")
             conn.close()
             return
         try:
