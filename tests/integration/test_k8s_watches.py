@@ -41,9 +41,7 @@ def _watching(job: str) -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
 
 
-def test_commands_leave_no_watches_and_an_unread_job_is_not_watched(
-    k8s_shell, capsys, monkeypatch
-):
+def test_commands_leave_no_watches_and_an_unread_job_is_not_watched(k8s_shell, capsys, monkeypatch):
     job = k8s_shell.run_cell_magic(
         "ktrain", "--nodes 1 --procs-per-node 1 --image local/python --name quiet", "steps(2, 0)\n"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,8 @@ class ClusterHistory:
     """The history of ``backend``'s jobs in its namespace."""
 
     def __init__(self, backend: KubernetesBackend) -> None:
-        self.backend = backend
+        # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
+        self.backend: KubernetesBackend = weakref.proxy(backend)
         self._kept: set[str] = set()  # uids this process kept (or found kept)
         self._last: dict[str, JobStatus] = {}  # uid -> the status this process kept last
 

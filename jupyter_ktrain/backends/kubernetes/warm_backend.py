@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,8 @@ class WarmJobs:
     """The warm side of one :class:`~.backend.KubernetesBackend` (``backend.warm``)."""
 
     def __init__(self, backend: KubernetesBackend):
-        self.b = backend
+        # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
+        self.b: KubernetesBackend = weakref.proxy(backend)
         self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
         self._courier: Courier | None = None
 
