@@ -41,9 +41,25 @@ class KubeletServer:
         self.httpd.server_close()
 
 
+# the real kubelet's server closes a kept-alive connection idle this long (its http.Server's
+# IdleTimeout, "matches http.DefaultTransport keep-alive timeout"); without it each idle
+# connection the API server keeps would hold a thread and a socket here for good
+IDLE_TIMEOUT_S = 90.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     kubelet: Kubelet
+
+    def handle_one_request(self) -> None:
+        # waiting for the next request on a kept-alive connection: at most IDLE_TIMEOUT_S (a
+        # timeout there ends the connection); a request's own streams have no limit
+        self.connection.settimeout(IDLE_TIMEOUT_S)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.connection.settimeout(None)
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
