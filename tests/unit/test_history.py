@@ -113,3 +113,22 @@ def test_lines_a_follow_missed_read_back_in_the_kubelets_order(tmp_path: Path) -
         "Traceback (most recent call last):",
         "ValueError: no shard",
     ]
+
+
+def test_a_later_look_that_sees_fewer_pods_does_not_forget_how_they_ended() -> None:
+    """The first look saw worker 0 end (exit 3); a later one (a watch started after the
+    operator deleted its pod) sees no pod: the kept status still says how it ended."""
+    from dataclasses import replace
+
+    from jupyter_ktrain.backends.kubernetes.history import knowing_more
+
+    first = _failed()
+    later = replace(
+        first,
+        exit_codes={0: 143, 1: 1},
+        replicas=(first.replicas[0], ReplicaStatus("hist-a-worker-0", "NotCreated")),
+    )
+    merged = knowing_more(later, first)
+    assert merged.replicas == first.replicas
+    assert merged.exit_codes == {0: 143, 1: 3}
+    assert knowing_more(first, later) == first  # a look that knows more wins

@@ -23,7 +23,7 @@ from ...errors import ClusterError, JobNotFound
 from ...jobs import CANCELLED, JobStatus
 from ..history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
 from .logs import FollowedLines, split_stamped
-from .status import job_shape
+from .status import NOT_CREATED, job_shape
 
 if TYPE_CHECKING:
     from .backend import KubernetesBackend
@@ -57,6 +57,8 @@ class ClusterHistory:
         look differs: the watch may learn how a replica ended after the job's end)."""
         uid = str(job["metadata"].get("uid") or "")
         if self.is_kept(job):
+            if uid in self._last:
+                status = knowing_more(status, self._last[uid])
             if uid in self._last and self._last[uid] != status:
                 keep(BACKEND, status, job_shape(job), uid, self.backend.namespace)
                 self._last[uid] = status
@@ -123,3 +125,15 @@ class ClusterHistory:
     def started(self, name: str) -> None:
         """A new job of the name was created: the earlier one's history is no more its own."""
         forget_state(BACKEND, name)
+
+
+def knowing_more(status: JobStatus, before: JobStatus) -> JobStatus:
+    """``status``, with what ``before`` (an earlier look at the same ended job) knew of the
+    replicas whose pods are gone since: a watch started after the operator deleted a pod (a
+    new command, a watch restarted when idle) sees no pod where the earlier one saw it end."""
+    known = {r.name: r for r in before.replicas if r.phase != NOT_CREATED}
+    replicas = tuple(known.get(r.name, r) if r.phase == NOT_CREATED else r for r in status.replicas)
+    if replicas == status.replicas:
+        return status
+    codes = {**status.exit_codes, **before.exit_codes}  # the ranks' own, as first seen
+    return replace(status, replicas=replicas, exit_codes=codes)

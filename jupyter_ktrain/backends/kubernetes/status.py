@@ -198,7 +198,7 @@ def _replica(
         text = _event_text(event) or (restarted if recreations else "")
         return ReplicaStatus(
             pod_name,
-            "NotCreated",
+            NOT_CREATED,
             recreations,
             last_event=text,
             restart_cause=restarted if recreations else "",
@@ -226,6 +226,9 @@ def _replica(
         or _event_text(event),
         restart_cause=restarted if restarts else "",
     )
+
+
+NOT_CREATED = "NotCreated"  # a replica with no pod (not yet, or never seen by this watch)
 
 
 def _deleted_replica(
