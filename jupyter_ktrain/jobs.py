@@ -119,6 +119,9 @@ class ReplicaStatus:
     # why it last restarted ("restarted after exit 137, ..."), kept apart from ``last_event``,
     # which a newer state (e.g. PodInitializing) may take over
     restart_cause: str = ""
+    # its pod was deleted as the job ended (shown as last seen; its ranks' exit records, when
+    # they all reported, say how it ended: complete_exit_codes)
+    deleted: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
     replicas = list(status.replicas)
     for node, replica in enumerate(replicas):
         ranks = range(node * procs_per_node, (node + 1) * procs_per_node)
-        if replica.phase == DELETED and all(r in codes for r in ranks):
+        if replica.deleted and all(r in codes for r in ranks):
             # its pod was deleted while it ran, but its ranks said how they ended first
             worst = next((codes[r] for r in ranks if codes[r] != 0), 0)
             replicas[node] = replica = replace(

@@ -51,18 +51,37 @@ def test_elastic_worker_only_pytorchjob(k8s_shell, capsys):
 
 
 TF_TASK = """
-import json
+import json, socket, time
 
 def report_tf_task():
-    task = json.loads(os.environ["TF_CONFIG"])["task"]  # all a TFJob gives its replicas
+    config = json.loads(os.environ["TF_CONFIG"])  # all a TFJob gives its replicas
+    task = config["task"]
     ktrain.report(step=1, index=float(task["index"]))
-    return 7
+    # the chief's success ends a TFJob (and cleanPodPolicy Running stops what still runs):
+    # the chief waits for its worker's word, at the worker's address in TF_CONFIG
+    host, port = config["cluster"]["worker"][0].rsplit(":", 1)
+    if task["type"] == "worker":
+        with socket.create_server(("", int(port))) as server:
+            conn, _ = server.accept()
+            conn.sendall(b"done")
+            conn.close()
+        return 7
+    deadline = time.time() + 120
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                if conn.recv(4) == b"done":
+                    return 7
+        except OSError:
+            if time.time() > deadline:
+                raise
+        time.sleep(0.2)
 """
 
 
 def test_tfjob(k8s_shell, capsys):
     """Each replica finds its rank in TF_CONFIG alone: the chief's report is rank 0's, the
-    worker's rank 1's."""
+    worker's rank 1's; the chief reaches the worker at the address TF_CONFIG gives."""
     assert k8s_shell.run_cell(TF_TASK, store_history=True).success
     job = k8s_shell.run_cell_magic(
         "ktrain",

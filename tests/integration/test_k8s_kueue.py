@@ -43,7 +43,12 @@ def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
     k8s_shell, test_cluster, capsys
 ):
     test_cluster.kueue_queue("team-a", cpu="2")
-    k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name first --detach", "steps(16, 0.5)\n")
+    # detached, nobody follows it: with the default cleanPodPolicy Running, a worker still
+    # printing as the master's success ends the job is deleted, its log with it (README);
+    # this test reads both ranks' logs after, so every pod of it is kept
+    k8s_shell.run_cell_magic(
+        "ktrain", f"{QUEUED} --name first --detach --clean-pod-policy None", "steps(16, 0.5)\n"
+    )
     first = wait_for(lambda: (s := _status("first")) and s.state == "Running" and s, 90)
     assert not first.evictions
     capsys.readouterr()

@@ -54,7 +54,13 @@ def test_commands_leave_no_watches_and_an_unread_job_is_not_watched(k8s_shell, c
         assert k8s_shell.run_cell("%ktrain status quiet").success
     assert "quiet on kubernetes: Succeeded" in capsys.readouterr().out
     gc.collect()
-    wait_for(lambda: _sockets() <= before + 1 and len(_watching("quiet")) <= threads, 20)
+    try:
+        wait_for(lambda: _sockets() <= before + 1 and len(_watching("quiet")) <= threads, 20)
+    except AssertionError:
+        raise AssertionError(
+            f"sockets {before} -> {_sockets()}, watch threads {threads} -> "
+            f"{len(_watching('quiet'))}"
+        ) from None
 
     # the cell's job handle still watches it; nobody reads it: the watch stops when idle
     monkeypatch.setattr(watch, "IDLE_S", 1.0)

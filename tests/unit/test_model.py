@@ -224,10 +224,12 @@ def test_a_pod_the_operator_deleted_as_the_job_ended_reads_as_its_ranks_ended() 
     pods = {"ended-master-0": pod("ended-master-0", "Succeeded", 0)}
     deleted = {n: pod(n, "Running", None) for n in ("ended-worker-0", "ended-worker-1")}
     exits = {0: (1, 0), 1: (2, 0)}  # rank 2 (worker 1) never reported
+    # worker 0 as the kubelet last said: its agent stopped by SIGTERM after its rank ended
+    deleted["ended-worker-0"] = pod("ended-worker-0", "Failed", 143)
     status = complete_exit_codes(build_status(job, pods, {}, exits, {}, deleted=deleted), 1)
     by_name = {r.name: r for r in status.replicas}
     w0, w1 = by_name["ended-worker-0"], by_name["ended-worker-1"]
-    assert (w0.phase, w0.exit_code, w0.node) == ("Succeeded", 0, "node-1")
+    assert (w0.phase, w0.exit_code, w0.node, w0.deleted) == ("Succeeded", 0, "node-1", True)
     assert w0.last_event == "its ranks ended (exit 0), then its pod was deleted as the job ended"
     assert (w1.phase, w1.exit_code) == ("Deleted", None)
     assert w1.last_event == "its pod was deleted while it still ran, as the job ended"

@@ -199,6 +199,12 @@ class Api:
         self.where = where  # "kubeconfig PATH, context NAME" or "in-cluster service account"
         self.requests = 0
 
+    def close(self) -> None:
+        """Close this client's connections (the sockets its pool keeps alive); a later
+        request opens new ones."""
+        with contextlib.suppress(Exception):
+            self.client.rest_client.pool_manager.clear()
+
     def unreachable(self, exc: BaseException) -> str:
         """The one line for a server that cannot be reached: which server, why, and which
         kubeconfig and context pointed there."""

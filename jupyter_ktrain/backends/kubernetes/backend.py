@@ -130,19 +130,22 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         self._tail_progress: dict[str, tuple[str, float, Progress | None]] = {}
         self.warm: WarmJobs = WarmJobs(self)  # the runs of --warm jobs
         self.history = ClusterHistory(self)  # ended jobs, kept past their objects
-        # each command makes a backend: the watches it opened end with it (their threads
-        # hold no reference to it), or when idle (JobWatch)
-        self._closer = weakref.finalize(self, _stop_watches, self._watches)
+        # each command makes a backend: the watches it opened and the connections of the
+        # client it made end with it (their threads hold no reference to it); a watch ends
+        # sooner when idle (JobWatch)
+        self._owned = _Owned(self._watches)
+        self._closer = weakref.finalize(self, self._owned.close)
 
     def close(self) -> None:
-        """End this backend's watches now (a later read of a job watches it anew)."""
-        _stop_watches(self._watches)
+        """End this backend's watches and close its connections now (a later read of a job
+        watches it anew)."""
+        self._owned.close()
 
     # -- connection ---------------------------------------------------------------------------
     @property
     def api(self) -> Api:
         if self._api is None:
-            self._api = Api.connect(self.config.kubeconfig, self.config.context)
+            self._api = self._owned.api = Api.connect(self.config.kubeconfig, self.config.context)
         return self._api
 
     @property
@@ -721,10 +724,20 @@ _OWNED = {
 }
 
 
-def _stop_watches(watches: dict[str, JobWatch]) -> None:
-    for watch in list(watches.values()):
-        watch.stop()
-    watches.clear()
+class _Owned:
+    """What a backend opened and closes when it ends: its job watches and the client it
+    connected (not one it was given)."""
+
+    def __init__(self, watches: dict[str, JobWatch]) -> None:
+        self.watches = watches
+        self.api: Api | None = None
+
+    def close(self) -> None:
+        for watch in list(self.watches.values()):
+            watch.stop()
+        self.watches.clear()
+        if self.api is not None:
+            self.api.close()
 
 
 def _some(names: list[str], shown: int = 3) -> str:

@@ -38,9 +38,17 @@ class ClusterHistory:
 
     def __init__(self, backend: KubernetesBackend) -> None:
         # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
-        self.backend: KubernetesBackend = weakref.proxy(backend)
+        self._backend = weakref.ref(backend)
         self._kept: set[str] = set()  # uids this process kept (or found kept)
         self._last: dict[str, JobStatus] = {}  # uid -> the status this process kept last
+
+    @property
+    def backend(self) -> KubernetesBackend:
+        """The backend this belongs to (it lives as long as its owner holds it)."""
+        backend = self._backend()
+        if backend is None:
+            raise RuntimeError("the Kubernetes backend this belonged to is gone")
+        return backend
 
     def is_kept(self, job: dict[str, Any]) -> bool:
         uid = str(job["metadata"].get("uid") or "")

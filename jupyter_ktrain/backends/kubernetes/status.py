@@ -247,6 +247,7 @@ def _deleted_replica(
         exit_code=_exit_code(pod),
         last_event=DELETED_AFTER_END if ended else DELETED_WHILE_RUNNING,
         restart_cause=restarted if recreations else "",
+        deleted=True,
     )
 
 

@@ -47,9 +47,17 @@ class WarmJobs:
 
     def __init__(self, backend: KubernetesBackend):
         # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
-        self.b: KubernetesBackend = weakref.proxy(backend)
+        self._backend = weakref.ref(backend)
         self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
         self._courier: Courier | None = None
+
+    @property
+    def b(self) -> KubernetesBackend:
+        """The backend this belongs to (it lives as long as its owner holds it)."""
+        backend = self._backend()
+        if backend is None:
+            raise RuntimeError("the Kubernetes backend this belonged to is gone")
+        return backend
 
     @property
     def courier(self) -> Courier:
