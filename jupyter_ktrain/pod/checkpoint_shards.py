@@ -28,6 +28,7 @@ import importlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,13 +150,37 @@ def load_engine(engine: Any, folder: Path) -> tuple[Any, int] | None:
     root = folder / DEEPSPEED_DIR
     if _latest(root) is None:
         return None
-    path, client_state = engine.load_checkpoint(str(root))
+    with _own_checkpoints_load(engine):
+        path, client_state = engine.load_checkpoint(str(root))
     if path is None:
         return None
     client_state = dict(client_state or {})
     step = int(client_state.pop("ktrain_step"))
     core._emit_resumed(step, f"{DEEPSPEED_DIR}/step-{step}")
     return client_state, step
+
+
+@contextlib.contextmanager
+def _own_checkpoints_load(engine: Any) -> Iterator[None]:
+    """DeepSpeed's decoupled checkpoint engine reads with ``torch.load``'s default
+    ``weights_only=True`` (torch >= 2.6), which refuses the engine's own checkpoints (they
+    hold more than tensors): while it loads, it reads them as the torch checkpoint engine
+    does. These are the job's own checkpoints, as for every ``ktrain.checkpoint`` load."""
+    if not is_decoupled(engine):
+        yield
+        return
+    import torch
+
+    ce = engine.checkpoint_engine
+
+    def load(path: str, map_location: Any = None) -> Any:
+        return torch.load(path, map_location=map_location, weights_only=False)
+
+    ce.load = load
+    try:
+        yield
+    finally:
+        del ce.load  # its own method again
 
 
 # -- sharded state (torch.distributed.checkpoint) --------------------------------------------

@@ -5,8 +5,10 @@ bit-identically."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -111,6 +113,8 @@ if __name__ == "__main__":
 
 
 def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProcess[str]:
+    """Two ranks under torchrun; whatever they leave behind (a killed rank's DeepSpeed
+    writer process) is ended with the session the run started in."""
     path = tmp / "train.py"
     path.write_text(textwrap.dedent(script))
     env = {
@@ -124,7 +128,15 @@ def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProc
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--standalone", str(path), *map(str, args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    out, err = tmp / "out.txt", tmp / "err.txt"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(cmd, env=env, stdout=o, stderr=e, start_new_session=True)
+        try:
+            code = proc.wait(timeout=400)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
 
 
 def _records(out: str) -> list[dict[str, Any]]:
