@@ -38,10 +38,17 @@ Contract:
   the one before stays the newest; a checkpoint that cannot be read (a storage that lost
   data) is skipped with a warning for the one before. Rank 0 reports a ``resume`` record, so
   the monitor says "resumed from step N".
-- A DeepSpeed engine instead of a state: ``save(engine, step)`` calls
-  ``engine.save_checkpoint`` (every rank writes its shards) into ``deepspeed/`` of the same
-  folder, then rank 0 points ``deepspeed/latest`` at it atomically; ``load(engine)`` calls
-  ``engine.load_checkpoint`` and returns ``(client_state, step)``, or None.
+- A DeepSpeed engine instead of a state, or sharded state (``save(state, step,
+  sharded=True)``, by default when it holds DTensor/ShardedTensor): every rank calls ``save``
+  and writes its part under ``deepspeed/`` or ``dcp/`` of the same folder, and rank 0 points
+  that folder's ``latest`` at it atomically once every rank's part is written;
+  ``load(engine)`` returns ``(client_state, step)``, ``load(state)`` reads the newest sharded
+  checkpoint into ``state`` in place and returns ``(state, step)``. Sharded state is written in
+  the background (``torch.distributed.checkpoint.async_save``), an engine only when its config
+  asks for DeepSpeed's decoupled writer. See :mod:`.checkpoint_shards`.
+
+The writer writes straight to the file descriptor and starts the device writing every
+:data:`WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last stretch only.
 
 Standard library only: a checkpoint is written with ``torch.save`` when the program imported
 torch (this package never imports it), else with ``pickle``. Checkpoints are pickles
@@ -68,6 +75,7 @@ __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
 CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
 KEEP = 3
+WRITEBACK_BYTES = 32 << 20
 _FILE = re.compile(r"^step-(\d+)\.pt$")
 _TAG = re.compile(r"^step-(\d+)$")
 _TMP_MARK = ".tmp-"
@@ -221,20 +229,50 @@ def _write_atomic(path: Path, write: Any) -> int:
     number of bytes written."""
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
     try:
-        # unbuffered: torch.save's records go to the file as they are, not through a buffer
-        # copy first (a path instead, written from C++, reports a full disk as an unreadable
-        # position mismatch, not ENOSPC)
         with open(tmp, "wb", buffering=0) as f:
-            write(f)
+            out = _WritingBack(f.fileno())
+            write(out)
             os.fsync(f.fileno())
-            size = f.tell()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     _fsync_folder(path.parent)
-    return size
+    return out.written
+
+
+class _WritingBack:
+    """A file for ``torch.save``/``pickle.dump`` that writes straight to ``fd`` (no buffer
+    copy; a full disk raises ENOSPC as it is) and starts the device writing every
+    :data:`WRITEBACK_BYTES` behind it: the final fsync then waits for the last stretch only,
+    not for the whole file, so serialising and the device's writing overlap. The written
+    pages also leave the page cache once on disk (a checkpoint is not read back soon)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.written = 0
+        self._kicked = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.write(self.fd, view[done:])
+        self.written += done
+        if self.written - self._kicked >= WRITEBACK_BYTES:
+            # DONTNEED on dirty pages starts their writeback without waiting for it (Linux)
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fadvise(self.fd, self._kicked, self.written - self._kicked,
+                                 os.POSIX_FADV_DONTNEED)  # fmt: skip
+            self._kicked = self.written
+        return done
+
+    def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return self.written
 
 
 def _fsync_folder(folder: Path) -> None:
