@@ -38,10 +38,17 @@ Contract:
   the one before stays the newest; a checkpoint that cannot be read (a storage that lost
   data) is skipped with a warning for the one before. Rank 0 reports a ``resume`` record, so
   the monitor says "resumed from step N".
-- A DeepSpeed engine instead of a state: ``save(engine, step)`` calls
-  ``engine.save_checkpoint`` (every rank writes its shards) into ``deepspeed/`` of the same
-  folder, then rank 0 points ``deepspeed/latest`` at it atomically; ``load(engine)`` calls
-  ``engine.load_checkpoint`` and returns ``(client_state, step)``, or None.
+- A DeepSpeed engine instead of a state, or sharded state (``save(state, step,
+  sharded=True)``, by default when it holds DTensor/ShardedTensor): every rank calls ``save``
+  and writes its part under ``deepspeed/`` or ``dcp/`` of the same folder, and rank 0 points
+  that folder's ``latest`` at it atomically once every rank's part is written;
+  ``load(engine)`` returns ``(client_state, step)``, ``load(state)`` reads the newest sharded
+  checkpoint into ``state`` in place and returns ``(state, step)``. Sharded state is written in
+  the background (``torch.distributed.checkpoint.async_save``), an engine only when its config
+  asks for DeepSpeed's decoupled writer. See :mod:`.checkpoint_shards`.
+
+The writer writes straight to the file descriptor and starts the device writing every
+:data:`WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last stretch only.
 
 Standard library only: a checkpoint is written with ``torch.save`` when the program imported
 torch (this package never imports it), else with ``pickle``. Checkpoints are pickles
@@ -54,7 +61,6 @@ import contextlib
 import os
 import pickle
 import re
-import shutil
 import sys
 import tempfile
 import threading
@@ -69,7 +75,7 @@ __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
 CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
 KEEP = 3
-DEEPSPEED_DIR = "deepspeed"
+WRITEBACK_BYTES = 32 << 20
 _FILE = re.compile(r"^step-(\d+)\.pt$")
 _TAG = re.compile(r"^step-(\d+)$")
 _TMP_MARK = ".tmp-"
@@ -108,12 +114,28 @@ class Checkpoints:
         return f"Checkpoints({str(self.folder)!r}, keep={self.keep})"
 
     # -- public -------------------------------------------------------------------------
-    def save(self, state: Any, step: int, *, block: bool = False) -> Path:
+    def save(
+        self, state: Any, step: int, *, block: bool = False, sharded: bool | None = None
+    ) -> Path:
         """Save ``state`` as the checkpoint of ``step`` (the last step done); its path. Returns
-        once the state is staged (``block=True``: once it is on disk)."""
+        once the state is staged (``block=True``: once it is on disk). A DeepSpeed engine, or
+        with ``sharded`` (default: when ``state`` holds DTensor/ShardedTensor) every rank's
+        part of ``state``: see :mod:`.checkpoint_shards`; every rank calls it then."""
         step = _check_step(step)
         if _is_engine(state):
-            return self._save_engine(state, step)
+            from . import checkpoint_shards as shards
+
+            path = shards.save_engine(state, self.folder, step, self.keep)
+            if block:
+                self.wait()
+            return path
+        if sharded or (sharded is None and _holds_shards(state)):
+            from . import checkpoint_shards as shards
+
+            path = shards.save_sharded(state, self.folder, step, self.keep)
+            if block:
+                _WRITER.wait()
+            return path
         path = self.folder / f"step-{step}.pt"
         if _rank() == 0:
             started = time.perf_counter()
@@ -135,15 +157,22 @@ class Checkpoints:
         return path
 
     def wait(self) -> None:
-        """Wait until the last ``save`` is on disk; raises what its write raised."""
-        _WRITER.wait()
+        """Wait until the last ``save`` is on disk; raises what its write raised. After a
+        DeepSpeed engine's decoupled save, every rank calls it (it commits the save)."""
+        wait_all()
 
-    def load(self, engine: Any = None, map_location: Any = "cpu") -> tuple[Any, int] | None:
+    def load(self, into: Any = None, map_location: Any = "cpu") -> tuple[Any, int] | None:
         """The newest complete checkpoint as ``(state, step)``, or None when there is none.
-        With a DeepSpeed ``engine``: loaded into it, ``(client_state, step)``."""
-        if engine is not None:
-            return self._load_engine(engine)
-        _WRITER.wait()  # a save of this process still being written is the newest
+        ``into`` a DeepSpeed engine: loaded into it, ``(client_state, step)``; ``into`` a
+        state (a dict of tensors, as saved with ``sharded=True``): the newest sharded
+        checkpoint is read into it in place, every rank its part, ``(state, step)``."""
+        if into is not None:
+            from . import checkpoint_shards as shards
+
+            if _is_engine(into):
+                return shards.load_engine(into, self.folder)
+            return shards.load_sharded(into, self.folder)
+        wait_all()  # a save of this process still being written is the newest
         for step, path in reversed(self._on_disk()):
             try:
                 state = _load(path, map_location)
@@ -182,39 +211,6 @@ class Checkpoints:
                 with contextlib.suppress(OSError):
                     (self.folder / name).unlink()
 
-    def _save_engine(self, engine: Any, step: int) -> Path:
-        _WRITER.wait()  # a plain state's write still running goes first
-        root = self.folder / DEEPSPEED_DIR
-        tag = f"step-{step}"
-        started = time.perf_counter()
-        root.mkdir(parents=True, exist_ok=True)
-        engine.save_checkpoint(
-            str(root), tag=tag, client_state={"ktrain_step": step}, save_latest=False
-        )
-        _barrier()  # every rank's shards are written before "latest" names them
-        if _rank() == 0:
-            _write_atomic(root / "latest", lambda f: f.write(tag.encode()))
-            tags = sorted((int(m.group(1)), n) for n in os.listdir(root) if (m := _TAG.match(n)))
-            for _, old in tags[: -self.keep]:
-                shutil.rmtree(root / old, ignore_errors=True)
-            size = sum(p.stat().st_size for p in (root / tag).rglob("*") if p.is_file())
-            seconds = time.perf_counter() - started
-            _emit_saved(step, size, seconds, f"{DEEPSPEED_DIR}/{tag}", seconds, seconds)
-        _barrier()
-        return root / tag
-
-    def _load_engine(self, engine: Any) -> tuple[Any, int] | None:
-        root = self.folder / DEEPSPEED_DIR
-        if not (root / "latest").is_file():
-            return None
-        path, client_state = engine.load_checkpoint(str(root))
-        if path is None:
-            return None
-        client_state = dict(client_state or {})
-        step = int(client_state.pop("ktrain_step"))
-        _emit_resumed(step, f"{DEEPSPEED_DIR}/step-{step}")
-        return client_state, step
-
 
 def _check_step(step: object) -> int:
     """``step`` as an int (numpy and torch integers too); one clear error otherwise."""
@@ -233,20 +229,50 @@ def _write_atomic(path: Path, write: Any) -> int:
     number of bytes written."""
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
     try:
-        # unbuffered: torch.save's records go to the file as they are, not through a buffer
-        # copy first (a path instead, written from C++, reports a full disk as an unreadable
-        # position mismatch, not ENOSPC)
         with open(tmp, "wb", buffering=0) as f:
-            write(f)
+            out = _WritingBack(f.fileno())
+            write(out)
             os.fsync(f.fileno())
-            size = f.tell()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     _fsync_folder(path.parent)
-    return size
+    return out.written
+
+
+class _WritingBack:
+    """A file for ``torch.save``/``pickle.dump`` that writes straight to ``fd`` (no buffer
+    copy; a full disk raises ENOSPC as it is) and starts the device writing every
+    :data:`WRITEBACK_BYTES` behind it: the final fsync then waits for the last stretch only,
+    not for the whole file, so serialising and the device's writing overlap. The written
+    pages also leave the page cache once on disk (a checkpoint is not read back soon)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.written = 0
+        self._kicked = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.write(self.fd, view[done:])
+        self.written += done
+        if self.written - self._kicked >= WRITEBACK_BYTES:
+            # DONTNEED on dirty pages starts their writeback without waiting for it (Linux)
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fadvise(self.fd, self._kicked, self.written - self._kicked,
+                                 os.POSIX_FADV_DONTNEED)  # fmt: skip
+            self._kicked = self.written
+        return done
+
+    def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return self.written
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -290,6 +316,17 @@ def _is_engine(state: Any) -> bool:
     return callable(getattr(state, "save_checkpoint", None)) and callable(
         getattr(state, "load_checkpoint", None)
     )
+
+
+def _holds_shards(state: Any) -> bool:
+    shards = sys.modules.get("torch.distributed.tensor") or sys.modules.get(
+        "torch.distributed._shard.sharded_tensor"
+    )
+    if shards is None:  # the program uses neither: nothing to look for
+        return False
+    from .checkpoint_shards import holds_shards
+
+    return holds_shards(state)
 
 
 def _dist() -> Any:
@@ -388,9 +425,12 @@ _WRITER = _Writer()
 
 
 def wait_all() -> None:
-    """Wait for the checkpoint being written (the job's end calls this); raises what the write
-    raised."""
+    """Wait for the checkpoint being written (the job's end calls this; so does every rank
+    after a DeepSpeed engine's decoupled save: it commits it); raises what the write raised."""
     _WRITER.wait()
+    shards = sys.modules.get(f"{__package__}.checkpoint_shards")
+    if shards is not None:
+        shards.finish_engine()
 
 
 def _stage(state: Any) -> Any:

@@ -69,3 +69,14 @@ def node_index(env: Mapping[str, str] | None = None) -> int:
             return int(value)
     rank = global_rank(env)
     return rank if rank is not None else 0
+
+
+def node_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``CROSS_RANK``/``CROSS_SIZE`` (this node, the number of nodes), as DeepSpeed's own
+    launcher sets them and its decoupled checkpoint writer reads them; empty when the
+    launcher did not say how many ranks a node has."""
+    env = os.environ if env is None else env
+    world, local = env.get("WORLD_SIZE", ""), env.get("LOCAL_WORLD_SIZE", "")
+    if not (world.isdigit() and local.isdigit() and int(local) > 0):
+        return {}
+    return {"CROSS_RANK": str(node_index(env)), "CROSS_SIZE": str(max(1, int(world) // int(local)))}

@@ -29,7 +29,7 @@ from typing import Any
 from .exits import PEER_LOST, peer_lost, write_rank_code
 from .mpi import rank_env
 from .protocol import Exit, Result, format_rank_line
-from .ranks import global_rank
+from .ranks import global_rank, node_env
 
 __all__ = ["main", "run_cell"]
 
@@ -275,6 +275,8 @@ def main(argv: list[str]) -> int:
     os.environ.update(rank_env(os.environ))  # an mpirun rank: RANK, MASTER_ADDR... for env://
     rank = _rank()
     os.environ.setdefault("RANK", str(rank))  # a TFJob's task, as every other kind names it
+    for key, value in node_env().items():  # DeepSpeed's decoupled checkpoint writer needs them
+        os.environ.setdefault(key, value)
     prefixer = _Prefixer(rank)
     prefixer.start()
     code = 0

@@ -333,3 +333,38 @@ def test_a_job_without_checkpoint_storage_is_told_its_checkpoints_will_not_survi
     assert inside.returncode == 0, inside.stderr
     assert "this job has no checkpoint storage" in inside.stderr
     assert "--checkpoints PVC:/checkpoints" in inside.stderr
+
+
+def test_a_rank_under_torchrun_gets_the_node_variables_deepspeeds_decoupled_writer_reads() -> None:
+    """DeepSpeed's launcher sets CROSS_RANK/CROSS_SIZE and its decoupled checkpoint writer
+    fails without them; torchrun sets neither, so the job's runtime derives them."""
+    from jupyter_ktrain.pod.ranks import node_env
+
+    env = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1", "RANK": "5"}
+    assert node_env(env) == {"CROSS_RANK": "1", "CROSS_SIZE": "2"}
+    assert node_env({"RANK": "0"}) == {}  # not said how many ranks a node has: left alone
+
+
+# DCP says it saves in one process: what this test means (warnings are errors in the tests)
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_sharded_true_writes_through_torch_distributed_checkpoint_and_loads_in_place(
+    tmp_path: Path, rank0: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One process (no process group): ``sharded=True`` goes through DCP's async_save all the
+    same; ``load(state)`` fills the given tensors in place."""
+    ckpt = ktrain.checkpoint(tmp_path)
+    w = torch.randn(256, 256, generator=torch.Generator().manual_seed(3))
+    ckpt.save({"w": w}, 4, sharded=True)
+    saved = w.clone()
+    w.add_(1.0)  # training goes on: the checkpoint is of the state as it was
+    ckpt.wait()
+    assert (tmp_path / "dcp" / "latest").read_text() == "step-4"
+    into = {"w": torch.zeros(256, 256)}
+    assert ckpt.load(into) == (into, 4)
+    assert torch.equal(into["w"], saved)
+    kinds = [(r["type"], r["file"]) for r in _records(capsys.readouterr().out)]
+    assert kinds == [("checkpoint", "dcp/step-4"), ("resume", "dcp/step-4")]
+    plain = ktrain.checkpoint(tmp_path / "plain")
+    plain.save({"w": w}, 1, block=True)
+    with pytest.raises(ValueError, match=r"without sharded=True: load them with ckpt.load\(\)"):
+        plain.load({"w": torch.zeros(256, 256)})
