@@ -10,6 +10,7 @@ first, often one that was only stopped): the ranks' own lines are the truth.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,21 +26,28 @@ if TYPE_CHECKING:
 __all__ = ["cancelled_headline", "exception_line", "failure_headline", "job_error", "raised_at"]
 
 TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(:.*)?$")  # ValueError: bad / KeyboardInterrupt
 _MAX_HEADLINE = 300
 
 
 def exception_line(lines: Sequence[str]) -> int | None:
     """Index of the exception line (``ValueError: bad``) of the last Python traceback in
     ``lines``: the first line after ``Traceback (most recent call last):`` that is not part
-    of a frame (frames, their code and ``^^^`` markers are indented). None without one."""
+    of a frame (frames, their code and ``^^^`` markers are indented) and reads as an exception
+    (``Name: message``, ``pkg.Name``). A rank's stdout and stderr reach its log apart, so a
+    line it printed may land inside its traceback (``rank 3 up``): that one is passed over,
+    unless no line reads as an exception. None without a traceback."""
     starts = [i for i, line in enumerate(lines) if line.strip() == TRACEBACK]
     if not starts:
         return None
-    for i in range(starts[-1] + 1, len(lines)):
-        line = lines[i]
-        if line.strip() and not line[0].isspace():
-            return i
-    return None
+    unindented = [
+        i
+        for i in range(starts[-1] + 1, len(lines))
+        if lines[i].strip() and not lines[i][0].isspace()
+    ]
+    named = [i for i in unindented if _EXCEPTION.match(lines[i].rstrip())]
+    found = named or unindented
+    return found[0] if found else None
 
 
 def raised_at(code: int | None, lines: Sequence[str]) -> int | None:

@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,8 +170,7 @@ def _own_checkpoints_load(engine: Any) -> Iterator[None]:
     if not is_decoupled(engine):
         yield
         return
-    import torch
-
+    torch = sys.modules["torch"]  # a DeepSpeed engine is there: so is torch (never imported here)
     ce = engine.checkpoint_engine
 
     def load(path: str, map_location: Any = None) -> Any:
@@ -189,8 +189,6 @@ _GROUP: list[Any] = []  # the writer's own gloo process group, made at the first
 
 def holds_shards(state: Any) -> bool:
     """``state`` holds a DTensor or a ShardedTensor (only when the program imported them)."""
-    import sys
-
     found = (
         getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None),
         getattr(sys.modules.get("torch.distributed._shard.sharded_tensor"), "ShardedTensor", None),

@@ -13,7 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
 from jupyter_ktrain.jobs import JobStatus
-from jupyter_ktrain.monitor.cell_error import exception_line, job_error
+from jupyter_ktrain.monitor.cell_error import exception_line, failure_headline, job_error
 from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line, lost_peer_line
 from jupyter_ktrain.pod.protocol import LogLine, parse_line
 
@@ -138,6 +138,23 @@ def test_last_traceback_wins_and_frames_are_not_the_exception() -> None:
     ]
     assert exception_line(lines) == 10
     assert exception_line(["no traceback here"]) is None
+
+
+def test_a_printed_line_that_lands_inside_the_traceback_is_not_the_exception() -> None:
+    """stdout and stderr reach a rank's log apart: ``rank 3 up`` (printed before it raised)
+    arrived after the traceback's first line, as seen in a pod's log."""
+    lines = [
+        "Traceback (most recent call last):",
+        "rank 3 up",
+        '  File "cell [4]", line 1, in <module>',
+        "    fail_or_hang()",
+        '    raise ValueError("no shard for rank 3")',
+        "ValueError: no shard for rank 3",
+    ]
+    assert exception_line(lines) == 5
+    assert failure_headline(3, 1, lines) == "rank 3 raised ValueError: no shard for rank 3"
+    bare = ["Traceback (most recent call last):", '  File "x", line 1', "KeyboardInterrupt"]
+    assert exception_line(bare) == 2
 
 
 def test_cancelled_and_failed_before_any_rank() -> None:

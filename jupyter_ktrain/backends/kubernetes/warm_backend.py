@@ -42,6 +42,10 @@ __all__ = ["WarmJobs", "forget_ended", "remember"]
 WARM_REFRESH_S = 10.0  # a listed warm job's runs and idle time: read at most this often
 
 
+# how long a run waits for the nodes of the run before, which failed on a node, to stop
+STOPPING_WAIT_S = 30.0
+
+
 class WarmJobs:
     """The warm side of one :class:`~.backend.KubernetesBackend` (``backend.warm``)."""
 
@@ -129,6 +133,13 @@ class WarmJobs:
 
         name, ns = job["metadata"]["name"], spec.namespace or self.b.namespace
         busy = self._active_run(name)
+        if busy is not None and self._stopping(name, busy):
+            # the run before failed on a node and the others are being stopped (the cell that
+            # ran it has raised already): the next run waits for them, not the user
+            deadline = time.monotonic() + STOPPING_WAIT_S
+            while busy is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                busy = self._active_run(name)
         if busy is not None:
             raise SpecError(
                 f"The warm job {name!r} is busy with run {busy}: wait for it, or stop it with "
@@ -222,6 +233,15 @@ class WarmJobs:
             for pod, raw in self.b.read_logs(name):
                 book.feed(pod, parse_line(raw))
         return book
+
+    def _stopping(self, name: str, run: int) -> bool:
+        """Run ``run`` failed on a node or was ordered to stop: its other nodes are ending it."""
+        rt = self.b.runtime(name)
+        if run in rt.aborted:
+            return True
+        return bool(self._book(name).failed_nodes(run)) or str(run) in (
+            control_of(self._configmap(name)).get("abort") or {}
+        )
 
     def _active_run(self, name: str) -> int | None:
         """The run ordered last, while some node has not ended it; None when idle."""
