@@ -219,8 +219,15 @@ def test_side_panel_through_the_prefix_lists_shows_logs_and_cancels(
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.on("request", lambda r: calls.append(r.url) if "/ktrain/api/" in r.url else None)
         try:
-            page.goto(f"{notebook.base}/lab?reset&token={notebook.token}")
-            page.wait_for_selector("#ktrain-jobs-panel", state="attached", timeout=90_000)
+            # the lab's page, served by the pod's Jupyter server through the prefix: its
+            # bundle loads in one to several tens of seconds on a loaded 2-core machine, so
+            # what is waited for is the panel in it, not the page's load event (30 s)
+            page.goto(
+                f"{notebook.base}/lab?reset&token={notebook.token}",
+                wait_until="commit",
+                timeout=90_000,
+            )
+            page.wait_for_selector("#ktrain-jobs-panel", state="attached", timeout=150_000)
             page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
             page.wait_for_function(f"() => ({rows})().includes('kf-long:Running')",
                                    timeout=60_000)  # fmt: skip
