@@ -25,7 +25,7 @@ def test_a_dropped_backend_ends_its_watches_without_a_garbage_collection() -> No
     try:
         backend = KubernetesBackend(config=Config(), api=object())  # type: ignore[arg-type]
         backend._watches["job"] = watch  # type: ignore[assignment]
-        assert backend.warm.b.name == backend.history.backend.name == "kubernetes"
+        assert backend.warm.backend.name == backend.history.backend.name == "kubernetes"
         del backend
         assert watch.stopped == 1
     finally:

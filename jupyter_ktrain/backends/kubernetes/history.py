@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from ...errors import ClusterError, JobNotFound
 from ...jobs import CANCELLED, JobStatus
 from ..history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
 from .logs import FollowedLines, split_stamped
+from .part import BackendPart
 from .status import NOT_CREATED, job_shape
 
 if TYPE_CHECKING:
@@ -33,22 +33,13 @@ __all__ = ["ClusterHistory"]
 BACKEND = "kubernetes"
 
 
-class ClusterHistory:
+class ClusterHistory(BackendPart):
     """The history of ``backend``'s jobs in its namespace."""
 
     def __init__(self, backend: KubernetesBackend) -> None:
-        # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
-        self._backend = weakref.ref(backend)
+        super().__init__(backend)
         self._kept: set[str] = set()  # uids this process kept (or found kept)
         self._last: dict[str, JobStatus] = {}  # uid -> the status this process kept last
-
-    @property
-    def backend(self) -> KubernetesBackend:
-        """The backend this belongs to (it lives as long as its owner holds it)."""
-        backend = self._backend()
-        if backend is None:
-            raise RuntimeError("the Kubernetes backend this belonged to is gone")
-        return backend
 
     def is_kept(self, job: dict[str, Any]) -> bool:
         uid = str(job["metadata"].get("uid") or "")

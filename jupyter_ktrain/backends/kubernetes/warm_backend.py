@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from ..base import Job, LaunchPlan, LogSource
 from ..warm import shape_changes, warm_shape
 from .api import ApiFailure, ns_path
 from .labels import SHAPE_ANNOTATION, WARM_LABEL
+from .part import BackendPart
 from .plan import KubernetesRequest, describe
 from .status import job_shape, job_state
 from .warm import (
@@ -46,38 +46,29 @@ WARM_REFRESH_S = 10.0  # a listed warm job's runs and idle time: read at most th
 STOPPING_WAIT_S = 30.0
 
 
-class WarmJobs:
+class WarmJobs(BackendPart):
     """The warm side of one :class:`~.backend.KubernetesBackend` (``backend.warm``)."""
 
     def __init__(self, backend: KubernetesBackend):
-        # weakly: the backend holds this; a cycle would keep it (and its watches) to a full GC
-        self._backend = weakref.ref(backend)
+        super().__init__(backend)
         self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
         self._courier: Courier | None = None
 
     @property
-    def b(self) -> KubernetesBackend:
-        """The backend this belongs to (it lives as long as its owner holds it)."""
-        backend = self._backend()
-        if backend is None:
-            raise RuntimeError("the Kubernetes backend this belonged to is gone")
-        return backend
-
-    @property
     def courier(self) -> Courier:
         if self._courier is None:
-            self._courier = Courier(self.b.api)
+            self._courier = Courier(self.backend.api)
         return self._courier
 
     def _nodes(self, name: str) -> int:
-        shape = self.b.shape(name)
+        shape = self.backend.shape(name)
         return shape.nodes if shape is not None else 1
 
     def _warm_jobs(self) -> list[dict[str, Any]]:
         """The live warm jobs of the namespace, newest first."""
         jobs = [
             j
-            for j in self.b.job_objects(f"{WARM_LABEL}=true")
+            for j in self.backend.job_objects(f"{WARM_LABEL}=true")
             if job_state(j)[0] in (PENDING, RUNNING)
         ]
         return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
@@ -93,7 +84,7 @@ class WarmJobs:
 
         live = self._warm_jobs()
         ended = forget_ended(
-            self.b.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
+            self.backend.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
         )
         named = [j for j in live if j["metadata"]["name"] == spec.name]
         same = [j for j in live if shape_of(j) == shape]
@@ -117,7 +108,7 @@ class WarmJobs:
                 f"job; {other!r} keeps its pods until its idle limit (`%ktrain warm {other} "
                 "--idle 0` ends it now)",
             )
-        if self.b.config.registry:
+        if self.backend.config.registry:
             notes.append("warm job: each run's program travels in its ConfigMap, not the registry")
         for gone in ended:
             notes.insert(0, f"the warm job {gone!r} has ended (its idle limit, or it was deleted)")
@@ -131,7 +122,7 @@ class WarmJobs:
         from .manifests import shipped_files
         from .podtemplate import CodeSource
 
-        name, ns = job["metadata"]["name"], spec.namespace or self.b.namespace
+        name, ns = job["metadata"]["name"], spec.namespace or self.backend.namespace
         busy = self._active_run(name)
         if busy is not None and self._stopping(name, busy):
             # the run before failed on a node and the others are being stopped (the cell that
@@ -154,17 +145,17 @@ class WarmJobs:
             f"job's key\n" + describe(request)
         )
         note = f"run on the warm job {name!r} (same shape: its pods are ready)"
-        return LaunchPlan(spec, program, self.b.name, request, text, files, (note,))
+        return LaunchPlan(spec, program, self.backend.name, request, text, files, (note,))
 
     def _configmap(self, name: str) -> dict[str, Any]:
-        path = ns_path("", "v1", self.b.namespace, "configmaps", f"{name}-code")
-        got: dict[str, Any] = self.b.api.get(path)
+        path = ns_path("", "v1", self.backend.namespace, "configmaps", f"{name}-code")
+        got: dict[str, Any] = self.backend.api.get(path)
         return got
 
     def _put_configmap(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Write the ledger (409 when another kernel wrote it first); the ConfigMap as now."""
-        path = ns_path("", "v1", self.b.namespace, "configmaps", f"{name}-code")
-        got: dict[str, Any] = self.b.api.request("PUT", path, body=body)
+        path = ns_path("", "v1", self.backend.namespace, "configmaps", f"{name}-code")
+        got: dict[str, Any] = self.backend.api.request("PUT", path, body=body)
         return got
 
     def _change_control(
@@ -183,7 +174,7 @@ class WarmJobs:
                 if exc.status != 409:
                     raise
                 continue
-            problems = self.courier.deliver(self.b.namespace, name, now)
+            problems = self.courier.deliver(self.backend.namespace, name, now)
             if problems and strict:
                 raise BackendError(
                     f"The warm job {name!r}'s order did not reach every pod: {'; '.join(problems)}."
@@ -203,11 +194,11 @@ class WarmJobs:
                 if exc.status == 409:
                     continue
                 raise
-            problems = self.courier.deliver(self.b.namespace, name, now, self._nodes(name))
+            problems = self.courier.deliver(self.backend.namespace, name, now, self._nodes(name))
             if problems:
                 self._stop_undelivered(name, run, problems)
-            self.b.remember_kind(name, plan.spec.kind)
-            return Job(name, self.b, plan, run=run)
+            self.backend.remember_kind(name, plan.spec.kind)
+            return Job(name, self.backend, plan, run=run)
         raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
 
     def _stop_undelivered(self, name: str, run: int, problems: list[str]) -> None:
@@ -225,18 +216,18 @@ class WarmJobs:
     def _book(self, name: str) -> RunBook:
         """The job's runs: as followed, or read from its pods' stored logs when no run is
         followed in this process (a cancel from another cell, a new kernel)."""
-        rt = self.b.runtime(name)
+        rt = self.backend.runtime(name)
         if rt.followers:
             return rt.book
         book = RunBook()
         with contextlib.suppress(ClusterError, JobNotFound):  # gone: no runs to read
-            for pod, raw in self.b.read_logs(name):
+            for pod, raw in self.backend.read_logs(name):
                 book.feed(pod, parse_line(raw))
         return book
 
     def _stopping(self, name: str, run: int) -> bool:
         """Run ``run`` failed on a node or was ordered to stop: its other nodes are ending it."""
-        rt = self.b.runtime(name)
+        rt = self.backend.runtime(name)
         if run in rt.aborted:
             return True
         return bool(self._book(name).failed_nodes(run)) or str(run) in (
@@ -249,7 +240,7 @@ class WarmJobs:
         return run if run and self._book(name).ended_nodes(run) < self._nodes(name) else None
 
     def latest_run(self, name: str) -> int | None:
-        job = self.b.job_object(name)
+        job = self.backend.job_object(name)
         if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
             return None
         with contextlib.suppress(ApiFailure):
@@ -257,9 +248,9 @@ class WarmJobs:
         return None
 
     def run_status(self, name: str, run: int) -> JobStatus:
-        job = self.b.status(name)
+        job = self.backend.status(name)
         nodes = self._nodes(name)
-        rt = self.b.runtime(name)
+        rt = self.backend.runtime(name)
         book = self._book(name)
         with rt.lock:
             status = book.status(name, run, nodes, job)
@@ -277,12 +268,12 @@ class WarmJobs:
         return status
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        rt = self.b.runtime(name)
-        return [_RunSource(s, run, rt) for s in self.b.log_sources(name)]
+        rt = self.backend.runtime(name)
+        return [_RunSource(s, run, rt) for s in self.backend.log_sources(name)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
         where: dict[str, int] = {}
-        for pod, raw in self.b.read_logs(name):
+        for pod, raw in self.backend.read_logs(name):
             if _in_run(pod, raw, run, where):
                 yield pod, raw
 
@@ -311,11 +302,11 @@ class WarmJobs:
 
         self._change_control(name, change)
         if seconds > 0:
-            return self.b.status(name)
+            return self.backend.status(name)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                status = self.b.status(name)
+                status = self.backend.status(name)
             except JobNotFound:  # ended, and already deleted with what it owned
                 why = "ended with --idle 0 and deleted with everything it owned"
                 return JobStatus(name, SUCCEEDED, "IdleLimit", why, finished=time.time())
