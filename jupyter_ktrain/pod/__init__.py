@@ -19,7 +19,8 @@ runner_files`).
     install.py         installs the job's pinned requirements the image lacks
     agent/             ``python -m jupyter_ktrain.pod.agent``: the per-replica runner (starts
                        torchrun, samples GPUs, serves Prometheus metrics, re-runs mpirun,
-                       holds a warm job's interpreter, mirrors a warm run's files)
+                       holds a warm job's interpreter, mirrors a warm run's files, stops
+                       what a rank that ended left running)
 
 Nothing here imports the rest of ``jupyter_ktrain``, and nothing but the standard library at
 import time (torch, pynvml, transformers only inside the functions that use them); a unit test

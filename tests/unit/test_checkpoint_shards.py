@@ -1,13 +1,14 @@
 """Checkpoints every rank writes a part of (``jupyter_ktrain.pod.checkpoint_shards``): sharded
 state through ``torch.distributed.checkpoint.async_save`` and a DeepSpeed engine with its
-decoupled writer, each on two real CPU ranks (torchrun, gloo), killed for real and resumed
-bit-identically."""
+decoupled writer, each on two real CPU ranks (the node's agent running torchrun, gloo, as a
+pod runs them), killed for real and resumed bit-identically."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,8 +114,8 @@ if __name__ == "__main__":
 
 
 def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProcess[str]:
-    """Two ranks under torchrun; whatever they leave behind (a killed rank's DeepSpeed
-    writer process) is ended with the session the run started in."""
+    """Two ranks under torchrun under the node's agent, as in a pod (the agent stops what a
+    killed rank leaves running, its DeepSpeed writer process)."""
     path = tmp / "train.py"
     path.write_text(textwrap.dedent(script))
     env = {
@@ -126,7 +127,8 @@ def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProc
         "CROSS_SIZE": "1",
         "RANK": "",
     }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd = [sys.executable, "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "off", "--"]
+    cmd += [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--standalone", str(path), *map(str, args)]
     out, err = tmp / "out.txt", tmp / "err.txt"
     with open(out, "w") as o, open(err, "w") as e:
@@ -137,6 +139,13 @@ def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProc
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
+
+
+def _running(pid: int) -> bool:
+    try:
+        return b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _records(out: str) -> list[dict[str, Any]]:
@@ -211,6 +220,11 @@ def test_a_deepspeed_engine_with_the_decoupled_writer_commits_latest_only_when_w
     # end, so "latest" still names step 2, which is whole
     killed = _torchrun(tmp_path, DEEPSPEED, 8, 6, tmp_path / "b", tmp_path / "killed.pt")
     assert killed.returncode != 0
+    # the killed rank's writer process did not outlive it (torchrun signals only live ranks)
+    writer = re.search(r"global_rank=1 +self.ckpt_process.pid=(\d+)", killed.stdout)
+    assert writer is not None, killed.stdout[-3000:]
+    assert not _running(int(writer[1])), f"the killed rank's writer (pid {writer[1]}) lives on"
+    assert "left running by a rank that ended" in killed.stdout
     assert (tmp_path / "b" / "deepspeed" / "latest").read_text() == "step-2"
     resumed = _torchrun(tmp_path, DEEPSPEED, 8, -1, tmp_path / "b", tmp_path / "resumed.pt")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

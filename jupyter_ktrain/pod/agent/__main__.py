@@ -7,4 +7,4 @@ import sys
 from .runner import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], adopt_orphans=True))

@@ -21,6 +21,8 @@ Usage: ``python -m jupyter_ktrain.pod.agent [--gpu-sampling on|off|auto] [--inte
   waits for the hostfile's pods and sets ``MASTER_ADDR``/``MASTER_PORT`` for mpirun to pass on
   (:mod:`..mpi`). Under mpirun, the ranks of a pod install requirements one at a time (a file
   lock: the first installs, the others find them there) and only local rank 0 samples the GPUs.
+- What a rank leaves running when it ends (a killed rank's DeepSpeed checkpoint writer, its
+  DataLoader workers) is adopted by the agent and stopped at once (:mod:`.orphans`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
 from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
+from .orphans import Orphans
 from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
 
@@ -185,8 +188,12 @@ def main(
     *,
     nvml: Nvml | None = None,
     popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+    adopt_orphans: bool = False,
 ) -> int:
-    """Run ``argv`` after ``--``; exit with its code (128+signal when it was killed)."""
+    """Run ``argv`` after ``--``; exit with its code (128+signal when it was killed).
+    ``adopt_orphans`` (the agent's own process: ``python -m jupyter_ktrain.pod.agent``) stops
+    what a rank that ended left running (:mod:`.orphans`); a process that runs this function
+    among other work (a test) must not adopt and stop its unrelated orphans."""
     try:
         opts, cmd = parse_args(argv)
     except ValueError as exc:
@@ -218,9 +225,14 @@ def main(
                 metrics.stop()
     exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
     env[EXIT_DIR_ENV] = exit_dir
+    orphans = Orphans(_say)
     forks = _start_forks(cmd, env)
+    if forks is not None:
+        orphans.keep(forks.proc.pid)
+    if adopt_orphans:
+        orphans.start()  # from here on, what a rank leaves running ends with it
     sys.stdout.flush()
-    child = popen(cmd, env=env)
+    child = orphans.popen(popen)(cmd, env=env)
     stopped = forward_signals(lambda: child)
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
@@ -233,6 +245,7 @@ def main(
             metrics.stop()
         if forks is not None:
             forks.stop()
+        orphans.close()
     return _verdict(code, exit_dir, stopped)
 
 
