@@ -147,8 +147,8 @@ class Checkpoints:
             def write() -> None:
                 begun = time.perf_counter()
                 size = _write_atomic(path, lambda f: _save(staged, f))
+                done = time.perf_counter()  # on disk; removing the oldest is not the write
                 self._prune()
-                done = time.perf_counter()
                 _emit_saved(step, size, done - started, path.name, blocked, done - begun)
 
             _WRITER.start(write, f"step-{step}.pt")
