@@ -104,6 +104,9 @@ def test_llm_finetune_pytorchjob_from_flags_matches_the_seed() -> None:
         # test_k8s_elastic_resume.py)
         "spec.elasticPolicy.maxRestarts",
         f"{c}.env[TORCH_DISABLE_SHARE_RDZV_TCP_STORE]",
+        # a deleted pod's replacement is admitted once the old one's heartbeat expired: 6 s,
+        # not torch's 15 s (bench/recovery.py, deleted pod)
+        "spec.elasticPolicy.rdzvConf",
         # training code gets no API token unless --service-account names an account
         f"{w}.template.spec.automountServiceAccountToken",
     }

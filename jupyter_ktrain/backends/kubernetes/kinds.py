@@ -143,6 +143,16 @@ def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict
 # issue 135712). With a store per round, the replacement rejoins.
 ELASTIC_ENV = (("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),)
 
+# A node that goes away (its pod deleted, preempted, evicted) does not leave the c10d
+# rendezvous: torchrun stopped by a signal keeps it open for the next round and never takes
+# itself out, so the others admit its replacement only once its keep-alive heartbeat expired,
+# ``keep_alive_interval`` x ``keep_alive_max_attempt`` after the last one (torch's default
+# 5 s x 3: a deleted pod's replacement, up in 2 s, waited about 13 s more; bench/recovery.py).
+# Every 2 s x 3 it waits about 5 s at most; a heartbeat is one compare-and-set on the
+# rendezvous store per node, and an agent stalled 6 s by a loaded node is still rare.
+# The operator passes ``rdzvConf`` to torchrun as ``PET_RDZV_CONF``.
+ELASTIC_RDZV_CONF = (("keep_alive_interval", "2"), ("keep_alive_max_attempt", "3"))
+
 
 @_registered
 def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
@@ -179,6 +189,7 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         restarts = spec.run_policy.max_restarts if e.max_restarts is None else e.max_restarts
         body["elasticPolicy"] = {
             "rdzvBackend": "c10d",
+            "rdzvConf": [{"key": k, "value": v} for k, v in ELASTIC_RDZV_CONF],
             "minReplicas": e.min_nodes,
             "maxReplicas": e.max_nodes,
             "maxRestarts": restarts,

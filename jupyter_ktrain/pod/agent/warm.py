@@ -1,10 +1,11 @@
 """A warm node: ``python -m jupyter_ktrain.pod.agent.warm``, the agent of a ``--warm`` job.
 
 Where a cold node runs torchrun once and exits, a warm node's agent stays: it imports torch
-(and ``$KTRAIN_WARM_PREIMPORT``, comma-separated) once, says it is ready (a ``ready`` record),
-then waits for runs. Each run is an order from the job's control (:class:`RunOrder`: the run's
-number and the folder that holds its program); the agent installs what the run's
-``requirements.txt`` pins and the image lacks, then forks one process per local rank from its
+and what torch imports on first use (:data:`PREIMPORTS`), and ``$KTRAIN_WARM_PREIMPORT``
+(comma-separated), once, says it is ready (a ``ready`` record), then waits for runs. Each run
+is an order from the job's control (:class:`RunOrder`: the run's number and the folder that
+holds its program); the agent installs what the run's ``requirements.txt`` pins and the image
+lacks, then forks one process per local rank from its
 ready interpreter (no new interpreter, no torch import: about 0.1 s to the first line, against
 seconds for torchrun) and each child runs :func:`jupyter_ktrain.pod.runtime.main` with the
 environment torchrun would give it. Measured with gloo on 2 x 2 ranks: fork 0.1-0.2 s to an
@@ -172,10 +173,17 @@ def rank_environ(env: Mapping[str, str], local_rank: int, run: int) -> dict[str,
     return out
 
 
+# What every rank imports: torch, and what torch imports on the first optimizer or DDP model
+# (``torch._dynamo``, with sympy: 1.9 s on top of torch's 2.2 s here, which a forked rank paid
+# at every restart and every warm run until it came in here; bench/recovery.py).
+PREIMPORTS = ("torch", "torch._dynamo")
+
+
 def preimport(env: Mapping[str, str]) -> list[str]:
-    """Import torch and ``$KTRAIN_WARM_PREIMPORT`` into this process (what every rank then
-    has for free); the names imported. A module that is not there is skipped."""
-    names = ["torch", *(n.strip() for n in env.get(PREIMPORT_ENV, "").split(",") if n.strip())]
+    """Import :data:`PREIMPORTS` and ``$KTRAIN_WARM_PREIMPORT`` into this process (what every
+    rank then has for free); the names imported. A module that is not there is skipped."""
+    extra = (n.strip() for n in env.get(PREIMPORT_ENV, "").split(",") if n.strip())
+    names = [*PREIMPORTS, *extra]
     done = []
     for name in dict.fromkeys(names):
         try:
