@@ -29,6 +29,7 @@ import yaml
 from jupyter_ktrain.backends.kubernetes.manifests import render
 from jupyter_ktrain.backends.kubernetes.validate import validate_objects
 from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.options import spec_from_yaml
 from jupyter_ktrain.pod.launch import node_command
 from jupyter_ktrain.spec_parts import DEFAULT_MAX_RESTARTS
@@ -253,3 +254,27 @@ def test_horovod_mpijob_matches_the_seed() -> None:
         "ttlSecondsAfterFinished": 3600,
         "backoffLimit": DEFAULT_MAX_RESTARTS,
     }
+
+
+def test_an_elastic_job_rejoins_a_replaced_pod_soon_and_keeps_the_users_rendezvous_settings() -> (
+    None
+):
+    """A node stopped by a signal never leaves torchrun's rendezvous: its replacement waits for
+    the old one's heartbeat to expire, so elastic jobs shorten that; the operator sets
+    ``PET_RDZV_CONF`` from ``rdzvConf`` after the container's environment, so a user's own
+    ``--env PET_RDZV_CONF=...`` is merged into ``rdzvConf`` instead of being overridden."""
+    job = ours("--name el --image img:1 --nodes 2 --elastic 2:4")
+    conf = {c["key"]: c["value"] for c in job["spec"]["elasticPolicy"]["rdzvConf"]}
+    assert conf == {"keep_alive_interval": "2", "keep_alive_max_attempt": "3"}
+
+    job = ours("--name el --image img:1 --nodes 2 --elastic 2:4 "
+               "--env PET_RDZV_CONF=last_call_timeout=5,keep_alive_interval=1")  # fmt: skip
+    conf = {c["key"]: c["value"] for c in job["spec"]["elasticPolicy"]["rdzvConf"]}
+    assert conf == {"keep_alive_interval": "1", "keep_alive_max_attempt": "3",
+                    "last_call_timeout": "5"}  # fmt: skip
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert "PET_RDZV_CONF" not in {e["name"] for e in pod["containers"][0]["env"]}
+
+    bad = from_flags("--name el --image img:1 --nodes 2 --elastic 2:4 --env PET_RDZV_CONF=x")
+    with pytest.raises(SpecError, match="'x' is not KEY=VALUE"):
+        render(bad)

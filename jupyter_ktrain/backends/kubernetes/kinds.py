@@ -150,8 +150,28 @@ ELASTIC_ENV = (("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),)
 # 5 s x 3: a deleted pod's replacement, up in 2 s, waited about 13 s more; bench/recovery.py).
 # Every 2 s x 3 it waits about 5 s at most; a heartbeat is one compare-and-set on the
 # rendezvous store per node, and an agent stalled 6 s by a loaded node is still rare.
-# The operator passes ``rdzvConf`` to torchrun as ``PET_RDZV_CONF``.
+# The operator passes ``rdzvConf`` to torchrun as ``PET_RDZV_CONF``, after the container's own
+# environment (so it would win over a ``--env PET_RDZV_CONF=...``: that is merged in instead).
 ELASTIC_RDZV_CONF = (("keep_alive_interval", "2"), ("keep_alive_max_attempt", "3"))
+RDZV_CONF_ENV = "PET_RDZV_CONF"
+
+
+def _rdzv_conf(spec: JobSpec) -> tuple[list[dict[str, str]], JobSpec]:
+    """The elastic policy's ``rdzvConf``: ours, with the keys of the user's ``--env
+    PET_RDZV_CONF=K=V,K=V`` over them; and ``spec`` without that variable (one source)."""
+    conf = dict(ELASTIC_RDZV_CONF)
+    raw = dict(spec.env).get(RDZV_CONF_ENV)
+    if raw is not None:
+        for item in filter(None, (part.strip() for part in raw.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise SpecError(
+                    f"--env {RDZV_CONF_ENV}={raw!r}: {item!r} is not KEY=VALUE; write e.g. "
+                    f"--env {RDZV_CONF_ENV}=last_call_timeout=5,join_timeout=900"
+                )
+            conf[key.strip()] = value.strip()
+        spec = spec.evolve(env=tuple(p for p in spec.env if p[0] != RDZV_CONF_ENV))
+    return [{"key": k, "value": v} for k, v in conf.items()], spec
 
 
 @_registered
@@ -160,6 +180,9 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     torchrun restarts the ranks of the pods that live on (``--max-restarts``, default the
     job's) and they rendezvous again with the pods made anew."""
     kind = KIND_TABLE[spec.kind]
+    rdzv_conf: list[dict[str, str]] = []
+    if spec.elastic is not None:
+        rdzv_conf, spec = _rdzv_conf(spec)
     extra = tuple(p for p in ELASTIC_ENV if p[0] not in dict(spec.env)) if spec.elastic else ()
     role = PodRole(
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
@@ -189,7 +212,7 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         restarts = spec.run_policy.max_restarts if e.max_restarts is None else e.max_restarts
         body["elasticPolicy"] = {
             "rdzvBackend": "c10d",
-            "rdzvConf": [{"key": k, "value": v} for k, v in ELASTIC_RDZV_CONF],
+            "rdzvConf": rdzv_conf,
             "minReplicas": e.min_nodes,
             "maxReplicas": e.max_nodes,
             "maxRestarts": restarts,
