@@ -1,7 +1,7 @@
 """A warm node: ``python -m jupyter_ktrain.pod.agent.warm``, the agent of a ``--warm`` job.
 
 Where a cold node runs torchrun once and exits, a warm node's agent stays: it imports torch
-and what torch imports on first use (:data:`PREIMPORTS`), and ``$KTRAIN_WARM_PREIMPORT``
+and sympy (:data:`PREIMPORTS`), and ``$KTRAIN_WARM_PREIMPORT``
 (comma-separated), once, says it is ready (a ``ready`` record), then waits for runs. Each run
 is an order from the job's control (:class:`RunOrder`: the run's number and the folder that
 holds its program); the agent installs what the run's ``requirements.txt`` pins and the image
@@ -173,10 +173,12 @@ def rank_environ(env: Mapping[str, str], local_rank: int, run: int) -> dict[str,
     return out
 
 
-# What every rank imports: torch, and what torch imports on the first optimizer or DDP model
-# (``torch._dynamo``, with sympy: 1.9 s on top of torch's 2.2 s here, which a forked rank paid
-# at every restart and every warm run until it came in here; bench/recovery.py).
-PREIMPORTS = ("torch", "torch._dynamo")
+# What every rank imports: torch, and sympy, which torch imports on the first optimizer or DDP
+# model (with ``torch._dynamo``: 1.9 s on top of torch's 2.2 s here, paid again by a forked rank
+# at every restart and every warm run). Not ``torch._dynamo`` itself: with it imported in the
+# server, a forked rank's DDP teardown deadlocked once in 3 runs of the quickstart notebook (the
+# gloo process group's destructor joins a worker thread that waits for the GIL it holds).
+PREIMPORTS = ("torch", "sympy")
 
 
 def preimport(env: Mapping[str, str]) -> list[str]:
