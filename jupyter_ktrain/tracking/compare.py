@@ -24,6 +24,7 @@ __all__ = ["Comparison", "comparison", "figure", "text"]
 
 MISSING = "—"
 POINTS = 2_000
+SELF = {"name"}  # the job's own name (``--name``): the columns already say it
 
 
 @dataclass
@@ -77,7 +78,7 @@ def comparison(backend: Backend, names: Sequence[str], metric: str | None = None
     if not out.curves:
         raise SpecError(f"No job of {', '.join(names)} reported {metric!r}: known {every}.")
     params = {name: (read_record(backend.name, name) or {}).get("params", {}) for name in names}
-    for key in sorted(set().union(*(set(p) for p in params.values()))):
+    for key in sorted(set().union(*(set(p) for p in params.values())) - SELF):
         values = {name: str(params[name].get(key, MISSING)) for name in names}
         if len(set(values.values())) > 1:
             out.differ[key] = values

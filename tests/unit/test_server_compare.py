@@ -47,6 +47,7 @@ def test_both_curves_of_the_metric_and_the_flag_that_differed(core: PanelCore) -
     differ = {p["name"]: p["values"] for p in payload["differ"]}
     assert differ["nodes"] == {"cmp-two": "2", "cmp-one": "1"}
     assert "procs_per_node" not in differ  # the same in both: not listed
+    assert "name" not in differ  # each job's own name heads its column already
 
 
 def test_another_metric_and_bad_requests(core: PanelCore) -> None:
