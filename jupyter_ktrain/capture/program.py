@@ -412,7 +412,7 @@ def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
 _EPILOGUE = """\
 if __name__ == "__main__":
     try:
-        from jupyter_ktrain.pod.runtime import run_cell
+        from jupyter_ktrain.pod.cell import run_cell
     except ImportError:  # run by hand without jupyter-ktrain: just execute the cell
         def run_cell(cell, namespace):
             exec(compile(cell, _KTRAIN_CELL_NAME, "exec"), namespace)
@@ -425,7 +425,7 @@ def _emit(
 ) -> str:
     """The program's text. ``_KTRAIN_LINES`` maps its lines back to the notebook cells they
     came from, (first line, line count, cell, first line in that cell) per definition, so a
-    traceback from the job can point at the cell (see :mod:`jupyter_ktrain.pod.runtime`)."""
+    traceback from the job can point at the cell (see :mod:`jupyter_ktrain.pod.tracebacks`)."""
     cells = sorted({i.cell for i in ordered if i.cell})
     head = ", ".join(f"[{c}]" for c in cells) or "none"
     parts: list[tuple[str, _Item | None]] = [
