@@ -38,7 +38,7 @@ def _to_notebook(
     frame: traceback.FrameSummary, program: str, spans: list[tuple[int, int, int, int]]
 ) -> traceback.FrameSummary | None:
     """The frame as the notebook sees it: a program line becomes ``cell [N]``, line M; the
-    product's own frames (this runtime, runpy, the program's glue) are left out."""
+    product's own frames (the rank's runtime, runpy, the program's glue) are left out."""
     name = frame.filename
     if name.startswith(_OURS[0]) or name in (_OURS[1], "<frozen runpy>"):
         return None
