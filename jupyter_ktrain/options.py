@@ -25,7 +25,7 @@ import yaml
 
 from .errors import SpecError
 from .spec import BACKENDS, KINDS, JobSpec, default_name
-from .spec_parts import CLEAN_POD_POLICIES, RESTART_POLICIES
+from .spec_scheduling import CLEAN_POD_POLICIES, RESTART_POLICIES
 
 __all__ = [
     "JOB_FLAGS",
