@@ -6,9 +6,10 @@ One :class:`MonitorModel` per job. The backend's follow loop feeds it:
   from :func:`~jupyter_ktrain.pod.protocol.parse_line` (``feed_text`` parses for you);
   ``node`` is the replica the stream came from, when the caller knows it;
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
-- ``set_replicas(rows)`` with the current replica table;
+- ``set_replicas(rows)`` with the current replica table (:class:`~jupyter_ktrain.jobs.ReplicaStatus`
+  rows as :func:`jupyter_ktrain.words.replica_rows` words them);
 - ``set_live(progress, restarting)`` with the backend's progress and whether the job restarts
-  (:mod:`.livestate`): the job's one live truth, which the side panel shows too. Until a
+  (:mod:`jupyter_ktrain.words`): the job's one live truth, which the side panel shows too. Until a
   backend says, ``progress`` is the model's own, from the records it was fed.
 
 Views read ``header``, ``progress`` (percent done and time left, from records with a
@@ -31,7 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..kinds import DEFAULT_KIND, job_kind
+from ..jobs import PENDING, QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
+from ..kinds import job_kind
 from ..pod.progress import JobProgress, Progress
 from ..pod.protocol import (
     METRIC,
@@ -46,20 +48,19 @@ from ..pod.protocol import (
     parse_record,
     record_type,
 )
+from ..words import replica_restart_text
 from .downsample import StreamingDownsampler
 from .fold import RepeatFold, shown_text
 from .nccl import NcclTransportParser, Transport
-from .viewmodel import PENDING, QUEUED, RUNNING, TERMINAL_STATES, log_label, restart_text
 
 __all__ = [
     "GPU_FIELDS",
-    "TERMINAL_STATES",
     "Alert",
     "JobHeader",
     "LogEntry",
     "Marker",
     "MonitorModel",
-    "ReplicaRow",
+    "log_label",
 ]
 
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
@@ -67,16 +68,14 @@ GPU_FIELDS = ("util", "mem_used", "power", "temp")
 
 @dataclass
 class JobHeader:
-    """The header line of the monitor. ``start_time``/``end_time`` are epoch seconds."""
+    """The header line of the monitor: the job, its ``shape`` (how it was started), and the
+    state the monitor last saw. ``start_time``/``end_time`` are epoch seconds."""
 
     name: str
-    kind: str = DEFAULT_KIND
+    shape: JobShape = field(default_factory=JobShape)
     backend: str = "local"
     state: str = PENDING
     message: str = ""
-    nodes: int = 1
-    procs_per_node: int = 1
-    gpus_per_node: int = 0
     image_digest: str | None = None
     start_time: float | None = None
     end_time: float | None = None
@@ -89,19 +88,15 @@ class JobHeader:
 
     @property
     def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return is_terminal(self.state)
 
 
-@dataclass(frozen=True)
-class ReplicaRow:
-    """One replica: a pod (Kubernetes) or a local node process."""
-
-    name: str
-    phase: str
-    restarts: int = 0
-    node: str = ""
-    last_event: str = ""
-    restart_cause: str = ""  # "restarted after ...": why its restart count last grew
+def log_label(rank: int | None, source: str, node: int | None) -> str:
+    """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown):
+    a log line's label in every view (the cell, the widget, the panel)."""
+    if rank is not None:
+        return f"rank{rank}"
+    return source if node is None else f"{source}@{node}"
 
 
 @dataclass(frozen=True)
@@ -176,7 +171,7 @@ class MonitorModel:
         self.silence_s = silence_s
         self.low_util_pct = low_util_pct
         self.low_util_s = low_util_s
-        self.replicas: list[ReplicaRow] = []
+        self.replicas: list[ReplicaStatus] = []
         self.logs: deque[LogEntry] = deque(maxlen=max_lines)
         self.rank_logs: dict[str, deque[LogEntry]] = {}
         self._max_per_rank = max_lines_per_rank
@@ -240,7 +235,7 @@ class MonitorModel:
         if state == RUNNING and h.start_time is None:
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
-        if state in TERMINAL_STATES:
+        if is_terminal(state):
             h.end_time = now if h.end_time is None else h.end_time
             for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
                 del self._alerts[key]
@@ -254,7 +249,10 @@ class MonitorModel:
         self.version += 1
 
     def set_replicas(
-        self, rows: Iterable[ReplicaRow], now: float | None = None, max_restarts: int | None = None
+        self,
+        rows: Iterable[ReplicaStatus],
+        now: float | None = None,
+        max_restarts: int | None = None,
     ) -> None:
         """The replica table; a replica whose restart count grew gets a ``restart`` alert
         (which one, why, the count against ``max_restarts``), kept for the rest of the run."""
@@ -264,11 +262,10 @@ class MonitorModel:
         before = {r.name: r.restarts for r in self.replicas}
         for r in rows:
             if r.restarts > before.get(r.name, 0):
-                why = r.restart_cause or r.last_event
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",
-                    restart_text(r.name, r.restarts, why, max_restarts),
+                    replica_restart_text(r, max_restarts),
                     now if now is not None else time.time(),
                 )
         self.replicas = rows
@@ -320,7 +317,7 @@ class MonitorModel:
         """Whether data crosses a network: NCCL loads a network plugin (and logs "Using
         network Socket") in every job, but one node's ranks talk over NVLink, PCIe or shared
         memory only."""
-        return self.header.nodes > 1
+        return self.header.shape.nodes > 1
 
     @property
     def transport(self) -> Transport | None:
@@ -452,7 +449,7 @@ class MonitorModel:
     def _concurrent_steps(self) -> bool:
         """A driver-only kind (Ray): its tasks report as the driver, many at once, so a step
         lower than the last is another task's, come late, not a restarted run's."""
-        kind = job_kind(self.header.kind)
+        kind = job_kind(self.header.shape.kind)
         return kind is not None and kind.driver_only
 
     def _rewound(self, series: tuple[int, str], x: float) -> None:
