@@ -6,16 +6,18 @@ One :class:`MonitorModel` per job. The backend's follow loop feeds it:
   from :func:`~jupyter_ktrain.pod.protocol.parse_line` (``feed_text`` parses for you);
   ``node`` is the replica the stream came from, when the caller knows it;
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
-- ``set_replicas(rows)`` with the current replica table (:class:`~jupyter_ktrain.jobs.ReplicaStatus`
-  rows as :func:`jupyter_ktrain.words.replica_rows` words them);
+- ``set_replicas(rows)`` with the current replica table (the backend's
+  :class:`~jupyter_ktrain.jobs.ReplicaStatus` rows, as :func:`jupyter_ktrain.words.replica_rows`
+  words them);
 - ``set_live(progress, restarting)`` with the backend's progress and whether the job restarts
-  (:mod:`jupyter_ktrain.words`): the job's one live truth, which the side panel shows too. Until a
-  backend says, ``progress`` is the model's own, from the records it was fed.
+  (:mod:`jupyter_ktrain.words`): the job's one live truth, which the side panel shows too.
+  Until a backend says, ``progress`` is the model's own, from the records it was fed.
 
 Views read ``header``, ``progress`` (percent done and time left, from records with a
 ``total``: see :mod:`.progress`), ``replicas``, ``logs`` / ``rank_logs`` (bounded ring
-buffers: older lines leave the view, never the log files), ``metrics`` and ``gpus``
-(streaming-downsampled series), ``transport`` and ``alerts()``. ``version`` grows on every
+buffers: older lines leave the view, never the log files; the model is a
+:class:`~.logbook.LogBook`), ``metrics`` and ``gpus`` (streaming-downsampled series),
+``transport`` and ``alerts()``. ``version`` grows on every
 change, so a view can skip a redraw when nothing happened. Call ``check(now)`` on a timer:
 some alerts depend on time passing without lines (a rank going silent).
 
@@ -27,8 +29,7 @@ Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,17 +51,15 @@ from ..pod.protocol import (
 )
 from ..words import replica_restart_text
 from .downsample import StreamingDownsampler
-from .fold import RepeatFold, shown_text
+from .logbook import LogBook
 from .nccl import NcclTransportParser, Transport
 
 __all__ = [
     "GPU_FIELDS",
     "Alert",
     "JobHeader",
-    "LogEntry",
     "Marker",
     "MonitorModel",
-    "log_label",
 ]
 
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
@@ -89,31 +88,6 @@ class JobHeader:
     @property
     def finished(self) -> bool:
         return is_terminal(self.state)
-
-
-def log_label(rank: int | None, source: str, node: int | None) -> str:
-    """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown):
-    a log line's label in every view (the cell, the widget, the panel)."""
-    if rank is not None:
-        return f"rank{rank}"
-    return source if node is None else f"{source}@{node}"
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One log line as shown: ``seq`` is its arrival number, ``t`` the kernel time it came."""
-
-    seq: int
-    t: float
-    text: str
-    source: str = "rank"  # "rank" | "agent" | "node"
-    rank: int | None = None
-    node: int | None = None
-
-    @property
-    def label(self) -> str:
-        """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
-        return log_label(self.rank, self.source, self.node)
 
 
 @dataclass(frozen=True)
@@ -150,7 +124,7 @@ class _GpuWatch:
     last: dict[str, Any] = field(default_factory=dict)
 
 
-class MonitorModel:
+class MonitorModel(LogBook):
     """State of one job's monitor (see module docstring for the contract)."""
 
     def __init__(
@@ -171,22 +145,15 @@ class MonitorModel:
         self.silence_s = silence_s
         self.low_util_pct = low_util_pct
         self.low_util_s = low_util_s
+        super().__init__(max_lines, max_lines_per_rank)
         self.replicas: list[ReplicaStatus] = []
-        self.logs: deque[LogEntry] = deque(maxlen=max_lines)
-        self.rank_logs: dict[str, deque[LogEntry]] = {}
-        self._max_per_rank = max_lines_per_rank
         self.metrics: dict[tuple[int, str], StreamingDownsampler] = {}
         self.gpus: dict[tuple[int, int, str], StreamingDownsampler] = {}
         self.gpu_last: dict[tuple[int, int], dict[str, Any]] = {}
         self.last_records: dict[str, dict[str, Any]] = {}
         self.transports: dict[str, Transport] = {}
         self.version = 0
-        self.line_count = 0
         self.record_count = 0
-        self.repeats_folded = 0  # Trainer log lines another rank had already printed
-        self._fold = RepeatFold()
-        self._seq = 0
-        self._rank_left: dict[str, tuple[int, int]] = {}  # label -> (lines left, newest seq)
         self._nccl: dict[str, NcclTransportParser] = {}
         self._talkers: dict[int, _Talker] = {}
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
@@ -196,8 +163,6 @@ class MonitorModel:
         self._progress = JobProgress()
         self._live_progress: Progress | None = None  # the backend's (see set_live)
         self.restarting = False  # the job starts its nodes again after a fault
-        self.lines_left = 0  # lines that left the all-ranks view (its buffer was full)
-        self._left_seq = 0  # the newest of those
         self.markers: list[Marker] = []  # restarts, in the metric plots (x = step)
         self.resumes = 0
         self._world_size: int | None = None  # as the last checkpoint or resume said
@@ -220,7 +185,7 @@ class MonitorModel:
             self.record_count += 1
             self._record(line, line.record, now, node)
             return
-        self._log(line, now, node)
+        self._keep_line(line, now, node)
         if "NCCL " in line.text:
             self._nccl_line(line, node, now)
 
@@ -332,25 +297,6 @@ class MonitorModel:
                 return t
         return found[0] if found else None
 
-    def labels(self) -> list[str]:
-        """Log sources seen so far, ranks first in rank order."""
-
-        def order(label: str) -> tuple[int, int, str]:
-            if label.startswith("rank"):
-                return (0, int(label[4:]), label)
-            return (1, 0, label)
-
-        return sorted(self.rank_logs, key=order)
-
-    def lines_after(self, seq: int, label: str | None = None) -> Iterator[LogEntry]:
-        """Entries newer than ``seq`` (all sources, or one ``label``), oldest first."""
-        buf = self.logs if label is None else self.rank_logs.get(label, ())
-        if not buf or buf[-1].seq <= seq:
-            return iter(())
-        if buf[0].seq > seq:
-            return iter(buf)
-        return (e for e in reversed(list(_tail_after(buf, seq))))
-
     @property
     def progress(self) -> Progress | None:
         """Percent done and time left, once a record with a ``total`` came (else None): the
@@ -359,15 +305,6 @@ class MonitorModel:
             return self._live_progress
         return self._progress.progress
 
-    def left_after(self, seq: int, label: str | None = None) -> int:
-        """Whether lines newer than ``seq`` left the view (``label``'s, or all ranks') before a
-        reader saw them: how many (0: none, every line after ``seq`` is still held). Lines
-        folded as repeats (:mod:`.fold`) never count: they were not shown at all."""
-        if label is None:
-            return self.lines_left if self._left_seq > seq else 0
-        left = self._rank_left.get(label)
-        return left[0] if left is not None and left[1] > seq else 0
-
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
 
@@ -375,25 +312,6 @@ class MonitorModel:
         return round(t - (self._t0 if self._t0 is not None else t), 3)
 
     # -- internals ----------------------------------------------------------------------
-    def _log(self, line: LogLine, now: float, node: int | None) -> None:
-        self._seq += 1
-        self.line_count += 1
-        entry = LogEntry(self._seq, now, shown_text(line.text), line.source, line.rank, node)
-        if self._fold.repeat(line.rank, line.text, now):
-            self.repeats_folded += 1
-        else:
-            if len(self.logs) == self.logs.maxlen:
-                self.lines_left += 1
-                self._left_seq = self.logs[0].seq
-            self.logs.append(entry)
-        buf = self.rank_logs.get(entry.label)
-        if buf is None:
-            buf = self.rank_logs[entry.label] = deque(maxlen=self._max_per_rank)
-        if len(buf) == buf.maxlen:
-            count = self._rank_left.get(entry.label, (0, 0))[0]
-            self._rank_left[entry.label] = (count + 1, buf[0].seq)
-        buf.append(entry)
-
     def _heard(self, rank: int, now: float) -> None:
         talker = self._talkers.get(rank)
         if talker is None:
@@ -567,11 +485,3 @@ class MonitorModel:
 
 def _num(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) else default
-
-
-def _tail_after(buf: deque[LogEntry], seq: int) -> Iterator[LogEntry]:
-    """Entries with ``.seq > seq`` from the newest backwards (cheap for a short tail)."""
-    for entry in reversed(buf):
-        if entry.seq <= seq:
-            return
-        yield entry

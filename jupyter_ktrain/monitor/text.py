@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
+from ..failures import classify, signal_failure
 from ..jobs import CANCELLED, FAILED
 from ..pod.progress import fmt_duration, progress_text
 from ..pod.protocol import METRIC, metric_values
 from ..words import ended_by_user, run_words
 from .cell_error import cancelled_headline, failure_headline
-from .model import LogEntry, MonitorModel
+from .logbook import LogEntry
+from .model import MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
 
 if TYPE_CHECKING:
@@ -220,8 +222,6 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
 def _explanation(code: int | None, lines: list[str]) -> str:
     """What a rank's end means and what to do, when its lines or its signal say more than the
     headline: ``OOM: out of memory (...): lower the batch size ...``."""
-    from ..failures import classify, signal_failure
-
     said = classify(lines, None if signal_failure(code) else code)
     if said.kind != "error":
         return str(said)

@@ -21,15 +21,21 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..backends import get_backend
+from ..backends.base import Job
 from ..backends.capabilities import job_shape
+from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, FAILED
 from ..monitor.fold import RepeatFold, shown_text
-from ..monitor.model import log_label
+from ..monitor.live import LogReplay
+from ..monitor.logbook import log_label
+from ..monitor.text import failure_summary
 from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
+from .compare import compare_payload
 from .payloads import (
     BackendProblem,
     ComparePayload,
@@ -63,8 +69,6 @@ _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
 def get_backend_by_name(name: str) -> Backend:
-    from ..backends import get_backend
-
     return get_backend(name)
 
 
@@ -140,8 +144,6 @@ class PanelCore:
         """The backends ``names()`` lists, each set up from the user's config
         (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
         backend=kubernetes context=...` shows in the open panel at its next refresh."""
-        from ..backends import get_backend
-        from ..config import Config, load_config
 
         def resolve() -> dict[str, Hashable]:
             config = load_config()
@@ -212,9 +214,6 @@ class PanelCore:
         """The cell's failure summary (first failing rank, kind, last lines), or None."""
         if status.state not in (FAILED, CANCELLED) or ended_by_user(status):
             return None
-        from ..backends.base import Job
-        from ..monitor.text import failure_summary
-
         return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
 
     def logs(
@@ -330,8 +329,6 @@ class PanelCore:
         self, names: list[str], metric: str | None = None, backend: str | None = None
     ) -> ComparePayload:
         """``%ktrain compare``'s comparison of ``names`` (jobs of one backend), for the panel."""
-        from .compare import compare_payload
-
         found = {self._find(name, backend)[0] for name in names}
         if len(found) > 1:
             raise SpecError(
@@ -366,8 +363,6 @@ class _MetricFeed:
     def __init__(
         self, name: str, started: float | None, kind: str | None, plot_points: int
     ) -> None:
-        from ..monitor.live import LogReplay
-
         self.started = started
         self.replay = LogReplay(
             name,
