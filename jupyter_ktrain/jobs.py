@@ -40,6 +40,7 @@ __all__ = [
     "CANCELLED_REASON",
     "DELETED",
     "DELETED_AFTER_END",
+    "DELETED_REASON",
     "DELETED_WHILE_RUNNING",
     "FAILED",
     "JOB_STATES",
@@ -95,6 +96,8 @@ DELETED_WHILE_RUNNING = "its pod was deleted while it still ran, as the job ende
 DELETED_AFTER_END = "its pod was deleted as the job ended"
 TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
 
+# the reason of a job that is gone while followed or cancelled on a cluster: it reads Cancelled
+DELETED_REASON = "Deleted"
 CANCELLED_BY_USER = "cancelled by the user"
 CANCELLED_REASON = "CancelledByUser"
 
@@ -106,9 +109,9 @@ def is_terminal(state: str | None) -> bool:
 
     ``Deleted`` is a job that is gone: no backend writes it as a job's state (a job deleted
     while followed, or cancelled on a cluster, reads ``Cancelled`` with the reason
-    ``Deleted``: :mod:`jupyter_ktrain.monitor.follow`), and a replica whose pod was deleted
-    reads it as its phase (:class:`ReplicaPhase`). A job in it is over all the same: nothing
-    it does changes any more, so a follow loop that sees it stops."""
+    :data:`DELETED_REASON`: :mod:`jupyter_ktrain.monitor.follow`), and a replica whose pod
+    was deleted reads it as its phase (:class:`ReplicaPhase`). A job in it is over all the
+    same: nothing it does changes any more, so a follow loop that sees it stops."""
     return state in TERMINAL_STATES
 
 

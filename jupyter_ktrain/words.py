@@ -9,8 +9,12 @@ second and the side panel's server at each poll, from the same store (a local jo
 the views say of it is decided here, so no view words a state, a restart or a warm job its
 own way:
 
+- :func:`status_words`: everything the views say of one status, worded at once
+  (:class:`StatusWords`): the cell's header and replica table (through the follow loop's
+  sink), the panel's payloads, ``%ktrain list`` and the CLI each show the part they have room
+  for. The pieces it is made of, each used alone where a view needs only it:
 - :func:`describe`: the job in one line (``Running · 42% (420/1000) · 1m 30s left ·
-  reason``: ``%ktrain list``, the CLI's and the magic's replies);
+  reason``: ``%ktrain list``, the CLI's and the magic's replies, a job handle's ``repr``);
 - :func:`state_message`: what follows the state in the cell's header and text (the reason and
   message, or which rank failed first);
 - :func:`status_text`: ``%ktrain status NAME`` (state and why, times, exit codes, replicas);
@@ -31,12 +35,13 @@ Pure: no I/O, no widget imports.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .jobs import CANCELLED, FAILED, RUNNING, JobStatus, ReplicaPhase, ReplicaStatus, WarmInfo
 from .pod.progress import fmt_duration, progress_short, progress_text
 
 __all__ = [
+    "StatusWords",
     "describe",
     "ended_by_user",
     "progress_words",
@@ -48,6 +53,7 @@ __all__ = [
     "run_words",
     "state_message",
     "status_text",
+    "status_words",
     "warm_text",
     "warm_words",
 ]
@@ -76,18 +82,44 @@ def progress_words(status: JobStatus, now: float) -> tuple[str, str] | None:
     return progress_text(p, now, ended, again), progress_short(p, now, ended, again)
 
 
+@dataclass(frozen=True)
+class StatusWords:
+    """Everything the views say of one status, worded once (:func:`status_words`)."""
+
+    line: str  # the job in one line (describe)
+    message: str  # what follows the state in the cell's header (state_message)
+    progress: tuple[str, str] | None  # (text, short) of its progress; None before any
+    warm: tuple[str, str] | None  # (text, short) of a warm job's runs; None for another job
+    restarting: bool  # it starts its nodes again after a fault: no time left counting down
+    replicas: tuple[ReplicaStatus, ...]  # the replica table, each row worded (replica_row)
+
+
+def status_words(
+    status: JobStatus, now: float | None = None, run: int | None = None
+) -> StatusWords:
+    """What every view says of ``status`` at ``now`` (of warm run ``run`` when given)."""
+    now = time.time() if now is None else now
+    progress = progress_words(status, now)
+    warm = None
+    if status.warm is not None:
+        warm = (warm_text(status.warm, now, status.terminal), warm_words(status, now))
+    parts: list[str] = [status.state]
+    parts += [] if progress is None else [progress[0]]
+    parts += [] if warm is None else [warm[0]]
+    parts += [status.reason] if status.reason else []
+    return StatusWords(
+        line=" · ".join(parts),
+        message=state_message(status),
+        progress=progress,
+        warm=warm,
+        restarting=restarting(status),
+        replicas=tuple(replica_rows(status, run)),
+    )
+
+
 def describe(status: JobStatus, now: float | None = None) -> str:
     """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
-    now = time.time() if now is None else now
-    parts: list[str] = [status.state]
-    words = progress_words(status, now)
-    if words is not None:
-        parts.append(words[0])
-    if status.warm is not None:
-        parts.append(warm_text(status.warm, now, status.terminal))
-    if status.reason:
-        parts.append(status.reason)
-    return " · ".join(parts)
+    return status_words(status, now).line
 
 
 def state_message(status: JobStatus) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..jobs import JobShape
 from ..pod.protocol import LogLine, parse_line
-from ..words import replica_rows, restarting, state_message
+from ..words import status_words
 from .model import JobHeader, MonitorModel
 from .torchrun import TorchrunFold
 
@@ -97,13 +97,13 @@ class ModelSink:
             h.start_time = status.started
         if status.replicas and h.shape.nodes < len(status.replicas):
             h.shape = replace(h.shape, nodes=len(status.replicas))
-        message = state_message(status)
+        said = status_words(status, now, h.run)
         if status.terminal and status.finished is not None and h.end_time is None:
             h.end_time = status.finished
-        self.model.set_state(status.state, now, message)
+        self.model.set_state(status.state, now, said.message)
         # the backend's progress: the same the side panel shows (one truth: jupyter_ktrain.words)
-        self.model.set_live(status.progress, restarting(status))
-        self.model.set_replicas(replica_rows(status, h.run), now, max_restarts=status.max_restarts)
+        self.model.set_live(status.progress, said.restarting)
+        self.model.set_replicas(said.replicas, now, max_restarts=status.max_restarts)
         for e in status.evictions:
             self.model.evicted(e.reason, e.text, e.count, now)
         if status.admitted_by:

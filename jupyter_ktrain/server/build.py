@@ -28,6 +28,7 @@ from .payloads import (
 if TYPE_CHECKING:
     from ..jobs import JobStatus, ReplicaStatus
     from ..monitor.model import MonitorModel
+    from ..words import StatusWords
 
 __all__ = [
     "job_detail",
@@ -40,8 +41,9 @@ __all__ = [
 
 
 def job_summary(status: JobStatus, backend: str, now: float) -> JobSummary:
-    """One job's row, worded as every view words it (:mod:`~jupyter_ktrain.words`)."""
+    """One job's row, worded as every view words it (:func:`jupyter_ktrain.words.status_words`)."""
     started = status.started
+    said = words.status_words(status, now)
     return {
         "name": status.name,
         "backend": backend,
@@ -51,15 +53,15 @@ def job_summary(status: JobStatus, backend: str, now: float) -> JobSummary:
         "started": started,
         "finished": status.finished,
         "age_s": None if started is None else round(max(0.0, now - started), 1),
-        "progress": progress_payload(status, now),
-        "warm": warm_payload(status, now),
+        "progress": progress_payload(status, said, now),
+        "warm": warm_payload(status, said, now),
         "history": status.from_history,
     }
 
 
-def warm_payload(status: JobStatus, now: float) -> WarmPayload | None:
+def warm_payload(status: JobStatus, said: StatusWords, now: float) -> WarmPayload | None:
     w = status.warm
-    if w is None:
+    if w is None or said.warm is None:
         return None
     return {
         "runs": w.runs,
@@ -68,24 +70,24 @@ def warm_payload(status: JobStatus, now: float) -> WarmPayload | None:
         "idle_limit_s": w.idle_limit_s,
         "gpus": w.gpus,
         "idle_gpu_hours": round(w.idle_gpu_hours(now), 4),
-        "text": words.warm_text(w, now, status.terminal),
-        "short": words.warm_words(status, now),
+        "text": said.warm[0],
+        "short": said.warm[1],
     }
 
 
-def progress_payload(status: JobStatus, now: float) -> ProgressPayload | None:
-    p, said = status.progress, words.progress_words(status, now)
-    if p is None or said is None:
+def progress_payload(status: JobStatus, said: StatusWords, now: float) -> ProgressPayload | None:
+    p = status.progress
+    if p is None or said.progress is None:
         return None
-    left = None if status.terminal or words.restarting(status) else p.remaining(now)
+    left = None if status.terminal or said.restarting else p.remaining(now)
     return {
         "step": p.step,
         "done": p.steps_done,
         "total": p.total,
         "percent": p.percent,
         "eta_s": None if left is None else round(left, 1),
-        "text": said[0],
-        "short": said[1],
+        "text": said.progress[0],
+        "short": said.progress[1],
     }
 
 

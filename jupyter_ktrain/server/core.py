@@ -26,7 +26,7 @@ from ..backends.base import Job
 from ..backends.capabilities import job_shape
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..jobs import CANCELLED, FAILED
+from ..jobs import CANCELLED, DELETED_REASON, FAILED
 from ..monitor.fold import RepeatFold, shown_text
 from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
@@ -350,7 +350,7 @@ class PanelCore:
             gone = replace(
                 status,
                 state=CANCELLED,
-                reason="Deleted",
+                reason=DELETED_REASON,
                 message="cancelled: the job and its pods were deleted",
                 replicas=(),
             )

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
-from ..jobs import View
+from ..jobs import CANCELLED, View
 from ..monitor.logbook import LogEntry
 from ..monitor.model import MonitorModel
 from ..monitor.text import TextView, header_text
@@ -240,8 +240,8 @@ class MonitorView:
         if not h.finished:
             return
         self.cancel_button.disabled = True
-        self.cancel_button.description = "Cancelled" if h.state == "Cancelled" else "Cancel"
-        self.cancel_button.icon = "ban" if h.state == "Cancelled" else "stop"
+        self.cancel_button.description = "Cancelled" if h.state == CANCELLED else "Cancel"
+        self.cancel_button.icon = "ban" if h.state == CANCELLED else "stop"
 
     # -- header, replicas, alerts -------------------------------------------------------
     def _update_header(self, now: float) -> None:
