@@ -17,7 +17,7 @@ here, so they cannot drift:
 To add a plot: a record field becomes a metric panel by itself; a new GPU field goes in
 :data:`GPU_TITLES` (and the agent's sampler). The palette and the payload types reach
 TypeScript through ``scripts/gen_ts.py`` (``labextension/src/palette.ts``, ``payloads.ts``).
-Pure and stdlib only (the job-side runtime imports the states).
+Pure and stdlib only.
 """
 
 from __future__ import annotations
