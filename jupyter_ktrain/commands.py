@@ -26,10 +26,10 @@ from .backends.base import Backend, Job
 from .backends.capabilities import warm_capable
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import CANCELLED, JobStatus
-from .monitor.text import status_text
 from .spec import check_job_name
 from .tracking import session as tracking
 from .tracking.store import job_dir
+from .words import describe, status_text
 
 __all__ = [
     "COMMANDS",
@@ -194,7 +194,7 @@ def list_jobs(target: Target) -> Reply:
         except KtrainError as exc:
             problems.append(f"{name}: {exc}")
             continue
-        rows += [f"{s.name:32} {name:10} {s.describe()}".rstrip() for s in statuses]
+        rows += [f"{s.name:32} {name:10} {describe(s)}".rstrip() for s in statuses]
     text = ""
     if rows:
         text = f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows)
@@ -271,7 +271,7 @@ def warm(target: Target, name: str, idle: str) -> Reply:
     seconds = parse_duration(idle)
     status = warm_capable(target.open(), name).set_idle_limit(name, seconds)
     if seconds <= 0:
-        return Reply(f"Ended the warm job {name!r} ({status.describe()}).")
+        return Reply(f"Ended the warm job {name!r} ({describe(status)}).")
     return Reply(f"The warm job {name!r} now ends after {idle} without a run.")
 
 

@@ -16,6 +16,7 @@ from ..backends.capabilities import job_shape
 from ..backends.warm import check_warm
 from ..errors import JobNotFound, KtrainError
 from ..tracking import session as tracking
+from ..words import describe
 from .follow import follow
 from .front import Front
 from .options import RunOptions
@@ -81,7 +82,7 @@ def _warm_line(backend: Backend, name: str) -> str:
     except KtrainError:
         return ""
     if status.terminal:
-        return f"The warm job {name!r} ended ({status.describe()})."
+        return f"The warm job {name!r} ended ({describe(status)})."
     if status.warm is None:
         return ""
     w, shape = status.warm, job_shape(backend, name)
