@@ -21,15 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .backends import get_backend, listed_backends
 from .backends.base import Backend, Job
 from .backends.capabilities import warm_capable
+from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import CANCELLED, FAILED, JobStatus
 from .monitor.text import status_text
 from .spec import check_job_name
+from .store.records import job_dir
 from .tracking import session as tracking
-from .tracking.store import job_dir
 
 if TYPE_CHECKING:
     from .jobs import View
@@ -77,7 +77,7 @@ class Target:
     def open(self) -> Backend:
         if self.namespace is None:
             return get_backend(self.backend)
-        from .backends import default_backend_name
+        from .backends.registry import default_backend_name
         from .config import load_config
 
         if (self.backend or default_backend_name()) != "kubernetes":

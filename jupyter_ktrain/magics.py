@@ -16,9 +16,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import commands
-from .backends import get_backend
 from .backends.base import Backend, Job
 from .backends.capabilities import job_shape
+from .backends.registry import get_backend
 from .backends.warm import check_warm
 from .capture import capture
 from .errors import JobFailed, JobNotFound, KtrainError, SpecError

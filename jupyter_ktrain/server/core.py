@@ -78,7 +78,7 @@ _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
 def get_backend_by_name(name: str) -> Backend:
-    from ..backends import get_backend
+    from ..backends.registry import get_backend
 
     return get_backend(name)
 
@@ -196,7 +196,7 @@ class PanelCore:
 
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
-        """Backends by name through :func:`jupyter_ktrain.backends.get_backend`."""
+        """Backends by name through :func:`jupyter_ktrain.backends.registry.get_backend`."""
         fixed = tuple(names)
         return cls(lambda: {n: n for n in fixed})
 
@@ -205,7 +205,7 @@ class PanelCore:
         """The backends ``names()`` lists, each set up from the user's config
         (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
         backend=kubernetes context=...` shows in the open panel at its next refresh."""
-        from ..backends import get_backend
+        from ..backends.registry import get_backend
         from ..config import Config, load_config
 
         def resolve() -> dict[str, Hashable]:

@@ -3,9 +3,12 @@ exactly as a PyTorchJob replica is, and owned by a detached supervisor so a job 
 kernel. Laid out like :mod:`..kubernetes`:
 
 - :mod:`.backend`: :class:`LocalBackend`, the job store's verbs (plan, start, status, cancel,
-  list, delete, logs);
-- :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files, restart limit,
-  cluster-only settings, the dry run's text);
+  list, delete, logs), each handed on to the part that does it;
+- :mod:`.folders`: :class:`~.folders.JobFolders`, the jobs as their folders say (state, status,
+  shape, the list), read by the backend and its warm part alike;
+- :mod:`.launch`: :class:`~.launch.Planner`, a new job's plan (each node's command and
+  environment); :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files,
+  restart limit, cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.supervisor`: the process that owns one job (``python -m
   jupyter_ktrain.backends.local.supervisor``); :mod:`.watchdog`: its parent, which ends the job
@@ -27,15 +30,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backend import LocalBackend, ktrain_home
+    from .backend import LocalBackend
     from .logs import FileLogSource
     from .request import LocalRequest, NodeLaunch
 
-__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
+__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch"]
 
 _HOMES = {
     "LocalBackend": "backend",
-    "ktrain_home": "backend",
     "FileLogSource": "logs",
     "LocalRequest": "request",
     "NodeLaunch": "request",

@@ -51,7 +51,8 @@ from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_serve
 from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
-from ..jobstore import open_append, release_reserve
+from ...store.files import open_append
+from ...store.jobdirs import release_reserve
 from .procs import (
     MARKER_ENV,
     NODE_ENV,

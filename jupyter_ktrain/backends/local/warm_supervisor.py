@@ -30,7 +30,8 @@ from typing import IO, Any
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.progress import fmt_duration
 from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
-from ..jobstore import make_private_dirs, release_reserve, write_private
+from ...store.files import make_private_dirs, write_private
+from ...store.jobdirs import release_reserve
 from ..warm import DEFAULT_IDLE_S
 from .state import LocalState, NodeState, WarmState, save_state
 from .supervisor import Supervisor, _Log

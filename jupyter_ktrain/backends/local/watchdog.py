@@ -14,7 +14,7 @@ from pathlib import Path
 from ...failures import signal_text
 from ...jobs import BACKEND_ENDS, FAILED
 from ...pod.protocol import format_agent_line
-from ..jobstore import job_marker, release_reserve
+from ...store.jobdirs import job_marker, release_reserve
 from .procs import marked_pids, stop_marked
 from .state import LocalState, change_state, read_state
 from .supervisor import _SIGNAL_BASE, _Log
