@@ -127,7 +127,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
                 [
                     self.python,
                     "-m",
-                    "jupyter_ktrain.backends.local.supervisor",
+                    "jupyter_ktrain.backends.local.daemon",
                     "--daemon",
                     str(job_dir),
                 ],

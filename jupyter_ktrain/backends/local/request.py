@@ -60,6 +60,16 @@ class LocalRequest:
     replaces: str = ""  # a warm job of this name with another shape, deleted first
 
     @property
+    def nproc(self) -> int:
+        """Processes per node (torchrun's ``--nproc-per-node``, from the first node's
+        environment; 1 where it says none)."""
+        env = self.nodes[0].env if self.nodes else {}
+        try:
+            return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
+        except ValueError:
+            return 1
+
+    @property
     def image_digest(self) -> None:
         """Local nodes run this machine's Python: no image."""
         return None
