@@ -151,3 +151,20 @@ def test_only_the_store_reads_ktrain_home() -> None:
             ):
                 readers.append(path.relative_to(PACKAGE).as_posix())
     assert readers == ["store/home.py"]
+
+
+def test_a_local_jobs_meta_is_versioned_and_a_newer_one_refused(tmp_path: Path) -> None:
+    from jupyter_ktrain.backends.local.folders import JOB_META_VERSION, JobFolders
+
+    folders = JobFolders(tmp_path)
+    folder = folders.job_dir("m-a")
+    folder.mkdir(parents=True)
+    meta = {"kind": "PyTorchJob", "nodes": 2, "nproc": 1, "gpus": 0, "later": True}
+    (folder / "job.json").write_text(json.dumps(meta))  # before versions, and one entry more
+    assert folders.shape("m-a") == JobShape("PyTorchJob", 2, 1, 0)
+    (folder / "job.json").write_text(json.dumps({**meta, "version": JOB_META_VERSION + 1}))
+    assert folders.shape("m-a") is None
+    with pytest.raises(
+        StoreVersionError, match=r"^m-a/job.json is version \d+, written by a newer"
+    ):
+        folders.meta("m-a")

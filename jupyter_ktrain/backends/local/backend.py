@@ -32,7 +32,7 @@ from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, WarmCapable
 from ..logsource import LogSource
 from ..warm import warm_shape
-from .folders import JOB_META, JobFolders, alive
+from .folders import JOB_META, JOB_META_VERSION, JobFolders, alive
 from .gpus import machine_gpus
 from .launch import BACKEND, Planner
 from .logs import FileLogSource, LogIndex
@@ -153,6 +153,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
             write_private(target, data)
         spec = plan.spec
         meta: dict[str, Any] = {
+            "version": JOB_META_VERSION,
             "name": spec.name,
             "kind": spec.kind,
             "nodes": spec.nodes,

@@ -35,13 +35,15 @@ from ...spec import check_job_name
 from ...store.files import store_error
 from ...store.home import jobs_dir
 from ...store.jobdirs import job_marker
+from ...store.versions import versioned
 from .procs import marked_pids, process_start
 from .request import PLAN
 from .state import LocalState, StateError, WarmState, read_state
 
-__all__ = ["JobFolders", "alive", "to_status", "warm_info"]
+__all__ = ["JOB_META", "JOB_META_VERSION", "JobFolders", "alive", "to_status", "warm_info"]
 
 JOB_META = "job.json"
+JOB_META_VERSION = 1  # job.json's; read by the job store's rule (store.versions)
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,10 @@ class JobFolders:
 
     def meta(self, name: str) -> dict[str, Any]:
         """What the job was started as (``job.json``: kind, nodes, processes, GPUs, warm);
-        OSError or ValueError when it cannot be read."""
-        meta: dict[str, Any] = json.loads((self.job_dir(name) / JOB_META).read_text())
-        return meta
+        OSError or ValueError when it cannot be read (a newer version's: one line saying so,
+        :class:`~jupyter_ktrain.store.versions.StoreVersionError`)."""
+        raw = json.loads((self.job_dir(name) / JOB_META).read_text())
+        return versioned(raw, f"{name}/{JOB_META}", "job", JOB_META_VERSION)
 
     def shape(self, name: str) -> JobShape | None:
         """The shape the job was started with; None when its ``job.json`` cannot be read."""

@@ -147,7 +147,7 @@ class LocalWarm:
             make_private_dirs((code_dir / rel).parent)
             write_private(code_dir / rel, data)
         change_state(runs / str(number), state=PENDING, run=number)
-        order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
+        order = json.dumps({"version": 1, "run": number, "code_dir": str(code_dir)}).encode()
         replace_private(job_dir / "control.json", order)
         return number
 
@@ -207,7 +207,7 @@ class LocalWarm:
             raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
         if status.terminal:
             raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
-        data = json.dumps({"idle_limit_s": float(seconds)}).encode()
+        data = json.dumps({"version": 1, "idle_limit_s": float(seconds)}).encode()
         replace_private(self.folders.job_dir(name) / "warm.json", data)
         if seconds <= 0:
             deadline = time.monotonic() + CANCEL_TIMEOUT_S
