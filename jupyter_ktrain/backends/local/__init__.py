@@ -10,9 +10,10 @@ kernel. Laid out like :mod:`..kubernetes`:
   environment); :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files,
   restart limit, cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
-- :mod:`.supervisor`: the process that owns one job (``python -m
-  jupyter_ktrain.backends.local.supervisor``); :mod:`.watchdog`: its parent, which ends the job
-  when the supervisor dies;
+- :mod:`.daemon`: the process the backend starts for a job (``python -m
+  jupyter_ktrain.backends.local.daemon``), which wires the rest: :mod:`.supervisor`, what owns
+  one job (:mod:`.causes`: which failure is the job's; :mod:`.joblog`: its output files), and
+  :mod:`.watchdog`, its parent, which ends the job when the supervisor dies;
 - :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
 - :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
   backend reads and orders them;
