@@ -123,7 +123,7 @@ def _warm_up_cluster_validation() -> None:
     import threading
 
     try:
-        from .backends import default_backend_name, warm_up
+        from .backends.registry import default_backend_name, warm_up
 
         name = default_backend_name()
         if name != "kubernetes":

@@ -57,7 +57,7 @@ def spec_from_args(ns: argparse.Namespace) -> JobSpec:
 
 def render_main(argv: list[str]) -> int:
     """Entry point of ``ktrain render``; prints YAML to stdout, errors to stderr."""
-    from .backends import render_kubernetes
+    from .backends.registry import render_kubernetes
 
     parser = build_parser()
     ns = parser.parse_args(argv)

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .backends import get_backend, listed_backends
 from .backends.base import Backend, Job
 from .backends.capabilities import warm_capable
+from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import CANCELLED, JobStatus
 from .spec import check_job_name
+from .store.records import job_dir
 from .tracking import session as tracking
-from .tracking.store import job_dir
 from .words import describe, status_text
 
 __all__ = [
@@ -72,7 +72,7 @@ class Target:
     def open(self) -> Backend:
         if self.namespace is None:
             return get_backend(self.backend)
-        from .backends import default_backend_name
+        from .backends.registry import default_backend_name
         from .config import load_config
 
         if (self.backend or default_backend_name()) != "kubernetes":

@@ -20,7 +20,6 @@ looks like a credential is refused.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
+from .store.home import ktrain_home
 
 __all__ = ["Config", "config_path", "load_config", "set_config"]
 
@@ -72,8 +72,8 @@ def _show(value: Any) -> str:
 
 
 def config_path() -> Path:
-    home = os.environ.get("KTRAIN_HOME") or str(Path.home() / ".ktrain")
-    return Path(home) / "config.yaml"
+    """``$KTRAIN_HOME/config.yaml``."""
+    return ktrain_home() / "config.yaml"
 
 
 _KEYS = {f.name for f in fields(Config)}

@@ -450,7 +450,7 @@ def parse_flags(line: str, prog: str = "%%ktrain") -> argparse.Namespace:
 
 
 def _default_backend() -> str:
-    from .backends import default_backend_name
+    from .backends.registry import default_backend_name
 
     return default_backend_name()
 

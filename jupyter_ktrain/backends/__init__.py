@@ -1,94 +1,12 @@
 """Backends run a captured program as a job: ``local`` (torchrun here) and ``kubernetes``.
 
-This registry is the one way into a backend's package from the rest of ``jupyter_ktrain``
-(a test holds every other module to it): front ends and views name a backend here.
+- :mod:`.registry`: the way in from the rest of the package (get a backend by name, the default,
+  the listed ones, ``render``);
+- :mod:`.base`: the one :class:`~.base.Backend` interface, the plan and the job handle;
+  :mod:`.capabilities`: what only some backends do (warm jobs, stored shapes);
+- :mod:`.local` and :mod:`.kubernetes`: the backends;
+- :mod:`.warm`, :mod:`.results`: pieces both backends use (warm shapes, results from log lines).
+
+This package's ``__init__`` imports nothing: importing a backend's module never loads the
+registry, nor the other backends.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from ..errors import SpecError
-from ..jobs import JobStatus
-from .base import Backend, Job, LaunchPlan
-
-if TYPE_CHECKING:
-    from ..config import Config
-    from ..spec import JobSpec
-
-__all__ = [
-    "Backend",
-    "Job",
-    "JobStatus",
-    "LaunchPlan",
-    "default_backend_name",
-    "get_backend",
-    "listed_backends",
-    "render_kubernetes",
-    "warm_up",
-]
-
-
-def default_backend_name() -> str:
-    """``backend`` from the user config (``%ktrain config backend=...``); else ``kubernetes``
-    in a pod with a service account token (a Kubeflow notebook: its cluster is the one the
-    pod runs on, its namespace the pod's), else ``local``."""
-    from ..config import load_config
-    from .kubernetes.api import in_cluster
-
-    return load_config().backend or ("kubernetes" if in_cluster() else "local")
-
-
-def get_backend(name: str | None = None, config: Config | None = None) -> Backend:
-    """The backend called ``name`` (default: the configured one); ``config``: the settings a
-    cluster backend uses instead of the user's config file."""
-    name = name or default_backend_name()
-    if name == "local":
-        from .local import LocalBackend
-
-        return LocalBackend()
-    if name == "kubernetes":
-        from .kubernetes.backend import KubernetesBackend
-
-        return KubernetesBackend(config=config)
-    raise SpecError(f"--backend {name!r} is not known; use --backend local or kubernetes.")
-
-
-def listed_backends() -> list[str]:
-    """What ``list`` and the side panel show: ``local`` always (local jobs never hide behind
-    an unreachable cluster), then the configured backend when it is another one."""
-    configured = default_backend_name()
-    return ["local"] if configured == "local" else ["local", configured]
-
-
-def warm_up(name: str) -> None:
-    """Do now what the first job of backend ``name`` would wait for (the Kubernetes backend
-    compiles its manifest validators)."""
-    if name == "kubernetes":
-        from .kubernetes.validate import warm_up as compile_validators
-
-        compile_validators()
-
-
-def render_kubernetes(
-    spec: JobSpec,
-    *,
-    configmap: str | None = None,
-    cell: str | None = None,
-    service_monitor: bool = False,
-    validate: bool = True,
-) -> tuple[str, dict[str, bytes]]:
-    """``ktrain render``: the Kubernetes objects of ``spec`` as YAML, checked against the CRD
-    and pod schemas unless not ``validate``, and the files the job ships (``ds_config.json``).
-
-    ``configmap`` names a ConfigMap holding the code (default: the image holds it); ``cell``
-    labels the job ``ktrain.io/cell``; ``service_monitor`` adds a Prometheus operator
-    ServiceMonitor for ``--metrics-port``."""
-    from .kubernetes.manifests import CodeSource, render
-    from .kubernetes.validate import validate_objects
-
-    code = CodeSource.configmap(configmap) if configmap else CodeSource()
-    rendered = render(spec, code, cell=cell, service_monitor=service_monitor)
-    if validate:
-        validate_objects(rendered.objects)
-    return rendered.yaml(), rendered.files

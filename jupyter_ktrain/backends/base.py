@@ -12,7 +12,7 @@ a new plan (``dataclasses.replace``).
 To add a backend: a frozen request dataclass (what ``schedule`` needs, and nothing else), a
 ``Backend`` subclass whose ``dryrun`` returns ``LaunchPlan[YourRequest]`` and whose ``schedule``
 starts with ``plan.made_by(YourRequest)``, the capabilities it has (:mod:`.capabilities`: warm
-jobs, stored shapes) in its class line, and a name in :func:`~.get_backend`.
+jobs, stored shapes) in its class line, and a name in :func:`~.registry.get_backend`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..errors import BackendError, JobNotFound
 from ..jobs import CANCELLED, CANCELLED_REASON, JobShape, JobStatus
 from ..words import describe
 from .capabilities import WarmCapable, job_shape, warm_capable
+from .logsource import LogSource
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -37,7 +38,6 @@ __all__ = [
     "Backend",
     "Job",
     "LaunchPlan",
-    "LogSource",
     "Request",
 ]
 
@@ -87,27 +87,6 @@ class LaunchPlan(Generic[R_co]):
                 f"(`%%ktrain --backend {self.backend}`)."
             )
         return cast("LaunchPlan[R]", self)
-
-
-class LogSource(ABC):
-    """One replica's log stream, read incrementally: ``read()`` returns the complete lines
-    that arrived since the last call (never blocks for long); ``done`` once the stream ended."""
-
-    replica: str
-
-    @abstractmethod
-    def read(self) -> list[str]: ...
-
-    @property
-    @abstractmethod
-    def done(self) -> bool: ...
-
-    def finish(self) -> list[str]:
-        """Called once the job ended: whatever is left, including a last partial line."""
-        return self.read()
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release what the source holds (threads, connections)."""
 
 
 class Backend(ABC):

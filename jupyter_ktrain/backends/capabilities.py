@@ -23,9 +23,18 @@ from ..errors import BackendError
 
 if TYPE_CHECKING:
     from ..jobs import JobShape, JobStatus
-    from .base import Backend, LogSource
+    from .logsource import LogSource
 
-__all__ = ["ShapeKnown", "WarmCapable", "WarmRuns", "job_shape", "warm_capable"]
+__all__ = ["Named", "ShapeKnown", "WarmCapable", "WarmRuns", "job_shape", "warm_capable"]
+
+
+class Named(Protocol):
+    """What the helpers below need of a backend (any :class:`~.base.Backend`): its name.
+    They take a backend by this, not by its class, so this module stays below :mod:`.base`
+    (which builds the job handle on these capabilities)."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class WarmRuns(Protocol):
@@ -78,7 +87,7 @@ class ShapeKnown(ABC):
         """The shape job ``name`` was started with; None when it was not stored."""
 
 
-def warm_capable(backend: Backend, name: str) -> WarmCapable:
+def warm_capable(backend: Named, name: str) -> WarmCapable:
     """``backend`` as a keeper of warm jobs; :class:`BackendError` when it keeps none (a
     caller asked for runs of job ``name``)."""
     if not isinstance(backend, WarmCapable):
@@ -86,6 +95,6 @@ def warm_capable(backend: Backend, name: str) -> WarmCapable:
     return backend
 
 
-def job_shape(backend: Backend, name: str) -> JobShape | None:
+def job_shape(backend: Named, name: str) -> JobShape | None:
     """The shape job ``name`` was started with, where ``backend`` stores shapes; else None."""
     return backend.shape(name) if isinstance(backend, ShapeKnown) else None

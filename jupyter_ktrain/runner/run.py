@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..backends import get_backend
 from ..backends.base import Backend, Job
 from ..backends.capabilities import job_shape
+from ..backends.registry import get_backend
 from ..backends.warm import check_warm
 from ..errors import JobNotFound, KtrainError
 from ..tracking import session as tracking

@@ -24,7 +24,7 @@ def served_backends() -> list[str]:
     names = [b.strip() for b in raw.split(",") if b.strip()]
     if names:
         return names
-    from ..backends import listed_backends
+    from ..backends.registry import listed_backends
 
     return listed_backends()
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..backends import get_backend
 from ..backends.base import Job
 from ..backends.capabilities import job_shape
+from ..backends.registry import get_backend
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, DELETED_REASON, FAILED
@@ -135,7 +135,7 @@ class PanelCore:
 
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
-        """Backends by name through :func:`jupyter_ktrain.backends.get_backend`."""
+        """Backends by name through :func:`jupyter_ktrain.backends.registry.get_backend`."""
         fixed = tuple(names)
         return cls(lambda: {n: n for n in fixed})
 

@@ -5,7 +5,7 @@ A job started with tracking is logged by the kernel that follows it
 here instead, as the panel polls it (its tab's metrics): the same
 :class:`~..tracking.session.TrackingSink` fed the job's new lines, once per poll, and at its
 end the same :func:`~..tracking.session.finished` (result, each rank's log, final state). One
-process at a time logs a job (:func:`~..tracking.store.hold`): while a kernel follows it, the
+process at a time logs a job (:func:`~..store.records.hold`): while a kernel follows it, the
 server sends nothing, and the one that takes over reads what was sent from the job's record,
 so no point goes twice. A job the panel stopped polling for :data:`IDLE_S` is let go (what
 was read is sent first), so a kernel that attaches later can log it.
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from ..backends.base import Job
 from ..backends.capabilities import job_shape
 from ..pod.protocol import LogLine, parse_line
+from ..store.records import read_record
 from ..tracking import session
-from ..tracking.store import read_record
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

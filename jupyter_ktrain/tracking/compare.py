@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import job_shape
 from ..errors import SpecError
-from .store import read_record
+from ..store.records import read_record
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..store.records import write_record
 from .points import Point, Reading, SentSteps
-from .store import write_record
 
 __all__ = ["MlflowRun", "run_link"]
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
+from ..store.records import hold, read_record, release, remove, write_record
 from .params import code_hash, job_params
 from .points import Point, Reading, RecordReader
-from .store import hold, read_record, release, remove, write_record
 from .uri import OFF, check_uri
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ def _summary(out: str) -> str:
 def _failed_cell(shell, flags: str, cell: str):  # type: ignore[no-untyped-def]
     """A failed job fails its cell (one JobFailed naming the first failing rank); the job
     itself is still there to inspect."""
-    from jupyter_ktrain.backends import get_backend
+    from jupyter_ktrain.backends.registry import get_backend
     from jupyter_ktrain.errors import JobFailed
 
     with pytest.raises(JobFailed) as info:

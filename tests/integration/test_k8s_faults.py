@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from jupyter_ktrain.backends import get_backend
+from jupyter_ktrain.backends.registry import get_backend
 from jupyter_ktrain.errors import JobFailed, JobNotFound
 
 from .k8s_helpers import configured_shell, wait_for

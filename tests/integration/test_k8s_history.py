@@ -103,7 +103,7 @@ def test_state_logs_and_curves_outlive_the_deleted_jobs(
     assert rows["nodes"] == ["2", "1"], rows
 
     # the side panel's server: the list marks them deleted, their tabs read from history
-    from jupyter_ktrain.backends import get_backend
+    from jupyter_ktrain.backends.registry import get_backend
     from jupyter_ktrain.server.core import PanelCore
 
     core = PanelCore({"kubernetes": lambda: get_backend("kubernetes")})

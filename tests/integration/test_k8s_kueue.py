@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from jupyter_ktrain.backends import get_backend
+from jupyter_ktrain.backends.registry import get_backend
 from jupyter_ktrain.errors import JobCancelled, JobNotFound
 from jupyter_ktrain.server.core import PanelCore
 

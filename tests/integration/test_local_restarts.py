@@ -16,7 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.local import backend as local_backend
+from jupyter_ktrain.backends.local import launch as local_launch
 from jupyter_ktrain.backends.local.procs import marked_pids, process_start
 from jupyter_ktrain.errors import JobFailed
 
@@ -175,7 +175,7 @@ def test_a_cancel_while_a_restart_waits_starts_nothing_more(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(local_backend, "RESTART_DELAY_S", 60.0)  # a wait long enough to cancel in
+    monkeypatch.setattr(local_launch, "RESTART_DELAY_S", 60.0)  # a wait long enough to cancel in
     job = shell.run_cell_magic(
         "ktrain", "--nodes 2 --procs-per-node 2 --name waits --detach", "flaky(5)\n"
     )

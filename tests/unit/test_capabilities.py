@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_ktrain.backends.base import Backend, Job, LogSource
+from jupyter_ktrain.backends.base import Backend, Job
 from jupyter_ktrain.backends.capabilities import (
     ShapeKnown,
     WarmCapable,
@@ -16,6 +16,7 @@ from jupyter_ktrain.backends.capabilities import (
 )
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.backends.logsource import LogSource
 from jupyter_ktrain.errors import BackendError
 from jupyter_ktrain.jobs import JobStatus
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jupyter_ktrain.backends.history import (
+from jupyter_ktrain.backends.kubernetes.logs import FollowedLines
+from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus
+from jupyter_ktrain.pod.progress import Progress
+from jupyter_ktrain.store.history import (
     forget_state,
     keep,
     kept,
     kept_names,
     prune_logs,
 )
-from jupyter_ktrain.backends.kubernetes.logs import FollowedLines
-from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus
-from jupyter_ktrain.pod.progress import Progress
 
 
 def _failed() -> JobStatus:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends import default_backend_name
 from jupyter_ktrain.backends.kubernetes import api
+from jupyter_ktrain.backends.registry import default_backend_name
 from jupyter_ktrain.config import set_config
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.magics import run_line_command

@@ -11,7 +11,7 @@ import jupyter_ktrain
 
 PACKAGE = Path(jupyter_ktrain.__file__).resolve().parent
 KUBERNETES = "jupyter_ktrain.backends.kubernetes"
-ALLOWED = ("backends/kubernetes/", "backends/__init__.py")  # the backend and the registry
+ALLOWED = ("backends/kubernetes/", "backends/registry.py")  # the backend and the registry
 
 
 def imported_modules(source: str, module: str, is_package: bool) -> set[str]:
@@ -49,7 +49,7 @@ def test_only_the_backend_and_the_registry_import_the_kubernetes_backend() -> No
         if found:
             offenders[rel] = sorted(found)
     assert offenders == {}, (
-        f"import the Kubernetes backend through jupyter_ktrain.backends: {offenders}"
+        f"import the Kubernetes backend through jupyter_ktrain.backends.registry: {offenders}"
     )
 
 

@@ -106,7 +106,7 @@ def test_a_plan_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path)
 def test_a_state_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path) -> None:
     import pytest
 
-    from jupyter_ktrain.backends.local.backend import LocalBackend
+    from jupyter_ktrain.backends.local.folders import to_status
     from jupyter_ktrain.backends.local.state import (
         LocalState,
         NodeState,
@@ -136,7 +136,7 @@ def test_a_state_reads_back_an_old_one_reads_and_a_newer_one_is_refused(tmp_path
     # a file from before versions (what a supervisor wrote then) reads, missing entries default
     old = {"state": "Succeeded", "exit_codes": {"0": 0}, "nodes": [{"pid": 3, "exit_code": 0}]}
     (tmp_path / "state.json").write_text(json.dumps(old))
-    job = LocalBackend(home=tmp_path)._to_status("old", read_state(tmp_path), None)
+    job = to_status("old", read_state(tmp_path), None)
     assert (job.state, job.exit_codes, job.replicas[0].phase) == ("Succeeded", {0: 0}, "Succeeded")
     (tmp_path / "state.json").write_text(json.dumps({**state.to_json(), "version": 99}))
     with pytest.raises(StateError, match="version 99, written by a newer jupyter-ktrain") as e:

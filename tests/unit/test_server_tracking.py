@@ -9,11 +9,11 @@ import sys
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.server.tracking import ServerTracking
-from jupyter_ktrain.tracking.store import hold, job_dir, release, write_record
+from jupyter_ktrain.store.records import hold, job_dir, release, write_record
 
 HOLD_IN_CHILD = """
 import sys
-from jupyter_ktrain.tracking.store import hold
+from jupyter_ktrain.store.records import hold
 print(hold("local", "j") is None)
 """
 

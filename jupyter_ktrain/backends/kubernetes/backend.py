@@ -35,8 +35,9 @@ from ...jobs import FAILED, RUNNING, TERMINAL_STATES, JobShape, JobStatus, compl
 from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
-from ..base import Backend, Job, LaunchPlan, LogSource, Request
+from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, WarmCapable
+from ..logsource import LogSource
 from ..warm import check_warm, warm_shape
 from .api import Api, ApiFailure, in_cluster, ns_path
 from .history import ClusterHistory

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ClusterError, JobNotFound
 from ...jobs import CANCELLED, JobStatus
-from ..history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
+from ...store.history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
 from .logs import FollowedLines, split_stamped
 from .part import BackendPart
 from .status import NOT_CREATED, job_shape

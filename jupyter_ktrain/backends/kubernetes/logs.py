@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ClusterError
-from ..base import LogSource
+from ..logsource import LogSource
 from .api import Api, ApiFailure, ns_path
 from .watch import JobWatch
 
@@ -71,7 +71,7 @@ class FollowedLines:
 
     @classmethod
     def of_job(cls, job: Mapping[str, Any]) -> FollowedLines:
-        from ...tracking.store import job_dir
+        from ...store.records import job_dir
 
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid") or "no-uid")
@@ -96,7 +96,7 @@ class FollowedLines:
     def _write(self, pod: str, stamped: list[tuple[int, str]]) -> None:
         with self._lock, contextlib.suppress(OSError):  # keeping a copy never stops a follow
             if not self._made:
-                from ..jobstore import make_private_dirs
+                from ...store.files import make_private_dirs
 
                 make_private_dirs(self.folder)
                 self._made = True
@@ -117,7 +117,7 @@ class FollowedLines:
 
     def _trim(self, path: Path) -> None:
         """Keep the newest half of the pod's file (replaced atomically)."""
-        from ..jobstore import replace_private
+        from ...store.files import replace_private
 
         data = path.read_bytes()
         tail = data[len(data) - KEPT_BYTES // 2 :]

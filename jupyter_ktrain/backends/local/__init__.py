@@ -3,13 +3,17 @@ exactly as a PyTorchJob replica is, and owned by a detached supervisor so a job 
 kernel. Laid out like :mod:`..kubernetes`:
 
 - :mod:`.backend`: :class:`LocalBackend`, the job store's verbs (plan, start, status, cancel,
-  list, delete, logs);
-- :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files, restart limit,
-  cluster-only settings, the dry run's text);
+  list, delete, logs), each handed on to the part that does it;
+- :mod:`.folders`: :class:`~.folders.JobFolders`, the jobs as their folders say (state, status,
+  shape, the list), read by the backend and its warm part alike;
+- :mod:`.launch`: :class:`~.launch.Planner`, a new job's plan (each node's command and
+  environment); :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files,
+  restart limit, cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
-- :mod:`.supervisor`: the process that owns one job (``python -m
-  jupyter_ktrain.backends.local.supervisor``); :mod:`.watchdog`: its parent, which ends the job
-  when the supervisor dies;
+- :mod:`.daemon`: the process the backend starts for a job (``python -m
+  jupyter_ktrain.backends.local.daemon``), which wires the rest: :mod:`.supervisor`, what owns
+  one job (:mod:`.causes`: which failure is the job's; :mod:`.joblog`: its output files), and
+  :mod:`.watchdog`, its parent, which ends the job when the supervisor dies;
 - :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
 - :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
   backend reads and orders them;
@@ -27,15 +31,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backend import LocalBackend, ktrain_home
+    from .backend import LocalBackend
     from .logs import FileLogSource
     from .request import LocalRequest, NodeLaunch
 
-__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch", "ktrain_home"]
+__all__ = ["FileLogSource", "LocalBackend", "LocalRequest", "NodeLaunch"]
 
 _HOMES = {
     "LocalBackend": "backend",
-    "ktrain_home": "backend",
     "FileLogSource": "logs",
     "LocalRequest": "request",
     "NodeLaunch": "request",

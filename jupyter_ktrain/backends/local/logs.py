@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base import LogSource
+from ..logsource import LogSource
 
 __all__ = ["FileLogSource", "LogIndex"]
 

@@ -1,7 +1,7 @@
 """The parts of a local job's plan besides its :class:`~.request.LocalRequest`: the
 rendezvous port, the node processes' import path and agent settings, the DeepSpeed config, the
 restart limit, the settings that mean something on a cluster only (said in a note), and the
-dry run's text. Pure apart from :func:`free_port`'s probe."""
+dry run's text. Pure apart from :func:`free_port`'s and :func:`port_free`'s probes."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ __all__ = [
     "local_max_restarts",
     "metrics_env",
     "package_root",
+    "port_free",
 ]
 
 
@@ -38,6 +39,17 @@ def free_port(taken: set[int]) -> int:
         if port not in taken:
             return port
     raise BackendError("Could not find a free TCP port on 127.0.0.1 for the job's rendezvous.")
+
+
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on 127.0.0.1 now (a restart takes its old port again)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore binds
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def package_root() -> str:

@@ -6,16 +6,19 @@ torchrun's workers and anything they start, so a sweep of ``/proc`` finds them e
 torchrun put its workers in sessions of their own. Each node's processes also carry
 ``KTRAIN_NODE_UID=<uid>-node-<k>``: what a container's cgroup is on a cluster, the set that dies
 with the node (:func:`kill_node`). A process group or a session cannot be that set here:
-torchrun starts each worker in a session of its own.
+torchrun starts each worker in a session of its own. And what a node process is started with so
+that it dies with its supervisor (:func:`die_with`), and its exit code as a pod's
+(:func:`exit_code`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +28,8 @@ __all__ = [
     "MARKER_ENV",
     "NODE_ENV",
     "NodeKill",
+    "die_with",
+    "exit_code",
     "kill_marked",
     "kill_node",
     "marked_pids",
@@ -36,6 +41,7 @@ __all__ = [
 MARKER_ENV = "KTRAIN_JOB_UID"
 NODE_ENV = "KTRAIN_NODE_UID"
 NODE_KILL_WAIT_S = 2.0
+_PR_SET_PDEATHSIG = 1
 
 
 def node_marker(marker: str, node: int) -> str:
@@ -98,6 +104,14 @@ class NodeKill:
             what += f" ({ranks_text(self.ranks)}{' among them' if many else ''})"
         return f"{what} {'were' if many else 'was'} killed with it (SIGKILL), as a container's are"
 
+    def ranks_killed(self) -> str:
+        """``its ranks 2 and 3 were killed with it`` when the node died with ranks still
+        running; "" when none."""
+        if not self.ranks:
+            return ""
+        verb = "was" if len(self.ranks) == 1 else "were"
+        return f"its {ranks_text(self.ranks)} {verb} killed with it"
+
 
 def _rank(environ: list[bytes]) -> int | None:
     """The rank of a process torchrun started (its workers carry ``LOCAL_RANK`` and ``RANK``;
@@ -159,3 +173,24 @@ def process_start(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None  # a zombie: it ended, nobody has reaped it yet
     return int(fields[19])
+
+
+def exit_code(returncode: int | None) -> int | None:
+    """A process's exit code as a pod's would be: 128 + N for one killed by signal N."""
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM from the kernel when ``parent`` dies (a node's
+    agent forwards it to torchrun, which stops its workers), so no node outlives a killed
+    supervisor even for the moment before the watchdog sweeps."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, called after
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec

@@ -4,8 +4,9 @@ code and the backend (:func:`read_plan`).
 
 ``plan.json`` carries a ``version`` (:data:`PLAN_VERSION`). A folder written before versions
 existed reads as version 1 (a plan from before restarts has no ``max_restarts``: never
-restarted); one written by a newer jupyter-ktrain is refused with one line that says so. Pure
-apart from :func:`read_plan`'s one file read.
+restarted); one written by a newer jupyter-ktrain is refused with one line that says so (the
+job store's rule, :mod:`jupyter_ktrain.store.versions`). Pure apart from :func:`read_plan`'s one
+file read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...store.versions import versioned
+
 __all__ = ["PLAN", "PLAN_VERSION", "LocalRequest", "NodeLaunch", "PlanError", "read_plan"]
 
 PLAN = "plan.json"
@@ -25,23 +28,6 @@ OLD_RESTART_DELAY_S = 1.0  # a plan from before restart_delay_s was written wait
 
 class PlanError(ValueError):
     """A ``plan.json`` this version cannot read (a newer one's, or not a plan)."""
-
-
-def versioned(
-    raw: object, where: str, what: str, newest: int, error: type[Exception]
-) -> dict[str, Any]:
-    """``raw`` (a job file's JSON) as a dict whose ``version`` (1 when absent: the files from
-    before versions) this jupyter-ktrain reads; else ``error`` with one line saying why and
-    what to do. One rule for every versioned file of a local job."""
-    if not isinstance(raw, dict):
-        raise error(f"{where} holds no {what} (not a JSON object)")
-    version = raw.get("version", 1)
-    if not isinstance(version, int) or version > newest:
-        raise error(
-            f"{where} is version {version!r}, written by a newer jupyter-ktrain than this one "
-            f"(reads up to {newest}): use that version for this job, or delete it"
-        )
-    return raw
 
 
 @dataclass(frozen=True)
@@ -72,6 +58,16 @@ class LocalRequest:
     warm: bool = False  # the nodes are warm agents (--warm): they stay for the next run
     reuse: bool = False  # a run on a warm job that already runs: nothing new is started
     replaces: str = ""  # a warm job of this name with another shape, deleted first
+
+    @property
+    def nproc(self) -> int:
+        """Processes per node (torchrun's ``--nproc-per-node``, from the first node's
+        environment; 1 where it says none)."""
+        env = self.nodes[0].env if self.nodes else {}
+        try:
+            return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
+        except ValueError:
+            return 1
 
     @property
     def image_digest(self) -> None:

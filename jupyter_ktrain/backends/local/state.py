@@ -6,7 +6,8 @@ code (:func:`read_state`) and written by the supervisor, its watchdog, a cancel 
 ``state.json`` carries a ``version`` (:data:`STATE_VERSION`). A file written before versions
 existed reads as version 1 (a missing entry takes its default); one written by a newer
 jupyter-ktrain is refused with one line that says so (:class:`StateError`). Every write goes
-through :mod:`..jobstore`'s lock, and the first final state written stands.
+through the job store's lock (:mod:`jupyter_ktrain.store.jobdirs`), and the first final state
+written stands.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 from ...errors import BackendError
 from ...jobs import PENDING, JobState
 from ...pod.progress import Progress
-from .. import jobstore
+from ...store import jobdirs
+from ...store.versions import versioned
 from ..warm import DEFAULT_IDLE_S
-from .request import versioned
 
 __all__ = [
     "STATE_VERSION",
@@ -185,20 +186,21 @@ _FIELDS = dataclasses.fields(LocalState)
 
 def read_state(folder: Path) -> LocalState | None:
     """The folder's ``state.json`` (a job's, or a run's); None before anyone wrote it."""
-    raw = jobstore.read_state(folder)
+    raw = jobdirs.read_state(folder)
     return None if raw is None else LocalState.from_json(raw, f"{folder.name}/state.json")
 
 
 def save_state(folder: Path, state: LocalState, marker: str | None = None) -> bool:
     """Write ``state`` whole unless the folder already holds a final state (then False); with
-    ``marker``, only while the folder still holds that job (:func:`.jobstore.update_state`)."""
-    return jobstore.update_state(folder, state.to_json(), marker)
+    ``marker``, only while the folder still holds that job
+    (:func:`~jupyter_ktrain.store.jobdirs.update_state`)."""
+    return jobdirs.update_state(folder, state.to_json(), marker)
 
 
 def change_state(folder: Path, marker: str | None = None, **changes: Any) -> bool:
     """Write these fields of :class:`LocalState`, keeping the others, unless the folder already
     holds a final state (then False); ``marker`` as in :func:`save_state`."""
-    return jobstore.update_state(folder, LocalState.encode(changes), marker)
+    return jobdirs.update_state(folder, LocalState.encode(changes), marker)
 
 
 def _int_or_none(value: object) -> int | None:

@@ -1,6 +1,7 @@
-"""``python -m jupyter_ktrain.backends.local.supervisor JOB_DIR``: owns one local job.
+"""The supervisor of a local job (:class:`Supervisor`): owns one local job.
 
-Started detached (its own session) by the local backend, so the job outlives the kernel. It
+Started detached (its own session) by the local backend (:mod:`.daemon`), so the job outlives
+the kernel. It
 starts one node command per node from ``plan.json``, copies each node's output to
 ``node-K.log`` (like a pod log) and each rank's lines to ``rank-R.log``, keeps ``state.json``
 current (with the job's progress from records that carry a ``total``, at most once a second),
@@ -31,80 +32,59 @@ end; torchrun's failure report says which rank it was, and the job's failure nam
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ...failures import TorchrunReport, WorkerExit, ranks_text, signal_text
+from ...failures import TorchrunReport, WorkerExit, signal_text
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
-from ...pod.exits import KILLED, PEER_LOST, describe_exit, restart_cause, retryable
+from ...pod.exits import KILLED, describe_exit, restart_cause
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
-from ..jobstore import open_append, release_reserve
+from ...store.jobdirs import release_reserve
+from .causes import (
+    GRACE_AFTER_FAILURE_S,
+    cause_node,
+    cause_rank,
+    first_cause,
+    out_of_restarts,
+    outweighs,
+)
+from .joblog import SIGNAL_BASE, JobLog, copy_error_text
+from .plan import free_port, port_free
 from .procs import (
     MARKER_ENV,
     NODE_ENV,
     NodeKill,
+    die_with,
+    exit_code,
     kill_marked,
     kill_node,
     node_marker,
     process_start,
     stop_marked,
 )
-from .request import PlanError, read_plan
+from .request import read_plan
 from .state import LocalState, NodeState, save_state
 
-__all__ = ["main"]
+__all__ = ["Supervisor"]
 
-GRACE_AFTER_FAILURE_S = 5.0
 SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone before a restart
 CANCEL_LINE = (format_agent_line(CANCELLED_BY_USER) + "\n").encode()
 PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
 TERM_TIMEOUT_S = 10.0
-_SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
-_PR_SET_PDEATHSIG = 1
-
-
-class _Log:
-    """One output file of the job, appended to whole (a short write is continued); an error
-    names the file."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.file = open_append(path)
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[self.file.write(view) or 0 :]
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.file.close()
-
-
-def _copy_error_text(exc: BaseException) -> str:
-    """``No space left on device writing rank-3.log``."""
-    if isinstance(exc, OSError) and exc.filename:
-        return f"{exc.strerror or exc} writing {Path(str(exc.filename)).name}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Supervisor:
+    """Owns one job's nodes from start to end (see the module's docstring)."""
+
     def __init__(self, job_dir: Path):
         self.dir = job_dir
         self.plan = read_plan(job_dir)
@@ -112,7 +92,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
-        self.rank_files: dict[int, _Log] = {}
+        self.rank_files: dict[int, JobLog] = {}
         self.exit_codes: dict[int, int] = {}
         self.first_failure: tuple[float, int] | None = None
         self.cancelled = False
@@ -147,9 +127,9 @@ class Supervisor:
             save_state(self.dir, self.state, self.marker)  # never over another's end
 
     # -- output ---------------------------------------------------------------------------
-    def _rank_file(self, rank: int) -> _Log:
+    def _rank_file(self, rank: int) -> JobLog:
         if rank not in self.rank_files:
-            self.rank_files[rank] = _Log(self.dir / f"rank-{rank}.log")
+            self.rank_files[rank] = JobLog(self.dir / f"rank-{rank}.log")
         return self.rank_files[rank]
 
     def _pump(self, node: int, stream: IO[bytes]) -> None:
@@ -162,8 +142,8 @@ class Supervisor:
 
     def _copy(self, node: int, stream: IO[bytes]) -> None:
         folded = False
-        node_log = _Log(self.dir / f"node-{node}.log")
-        times = _Log(self.dir / f"node-{node}.times")
+        node_log = JobLog(self.dir / f"node-{node}.log")
+        times = JobLog(self.dir / f"node-{node}.times")
         report = self.reports.setdefault(node, TorchrunReport())
 
         def write(data: bytes) -> None:
@@ -221,19 +201,10 @@ class Supervisor:
         self.save()
 
     def _on_rank_exit(self, rank: int, code: int) -> None:
-        """A rank's own exit record. A rank that lost a peer (143) reports at once, and the
-        rank whose bug broke the collective may report a moment later, from another node: within
-        the grace period a bug (or a kill) is the cause, not the lost peer."""
+        """A rank's own exit record (:func:`.causes.outweighs`: whether it is the cause)."""
         with self.lock:
             self.exit_codes[rank] = code
-            first = self.first_failure
-            if code != 0 and (
-                first is None
-                or (
-                    _weight(code) > _weight(self.exit_codes.get(first[1]))
-                    and time.time() - first[0] <= GRACE_AFTER_FAILURE_S
-                )
-            ):
+            if outweighs(code, self.first_failure, self.exit_codes, time.time()):
                 self.first_failure = (time.time(), rank)
         self.save()
 
@@ -241,38 +212,21 @@ class Supervisor:
         """An entry of torchrun's failure report: the only word on a rank a signal killed."""
         with self.lock:
             self.exit_codes.setdefault(ended.rank, ended.code)  # a rank's own record wins
-            if self._first_cause(ended):
+            if first_cause(ended, self.first_failure, self.exit_codes, time.time()):
                 self.first_failure = (time.time(), ended.rank)
         self.save()
-
-    def _first_cause(self, ended: WorkerExit) -> bool:
-        """Whether this entry is the job's first failure. A rank killed by a signal did not
-        choose to fail: the ranks that lost it fail a moment later (a lost peer, 143, or 1 when
-        its error was not recognised) and report before torchrun does, and torchrun's own "Root
-        Cause" is often one of them. So within the grace period a killed rank is the cause;
-        143 (SIGTERM, or a lost peer) only when torchrun calls it the root and nothing failed
-        before (torchrun sends SIGTERM itself to stop a failed node's ranks)."""
-        if ended.code == 0:
-            return False
-        killed = signal_text(ended.code) is not None and ended.code != PEER_LOST
-        if self.first_failure is None:
-            return killed or ended.root
-        at, rank = self.first_failure
-        first = self.exit_codes.get(rank)
-        first_killed = signal_text(first) is not None and first != PEER_LOST
-        return killed and not first_killed and time.time() - at <= GRACE_AFTER_FAILURE_S
 
     def _on_copy_error(self, exc: BaseException) -> None:
         with self.lock:
             if self.copy_error is None:
-                self.copy_error = _copy_error_text(exc)
+                self.copy_error = copy_error_text(exc)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         """Every node process first, then the threads that copy their output (a process
         forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
-        die_with_us = _die_with(os.getpid())
+        die_with_us = die_with(os.getpid())
         for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
             if self.forks is not None:
@@ -332,7 +286,7 @@ class Supervisor:
         for name in (MARKER_ENV, NODE_ENV):
             env.pop(name, None)
         try:
-            return start_server(launch.argv[0], env, preexec_fn=_die_with(os.getpid()))
+            return start_server(launch.argv[0], env, preexec_fn=die_with(os.getpid()))
         except OSError:
             return None  # each node's agent starts its own
 
@@ -381,14 +335,14 @@ class Supervisor:
             self._on_worker_exit(WorkerExit(rank, KILLED, root=False))
         if node < len(self.pumps):
             self.pumps[node].join(timeout=1.0)  # its pipe closes as its last process dies
-        code = _code(self.procs[node].returncode) or 0
+        code = exit_code(self.procs[node].returncode) or 0
         self._tell_nodes(
             f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}", [node]
         )
 
     def _nodes(self, phase: str = "") -> tuple[NodeState, ...]:
         return tuple(
-            NodeState(p.pid, _code(p.returncode), self.restarts, self.events[node], phase)
+            NodeState(p.pid, exit_code(p.returncode), self.restarts, self.events[node], phase)
             for node, p in enumerate(self.procs)
         )
 
@@ -399,39 +353,18 @@ class Supervisor:
         with a bug (any node or rank code 1-127: a bug fails again), or has no restart left."""
         if self.cancelled or self.copy_error is not None:
             return None
-        codes = [_code(p.returncode) or 0 for p in self.procs]
+        codes = [exit_code(p.returncode) or 0 for p in self.procs]
         if all(c == 0 for c in codes):
             return None
         ranks = self.exit_codes.values()
-        if any(0 < c < _SIGNAL_BASE for c in [*codes, *ranks]):
+        if any(0 < c < SIGNAL_BASE for c in [*codes, *ranks]):
             return None
-        node = self._cause_node(codes)
+        node = cause_node(codes, self.ended, self.exit_codes, self.first_failure, self.plan.nproc)
         if self.max_restarts is None or self.restarts >= self.max_restarts:
             if self.max_restarts is not None:
-                self.no_restart = _out_of_restarts(self.restarts, self.max_restarts)
+                self.no_restart = out_of_restarts(self.restarts, self.max_restarts)
             return None
         return node, codes[node]
-
-    def _cause_node(self, codes: list[int]) -> int:
-        """The failing node that caused the others' end: the node of a rank killed by a signal
-        (not SIGTERM: that is how the others are stopped), else the first node seen failing
-        with another code than a lost peer's, else the first seen failing."""
-        nproc = self._nproc()
-        first = self.first_failure[1] if self.first_failure is not None else None
-        for rank in sorted(self.exit_codes, key=lambda r: (r != first, r)):
-            code, node = self.exit_codes[rank], rank // nproc
-            killed = code != PEER_LOST and retryable(code)
-            if killed and node < len(codes) and codes[node]:
-                return node
-        failed = [n for n in self.ended if codes[n]] or [n for n, c in enumerate(codes) if c]
-        return next((n for n in failed if codes[n] != PEER_LOST), failed[0])
-
-    def _nproc(self) -> int:
-        env = self.plan.nodes[0].env
-        try:
-            return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
-        except ValueError:
-            return 1
 
     def _restart(self, node: int, code: int) -> bool:
         """Stop what is left of the job, wait a moment, start every node again; False when a
@@ -439,8 +372,9 @@ class Supervisor:
         self.restarts += 1
         limit = self.max_restarts
         cause = restart_cause(code)
-        rank = self._cause_rank(node)
-        with_it = self._killed_with(node)  # then its ranks did not fail: the node did
+        rank = cause_rank(node, self.exit_codes, self.first_failure, self.plan.nproc)
+        # its ranks killed with it: then they did not fail, the node did
+        with_it = self.reaped.get(node, NodeKill()).ranks_killed()
         why = f"node {node} exited {code}"
         why += f" ({rank})" if rank and not with_it else f" ({describe_exit(code)})"
         why += f"; {with_it}" if with_it else ""
@@ -476,34 +410,14 @@ class Supervisor:
         self.start()
         return True
 
-    def _killed_with(self, node: int) -> str:
-        """``its 2 ranks were killed with it`` when node ``node`` died with ranks still running."""
-        gone = self.reaped.get(node)
-        if gone is None or not gone.ranks:
-            return ""
-        verb = "was" if len(gone.ranks) == 1 else "were"
-        return f"its {ranks_text(gone.ranks)} {verb} killed with it"
-
-    def _cause_rank(self, node: int) -> str:
-        """``rank 3 killed by signal 9 (SIGKILL)``: the rank of ``node`` that a signal killed
-        (the first failing rank first), else the first failing rank there that lost a peer."""
-        nproc = self._nproc()
-        mine = {r: c for r, c in self.exit_codes.items() if r // nproc == node and c}
-        first = self.first_failure[1] if self.first_failure is not None else None
-        order = sorted(mine, key=lambda r: (r != first, r))
-        for rank in order:
-            if mine[rank] != PEER_LOST and signal_text(mine[rank]):
-                return f"rank {rank} killed by {signal_text(mine[rank])}"
-        return next((f"rank {r} lost a peer" for r in order if mine[r] == PEER_LOST), "")
-
     def _tell_nodes(self, text: str, nodes: list[int] | None = None) -> None:
         """An ``[agent]:`` line at the end of every node's log (or of ``nodes``') and its time,
         where ``%ktrain logs`` and the cell show it."""
         line = (format_agent_line(text) + "\n").encode()
         for node in range(len(self.plan.nodes)) if nodes is None else nodes:
             with contextlib.suppress(OSError):
-                times = _Log(self.dir / f"node-{node}.times")
-                log = _Log(self.dir / f"node-{node}.log")
+                times = JobLog(self.dir / f"node-{node}.times")
+                log = JobLog(self.dir / f"node-{node}.log")
                 try:
                     times.write(b"%.6f\n" % time.time())
                     log.write(line)
@@ -514,9 +428,9 @@ class Supervisor:
     def _free_port(self) -> None:
         """The rendezvous port again, or a fresh one when something else took it meanwhile."""
         port = self.plan.master_port
-        if not port or _port_free(port):
+        if not port or port_free(port):
             return
-        port = _any_port()
+        port = free_port(set())
         changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
         nodes = tuple(launch.with_env(changes) for launch in self.plan.nodes)
         self.plan = replace(self.plan, master_port=port, nodes=nodes)
@@ -563,109 +477,13 @@ class Supervisor:
         rank = self.first_failure[1]
         for node, gone in self.reaped.items():
             if rank in gone.ranks:
-                code = _code(self.procs[node].returncode) or 0
-                return (
-                    f"node {node} exited {code} ({describe_exit(code)}); {self._killed_with(node)}"
-                )
+                code = exit_code(self.procs[node].returncode) or 0
+                return f"node {node} exited {code} ({describe_exit(code)}); {gone.ranks_killed()}"
         how = signal_text(self.exit_codes.get(rank))
         return f"rank {rank} was killed by {how}" if how else ""
-
-
-def _weight(code: int | None) -> int:
-    """How surely an exit code is the cause of a job's failure: 2 for a bug or a kill, 1 for a
-    lost peer or a SIGTERM (how the others are stopped), 0 for none."""
-    if not code:
-        return 0
-    return 1 if code == PEER_LOST else 2
-
-
-def _out_of_restarts(done: int, limit: int) -> str:
-    """Why a fault failed the job: its restarts ran out (or none were allowed)."""
-    if limit == 0:
-        return "a fault, and --max-restarts 0 allows no restart"
-    times = "time" if done == 1 else "times"
-    return f"a fault, and the restarts ran out (restarted {done} {times}, --max-restarts {limit})"
 
 
 def _sweep(marker: str) -> list[int]:
     """Stop every process of the job but this one and wait until they are gone (a restart must
     not meet the last attempt's ranks on its port); the pids still there after a while."""
     return stop_marked(marker, exclude={os.getpid()}, grace=1.0, timeout=SWEEP_TIMEOUT_S)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore binds
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _any_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _code(returncode: int | None) -> int | None:
-    if returncode is None:
-        return None
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGTERM from the kernel when ``parent`` dies (a node's
-    agent forwards it to torchrun, which stops its workers), so no node outlives a killed
-    supervisor even for the moment before the watchdog sweeps."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, called after
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the supervisor died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
-
-
-def main(argv: list[str]) -> int:
-    """``[--daemon] JOB_DIR``: with --daemon, fork into a new session and return at once, so the
-    caller can reap us and the job is nobody's child (no zombie, survives the kernel); the
-    session's first process then forks the supervisor and stays as its watchdog."""
-    if argv and argv[0] == "--daemon":
-        argv = argv[1:]
-        if os.fork():
-            return 0
-        os.setsid()
-        child = os.fork()  # no thread runs yet: forking is safe
-        if child:
-            from .watchdog import watch
-
-            return watch(Path(argv[0]), child)
-    job_dir = Path(argv[0])
-    try:
-        sup = Supervisor(job_dir)
-    except PlanError as exc:  # a newer version's job folder: refused, nothing started
-        sys.stderr.write(f"jupyter-ktrain supervisor: {job_dir.name}: {exc}\n")
-        return 2
-    if sup.plan.warm:  # the nodes stay for the next run (--warm)
-        from .warm_supervisor import WarmSupervisor
-
-        sup = WarmSupervisor(job_dir)
-    signal.signal(signal.SIGTERM, sup.on_cancel)
-    signal.signal(signal.SIGINT, sup.on_cancel)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the kernel's terminal going away is fine
-    try:
-        sup.run()
-    except Exception as exc:  # never leave a job in "Running" with nothing behind it
-        sup.terminate()
-        sup.save(state=FAILED, reason="SupervisorError", message=str(exc), finished=time.time())
-        kill_marked(sup.marker, exclude={os.getpid()})
-        raise
-    sup.finish()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

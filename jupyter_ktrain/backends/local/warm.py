@@ -1,8 +1,9 @@
-"""The runs of a local ``--warm`` job, for :class:`~.backend.LocalBackend` (which delegates its
-warm hooks here): find the live warm job a cell runs on (or say why a new one starts), order a
-run through the job's folder (``runs/N/code``, then ``control.json``, which the nodes' warm
-agents watch), read a run's state and logs (``runs/N/``, written by
-:mod:`.warm_supervisor`), cancel a run, change the idle limit.
+"""The runs of a local ``--warm`` job, for :class:`~.backend.LocalBackend`, which delegates its
+warm hooks here and hands this part what it uses (the job folders, :class:`~.folders.JobFolders`,
+and the planner of a new job, :class:`~.launch.Planner`), not itself: find the live warm job a
+cell runs on (or say why a new one starts), order a run through the job's folder
+(``runs/N/code``, then ``control.json``, which the nodes' warm agents watch), read a run's state
+and logs (``runs/N/``, written by :mod:`.warm_supervisor`), cancel a run, change the idle limit.
 """
 
 from __future__ import annotations
@@ -22,41 +23,43 @@ from ...jobs import (
     FAILED,
     PENDING,
     TERMINAL_STATES,
-    JobShape,
     JobStatus,
-    WarmInfo,
 )
+from ...store.files import make_private_dirs, replace_private, write_private
 from ...words import describe
-from ..base import LaunchPlan, LogSource
-from ..jobstore import make_private_dirs, replace_private, write_private
+from ..base import LaunchPlan
+from ..logsource import LogSource
 from ..warm import check_warm, shape_changes, warm_shape
+from .folders import JobFolders, to_status
+from .launch import BACKEND, Planner
 from .logs import FileLogSource
 from .request import LocalRequest, read_plan
-from .state import WarmState, change_state, read_state
+from .state import change_state, read_state
 from .warm_supervisor import IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...spec import JobSpec
-    from .backend import LocalBackend
 
-__all__ = ["LocalWarm", "warm_info"]
+__all__ = ["LocalWarm"]
 
 CANCEL_TIMEOUT_S = 15.0
 
 
 class LocalWarm:
-    """The warm side of one :class:`~.backend.LocalBackend` (``backend.warm``)."""
+    """The warm side of one :class:`~.backend.LocalBackend` (``backend.warm``): the warm jobs
+    of the store ``folders``; a new warm job is planned by ``planner``."""
 
-    def __init__(self, backend: LocalBackend):
-        self.b = backend
+    def __init__(self, folders: JobFolders, planner: Planner):
+        self.folders = folders
+        self.planner = planner
 
     def jobs(self) -> list[tuple[JobStatus, dict[str, Any]]]:
         """Every warm job the store holds (newest first), with its ``job.json``."""
         out = []
-        for status in reversed(self.b.list_jobs()):
+        for status in reversed(self.folders.list_jobs()):
             try:
-                meta = json.loads((self.b.job_dir(status.name) / "job.json").read_text())
+                meta = self.folders.meta(status.name)
             except (OSError, ValueError):
                 continue
             if meta.get("warm"):
@@ -95,7 +98,7 @@ class LocalWarm:
         if gone and gone[0].reason == IDLE_LIMIT and not live:
             notes.append(f"the warm job {gone[0].name!r} was ended: {gone[0].message}")
         notes.append("warm job: its nodes stay up after this run for the next --warm cell")
-        return self.b._dryrun(spec, program, tuple(notes), spec.name if named else "")
+        return self.planner.plan(spec, program, tuple(notes), spec.name if named else "")
 
     def run_plan(
         self, spec: JobSpec, program: CapturedProgram, job: JobStatus
@@ -106,7 +109,7 @@ class LocalWarm:
                 f"The warm job {job.name!r} is busy with run {job.warm.active}: wait for it, or "
                 f"stop it with `%ktrain cancel {job.name} --run {job.warm.active}`."
             )
-        plan = read_plan(self.b.job_dir(job.name))
+        plan = read_plan(self.folders.job_dir(job.name))
         spec = spec.evolve(name=job.name)
         request = LocalRequest(
             master_port=plan.master_port,
@@ -125,7 +128,7 @@ class LocalWarm:
             + "".join(f"#   {rel} ({len(data)} bytes)\n" for rel, data in sorted(files.items()))
         )
         note = f"run on the warm job {job.name!r} (same shape: its nodes are ready)"
-        return LaunchPlan(spec, program, self.b.name, request, text, files, (note,))
+        return LaunchPlan(spec, program, BACKEND, request, text, files, (note,))
 
     def order_run(self, job_dir: Path, files: Mapping[str, bytes]) -> int:
         """Write the next run's program to ``runs/N/code`` and order it (``control.json``):
@@ -145,22 +148,22 @@ class LocalWarm:
             make_private_dirs((code_dir / rel).parent)
             write_private(code_dir / rel, data)
         change_state(runs / str(number), state=PENDING, run=number)
-        order = json.dumps({"run": number, "code_dir": str(code_dir)}).encode()
+        order = json.dumps({"version": 1, "run": number, "code_dir": str(code_dir)}).encode()
         replace_private(job_dir / "control.json", order)
         return number
 
     def latest_run(self, name: str) -> int | None:
-        raw = self.b._state(name).warm
+        raw = self.folders.state(name).warm
         if raw is None:
             try:
-                return max(int(p.name) for p in (self.b.job_dir(name) / "runs").iterdir())
+                return max(int(p.name) for p in (self.folders.job_dir(name) / "runs").iterdir())
             except (OSError, ValueError):
                 return None
         return raw.runs or None
 
     def run_status(self, name: str, run: int) -> JobStatus:
-        job = self.b.status(name)
-        run_dir = self.b.job_dir(name) / "runs" / str(run)
+        job = self.folders.status(name)
+        run_dir = self.folders.job_dir(name) / "runs" / str(run)
         raw = read_state(run_dir)
         if raw is None:
             raise JobNotFound(f"The warm job {name!r} has no run {run}.")
@@ -168,15 +171,15 @@ class LocalWarm:
             why = job.message or job.reason or job.state
             ended = CANCELLED if job.state == CANCELLED else FAILED
             raw = replace(raw, state=ended, reason=job.reason, message=f"the warm job ended: {why}")
-        return self.b._to_status(name, raw, self.b.shape(name))
+        return to_status(name, raw, self.folders.shape(name))
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        nodes = json.loads((self.b.job_dir(name) / "job.json").read_text())["nodes"]
-        folder = self.b.job_dir(name) / "runs" / str(run)
+        nodes = self.folders.meta(name)["nodes"]
+        folder = self.folders.job_dir(name) / "runs" / str(run)
         return [FileLogSource(folder / f"node-{i}.log", f"{name}-node-{i}") for i in range(nodes)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
-        if not (self.b.job_dir(name) / "runs" / str(run)).is_dir():
+        if not (self.folders.job_dir(name) / "runs" / str(run)).is_dir():
             raise JobNotFound(f"The warm job {name!r} has no run {run}.")
         for source in self.run_log_sources(name, run):
             for line in source.finish():
@@ -184,7 +187,7 @@ class LocalWarm:
 
     def cancel_run(self, name: str, run: int) -> None:
         """Ask every node to stop the run, and wait until they did (the nodes stay warm)."""
-        job_dir = self.b.job_dir(name)
+        job_dir = self.folders.job_dir(name)
         if self.run_status(name, run).terminal:
             return
         abort_run(job_dir, run, CANCELLED_BY_USER)
@@ -200,26 +203,15 @@ class LocalWarm:
 
     def set_idle_limit(self, name: str, seconds: float) -> JobStatus:
         """``%ktrain warm NAME --idle``: the warm job's idle limit (0 ends it now)."""
-        status = self.b.status(name)
+        status = self.folders.status(name)
         if status.warm is None:
             raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
         if status.terminal:
             raise SpecError(f"The warm job {name!r} already ended ({describe(status)}).")
-        data = json.dumps({"idle_limit_s": float(seconds)}).encode()
-        replace_private(self.b.job_dir(name) / "warm.json", data)
+        data = json.dumps({"version": 1, "idle_limit_s": float(seconds)}).encode()
+        replace_private(self.folders.job_dir(name) / "warm.json", data)
         if seconds <= 0:
             deadline = time.monotonic() + CANCEL_TIMEOUT_S
-            while time.monotonic() < deadline and not self.b.status(name).terminal:
+            while time.monotonic() < deadline and not self.folders.status(name).terminal:
                 time.sleep(0.05)
-        return self.b.status(name)
-
-
-def warm_info(raw: WarmState, shape: JobShape | None) -> WarmInfo:
-    gpus = shape.nodes * shape.gpus_per_node if shape is not None else 0
-    return WarmInfo(
-        runs=raw.runs,
-        active=raw.active,
-        idle_since=raw.idle_since,
-        idle_limit_s=raw.idle_limit_s,
-        gpus=gpus,
-    )
+        return self.folders.status(name)

@@ -30,10 +30,12 @@ from typing import IO, Any
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.progress import fmt_duration
 from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
-from ..jobstore import make_private_dirs, release_reserve, write_private
+from ...store.files import make_private_dirs, write_private
+from ...store.jobdirs import release_reserve
 from ..warm import DEFAULT_IDLE_S
+from .joblog import JobLog
 from .state import LocalState, NodeState, WarmState, save_state
-from .supervisor import Supervisor, _Log
+from .supervisor import Supervisor
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
@@ -117,10 +119,10 @@ class WarmSupervisor(Supervisor):
     def _copy(self, node: int, stream: IO[bytes]) -> None:
         """Every line to ``node-K.log`` (the node's whole history, as a pod log is), and a
         run's lines also to ``runs/N/node-K.log``."""
-        log = _Log(self.dir / f"node-{node}.log")
-        times = _Log(self.dir / f"node-{node}.times")
-        in_run: tuple[_Log, _Log] | None = None  # the run's node log and times, during a run
-        rank_files: dict[int, _Log] = {}
+        log = JobLog(self.dir / f"node-{node}.log")
+        times = JobLog(self.dir / f"node-{node}.times")
+        in_run: tuple[JobLog, JobLog] | None = None  # the run's node log and times, during a run
+        rank_files: dict[int, JobLog] = {}
         try:
             for raw in iter(stream.readline, b""):
                 line = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
@@ -128,8 +130,8 @@ class WarmSupervisor(Supervisor):
                 if kind == RUN and line.record is not None:
                     run_dir = self._run_dir(int(line.record["run"]))
                     in_run = (
-                        _Log(run_dir / f"node-{node}.log"),
-                        _Log(run_dir / f"node-{node}.times"),
+                        JobLog(run_dir / f"node-{node}.log"),
+                        JobLog(run_dir / f"node-{node}.times"),
                     )
                     self._on_run(int(line.record["run"]))
                 stamp = b"%.6f\n" % time.time()
@@ -155,13 +157,13 @@ class WarmSupervisor(Supervisor):
         make_private_dirs(path)
         return path
 
-    def _on_rank_line(self, line: Any, files: dict[int, _Log]) -> None:
+    def _on_rank_line(self, line: Any, files: dict[int, JobLog]) -> None:
         run = self.runs.get(self.last_run)
         if run is None:
             return
         if line.record is None:
             if line.rank not in files:
-                files[line.rank] = _Log(self._run_dir(run.number) / f"rank-{line.rank}.log")
+                files[line.rank] = JobLog(self._run_dir(run.number) / f"rank-{line.rank}.log")
             files[line.rank].write(line.text.encode() + b"\n")
         elif record_type(line.record) == EXIT:
             code = int(line.record.get("code", 1))

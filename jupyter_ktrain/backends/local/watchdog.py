@@ -14,10 +14,10 @@ from pathlib import Path
 from ...failures import signal_text
 from ...jobs import FAILED, TERMINAL_STATES
 from ...pod.protocol import format_agent_line
-from ..jobstore import job_marker, release_reserve
+from ...store.jobdirs import job_marker, release_reserve
+from .joblog import SIGNAL_BASE, JobLog
 from .procs import marked_pids, stop_marked
 from .state import LocalState, change_state, read_state
-from .supervisor import _SIGNAL_BASE, _Log
 
 __all__ = ["watch"]
 
@@ -59,7 +59,7 @@ def _how_it_ended(status: int) -> tuple[str, str]:
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         who = " (the OOM killer, or a kill -9)" if number == signal.SIGKILL else ""
-        return f"was killed by {signal_text(_SIGNAL_BASE + number)}{who}", "SupervisorKilled"
+        return f"was killed by {signal_text(SIGNAL_BASE + number)}{who}", "SupervisorKilled"
     code = os.WEXITSTATUS(status)
     return f"exited with code {code} (see supervisor.log)", "SupervisorFailed"
 
@@ -69,7 +69,7 @@ def _tell_node_logs(job_dir: Path, message: str) -> None:
     line = (format_agent_line(message) + "\n").encode()
     for path in sorted(job_dir.glob("node-*.log")):
         with contextlib.suppress(OSError):
-            log = _Log(path)
+            log = JobLog(path)
             try:
                 log.write(line)
             finally:

@@ -3,14 +3,17 @@
 One private file per job, ``$KTRAIN_HOME/history/BACKEND/NAME/run.json`` (folders ``0700``,
 files ``0600``, replaced atomically), written by the process that starts or follows the job::
 
-    {"name", "backend", "started": epoch s (the run's; a new job of the name is a new run),
+    {"version": 1, "name", "backend",
+     "started": epoch s (the run's; a new job of the name is a new run),
      "params": {...}, "code_sha256",
      "mlflow": {"uri", "experiment", "run_id", "sent": {key: [[lo, hi], ...]}, "finished"}}
 
 ``sent`` is what makes tracking idempotent: a kernel that re-attaches reads it and sends no
 point twice. One process at a time logs a job (:func:`hold`: the kernel that follows it, or the
 Jupyter server while the side panel follows it), so two never send the same point at once.
-``%ktrain delete`` removes the folder (:func:`remove`).
+``%ktrain delete`` removes the folder (:func:`remove`). The record is versioned
+(:data:`RECORD_VERSION`, read by :func:`.versions.versioned`): a newer jupyter-ktrain's record is
+refused with one line.
 """
 
 from __future__ import annotations
@@ -22,37 +25,48 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..backends.jobstore import make_private_dirs, replace_private
+from .files import FILE_MODE, make_private_dirs, replace_private
+from .home import history_dir
+from .versions import versioned
 
-__all__ = ["history_dir", "hold", "job_dir", "read_record", "release", "remove", "write_record"]
+__all__ = [
+    "RECORD_VERSION",
+    "hold",
+    "job_dir",
+    "read_record",
+    "release",
+    "remove",
+    "write_record",
+]
 
 RECORD = "run.json"
+RECORD_VERSION = 1
 _TRACKING_LOCK = ".tracking.lock"
 
 
-def history_dir() -> Path:
-    """``$KTRAIN_HOME/history`` (default ``~/.ktrain/history``)."""
-    return Path(os.environ.get("KTRAIN_HOME") or Path.home() / ".ktrain") / "history"
-
-
 def job_dir(backend: str, name: str) -> Path:
+    """The job's history folder: ``$KTRAIN_HOME/history/BACKEND/NAME``."""
     return history_dir() / backend / name
 
 
 def read_record(backend: str, name: str) -> dict[str, Any] | None:
-    """The job's record; None when there is none (or it cannot be read)."""
+    """The job's record; None when there is none (or it is no record); a newer version's is
+    refused (:class:`~.versions.StoreVersionError`, one line)."""
     try:
         data = json.loads((job_dir(backend, name) / RECORD).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    return versioned(data, f"history/{backend}/{name}/{RECORD}", "record", RECORD_VERSION)
 
 
 def write_record(backend: str, name: str, record: dict[str, Any]) -> None:
     """Replace the job's record (atomically: a reader sees the old one or the new one)."""
     folder = job_dir(backend, name)
     make_private_dirs(folder)
-    replace_private(folder / RECORD, json.dumps(record, sort_keys=True).encode())
+    data = {**record, "version": RECORD_VERSION}
+    replace_private(folder / RECORD, json.dumps(data, sort_keys=True).encode())
 
 
 def remove(backend: str, name: str) -> Path | None:
@@ -70,7 +84,7 @@ def hold(backend: str, name: str) -> int | None:
     folder = job_dir(backend, name)
     try:
         make_private_dirs(folder)
-        fd = os.open(folder / _TRACKING_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(folder / _TRACKING_LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
     except OSError:
         return None
     try:

@@ -1,13 +1,15 @@
-"""The local job store on disk: one private folder per job, created exclusively.
+"""Local jobs in the job store: one private folder per job (``$KTRAIN_HOME/jobs/NAME``),
+created exclusively, and the locked ``state.json`` of a job folder (or of a history folder,
+:mod:`.history`).
 
-Folders are ``0700`` and files ``0600`` (a shared machine's other users read nothing of a
-job: its code may hold data paths, its logs what it printed). A job folder is created with one
+Folders are ``0700`` and files ``0600`` (:mod:`.files`). A job folder is created with one
 ``mkdir`` that fails when the name is taken, so two kernels starting one name never share or
 delete each other's files. ``state.json`` is written atomically under a lock (the supervisor,
 its watchdog and a cancel may all write a job's final state; the first one wins), and a small
 reserve file is given back when the disk is full so that the final state can still be written.
 A store that cannot be written is one :class:`~jupyter_ktrain.errors.BackendError` naming the
-folder and the fix.
+folder and the fix (:func:`.files.store_error`). What ``state.json`` holds, and its version, is
+its writer's (:mod:`..backends.local.state`, :mod:`.history`): here it is JSON.
 """
 
 from __future__ import annotations
@@ -20,55 +22,28 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from ..errors import BackendError, SpecError
+from ..errors import SpecError
 from ..jobs import TERMINAL_STATES
+from .files import DIR_MODE, FILE_MODE, make_private_dirs, store_error, write_private
 
 __all__ = [
+    "LOCK",
+    "STATE",
     "create_job_dir",
     "job_marker",
-    "make_private_dirs",
-    "open_append",
     "read_state",
     "release_reserve",
-    "store_error",
     "update_state",
-    "write_private",
     "write_state",
 ]
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 STATE = "state.json"
-_LOCK = ".state.lock"
+LOCK = ".state.lock"
 _RESERVE = ".reserve"
 _RESERVE_BYTES = 256 * 1024
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def store_error(path: Path, exc: OSError, doing: str = "write") -> BackendError:
-    """The one error for a job store this process cannot use, with the fix."""
-    why = exc.strerror or type(exc).__name__
-    return BackendError(
-        f"Cannot {doing} the local job store at {path} ({why}). Point KTRAIN_HOME at a folder "
-        f"you can write (`%env KTRAIN_HOME=/path/to/folder` in the notebook, `export "
-        f"KTRAIN_HOME=...` in a shell), or fix that folder's permissions or free space."
-    )
-
-
-def make_private_dirs(path: Path) -> None:
-    """``mkdir -p`` with every folder it creates ``0700`` (folders already there are kept)."""
-    missing = []
-    probe = path
-    while not probe.is_dir():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made by a concurrent start: fine
-            folder.mkdir(mode=DIR_MODE)
 
 
 def create_job_dir(jobs: Path, name: str) -> Path:
@@ -86,7 +61,7 @@ def create_job_dir(jobs: Path, name: str) -> Path:
     except OSError as exc:
         raise store_error(jobs, exc) from None
     try:
-        write_private(path / _LOCK, b"")
+        write_private(path / LOCK, b"")
         write_private(path / _RESERVE, b"\0" * _RESERVE_BYTES)
     except OSError as exc:
         shutil.rmtree(path, ignore_errors=True)  # ours: made just above
@@ -100,30 +75,9 @@ def release_reserve(job_dir: Path) -> None:
         (job_dir / _RESERVE).unlink(missing_ok=True)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Create ``path`` (it must not exist yet) with mode 0600 and write ``data``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def replace_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically (mode 0600): readers see the old file or the new, whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    write_private(tmp, data)
-    os.replace(tmp, path)
-
-
-def open_append(path: Path) -> IO[bytes]:
-    """``path`` opened for appending, unbuffered, created 0600 when missing."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-    return os.fdopen(fd, "ab", buffering=0)
-
-
 @contextlib.contextmanager
 def _locked(job_dir: Path) -> Iterator[None]:
-    fd = os.open(job_dir / _LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    fd = os.open(job_dir / LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -132,8 +86,8 @@ def _locked(job_dir: Path) -> Iterator[None]:
 
 
 def read_state(job_dir: Path) -> dict[str, Any] | None:
-    """The job's ``state.json`` as JSON (typed: :mod:`.local.state`); None before the supervisor
-    wrote it."""
+    """The folder's ``state.json`` as JSON (typed by its writer: :mod:`..backends.local.state`,
+    :mod:`.history`); None before anyone wrote it."""
     try:
         state: dict[str, Any] = json.loads((job_dir / STATE).read_text())
     except (FileNotFoundError, ValueError):

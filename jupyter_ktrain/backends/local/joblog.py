@@ -1,0 +1,42 @@
+"""The output files of a local job (``node-K.log``, ``node-K.times``, ``rank-R.log``), appended
+to whole by its supervisor, its warm supervisor and its watchdog alike (:class:`JobLog`), and
+the words for a copy that failed."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ...store.files import open_append
+
+__all__ = ["SIGNAL_BASE", "JobLog", "copy_error_text"]
+
+SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
+
+
+class JobLog:
+    """One output file of the job, appended to whole (a short write is continued); an error
+    names the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = open_append(path)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self.file.write(view) or 0 :]
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+
+def copy_error_text(exc: BaseException) -> str:
+    """``No space left on device writing rank-3.log``."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror or exc} writing {Path(str(exc.filename)).name}"
+    return f"{type(exc).__name__}: {exc}"
