@@ -3,7 +3,7 @@
 Every test is also marked with its area, so one area runs alone (``pytest -m cluster``) and
 ``scripts/test_times.py`` adds up the junit XML's durations by area:
 
-- ``unit``: ``tests/unit`` (no processes, no servers);
+- ``unit``: ``tests/unit`` (starts no process);
 - ``cluster``: a test that uses the test cluster (``test_cluster``, ``kubeflow_profiles``);
 - ``browser``: ``tests/browser`` (JupyterLab in Chromium);
 - ``notebooks``: ``tests/integration/test_notebooks.py`` (the example notebooks, executed);
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 
 AREAS = {
-    "unit": "tests/unit: no processes, no servers",
+    "unit": "tests/unit: starts no process",
     "local": "integration tests on this machine: torchrun jobs, kernels, registry, MLflow",
     "cluster": "tests that use the test cluster (a real control plane and operators)",
     "browser": "tests/browser: JupyterLab in Chromium",
