@@ -7,8 +7,9 @@ In a notebook::
     %%ktrain --nodes 2 --procs-per-node 2
     result = train(epochs=3)
 
-and inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live and
-``jupyter_ktrain.checkpoint()`` saves and resumes training state across restarts.
+or from plain Python, ``jupyter_ktrain.run(train, args=(3,), nodes=2)`` (``submit`` returns at
+once). Inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live
+and ``jupyter_ktrain.checkpoint()`` saves and resumes training state across restarts.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from .pod.checkpoint import Checkpoints, checkpoint
 from .pod.report import report
 
 if TYPE_CHECKING:
+    from .api import run, submit
+    from .backends.base import Job
     from .errors import (
         BackendError,
         CaptureError,
         ClusterError,
+        JobFailed,
         JobNotFound,
         KtrainError,
         PackagingError,
@@ -55,6 +59,10 @@ _LAZY = {
     ),
     "JobSpec": "spec",
     "Resources": "spec",
+    "Job": "backends.base",
+    "JobFailed": "errors",
+    "run": "api",
+    "submit": "api",
 }
 
 __version__ = "0.1.0"
@@ -64,6 +72,8 @@ __all__ = [
     "CaptureError",
     "Checkpoints",
     "ClusterError",
+    "Job",
+    "JobFailed",
     "JobNotFound",
     "JobSpec",
     "KtrainError",
@@ -77,6 +87,8 @@ __all__ = [
     "checkpoint",
     "load_ipython_extension",
     "report",
+    "run",
+    "submit",
 ]
 
 

@@ -19,21 +19,17 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .backends import get_backend, listed_backends
 from .backends.base import Backend, Job
 from .backends.capabilities import warm_capable
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
-from .jobs import CANCELLED, FAILED, JobStatus
-from .monitor.text import status_text
+from .jobs import CANCELLED, JobStatus
 from .spec import check_job_name
 from .tracking import session as tracking
 from .tracking.store import job_dir
-
-if TYPE_CHECKING:
-    from .jobs import View
-    from .monitor.model import MonitorModel
+from .words import describe, status_text
 
 __all__ = [
     "COMMANDS",
@@ -43,7 +39,6 @@ __all__ = [
     "Command",
     "Reply",
     "Target",
-    "follow_into",
     "help_text",
     "parse",
     "parse_duration",
@@ -199,7 +194,7 @@ def list_jobs(target: Target) -> Reply:
         except KtrainError as exc:
             problems.append(f"{name}: {exc}")
             continue
-        rows += [f"{s.name:32} {name:10} {s.describe()}".rstrip() for s in statuses]
+        rows += [f"{s.name:32} {name:10} {describe(s)}".rstrip() for s in statuses]
     text = ""
     if rows:
         text = f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows)
@@ -276,7 +271,7 @@ def warm(target: Target, name: str, idle: str) -> Reply:
     seconds = parse_duration(idle)
     status = warm_capable(target.open(), name).set_idle_limit(name, seconds)
     if seconds <= 0:
-        return Reply(f"Ended the warm job {name!r} ({status.describe()}).")
+        return Reply(f"Ended the warm job {name!r} ({describe(status)}).")
     return Reply(f"The warm job {name!r} now ends after {idle} without a run.")
 
 
@@ -501,33 +496,3 @@ def run(argv: Sequence[str]) -> Reply:
     """Parse ``argv`` and run the command: its :class:`Reply`."""
     call = parse(argv)
     return call if isinstance(call, Reply) else call.run()
-
-
-def follow_into(
-    job: Job, model: MonitorModel, view: View, say: Callable[[str], None]
-) -> JobStatus | None:
-    """Show ``view`` of ``model`` and follow ``job`` into it until the job ends (MLflow
-    tracking too, when its record says so); the final status, or None when Ctrl-C detached
-    (the job keeps running; ``say`` tells how to re-attach). A failed or cancelled job raises
-    its :class:`~jupyter_ktrain.errors.JobFailed` after the view is closed."""
-    from .monitor.cell_error import job_error
-    from .monitor.follow import follow
-    from .monitor.live import ModelSink
-
-    view.show()
-    sink = tracking.sink_for(job, ModelSink(model, view), say)  # MLflow, when configured
-    try:
-        status = follow(job, sink)
-    except KeyboardInterrupt:
-        tracking.detached(sink)
-        view.close()
-        say(
-            f"Detached from {job.name!r}; it keeps running.\n"
-            f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
-        )
-        return None
-    view.close()
-    tracking.finished(sink, job, status, say)
-    if status.state in (FAILED, CANCELLED):
-        raise job_error(job, status)
-    return status

@@ -2,15 +2,19 @@
 backends, the monitor, the server and the front ends build on it.
 
 - :class:`JobState`: a job's state, a ``str`` enum (a state read from a file or an API compares
-  equal to its member), with :attr:`JobState.is_terminal`; the member names as constants
-  (:data:`RUNNING` ...), :data:`JOB_STATES` in their order, :data:`TERMINAL_STATES`, and
-  :data:`BACKEND_ENDS` (the ends a backend writes: ``Deleted`` is the monitor's own);
+  equal to its member); the member names as constants (:data:`RUNNING` ...), :data:`JOB_STATES`
+  in their order, and the one terminal rule: :data:`TERMINAL_STATES` and :func:`is_terminal`
+  (which :attr:`JobStatus.terminal` asks);
+- :class:`ReplicaPhase`: a replica's phase, a ``str`` enum the same way (a pod's phase as the
+  API says it, a local node's as ``state.json`` says it);
 - :data:`CANCELLED_BY_USER`: the words for a job or run stopped on the user's request, the same
   in a log line, a run's end and a cell's error, and :data:`CANCELLED_REASON`, its reason code
   (``Cancelled (CancelledByUser)``);
 - what a backend says of a job and every view reads: :class:`JobStatus` (with its
   :class:`ReplicaStatus` rows, queue :class:`Eviction` counts and :class:`WarmInfo`),
-  :class:`JobShape` (how it was started) and :func:`complete_exit_codes`;
+  :class:`JobShape` (how it was started) and :func:`complete_exit_codes`. Every layer uses
+  these types themselves (the monitor's model, the widget, the panel's payloads): what a view
+  words of them is :mod:`jupyter_ktrain.words`';
 - :class:`View`: the monitor's port, what a view of a running job offers (the widget, the text).
 
 Below it only :mod:`jupyter_ktrain.pod` (standard library only) and :mod:`jupyter_ktrain.kinds`
@@ -23,21 +27,20 @@ The TypeScript payloads take the states from here (``scripts/gen_ts.py`` through
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from .kinds import DEFAULT_KIND
-from .pod.progress import Progress, fmt_duration, progress_text
+from .pod.progress import Progress
 
 __all__ = [
-    "BACKEND_ENDS",
     "CANCELLED",
     "CANCELLED_BY_USER",
     "CANCELLED_REASON",
     "DELETED",
     "DELETED_AFTER_END",
+    "DELETED_REASON",
     "DELETED_WHILE_RUNNING",
     "FAILED",
     "JOB_STATES",
@@ -50,6 +53,7 @@ __all__ = [
     "JobShape",
     "JobState",
     "JobStatus",
+    "ReplicaPhase",
     "ReplicaStatus",
     "View",
     "WarmInfo",
@@ -60,7 +64,8 @@ __all__ = [
 
 class JobState(str, enum.Enum):
     """A job's state. A member is its word (``str(RUNNING) == "Running"``, equal and hashed
-    alike), so a state read as a string from ``state.json`` or an API matches it."""
+    alike), so a state read as a string from ``state.json`` or an API matches it. Whether a
+    state is an end: :func:`is_terminal`."""
 
     __str__ = str.__str__
     __hash__ = str.__hash__
@@ -74,12 +79,7 @@ class JobState(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"  # stopped on a user's request: its own end, not a failure
-    DELETED = "Deleted"  # gone from the cluster while followed
-
-    @property
-    def is_terminal(self) -> bool:
-        """The job ended: nothing it does changes any more."""
-        return self in TERMINAL_STATES
+    DELETED = "Deleted"  # gone: see is_terminal
 
 
 PENDING = JobState.PENDING
@@ -95,15 +95,53 @@ JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 DELETED_WHILE_RUNNING = "its pod was deleted while it still ran, as the job ended"
 DELETED_AFTER_END = "its pod was deleted as the job ended"
 TERMINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED, DELETED})
-BACKEND_ENDS: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
+# the reason of a job that is gone while followed or cancelled on a cluster: it reads Cancelled
+DELETED_REASON = "Deleted"
 CANCELLED_BY_USER = "cancelled by the user"
 CANCELLED_REASON = "CancelledByUser"
 
 
 def is_terminal(state: str | None) -> bool:
-    """``state`` (a word as read from a file or an API, or None) is an end."""
+    """``state`` (a word as read from a file or an API, or None) is an end: the job's one
+    terminal rule, asked by :attr:`JobStatus.terminal`, the follow loop, the job store and every
+    view. The ends are ``Succeeded``, ``Failed``, ``Cancelled`` and ``Deleted``.
+
+    ``Deleted`` is a job that is gone: no backend writes it as a job's state (a job deleted
+    while followed, or cancelled on a cluster, reads ``Cancelled`` with the reason
+    :data:`DELETED_REASON`: :mod:`jupyter_ktrain.monitor.follow`), and a replica whose pod
+    was deleted reads it as its phase (:class:`ReplicaPhase`). A job in it is over all the
+    same: nothing it does changes any more, so a follow loop that sees it stops."""
     return state in TERMINAL_STATES
+
+
+class ReplicaPhase(str, enum.Enum):
+    """A replica's phase. A member is its word, as :class:`JobState`'s are, so a phase read as a
+    string (a pod's ``status.phase``, a history file's) matches it; a word this version does not
+    know reads as :attr:`UNKNOWN`. A pod's phases, then the words the backends and views add."""
+
+    __str__ = str.__str__
+    __hash__ = str.__hash__
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str(self), spec)
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"  # a local node stopped with its cancelled job
+    UNKNOWN = "Unknown"  # the pod's state could not be obtained (or a word we do not know)
+    NOT_CREATED = "NotCreated"  # no pod (not yet, or never seen by this watch)
+    DELETED = "Deleted"  # its pod was deleted while it still ran, as the job ended
+    RESTARTING = "Restarting"  # a local node its supervisor starts again after a fault
+    ENDED = "Ended"  # a warm job's node ended its part of the run
+    WARM = "warm"  # a view's word: a warm job's node that stays up for the next run
+
+    @classmethod
+    def _missing_(cls, value: object) -> ReplicaPhase:
+        return cls.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -111,7 +149,7 @@ class ReplicaStatus:
     """One replica: a pod, or one local node (a torchrun agent)."""
 
     name: str
-    phase: str
+    phase: ReplicaPhase
     restarts: int = 0
     node: str = ""
     exit_code: int | None = None
@@ -122,6 +160,10 @@ class ReplicaStatus:
     # its pod was deleted as the job ended (shown as last seen; its ranks' exit records, when
     # they all reported, say how it ended: complete_exit_codes)
     deleted: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.phase, ReplicaPhase):  # a word read from an API or a file
+            object.__setattr__(self, "phase", ReplicaPhase(self.phase))
 
 
 @dataclass(frozen=True)
@@ -174,18 +216,8 @@ class JobStatus:
 
     @property
     def terminal(self) -> bool:
-        return self.state in BACKEND_ENDS
-
-    def describe(self, now: float | None = None) -> str:
-        """``Running · 42% (420/1000) · 1m 30s left · reason`` (one line, for lists)."""
-        parts: list[str] = [self.state]
-        if self.progress is not None:
-            parts.append(progress_text(self.progress, now or time.time(), self.terminal))
-        if self.warm is not None:
-            parts.append(self.warm.describe(now or time.time(), self.terminal))
-        if self.reason:
-            parts.append(self.reason)
-        return " · ".join(parts)
+        """The job ended (:func:`is_terminal`)."""
+        return is_terminal(self.state)
 
 
 @dataclass(frozen=True)
@@ -205,18 +237,6 @@ class WarmInfo:
         """GPU-hours held idle since the last run ended (the current idle stretch)."""
         return self.gpus * self.idle_s(now) / 3600.0
 
-    def describe(self, now: float, ended: bool = False) -> str:
-        runs = f"warm, {self.runs} run(s)"
-        if ended:
-            return runs
-        if self.active is not None:
-            return f"{runs}, run {self.active} running"
-        idle, limit = fmt_duration(self.idle_s(now), 1), fmt_duration(self.idle_limit_s, 1)
-        idle = f"{runs}, idle {idle} of {limit}"
-        if self.gpus:
-            idle += f", {self.gpus} GPU(s), {self.idle_gpu_hours(now):.2f} idle GPU-h"
-        return idle
-
 
 def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
     """``status`` with one exit code per rank once it ended: a rank that never reported its
@@ -233,7 +253,7 @@ def complete_exit_codes(status: JobStatus, procs_per_node: int) -> JobStatus:
             worst = next((codes[r] for r in ranks if codes[r] != 0), 0)
             replicas[node] = replica = replace(
                 replica,
-                phase=SUCCEEDED if worst == 0 else FAILED,
+                phase=ReplicaPhase.SUCCEEDED if worst == 0 else ReplicaPhase.FAILED,
                 exit_code=worst,
                 last_event=f"its ranks ended (exit {worst}), then {DELETED_AFTER_END}",
             )

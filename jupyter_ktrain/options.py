@@ -25,7 +25,7 @@ import yaml
 
 from .errors import SpecError
 from .spec import BACKENDS, KINDS, JobSpec, default_name
-from .spec_parts import CLEAN_POD_POLICIES, RESTART_POLICIES
+from .spec_scheduling import CLEAN_POD_POLICIES, RESTART_POLICIES
 
 __all__ = [
     "JOB_FLAGS",
@@ -37,6 +37,7 @@ __all__ = [
     "merge_values",
     "parse_flags",
     "spec_from_args",
+    "spec_from_values",
     "spec_from_yaml",
     "values_from_args",
     "values_from_yaml",
@@ -454,10 +455,16 @@ def _default_backend() -> str:
     return default_backend_name()
 
 
+def spec_from_values(values: Mapping[str, Any], entry: str, backend: str | None) -> JobSpec:
+    """A validated JobSpec from job ``values``: ``entry`` (the function called) names the
+    job when no name was given, the configured backend runs it when ``backend`` is None."""
+    values = dict(values)
+    values.setdefault("name", default_name(entry))
+    values["backend"] = backend or _default_backend()
+    return JobSpec.create(**values)
+
+
 def spec_from_args(ns: argparse.Namespace, entry: str = "ktrain", **defaults: Any) -> JobSpec:
     """A validated JobSpec from ``%%ktrain`` flags; ``entry`` names the job when --name is
     absent, and the configured backend runs it when --backend is."""
-    values = values_from_args(ns)
-    values.setdefault("name", default_name(entry))
-    values["backend"] = ns.backend or defaults.get("backend") or _default_backend()
-    return JobSpec.create(**values)
+    return spec_from_values(values_from_args(ns), entry, ns.backend or defaults.get("backend"))

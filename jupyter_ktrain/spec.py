@@ -11,26 +11,15 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import SpecError
 from .kinds import DEFAULT_KIND, KIND_TABLE, KINDS, JobKind
-from .spec_parts import (
-    DeepSpeed,
-    Elastic,
-    InitContainer,
-    Mount,
-    Rdma,
-    RunPolicy,
-    Scheduling,
-    SecretEnv,
-    Storage,
-    Toleration,
-    check_dns_label,
-    check_label,
-    check_quantity,
-)
+from .spec_checks import check_dns_label, check_label
+from .spec_parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
+from .spec_scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
+from .spec_values import convert
 
 __all__ = [
     "BACKENDS",
@@ -113,33 +102,6 @@ def default_name(hint: str = "ktrain") -> str:
     return f"{base[:30].rstrip('-')}-{secrets.token_hex(3)}"
 
 
-_check_quantity = check_quantity
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Per-node (per-pod) resources. ``gpus`` is GPUs per node.
-
-    ``cpu``/``memory`` are requests; ``cpu_limit``/``memory_limit`` optional limits (GPUs and
-    RDMA devices always get equal requests and limits).
-    """
-
-    gpus: int = 0
-    cpu: str | None = None
-    memory: str | None = None
-    gpu_resource: str = "nvidia.com/gpu"
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.gpus < 0:
-            raise SpecError(f"--gpus-per-node must be 0 or more, got {self.gpus}.")
-        _check_quantity("--cpu", self.cpu)
-        _check_quantity("--memory", self.memory)
-        _check_quantity("--cpu-limit", self.cpu_limit)
-        _check_quantity("--memory-limit", self.memory_limit)
-
-
 @dataclass(frozen=True)
 class JobSpec:
     """Everything a backend needs to run the captured program as a distributed job.
@@ -216,9 +178,7 @@ class JobSpec:
     def create(cls, **values: Any) -> JobSpec:
         """Build a spec from loose values (flags, YAML, Python): the one conversion, in
         :func:`jupyter_ktrain.spec_values.convert`; unknown keys are an error."""
-        from .spec_values import convert
-
-        return cls(**convert(values))
+        return cls(**convert(values, [f.name for f in fields(cls)]))
 
     @property
     def nproc(self) -> int:

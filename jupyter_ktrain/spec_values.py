@@ -17,7 +17,7 @@ profiles, host_network}`` and ``deepspeed: {preset | file, ...DeepSpeed fields}`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,19 +27,8 @@ import yaml
 from .deepspeed import resolve_deepspeed
 from .errors import SpecError
 from .rdma import resolve_profile
-from .spec import JobSpec, Resources
-from .spec_parts import (
-    DeepSpeed,
-    Elastic,
-    InitContainer,
-    Mount,
-    Rdma,
-    RunPolicy,
-    Scheduling,
-    SecretEnv,
-    Storage,
-    Toleration,
-)
+from .spec_parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
+from .spec_scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
 
 __all__ = ["SHORT_FORMS", "convert"]
 
@@ -47,10 +36,11 @@ SHORT_FORMS = ("max_restarts",)  # values that are no field of JobSpec (see the 
 _NAMED_MOUNTS = (("dataset", "datasets"), ("checkpoints", "checkpoints"))  # storage short forms
 
 
-def convert(values: Mapping[str, Any]) -> dict[str, Any]:
-    """:class:`JobSpec` keyword arguments from ``values``; an unknown key is an error that
-    lists the known ones."""
-    known = {f.name for f in fields(JobSpec)} | set(SHORT_FORMS)
+def convert(values: Mapping[str, Any], spec_fields: Iterable[str]) -> dict[str, Any]:
+    """:class:`JobSpec` keyword arguments from ``values``, given the names of its fields
+    (``JobSpec.create`` passes them: the spec is above this module); an unknown key is an
+    error that lists the known ones."""
+    known = set(spec_fields) | set(SHORT_FORMS)
     unknown = sorted(set(values) - known)
     if unknown:
         raise SpecError(

@@ -2,7 +2,7 @@
 
 - ``labextension/src/payloads.ts`` from the TypedDicts in ``jupyter_ktrain/server/payloads.py``;
 - ``labextension/src/palette.ts`` from ``jupyter_ktrain/monitor/viewmodel.py`` (rank colours,
-  state colours).
+  state colours) and ``jupyter_ktrain/jobs.py`` (the terminal states).
 
 Run ``python scripts/gen_ts.py`` after changing either module (``--check`` exits 1 when the
 checked-in files differ; ``tests/unit/test_gen_ts.py`` does the same).
@@ -107,6 +107,7 @@ def payloads_ts() -> str:
 
 
 def palette_ts() -> str:
+    from jupyter_ktrain.jobs import TERMINAL_STATES
     from jupyter_ktrain.monitor import viewmodel as vm
 
     def const(name: str, value: Any, doc: str) -> str:
@@ -122,7 +123,7 @@ def palette_ts() -> str:
             const("NO_RANK_COLOUR", vm.NO_RANK_COLOUR, "Lines of no rank (agent, torchrun)."),
             const("STATE_COLOURS", vm.STATE_COLOURS, "A job state's colour."),
             const("OTHER_STATE_COLOUR", vm.OTHER_STATE_COLOUR, "Pending and other states."),
-            const("TERMINAL_STATES", sorted(vm.TERMINAL_STATES), "States a job ends in."),
+            const("TERMINAL_STATES", sorted(TERMINAL_STATES), "States a job ends in."),
         ]
     )
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
 from ..jobs import CANCELLED, CANCELLED_REASON, JobShape, JobStatus
+from ..words import describe
 from .capabilities import WarmCapable, job_shape, warm_capable
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class Job:
             return f"<ktrain dry run {self.name!r} on {self.backend.name}: nothing started>"
         status = self.status()
         extra = f", failed rank {status.failed_rank}" if status.failed_rank is not None else ""
-        return f"<ktrain Job {self.name!r} on {self.backend.name}: {status.describe()}{extra}>"
+        return f"<ktrain Job {self.name!r} on {self.backend.name}: {describe(status)}{extra}>"
 
     def status(self) -> JobStatus:
         if self.dry_run:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import BackendError, SpecError
-from ..jobs import BACKEND_ENDS
+from ..jobs import TERMINAL_STATES
 
 __all__ = [
     "create_job_dir",
@@ -156,7 +156,7 @@ def update_state(job_dir: Path, changes: dict[str, Any], marker: str | None = No
         if marker is not None and job_marker(job_dir) != marker:
             return False
         state = read_state(job_dir) or {}
-        if state.get("state") in BACKEND_ENDS:
+        if state.get("state") in TERMINAL_STATES:
             return False
         state.update(changes)
         _replace(job_dir, json.dumps(state, indent=1, sort_keys=True).encode())

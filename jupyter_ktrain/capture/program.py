@@ -5,23 +5,24 @@ kernel's. It holds, in an order that runs: the imports the code needs, the sourc
 function, class and lambda the notebook defined that the cell reaches (transitively, the live
 definition of each), notebook values as literals or one pickle stream (shared objects stay
 shared), and the cell itself as a string literal. It is written to a file and never passes
-through a shell. Secrets are never written into it (:mod:`.secrets`).
+through a shell. Secrets are never written into it (:mod:`.secrets`). This module finds what
+the cell needs; :mod:`.program_text` orders it and writes the text.
 """
 
 from __future__ import annotations
 
-import base64
 import builtins
 import importlib
 import inspect
 import types
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CaptureError, SecretError
 from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
+from .program_text import NOT_PICKLED, Item, emit, ordered, stream_values
 from .requirements import Requirements
 from .secrets import (
     CELL,
@@ -34,7 +35,7 @@ from .secrets import (
     refusal,
     secret_at,
 )
-from .values import LOAD_NEXT, EncodeFailure, encode_together, encode_value, too_big
+from .values import EncodeFailure, encode_value, too_big
 
 __all__ = ["CapturedProgram", "capture"]
 
@@ -61,33 +62,15 @@ class CapturedProgram:
         return out
 
 
-_NOT_PICKLED = object()
-
-
-@dataclass
-class _Item:
-    name: str
-    code: str
-    order: tuple[int, int]
-    needs_now: frozenset[str] = frozenset()
-    cell: int | None = None
-    needs_later: frozenset[str] = frozenset()
-    fallback: str | None = None  # the defining statement, when it is a plain literal
-    verbatim: bool = False  # ``code`` is the notebook's own text (its lines map to the cell)
-    pickled: Any = _NOT_PICKLED  # the value, when it travels in the program's pickle stream
-    literal: bool = False  # written as a literal unless other values are pickled
-
-
 @dataclass
 class _Capture:
     namespace: Mapping[str, Any]
     history: Sequence[str]
     hidden: Collection[str]
-    items: dict[str, _Item] = field(default_factory=dict)
+    items: dict[str, Item] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     requirements: Requirements = field(default_factory=Requirements)
-    values: bytes = b""  # the pickle stream of every value that is not a literal
     allow_secrets: frozenset[str] = frozenset()
     from_env: frozenset[str] = frozenset()  # variables the job gets by --env/--secret-env
     by_id: dict[int, str] = field(default_factory=dict)  # value object -> its first name
@@ -157,7 +140,7 @@ class _Capture:
             return obj.__module__ == "__main__"
         return _wraps_code(obj) and getattr(obj, "__module__", None) == "__main__"
 
-    def module_item(self, name: str, module: types.ModuleType) -> _Item:
+    def module_item(self, name: str, module: types.ModuleType) -> Item:
         if module.__name__ == "__main__" or getattr(module, "__spec__", None) is None:
             raise CaptureError(
                 f"{name!r} is a module that cannot be imported by name in the job. "
@@ -166,9 +149,9 @@ class _Capture:
         self.requirements.add_module(module.__name__)
         real = module.__name__
         line = f"import {real}" if name == real else f"import {real} as {name}"
-        return _Item(name, line, (-1, 0))
+        return Item(name, line, (-1, 0))
 
-    def import_item(self, name: str, obj: Any) -> _Item | None:
+    def import_item(self, name: str, obj: Any) -> Item | None:
         """``from module import obj`` for classes/functions importable by their name."""
         module_name = getattr(obj, "__module__", None)
         qual = getattr(obj, "__qualname__", None)
@@ -184,7 +167,7 @@ class _Capture:
             return None
         self.requirements.add_module(module_name)
         alias = "" if qual == name else f" as {name}"
-        return _Item(name, f"from {module_name} import {qual}{alias}", (-1, 0))
+        return Item(name, f"from {module_name} import {qual}{alias}", (-1, 0))
 
     def source_item(self, name: str, obj: Any) -> None:
         real = getattr(obj, "__name__", name)
@@ -199,14 +182,14 @@ class _Capture:
                 f"creates it inside the %%ktrain cell."
             )
         if real not in ("<lambda>", name) and self.namespace.get(real) is obj:
-            self.items[name] = _Item(name, f"{name} = {real}", (10**9, 0), frozenset({real}))
+            self.items[name] = Item(name, f"{name} = {real}", (10**9, 0), frozenset({real}))
             self.need({real}, f"{name!r}")
             return
         located = locate(name, obj, self.history)
         found = find_in_source(located.source, name, self.env)
         self.check_secret(found, name, cell_label(located.cell))
         use = name_use(located.source)
-        self.items[name] = _Item(
+        self.items[name] = Item(
             name,
             located.source,
             (located.cell or 0, located.line),
@@ -231,7 +214,7 @@ class _Capture:
             return False
         found = find_in_source(where.source, name, self.env)
         self.check_secret(found, name, cell_label(where.cell))
-        self.items[name] = _Item(
+        self.items[name] = Item(
             name,
             where.source,
             (where.cell or 0, where.line),
@@ -244,13 +227,13 @@ class _Capture:
         self.need(use.all, f"{name!r} ({cell_label(where.cell)})")
         return True
 
-    def value_item(self, name: str, obj: Any) -> _Item:
+    def value_item(self, name: str, obj: Any) -> Item:
         where = locate_assignment(name, self.history)
         cell = where.cell if where else None
         order = (cell or 0, where.line if where else 0)
         first = self.by_id.setdefault(id(obj), name)
         if first != name and not isinstance(obj, _IMMUTABLE):  # two names for one object
-            return _Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
+            return Item(name, f"{name} = {first}\n", order, frozenset({first}), cell)
         big = too_big(obj)  # before anything reads or copies a value that cannot travel
         if big:
             raise _cannot_send(name, obj, cell, big)
@@ -258,7 +241,7 @@ class _Capture:
         env = _passed_env(name, finding, self.from_env)
         if isinstance(obj, str) and env:
             # the job gets this variable by reference (--secret-env/--env): read it there
-            return _Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
+            return Item(name, f"{name} = __import__('os').environ[{env!r}]\n", order, cell=cell)
         self.check_secret(finding, name, cell_label(cell))
         try:
             encoded = encode_value(obj, self.is_main)
@@ -270,14 +253,14 @@ class _Capture:
         if shape:
             self.check_secret(Finding(name, name, f"{shape}, by its value"), name, cell_label(cell))
         self.requirements.add_module(type(obj).__module__)
-        item = _Item(
+        item = Item(
             name,
             f"{name} = {encoded.expression}\n",
             order,
             encoded.main_refs,
             cell,
             fallback=_literal_statement(where.source) if where else None,
-            pickled=obj if encoded.pickled or not isinstance(obj, _IMMUTABLE) else _NOT_PICKLED,
+            pickled=obj if encoded.pickled or not isinstance(obj, _IMMUTABLE) else NOT_PICKLED,
             literal=not encoded.pickled,
         )
         self.need(encoded.main_refs, f"{name!r}")
@@ -340,132 +323,6 @@ def _literal_statement(source: str) -> str | None:
     return None
 
 
-def _definition_needs(items: dict[str, _Item]) -> dict[str, set[str]]:
-    """What must exist before each item runs: its definition-time names, plus everything a
-    function it calls while being defined (a decorator, a default) reads when called."""
-    out: dict[str, set[str]] = {}
-    for name, item in items.items():
-        needs, todo = set(item.needs_now), list(item.needs_now)
-        while todo:
-            dep = items.get(todo.pop())
-            if dep is None:
-                continue
-            for later in (dep.needs_later | dep.needs_now) - needs:
-                needs.add(later)
-                todo.append(later)
-        out[name] = needs - {name}
-    return out
-
-
-def _ordered(items: list[_Item]) -> list[_Item]:
-    """Notebook order, moved only where something must exist before another runs.
-
-    A cycle comes from mutable notebook state (a registry a decorator fills): the value is
-    then re-created from its literal defining statement, and the definitions refill it.
-    """
-    by_name = {i.name: i for i in items}
-    needs = _definition_needs(by_name)
-    pending = sorted(items, key=lambda i: i.order)
-    done: set[str] = set()
-    out: list[_Item] = []
-    while pending:
-        ready = next(
-            (i for i in pending if needs[i.name] <= done | (needs[i.name] - set(by_name))), None
-        )
-        if ready is None:
-            ready = next((i for i in pending if i.fallback), pending[0])
-            if ready.fallback:
-                ready = _Item(ready.name, ready.fallback, ready.order, cell=ready.cell)
-            pending = [i for i in pending if i.name != ready.name]
-        else:
-            pending.remove(ready)
-        out.append(ready)
-        done.add(ready.name)
-    return out
-
-
-_PRELUDE = """\
-import base64 as _ktrain_base64
-import io as _ktrain_io
-import pickle as _ktrain_pickle
-
-# The notebook's values that are not plain literals: one pickle stream (protocol 4) written
-# by jupyter-ktrain in this program's order, read one value at a time below, so an object
-# shared by several names (a model and its optimizer) arrives as one object.
-_KTRAIN_VALUES = _ktrain_pickle.Unpickler(_ktrain_io.BytesIO(_ktrain_base64.b64decode(
-    "{data}"
-)))
-"""
-
-
-def _stream_values(ordered: list[_Item], cap: _Capture) -> list[_Item]:
-    """Pickle the values that need it into one stream, in the order the program loads them."""
-    if all(i.pickled is _NOT_PICKLED or i.literal for i in ordered):
-        return ordered  # nothing needs pickling: every value stays a readable literal
-    # a mutable literal (a list) may also be inside a pickled value: it goes in the stream too
-    streamed = [i for i in ordered if i.pickled is not _NOT_PICKLED]
-    cap.values = encode_together([i.pickled for i in streamed], cap.is_main)
-    names = {i.name for i in streamed}
-    return [replace(i, code=f"{i.name} = {LOAD_NEXT}\n") if i.name in names else i for i in ordered]
-
-
-_EPILOGUE = """\
-if __name__ == "__main__":
-    try:
-        from jupyter_ktrain.pod.runtime import run_cell
-    except ImportError:  # run by hand without jupyter-ktrain: just execute the cell
-        def run_cell(cell, namespace):
-            exec(compile(cell, _KTRAIN_CELL_NAME, "exec"), namespace)
-    run_cell(_KTRAIN_CELL, globals())
-"""
-
-
-def _emit(
-    ordered: list[_Item], cap: _Capture, cell: str, result_names: list[str], cell_name: str
-) -> str:
-    """The program's text. ``_KTRAIN_LINES`` maps its lines back to the notebook cells they
-    came from, (first line, line count, cell, first line in that cell) per definition, so a
-    traceback from the job can point at the cell (see :mod:`jupyter_ktrain.pod.runtime`)."""
-    cells = sorted({i.cell for i in ordered if i.cell})
-    head = ", ".join(f"[{c}]" for c in cells) or "none"
-    parts: list[tuple[str, _Item | None]] = [
-        (
-            f"# Generated by jupyter-ktrain from notebook cells {head}; edit the notebook, not "
-            "this.\n# Runs as-is: `python program.py`, or `torchrun ... program.py` for several "
-            "processes.\n",
-            None,
-        )
-    ]
-    if cap.values:
-        data = base64.b64encode(cap.values).decode("ascii")
-        parts.append((_PRELUDE.replace("{data}", data), None))
-    imports = [i.code for i in ordered if i.order[0] == -1]
-    if imports:
-        parts.append(("\n".join(dict.fromkeys(imports)) + "\n", None))
-    seen: set[str] = set()
-    for item in ordered:
-        if item.order[0] == -1 or item.code in seen:  # one statement may bind several names
-            continue
-        seen.add(item.code)
-        label = f"# {cell_label(item.cell)}\n" if item.cell else ""
-        parts.append((f"{label}{item.code.rstrip()}\n", item))
-    lines: list[tuple[int, int, int, int]] = []
-    at = 1
-    for text, src in parts:
-        count = text.rstrip("\n").count("\n") + 1
-        if src is not None and src.cell and src.verbatim:
-            skip = 1 if text.startswith("# ") else 0
-            lines.append((at + skip, count - skip, src.cell, src.order[1]))
-        at += count + 2  # parts are separated by two blank lines
-    tail = [
-        f"_KTRAIN_CELL = {cell!r}\n_KTRAIN_CELL_NAME = {cell_name!r}\n"
-        f"_KTRAIN_RESULT_NAMES = {result_names!r}\n_KTRAIN_LINES = {tuple(lines)!r}\n",
-        _EPILOGUE,
-    ]
-    texts = [text for text, _ in parts] + tail
-    return "\n\n".join(p.rstrip("\n") + "\n" for p in texts)
-
-
 def _entry(cell: str) -> str:
     import ast
 
@@ -518,7 +375,7 @@ def capture(
             f"defined. Run the cell that defines it first."
         )
     cap.need(use.all, "the %%ktrain cell")
-    ordered = _stream_values(_ordered(list(cap.items.values())), cap)
+    items, values = stream_values(ordered(list(cap.items.values())), cap.is_main)
     local_files = cap.requirements.local_files()
     for rel, data in sorted(local_files.items()):
         text = data.decode("utf-8", "replace")
@@ -529,14 +386,14 @@ def capture(
         cap.check_secret(found, rel, "a local module next to the notebook")
     result_names = bound_names(cell)
     cell_name = f"cell [{cell_number}]" if cell_number else "<%%ktrain cell>"
-    source = _emit(ordered, cap, cell, result_names, cell_name)
+    source = emit(items, values, cell, result_names, cell_name)
     compile(source, "program.py", "exec")  # a bug here is ours: fail before shipping
     return CapturedProgram(
         source=source,
         cell=cell,
         result_names=tuple(result_names),
         requirements=tuple(cap.requirements.pins()),
-        cells=tuple(sorted({i.cell for i in ordered if i.cell})),
+        cells=tuple(sorted({i.cell for i in items if i.cell})),
         entry=_entry(cell),
         warnings=tuple(cap.warnings),
         local_files=tuple(sorted(local_files.items())),

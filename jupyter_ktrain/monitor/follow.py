@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import JobNotFound
-from ..jobs import CANCELLED, JobStatus
+from ..jobs import CANCELLED, DELETED_REASON, JobStatus
 from ..pod.protocol import LogLine, parse_line
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def _status(job: Job) -> JobStatus:
         return JobStatus(
             job.name,
             CANCELLED,
-            "Deleted",
+            DELETED_REASON,
             f"{str(exc).rstrip('.')}: it was cancelled (by %ktrain cancel, the side panel or "
             "ktrain cancel) or deleted with kubectl while this cell followed it.",
         )

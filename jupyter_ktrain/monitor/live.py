@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..jobs import FAILED
+from ..jobs import JobShape
 from ..pod.protocol import LogLine, parse_line
-from . import livestate
-from .model import JobHeader, MonitorModel, ReplicaRow
+from ..words import status_words
+from .model import JobHeader, MonitorModel
 from .torchrun import TorchrunFold
 
 if TYPE_CHECKING:
     from ..backends.base import Job
-    from ..jobs import JobStatus, ReplicaStatus, View
+    from ..jobs import JobStatus, View
 
 __all__ = [
     "LogReplay",
@@ -28,7 +28,6 @@ __all__ = [
     "model_for",
     "model_from_logs",
     "rdma_requested",
-    "replica_row",
 ]
 
 _NO_RDMA = frozenset({"", "tcp", "off", "none"})
@@ -47,23 +46,12 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
     rdma = False
     if plan is not None:
         spec = plan.spec
-        header.kind = spec.kind
-        header.nodes = spec.nodes
-        header.procs_per_node = spec.nproc
-        header.gpus_per_node = spec.resources.gpus
+        header.shape = JobShape(spec.kind, spec.nodes, spec.nproc, spec.resources.gpus)
         header.image_digest = plan.request.image_digest
         rdma = rdma_requested(spec) and job.backend.rdma_capable
     elif job.shape is not None:  # attached later: the shape the backend stored
-        header.kind = job.shape.kind
-        header.nodes = job.shape.nodes
-        header.procs_per_node = job.shape.procs_per_node
-        header.gpus_per_node = job.shape.gpus_per_node
+        header.shape = job.shape
     return MonitorModel(header, rdma_requested=rdma, **options)
-
-
-def replica_row(r: ReplicaStatus) -> ReplicaRow:
-    """One replica table row (see :func:`.livestate.replica_row`)."""
-    return livestate.replica_row(r)
 
 
 class ModelSink:
@@ -107,17 +95,15 @@ class ModelSink:
             self._node(r.name)
         if status.started is not None and h.start_time is None:
             h.start_time = status.started
-        if status.replicas and self.model.header.nodes < len(status.replicas):
-            h.nodes = len(status.replicas)
-        message = _state_message(status)
+        if status.replicas and h.shape.nodes < len(status.replicas):
+            h.shape = replace(h.shape, nodes=len(status.replicas))
+        said = status_words(status, now, h.run)
         if status.terminal and status.finished is not None and h.end_time is None:
             h.end_time = status.finished
-        self.model.set_state(status.state, now, message)
-        # the backend's progress: the same the side panel shows (one truth, see livestate)
-        self.model.set_live(status.progress, livestate.restarting(status))
-        self.model.set_replicas(
-            livestate.replica_rows(status, h.run), now, max_restarts=status.max_restarts
-        )
+        self.model.set_state(status.state, now, said.message)
+        # the backend's progress: the same the side panel shows (one truth: jupyter_ktrain.words)
+        self.model.set_live(status.progress, said.restarting)
+        self.model.set_replicas(said.replicas, now, max_restarts=status.max_restarts)
         for e in status.evictions:
             self.model.evicted(e.reason, e.text, e.count, now)
         if status.admitted_by:
@@ -137,17 +123,6 @@ class ModelSink:
         self.view.update(now)
 
 
-def _state_message(status: JobStatus) -> str:
-    """What the header says after the state: the backend's reason and message, or for a
-    failed job without a message, which rank failed first (not a reason code)."""
-    rank, message = status.failed_rank, status.message
-    if status.state == FAILED and rank is not None and not message:
-        code = status.exit_codes.get(rank)
-        return f"rank {rank} failed first" + (f" (exit code {code})" if code is not None else "")
-    reason = "" if status.reason == status.state else status.reason  # not "Queued (Queued: ...)"
-    return (reason if not message else f"{reason}: {message}").strip(": ")
-
-
 class LogReplay:
     """A model fed from stored lines as they come, replica by replica (the side panel feeds
     each poll's new lines only: its cost grows with the new lines, not with the job's age).
@@ -165,8 +140,8 @@ class LogReplay:
         **options: Any,
     ) -> None:
         # the kind says how steps are read: a Ray driver's tasks report at once, out of order
-        header = JobHeader(name=name, start_time=start_time)
-        header = replace(header, kind=kind) if kind else header
+        shape = JobShape(kind=kind) if kind else JobShape()
+        header = JobHeader(name=name, shape=shape, start_time=start_time)
         self.model = MonitorModel(header, **options)
         self._now = start_time
         self._nodes: dict[str, int] = {}

@@ -6,15 +6,18 @@ One :class:`MonitorModel` per job. The backend's follow loop feeds it:
   from :func:`~jupyter_ktrain.pod.protocol.parse_line` (``feed_text`` parses for you);
   ``node`` is the replica the stream came from, when the caller knows it;
 - ``set_state(state, now, message)`` when the job's state changes (``Running``, ``Succeeded``…);
-- ``set_replicas(rows)`` with the current replica table;
+- ``set_replicas(rows)`` with the current replica table (the backend's
+  :class:`~jupyter_ktrain.jobs.ReplicaStatus` rows, as :func:`jupyter_ktrain.words.replica_rows`
+  words them);
 - ``set_live(progress, restarting)`` with the backend's progress and whether the job restarts
-  (:mod:`.livestate`): the job's one live truth, which the side panel shows too. Until a
-  backend says, ``progress`` is the model's own, from the records it was fed.
+  (:mod:`jupyter_ktrain.words`): the job's one live truth, which the side panel shows too.
+  Until a backend says, ``progress`` is the model's own, from the records it was fed.
 
 Views read ``header``, ``progress`` (percent done and time left, from records with a
 ``total``: see :mod:`.progress`), ``replicas``, ``logs`` / ``rank_logs`` (bounded ring
-buffers: older lines leave the view, never the log files), ``metrics`` and ``gpus``
-(streaming-downsampled series), ``transport`` and ``alerts()``. ``version`` grows on every
+buffers: older lines leave the view, never the log files; the model is a
+:class:`~.logbook.LogBook`), ``metrics`` and ``gpus`` (streaming-downsampled series),
+``transport`` and ``alerts()``. ``version`` grows on every
 change, so a view can skip a redraw when nothing happened. Call ``check(now)`` on a timer:
 some alerts depend on time passing without lines (a rank going silent).
 
@@ -26,12 +29,12 @@ Pure: no I/O, no widget imports, not thread-safe (feed it from one thread).
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..kinds import DEFAULT_KIND, job_kind
+from ..jobs import PENDING, QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
+from ..kinds import job_kind
 from ..pod.progress import JobProgress, Progress
 from ..pod.protocol import (
     METRIC,
@@ -46,20 +49,17 @@ from ..pod.protocol import (
     parse_record,
     record_type,
 )
+from ..words import replica_restart_text
 from .downsample import StreamingDownsampler
-from .fold import RepeatFold, shown_text
+from .logbook import LogBook
 from .nccl import NcclTransportParser, Transport
-from .viewmodel import PENDING, QUEUED, RUNNING, TERMINAL_STATES, log_label, restart_text
 
 __all__ = [
     "GPU_FIELDS",
-    "TERMINAL_STATES",
     "Alert",
     "JobHeader",
-    "LogEntry",
     "Marker",
     "MonitorModel",
-    "ReplicaRow",
 ]
 
 GPU_FIELDS = ("util", "mem_used", "power", "temp")
@@ -67,16 +67,14 @@ GPU_FIELDS = ("util", "mem_used", "power", "temp")
 
 @dataclass
 class JobHeader:
-    """The header line of the monitor. ``start_time``/``end_time`` are epoch seconds."""
+    """The header line of the monitor: the job, its ``shape`` (how it was started), and the
+    state the monitor last saw. ``start_time``/``end_time`` are epoch seconds."""
 
     name: str
-    kind: str = DEFAULT_KIND
+    shape: JobShape = field(default_factory=JobShape)
     backend: str = "local"
     state: str = PENDING
     message: str = ""
-    nodes: int = 1
-    procs_per_node: int = 1
-    gpus_per_node: int = 0
     image_digest: str | None = None
     start_time: float | None = None
     end_time: float | None = None
@@ -89,36 +87,7 @@ class JobHeader:
 
     @property
     def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-
-@dataclass(frozen=True)
-class ReplicaRow:
-    """One replica: a pod (Kubernetes) or a local node process."""
-
-    name: str
-    phase: str
-    restarts: int = 0
-    node: str = ""
-    last_event: str = ""
-    restart_cause: str = ""  # "restarted after ...": why its restart count last grew
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One log line as shown: ``seq`` is its arrival number, ``t`` the kernel time it came."""
-
-    seq: int
-    t: float
-    text: str
-    source: str = "rank"  # "rank" | "agent" | "node"
-    rank: int | None = None
-    node: int | None = None
-
-    @property
-    def label(self) -> str:
-        """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
-        return log_label(self.rank, self.source, self.node)
+        return is_terminal(self.state)
 
 
 @dataclass(frozen=True)
@@ -155,7 +124,7 @@ class _GpuWatch:
     last: dict[str, Any] = field(default_factory=dict)
 
 
-class MonitorModel:
+class MonitorModel(LogBook):
     """State of one job's monitor (see module docstring for the contract)."""
 
     def __init__(
@@ -176,22 +145,15 @@ class MonitorModel:
         self.silence_s = silence_s
         self.low_util_pct = low_util_pct
         self.low_util_s = low_util_s
-        self.replicas: list[ReplicaRow] = []
-        self.logs: deque[LogEntry] = deque(maxlen=max_lines)
-        self.rank_logs: dict[str, deque[LogEntry]] = {}
-        self._max_per_rank = max_lines_per_rank
+        super().__init__(max_lines, max_lines_per_rank)
+        self.replicas: list[ReplicaStatus] = []
         self.metrics: dict[tuple[int, str], StreamingDownsampler] = {}
         self.gpus: dict[tuple[int, int, str], StreamingDownsampler] = {}
         self.gpu_last: dict[tuple[int, int], dict[str, Any]] = {}
         self.last_records: dict[str, dict[str, Any]] = {}
         self.transports: dict[str, Transport] = {}
         self.version = 0
-        self.line_count = 0
         self.record_count = 0
-        self.repeats_folded = 0  # Trainer log lines another rank had already printed
-        self._fold = RepeatFold()
-        self._seq = 0
-        self._rank_left: dict[str, tuple[int, int]] = {}  # label -> (lines left, newest seq)
         self._nccl: dict[str, NcclTransportParser] = {}
         self._talkers: dict[int, _Talker] = {}
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
@@ -201,8 +163,6 @@ class MonitorModel:
         self._progress = JobProgress()
         self._live_progress: Progress | None = None  # the backend's (see set_live)
         self.restarting = False  # the job starts its nodes again after a fault
-        self.lines_left = 0  # lines that left the all-ranks view (its buffer was full)
-        self._left_seq = 0  # the newest of those
         self.markers: list[Marker] = []  # restarts, in the metric plots (x = step)
         self.resumes = 0
         self._world_size: int | None = None  # as the last checkpoint or resume said
@@ -225,7 +185,7 @@ class MonitorModel:
             self.record_count += 1
             self._record(line, line.record, now, node)
             return
-        self._log(line, now, node)
+        self._keep_line(line, now, node)
         if "NCCL " in line.text:
             self._nccl_line(line, node, now)
 
@@ -240,7 +200,7 @@ class MonitorModel:
         if state == RUNNING and h.start_time is None:
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
-        if state in TERMINAL_STATES:
+        if is_terminal(state):
             h.end_time = now if h.end_time is None else h.end_time
             for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
                 del self._alerts[key]
@@ -254,7 +214,10 @@ class MonitorModel:
         self.version += 1
 
     def set_replicas(
-        self, rows: Iterable[ReplicaRow], now: float | None = None, max_restarts: int | None = None
+        self,
+        rows: Iterable[ReplicaStatus],
+        now: float | None = None,
+        max_restarts: int | None = None,
     ) -> None:
         """The replica table; a replica whose restart count grew gets a ``restart`` alert
         (which one, why, the count against ``max_restarts``), kept for the rest of the run."""
@@ -264,11 +227,10 @@ class MonitorModel:
         before = {r.name: r.restarts for r in self.replicas}
         for r in rows:
             if r.restarts > before.get(r.name, 0):
-                why = r.restart_cause or r.last_event
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",
-                    restart_text(r.name, r.restarts, why, max_restarts),
+                    replica_restart_text(r, max_restarts),
                     now if now is not None else time.time(),
                 )
         self.replicas = rows
@@ -320,7 +282,7 @@ class MonitorModel:
         """Whether data crosses a network: NCCL loads a network plugin (and logs "Using
         network Socket") in every job, but one node's ranks talk over NVLink, PCIe or shared
         memory only."""
-        return self.header.nodes > 1
+        return self.header.shape.nodes > 1
 
     @property
     def transport(self) -> Transport | None:
@@ -335,25 +297,6 @@ class MonitorModel:
                 return t
         return found[0] if found else None
 
-    def labels(self) -> list[str]:
-        """Log sources seen so far, ranks first in rank order."""
-
-        def order(label: str) -> tuple[int, int, str]:
-            if label.startswith("rank"):
-                return (0, int(label[4:]), label)
-            return (1, 0, label)
-
-        return sorted(self.rank_logs, key=order)
-
-    def lines_after(self, seq: int, label: str | None = None) -> Iterator[LogEntry]:
-        """Entries newer than ``seq`` (all sources, or one ``label``), oldest first."""
-        buf = self.logs if label is None else self.rank_logs.get(label, ())
-        if not buf or buf[-1].seq <= seq:
-            return iter(())
-        if buf[0].seq > seq:
-            return iter(buf)
-        return (e for e in reversed(list(_tail_after(buf, seq))))
-
     @property
     def progress(self) -> Progress | None:
         """Percent done and time left, once a record with a ``total`` came (else None): the
@@ -362,15 +305,6 @@ class MonitorModel:
             return self._live_progress
         return self._progress.progress
 
-    def left_after(self, seq: int, label: str | None = None) -> int:
-        """Whether lines newer than ``seq`` left the view (``label``'s, or all ranks') before a
-        reader saw them: how many (0: none, every line after ``seq`` is still held). Lines
-        folded as repeats (:mod:`.fold`) never count: they were not shown at all."""
-        if label is None:
-            return self.lines_left if self._left_seq > seq else 0
-        left = self._rank_left.get(label)
-        return left[0] if left is not None and left[1] > seq else 0
-
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
 
@@ -378,25 +312,6 @@ class MonitorModel:
         return round(t - (self._t0 if self._t0 is not None else t), 3)
 
     # -- internals ----------------------------------------------------------------------
-    def _log(self, line: LogLine, now: float, node: int | None) -> None:
-        self._seq += 1
-        self.line_count += 1
-        entry = LogEntry(self._seq, now, shown_text(line.text), line.source, line.rank, node)
-        if self._fold.repeat(line.rank, line.text, now):
-            self.repeats_folded += 1
-        else:
-            if len(self.logs) == self.logs.maxlen:
-                self.lines_left += 1
-                self._left_seq = self.logs[0].seq
-            self.logs.append(entry)
-        buf = self.rank_logs.get(entry.label)
-        if buf is None:
-            buf = self.rank_logs[entry.label] = deque(maxlen=self._max_per_rank)
-        if len(buf) == buf.maxlen:
-            count = self._rank_left.get(entry.label, (0, 0))[0]
-            self._rank_left[entry.label] = (count + 1, buf[0].seq)
-        buf.append(entry)
-
     def _heard(self, rank: int, now: float) -> None:
         talker = self._talkers.get(rank)
         if talker is None:
@@ -452,7 +367,7 @@ class MonitorModel:
     def _concurrent_steps(self) -> bool:
         """A driver-only kind (Ray): its tasks report as the driver, many at once, so a step
         lower than the last is another task's, come late, not a restarted run's."""
-        kind = job_kind(self.header.kind)
+        kind = job_kind(self.header.shape.kind)
         return kind is not None and kind.driver_only
 
     def _rewound(self, series: tuple[int, str], x: float) -> None:
@@ -570,11 +485,3 @@ class MonitorModel:
 
 def _num(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) else default
-
-
-def _tail_after(buf: deque[LogEntry], seq: int) -> Iterator[LogEntry]:
-    """Entries with ``.seq > seq`` from the newest backwards (cheap for a short tail)."""
-    for entry in reversed(buf):
-        if entry.seq <= seq:
-            return
-        yield entry

@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
+from ..failures import classify, signal_failure
 from ..jobs import CANCELLED, FAILED
 from ..pod.progress import fmt_duration, progress_text
 from ..pod.protocol import METRIC, metric_values
+from ..words import ended_by_user, run_words
 from .cell_error import cancelled_headline, failure_headline
-from .livestate import ended_by_user, run_words
-from .model import LogEntry, MonitorModel
+from .logbook import LogEntry
+from .model import MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
 
 if TYPE_CHECKING:
@@ -29,16 +31,15 @@ __all__ = [
     "TextView",
     "failure_summary",
     "header_text",
-    "status_text",
     "text_line",
 ]
 
 
 def _shape(model: MonitorModel) -> str:
-    h = model.header
-    if h.gpus_per_node:
-        return f"{h.nodes} node(s) × {h.gpus_per_node} GPU(s)"
-    return f"{h.nodes} node(s) × {h.procs_per_node} proc(s)"
+    shape = model.header.shape
+    if shape.gpus_per_node:
+        return f"{shape.nodes} node(s) × {shape.gpus_per_node} GPU(s)"
+    return f"{shape.nodes} node(s) × {shape.procs_per_node} proc(s)"
 
 
 def _digest(digest: str | None) -> str:
@@ -52,7 +53,11 @@ def header_text(model: MonitorModel, now: float) -> str:
     """``mnist · PyTorchJob on local · Running 1m 05s · 42% (420/1000) · 1m 30s left · 2
     node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
     h = model.header
-    parts = [h.name, f"{h.kind} on {h.backend}", f"{h.state} {fmt_duration(int(h.elapsed(now)))}"]
+    parts = [
+        h.name,
+        f"{h.shape.kind} on {h.backend}",
+        f"{h.state} {fmt_duration(int(h.elapsed(now)))}",
+    ]
     if h.run is not None:
         parts.insert(1, run_words(h.run))  # a warm job's run: said, not only in a tooltip
     if model.progress is not None:
@@ -217,59 +222,8 @@ def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
 def _explanation(code: int | None, lines: list[str]) -> str:
     """What a rank's end means and what to do, when its lines or its signal say more than the
     headline: ``OOM: out of memory (...): lower the batch size ...``."""
-    from ..failures import classify, signal_failure
-
     said = classify(lines, None if signal_failure(code) else code)
     if said.kind != "error":
         return str(said)
     killed = signal_failure(code)
     return str(killed) if killed is not None else ""
-
-
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _codes(codes: dict[int, int]) -> str:
-    """``0-2: 0, 3: 1``: consecutive ranks with one code share a range."""
-    out: list[str] = []
-    ranks = sorted(codes)
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            if codes[ranks[j + 1]] != codes[ranks[i]]:
-                break
-            j += 1
-        span = str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}"
-        out.append(f"{span}: {codes[ranks[i]]}")
-        i = j + 1
-    return ", ".join(out)
-
-
-def status_text(status: JobStatus, backend: str, now: float | None = None) -> str:
-    """``%ktrain status NAME`` for a human: state and why, times, exit codes, replicas."""
-    now = time.time() if now is None else now
-    why = f" ({status.reason}{': ' + status.message if status.message else ''})"
-    lines = [f"{status.name} on {backend}: {status.state}{why if status.reason else ''}"]
-    if status.from_history:
-        lines.append("  deleted   its objects are gone: this is its history (the job store)")
-    if status.started is not None:
-        end = status.finished if status.finished is not None else now
-        ran = fmt_duration(int(max(0.0, end - status.started)))
-        verb = "ran" if status.finished is not None else "running for"
-        lines.append(f"  started   {_when(status.started)} ({verb} {ran})")
-    if status.finished is not None:
-        lines.append(f"  finished  {_when(status.finished)}")
-    if status.exit_codes:
-        lines.append(f"  exit codes by rank  {_codes(dict(status.exit_codes))}")
-    if status.failed_rank is not None:
-        lines.append(f"  first failing rank  {status.failed_rank}")
-    for r in status.replicas:
-        code = "" if r.exit_code is None else f" exit {r.exit_code}"
-        extra = f" restarts {r.restarts}" if r.restarts else ""
-        event = f" · {r.last_event}" if r.last_event else ""
-        lines.append(f"  {r.name}: {r.phase}{code}{extra} on {r.node or '-'}{event}")
-    return "\n".join(lines)

@@ -5,9 +5,8 @@ Three views render a :class:`~jupyter_ktrain.monitor.model.MonitorModel`: the ce
 panel (:mod:`jupyter_ktrain.server.core` -> JSON -> ``labextension/src``). They all take from
 here, so they cannot drift:
 
-- job states (:class:`~jupyter_ktrain.jobs.JobState`, named here too) and their colours;
+- job states' colours (the states themselves: :mod:`jupyter_ktrain.jobs`);
 - the palette: one colour per rank (:func:`rank_colour`), the same in every panel and log label;
-- log labels (:func:`log_label`: ``rank3``, ``agent@1``, ``node@1``);
 - plot panels (:func:`plot_panels`): a typed :class:`PanelKey` per panel (a reported metric or
   a GPU field), its title and axis titles, and one :class:`TraceView` per rank or GPU with its
   label and colour;
@@ -18,7 +17,7 @@ here, so they cannot drift:
 To add a plot: a record field becomes a metric panel by itself; a new GPU field goes in
 :data:`GPU_TITLES` (and the agent's sampler). The palette and the payload types reach
 TypeScript through ``scripts/gen_ts.py`` (``labextension/src/palette.ts``, ``payloads.ts``).
-Pure and stdlib only (the job-side runtime imports the states).
+Pure and stdlib only.
 """
 
 from __future__ import annotations
@@ -26,38 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-# the job states: the vocabulary below every layer (jupyter_ktrain.jobs), named here too
-from ..jobs import CANCELLED as CANCELLED
-from ..jobs import DELETED as DELETED
-from ..jobs import FAILED as FAILED
-from ..jobs import JOB_STATES as JOB_STATES
-from ..jobs import PENDING as PENDING
-from ..jobs import QUEUED as QUEUED
-from ..jobs import RUNNING as RUNNING
-from ..jobs import SUCCEEDED as SUCCEEDED
-from ..jobs import TERMINAL_STATES as TERMINAL_STATES
-from ..jobs import JobState as JobState
+from ..jobs import CANCELLED, DELETED, FAILED, JOB_STATES, RUNNING, SUCCEEDED, JobState
 
 if TYPE_CHECKING:
     from .downsample import StreamingDownsampler
     from .model import Marker, MonitorModel
 
 __all__ = [
-    "CANCELLED",
-    "FAILED",
     "GPU_TITLES",
-    "JOB_STATES",
     "NOTICES",
     "NO_RANK_COLOUR",
     "OTHER_STATE_COLOUR",
     "PALETTE",
-    "PENDING",
-    "QUEUED",
-    "RUNNING",
     "STATE_COLOURS",
-    "SUCCEEDED",
-    "TERMINAL_STATES",
-    "JobState",
     "PanelKey",
     "PanelView",
     "SummaryValue",
@@ -65,10 +45,8 @@ __all__ = [
     "Who",
     "fmt_value",
     "job_state",
-    "log_label",
     "plot_panels",
     "rank_colour",
-    "restart_text",
     "series_colour",
     "state_colour",
     "summary_values",
@@ -130,22 +108,6 @@ def series_colour(who: Who) -> str:
 def trace_label(who: Who) -> str:
     """``rank 3``, ``node 1 GPU 0``."""
     return f"rank {who}" if isinstance(who, int) else f"node {who[0]} GPU {who[1]}"
-
-
-def log_label(rank: int | None, source: str, node: int | None) -> str:
-    """``rank3``, ``agent@1``, ``node@1`` (or ``agent``/``node`` when the node is unknown)."""
-    if rank is not None:
-        return f"rank{rank}"
-    return source if node is None else f"{source}@{node}"
-
-
-def restart_text(replica: str, restarts: int, why: str, limit: int | None) -> str:
-    """``job-node-1 restarted after exit 137 (SIGKILL) (restart 1 of at most 3)``: a replica's
-    restart as every view says it (the cell, the widget's alert, the panel's replica line);
-    ``why`` is its restart cause or last event (a leading "restarted" is dropped)."""
-    of = f" of at most {limit}" if limit is not None else ""
-    cause = why.removeprefix("restarted").strip()
-    return f"{replica} restarted {cause} (restart {restarts}{of})".replace("  ", " ")
 
 
 # -- alerts --------------------------------------------------------------------------------

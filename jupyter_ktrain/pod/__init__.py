@@ -6,12 +6,18 @@ runner_files`).
                        writes, what the monitor reads): the lowest contract of the system
     ranks.py           which rank and which node this process is, in every kind
     report.py          ``ktrain.report()``: metric records from a rank
-    runtime.py         ``python -m jupyter_ktrain.pod.runtime PROGRAM``: one per rank
+    runtime.py         ``python -m jupyter_ktrain.pod.runtime PROGRAM``: one per rank; the
+                       top of the pod side (through the node's fork server, where there is one)
+    program.py         a rank's run of the program: lines prefixed by rank, the exit record
+    cell.py            ``run_cell``, the program's last line: rank 0's results record
+    tracebacks.py      tracebacks and warnings pointing at the notebook's cells
     integrations.py    Transformers / Lightning report by themselves (import hooks)
     trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
     progress.py        percent done and time left from ``step``/``total``; the one fold of a
                        job's progress from its ranks' records (the lowest rank's)
-    checkpoint.py      ``ktrain.checkpoint()``: sharded saves written in the background, the
+    checkpoint.py      ``ktrain.checkpoint()``: saves written in the background, resumes
+    checkpoint_shards.py  what every rank writes a part of: sharded state, a DeepSpeed engine
+    checkpoint_io.py   below both: the background writer, atomic writes, the rank, the
                        checkpoint and resume records
     exits.py           exit codes that tell a bug from a fault
     mpi.py             what ranks started by ``mpirun`` need for ``env://``
@@ -19,8 +25,9 @@ runner_files`).
     install.py         installs the job's pinned requirements the image lacks
     agent/             ``python -m jupyter_ktrain.pod.agent``: the per-replica runner (starts
                        torchrun, samples GPUs, serves Prometheus metrics, re-runs mpirun,
-                       holds a warm job's interpreter, mirrors a warm run's files, stops
-                       what a rank that ended left running)
+                       keeps a fork server that pre-imports torch, holds a warm job's
+                       interpreter, mirrors a warm run's files, stops what a rank that ended
+                       left running)
 
 Nothing here imports the rest of ``jupyter_ktrain``, and nothing but the standard library at
 import time (torch, pynvml, transformers only inside the functions that use them); a unit test

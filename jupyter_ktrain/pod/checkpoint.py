@@ -48,7 +48,8 @@ Contract:
   asks for DeepSpeed's decoupled writer. See :mod:`.checkpoint_shards`.
 
 The writer writes straight to the file descriptor and starts the device writing every
-:data:`WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last stretch only.
+:data:`.checkpoint_core.WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last
+stretch only (:mod:`.checkpoint_core`: what both kinds of checkpoint share).
 
 Standard library only: a checkpoint is written with ``torch.save`` when the program imported
 torch (this package never imports it), else with ``pickle``. Checkpoints are pickles
@@ -60,25 +61,20 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from . import checkpoint_core as core
+from . import checkpoint_shards as shards
 from .exits import EXIT_DIR_ENV
-from .protocol import Checkpoint, Resume
 
 __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
 CHECKPOINTS_ENV = "KTRAIN_CHECKPOINTS"
 KEEP = 3
-WRITEBACK_BYTES = 32 << 20
-_FILE = re.compile(r"^step-(\d+)\.pt$")
-_TAG = re.compile(r"^step-(\d+)$")
-_TMP_MARK = ".tmp-"
 _outside_job: Path | None = None
 
 
@@ -93,8 +89,9 @@ def _temporary_folder() -> Path:
     global _outside_job
     if _outside_job is None:
         _outside_job = Path(tempfile.mkdtemp(prefix="ktrain-checkpoints-"))
-        if os.environ.get(EXIT_DIR_ENV) and _rank() == 0:  # in a job that has no storage for them
-            _warn(
+        # in a job that has no storage for them
+        if os.environ.get(EXIT_DIR_ENV) and core.rank() == 0:
+            core.warn(
                 "this job has no checkpoint storage: checkpoints go to a temporary folder that "
                 "a restarted pod will not find. Give the job --checkpoints PVC:/checkpoints."
             )
@@ -123,37 +120,33 @@ class Checkpoints:
         part of ``state``: see :mod:`.checkpoint_shards`; every rank calls it then."""
         step = _check_step(step)
         if _is_engine(state):
-            from . import checkpoint_shards as shards
-
             path = shards.save_engine(state, self.folder, step, self.keep)
             if block:
                 self.wait()
             return path
         if sharded or (sharded is None and _holds_shards(state)):
-            from . import checkpoint_shards as shards
-
             path = shards.save_sharded(state, self.folder, step, self.keep)
             if block:
-                _WRITER.wait()
+                core.WRITER.wait()
             return path
         path = self.folder / f"step-{step}.pt"
-        if _rank() == 0:
+        if core.rank() == 0:
             started = time.perf_counter()
-            _WRITER.wait()  # the previous write first: one staged copy at a time
+            core.WRITER.wait()  # the previous write first: one staged copy at a time
             self.folder.mkdir(parents=True, exist_ok=True)
             staged = _stage(state)
             blocked = time.perf_counter() - started
 
             def write() -> None:
                 begun = time.perf_counter()
-                size = _write_atomic(path, lambda f: _save(staged, f))
+                size = core.write_atomic(path, lambda f: _save(staged, f))
                 done = time.perf_counter()  # on disk; removing the oldest is not the write
                 self._prune()
-                _emit_saved(step, size, done - started, path.name, blocked, done - begun)
+                core.emit_saved(step, size, done - started, path.name, blocked, done - begun)
 
-            _WRITER.start(write, f"step-{step}.pt")
+            core.WRITER.start(write, f"step-{step}.pt")
             if block:
-                _WRITER.wait()
+                core.WRITER.wait()
         return path
 
     def wait(self) -> None:
@@ -167,8 +160,6 @@ class Checkpoints:
         state (a dict of tensors, as saved with ``sharded=True``): the newest sharded
         checkpoint is read into it in place, every rank its part, ``(state, step)``."""
         if into is not None:
-            from . import checkpoint_shards as shards
-
             if _is_engine(into):
                 return shards.load_engine(into, self.folder)
             return shards.load_sharded(into, self.folder)
@@ -179,16 +170,16 @@ class Checkpoints:
             except _NeedsTorch:
                 raise
             except Exception as exc:  # a storage that lost data: the one before will do
-                _warn(f"checkpoint {path.name} cannot be read ({exc!r}); trying the one before")
+                core.warn(f"checkpoint {path.name} cannot be read ({exc!r}); trying the one before")
                 continue
-            _emit_resumed(step, path.name)
+            core.emit_resumed(step, path.name)
             return state, step
         return None
 
     def steps(self) -> list[tuple[int, Path]]:
         """The complete checkpoints as ``(step, path)``, oldest first (after this process's
         write in flight)."""
-        _WRITER.wait()
+        core.WRITER.wait()
         return self._on_disk()
 
     def _on_disk(self) -> list[tuple[int, Path]]:
@@ -196,7 +187,7 @@ class Checkpoints:
             names = os.listdir(self.folder)
         except FileNotFoundError:
             return []
-        found = ((_FILE.match(n), n) for n in names)
+        found = ((core.FILE.match(n), n) for n in names)
         return sorted((int(m.group(1)), self.folder / n) for m, n in found if m)
 
     # -- internals ----------------------------------------------------------------------
@@ -207,7 +198,7 @@ class Checkpoints:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         for name in os.listdir(self.folder):
-            if _TMP_MARK in name and name.startswith("."):
+            if core.TMP_MARK in name and name.startswith("."):
                 with contextlib.suppress(OSError):
                     (self.folder / name).unlink()
 
@@ -221,69 +212,6 @@ def _check_step(step: object) -> int:
     if value is None or value != step or value < 0:
         raise ValueError(f"step={step!r}: a checkpoint's step is an integer >= 0")
     return value
-
-
-def _write_atomic(path: Path, write: Any) -> int:
-    """Write ``path`` through ``write(file)`` into a temporary file, fsync, rename, fsync the
-    folder: after a crash at any point, ``path`` is the old file or the whole new one. The
-    number of bytes written."""
-    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "wb", buffering=0) as f:
-            out = _WritingBack(f.fileno())
-            write(out)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_folder(path.parent)
-    return out.written
-
-
-class _WritingBack:
-    """A file for ``torch.save``/``pickle.dump`` that writes straight to ``fd`` (no buffer
-    copy; a full disk raises ENOSPC as it is) and starts the device writing every
-    :data:`WRITEBACK_BYTES` behind it: the final fsync then waits for the last stretch only,
-    not for the whole file, so serialising and the device's writing overlap. The written
-    pages also leave the page cache once on disk (a checkpoint is not read back soon)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.written = 0
-        self._kicked = 0
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        done = 0
-        while done < len(view):
-            done += os.write(self.fd, view[done:])
-        self.written += done
-        if self.written - self._kicked >= WRITEBACK_BYTES:
-            # DONTNEED on dirty pages starts their writeback without waiting for it (Linux)
-            with contextlib.suppress(OSError, AttributeError):
-                os.posix_fadvise(self.fd, self._kicked, self.written - self._kicked,
-                                 os.POSIX_FADV_DONTNEED)  # fmt: skip
-            self._kicked = self.written
-        return done
-
-    def flush(self) -> None:
-        pass
-
-    def tell(self) -> int:
-        return self.written
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename durable (some file systems cannot fsync a folder: then it is as
-    durable as they make it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class _NeedsTorch(RuntimeError):
@@ -319,118 +247,19 @@ def _is_engine(state: Any) -> bool:
 
 
 def _holds_shards(state: Any) -> bool:
-    shards = sys.modules.get("torch.distributed.tensor") or sys.modules.get(
+    sharding = sys.modules.get("torch.distributed.tensor") or sys.modules.get(
         "torch.distributed._shard.sharded_tensor"
     )
-    if shards is None:  # the program uses neither: nothing to look for
+    if sharding is None:  # the program uses neither: nothing to look for
         return False
-    from .checkpoint_shards import holds_shards
-
-    return holds_shards(state)
-
-
-def _dist() -> Any:
-    """``torch.distributed`` when the program initialised it, else None (torch not imported
-    by the program means no process group)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist
-    return None
-
-
-def _rank() -> int:
-    dist = _dist()
-    if dist is not None:
-        return int(dist.get_rank())
-    raw = os.environ.get("RANK", "")
-    return int(raw) if raw.isdigit() else 0
-
-
-def _barrier() -> None:
-    dist = _dist()
-    if dist is not None and dist.get_world_size() > 1:
-        dist.barrier()
-
-
-def _world_size() -> int:
-    dist = _dist()
-    if dist is not None:
-        return int(dist.get_world_size())
-    raw = os.environ.get("WORLD_SIZE", "")
-    return int(raw) if raw.isdigit() else 1
-
-
-def _emit_saved(
-    step: int, size: int, seconds: float, name: str, blocked: float, write: float
-) -> None:
-    _emit(Checkpoint(step, size, round(seconds, 4), round(blocked, 4), round(write, 4), name,
-                     _world_size()))  # fmt: skip
-
-
-def _emit_resumed(step: int, name: str) -> None:
-    if _rank() == 0:
-        _emit(Resume(step, name, _world_size()))
-
-
-def _emit(record: Checkpoint | Resume) -> None:
-    """One record for the monitor, written as ``ktrain.report`` writes its own (in a job's
-    rank only; never raises into training)."""
-    try:
-        from .report import emit
-
-        emit(record)
-    except Exception as exc:
-        _warn(f"could not report {record.format()} ({exc!r})")
-
-
-def _warn(message: str) -> None:
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"ktrain.checkpoint: {message}\n")
-
-
-class _Writer:
-    """The process's one background checkpoint writer: at most one write in flight. Its
-    thread is not a daemon: an interpreter that ends normally waits for it too."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._what = ""
-
-    def start(self, write: Any, what: str) -> None:
-        self.wait()
-        self._what = what
-        self._thread = threading.Thread(
-            target=self._run, args=(write,), name="ktrain-checkpoint-writer"
-        )
-        self._thread.start()
-
-    def _run(self, write: Any) -> None:
-        try:
-            write()
-        except BaseException as exc:
-            self._error = exc
-            _warn(f"writing checkpoint {self._what} failed: {exc!r}")
-
-    def wait(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-
-_WRITER = _Writer()
+    return shards.holds_shards(state)
 
 
 def wait_all() -> None:
     """Wait for the checkpoint being written (the job's end calls this; so does every rank
     after a DeepSpeed engine's decoupled save: it commits it); raises what the write raised."""
-    _WRITER.wait()
-    shards = sys.modules.get(f"{__package__}.checkpoint_shards")
-    if shards is not None:
-        shards.finish_engine()
+    core.WRITER.wait()
+    shards.finish_engine()
 
 
 def _stage(state: Any) -> Any:

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint as core
+from . import checkpoint_core as core
 
 DEEPSPEED_DIR = "deepspeed"
 SHARDED_DIR = "dcp"
@@ -46,7 +46,7 @@ def _tags(root: Path) -> list[tuple[int, str]]:
         names = os.listdir(root)
     except FileNotFoundError:
         return []
-    return sorted((int(m.group(1)), n) for n in names if (m := core._TAG.match(n)))
+    return sorted((int(m.group(1)), n) for n in names if (m := core.TAG.match(n)))
 
 
 def _latest(root: Path) -> str | None:
@@ -61,9 +61,9 @@ def _commit(root: Path, tag: str, keep: int) -> int:
     """Rank 0, once every rank's part of ``tag`` is written: point ``latest`` at it, drop the
     tags beyond the newest ``keep`` (and any newer one left by a save that never committed:
     it is not ``latest``, and a resumed run writes its step again), the tag's bytes."""
-    core._write_atomic(root / LATEST, lambda f: f.write(tag.encode()))
+    core.write_atomic(root / LATEST, lambda f: f.write(tag.encode()))
     tags = _tags(root)
-    step = int(core._TAG.match(tag).group(1))  # type: ignore[union-attr]
+    step = int(core.TAG.match(tag).group(1))  # type: ignore[union-attr]
     kept = [n for s, n in tags if s <= step][-keep:]
     for _, old in tags:
         if old not in kept:
@@ -99,16 +99,16 @@ class _EngineCommit:
         if ce is not None and info is not None and info.tag == self.tag:
             ce.commit(info)
             written = time.perf_counter()
-            core._barrier()  # every rank's writer is done before "latest" names the tag
-        if core._rank() != 0:
+            core.barrier()  # every rank's writer is done before "latest" names the tag
+        if core.rank() != 0:
             return
         if written is None:  # committed by engine.step(): written when its last file was
             written = self.queued + max(0.0, self._newest_file() - self.wall_queued)
         size = _commit(self.root, self.tag, self.keep)
         blocked = self.queued - self.started
         write = written - (self.started if synchronous else self.queued)
-        core._emit_saved(self.step, size, written - self.started, f"{DEEPSPEED_DIR}/{self.tag}",
-                         blocked, write)  # fmt: skip
+        core.emit_saved(self.step, size, written - self.started, f"{DEEPSPEED_DIR}/{self.tag}",
+                        blocked, write)  # fmt: skip
 
     def _newest_file(self) -> float:
         times = [p.stat().st_mtime for p in (self.root / self.tag).rglob("*") if p.is_file()]
@@ -125,7 +125,7 @@ def finish_engine() -> None:
 
 
 def save_engine(engine: Any, folder: Path, step: int, keep: int) -> Path:
-    core._WRITER.wait()  # a plain or sharded save still being written goes first
+    core.WRITER.wait()  # a plain or sharded save still being written goes first
     finish_engine()
     root = folder / DEEPSPEED_DIR
     tag = f"step-{step}"
@@ -139,14 +139,14 @@ def save_engine(engine: Any, folder: Path, step: int, keep: int) -> Path:
     if is_decoupled(engine):
         _ENGINE_PENDING.append(pending)  # written in the background: committed later
     else:
-        core._barrier()  # every rank's shards are written before "latest" names them
+        core.barrier()  # every rank's shards are written before "latest" names them
         pending.finish(written=pending.queued)
-        core._barrier()
+        core.barrier()
     return root / tag
 
 
 def load_engine(engine: Any, folder: Path) -> tuple[Any, int] | None:
-    core._WRITER.wait()
+    core.WRITER.wait()
     finish_engine()
     root = folder / DEEPSPEED_DIR
     if _latest(root) is None:
@@ -157,7 +157,7 @@ def load_engine(engine: Any, folder: Path) -> tuple[Any, int] | None:
         return None
     client_state = dict(client_state or {})
     step = int(client_state.pop("ktrain_step"))
-    core._emit_resumed(step, f"{DEEPSPEED_DIR}/step-{step}")
+    core.emit_resumed(step, f"{DEEPSPEED_DIR}/step-{step}")
     return client_state, step
 
 
@@ -212,7 +212,7 @@ def holds_shards(state: Any) -> bool:
 def _group() -> Any:
     """A gloo process group for the writer's collectives (CPU ones: async_save needs them),
     or None outside ``torch.distributed``. Made once, by every rank at its first save."""
-    dist = core._dist()
+    dist = core.torch_dist()
     if dist is None:
         return None
     if not _GROUP:
@@ -224,16 +224,16 @@ def save_sharded(state: Any, folder: Path, step: int, keep: int) -> Path:
     """Every rank: stage this rank's part of ``state`` and write it in the background."""
     dcp: Any = importlib.import_module("torch.distributed.checkpoint")
 
-    core._WRITER.wait()  # the previous save first: one staged copy at a time
+    core.WRITER.wait()  # the previous save first: one staged copy at a time
     finish_engine()
     root = folder / SHARDED_DIR
     tag = f"step-{step}"
     path = root / tag
     started = time.perf_counter()
-    if core._rank() == 0:
+    if core.rank() == 0:
         shutil.rmtree(path, ignore_errors=True)  # an uncommitted one of a run before
         path.mkdir(parents=True)
-    core._barrier()
+    core.barrier()
     group = _group()
     future = dcp.async_save(
         state, checkpoint_id=str(path), process_group=group, no_dist=group is None
@@ -242,14 +242,14 @@ def save_sharded(state: Any, folder: Path, step: int, keep: int) -> Path:
 
     def write() -> None:
         future.result()  # this rank's files; rank 0's: every rank's, and the metadata
-        if core._rank() != 0:
+        if core.rank() != 0:
             return
         size = _commit(root, tag, keep)
         done = time.perf_counter()
-        core._emit_saved(step, size, done - started, f"{SHARDED_DIR}/{tag}", blocked,
-                         done - started - blocked)  # fmt: skip
+        core.emit_saved(step, size, done - started, f"{SHARDED_DIR}/{tag}", blocked,
+                        done - started - blocked)  # fmt: skip
 
-    core._WRITER.start(write, f"{SHARDED_DIR}/{tag}")
+    core.WRITER.start(write, f"{SHARDED_DIR}/{tag}")
     return path
 
 
@@ -258,20 +258,20 @@ def load_sharded(state: Any, folder: Path) -> tuple[Any, int] | None:
     ``(state, step)``, or None when there is none."""
     dcp: Any = importlib.import_module("torch.distributed.checkpoint")
 
-    core._WRITER.wait()
+    core.WRITER.wait()
     root = folder / SHARDED_DIR
     tag = _latest(root)
     if tag is None:
-        if any(core._FILE.match(n) for n in _names(folder)):
+        if any(core.FILE.match(n) for n in _names(folder)):
             raise ValueError(
                 f"{folder} holds checkpoints saved without sharded=True: load them with "
                 "ckpt.load() (no state to fill), or save with ckpt.save(state, step, sharded=True)"
             )
         return None
-    step = int(core._TAG.match(tag).group(1))  # type: ignore[union-attr]
+    step = int(core.TAG.match(tag).group(1))  # type: ignore[union-attr]
     dcp.load(state, checkpoint_id=str(root / tag), process_group=_group(),
-             no_dist=core._dist() is None)  # fmt: skip
-    core._emit_resumed(step, f"{SHARDED_DIR}/{tag}")
+             no_dist=core.torch_dist() is None)  # fmt: skip
+    core.emit_resumed(step, f"{SHARDED_DIR}/{tag}")
     return state, step
 
 

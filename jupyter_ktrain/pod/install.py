@@ -11,19 +11,22 @@ the package index. Exit status is pip's (0 when nothing was needed). Messages go
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
 import os
 import re
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .launch import CODE_DIR
 from .protocol import format_agent_line
 
-__all__ = ["ensure_requirements", "install_command", "main", "missing_pins"]
+__all__ = ["ensure_requirements", "install_command", "install_lock", "main", "missing_pins"]
 
 
 def _say(text: str) -> None:
@@ -88,6 +91,20 @@ def ensure_requirements(
         return code
     _say(f"installed {len(pins)} requirement(s) from {route}: {' '.join(pins)}")
     return code
+
+
+@contextlib.contextmanager
+def install_lock() -> Iterator[None]:
+    """One requirements install at a time on this host (the ranks of an MPI worker pod, the
+    local backend's nodes, a warm node's runs): the first installs, the others then find
+    nothing missing."""
+    path = os.path.join(tempfile.gettempdir(), f"ktrain-install-{os.getuid()}.lock")
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

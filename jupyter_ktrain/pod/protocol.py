@@ -90,8 +90,8 @@ _RAY_REPEATED_RE = re.compile(r" \[repeated \d+x across cluster\].*$")
 TYPE = "type"
 METRIC = "metric"  # a rank's ktrain.report (pod.report): rank, t, [step, [total]], name=value...
 GPU = "gpu"  # one GPU's sample (pod.agent.sampler): node, gpu, uuid, t, util, mem_used, ...
-RESULT = "result"  # rank 0's cell results (pod.runtime): values = {name: base64 pickle}
-EXIT = "exit"  # a rank's last record (pod.runtime): rank, code
+RESULT = "result"  # rank 0's cell results (pod.cell): values = {name: base64 pickle}
+EXIT = "exit"  # a rank's last record (pod.program): rank, code
 RESTART = "restart"  # an MPIJob launcher re-ran mpirun (pod.agent.relaunch): n, max, why
 RUN = "run"  # a warm node's agent starts run N of its job (pod.agent.warm): run, node
 RUN_END = "run_end"  # a warm node's run ended (pod.agent.warm): run, node, code, why, aborted
@@ -278,7 +278,7 @@ class Gpu(_Record):
 
 @dataclass(frozen=True)
 class Result(_Record):
-    """Rank 0's cell results (:mod:`.runtime`): ``values`` = {name: base64 of a pickle}."""
+    """Rank 0's cell results (:mod:`.cell`): ``values`` = {name: base64 of a pickle}."""
 
     TYPE: ClassVar[str] = RESULT
     values: Mapping[str, str]
@@ -294,7 +294,7 @@ class Result(_Record):
 
 @dataclass(frozen=True)
 class Exit(_Record):
-    """A rank's last record (:mod:`.runtime`): its exit code (1 when a record lacks one)."""
+    """A rank's last record (:mod:`.program`): its exit code (1 when a record lacks one)."""
 
     TYPE: ClassVar[str] = EXIT
     rank: int | None

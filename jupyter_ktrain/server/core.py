@@ -21,22 +21,21 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..backends import get_backend
+from ..backends.base import Job
 from ..backends.capabilities import job_shape
+from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..monitor import livestate
+from ..jobs import CANCELLED, DELETED_REASON, FAILED
 from ..monitor.fold import RepeatFold, shown_text
-from ..monitor.viewmodel import (
-    CANCELLED,
-    NOTICES,
-    fmt_value,
-    job_state,
-    log_label,
-    plot_panels,
-    restart_text,
-    summary_values,
-)
+from ..monitor.live import LogReplay
+from ..monitor.logbook import log_label
+from ..monitor.text import failure_summary
 from ..pod.protocol import RECORD_MARK, parse_line
 from ..spec import check_job_name
+from ..words import ended_by_user
+from .build import job_detail, job_summary, metrics_payload
+from .compare import compare_payload
 from .payloads import (
     BackendProblem,
     ComparePayload,
@@ -45,20 +44,13 @@ from .payloads import (
     JobSummary,
     LogLinePayload,
     LogsPayload,
-    MetricPanel,
     MetricsPayload,
-    MetricTrace,
-    ProgressPayload,
-    ReplicaPayload,
-    SummaryPayload,
-    WarmPayload,
 )
 from .tracking import ServerTracking
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..jobs import JobStatus
-    from ..monitor.model import MonitorModel
 
 __all__ = [
     "DEFAULT_BACKENDS",
@@ -66,7 +58,6 @@ __all__ = [
     "decode_offset",
     "encode_offset",
     "http_status",
-    "metrics_payload",
 ]
 
 _LOG = logging.getLogger("jupyter_ktrain.tracking")
@@ -78,8 +69,6 @@ _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
 def get_backend_by_name(name: str) -> Backend:
-    from ..backends import get_backend
-
     return get_backend(name)
 
 
@@ -108,56 +97,6 @@ def decode_offset(offset: str | None) -> dict[str, int]:
         )
     pairs = (part.rsplit(":", 1) for part in offset.split(","))
     return {replica: int(n) for replica, n in pairs}
-
-
-def _summary(status: JobStatus, backend: str, now: float) -> JobSummary:
-    """One job's row, worded as every view words it (:mod:`~..monitor.livestate`)."""
-    started = status.started
-    return {
-        "name": status.name,
-        "backend": backend,
-        "state": job_state(status.state),
-        "reason": status.reason,
-        "message": status.message,
-        "started": started,
-        "finished": status.finished,
-        "age_s": None if started is None else round(max(0.0, now - started), 1),
-        "progress": _progress(status, now),
-        "warm": _warm(status, now),
-        "history": status.from_history,
-    }
-
-
-def _warm(status: JobStatus, now: float) -> WarmPayload | None:
-    w = status.warm
-    if w is None:
-        return None
-    return {
-        "runs": w.runs,
-        "active": w.active,
-        "idle_s": round(w.idle_s(now), 1),
-        "idle_limit_s": w.idle_limit_s,
-        "gpus": w.gpus,
-        "idle_gpu_hours": round(w.idle_gpu_hours(now), 4),
-        "text": w.describe(now, status.terminal),
-        "short": livestate.warm_words(status, now),
-    }
-
-
-def _progress(status: JobStatus, now: float) -> ProgressPayload | None:
-    p, words = status.progress, livestate.progress_words(status, now)
-    if p is None or words is None:
-        return None
-    left = None if status.terminal or livestate.restarting(status) else p.remaining(now)
-    return {
-        "step": p.step,
-        "done": p.steps_done,
-        "total": p.total,
-        "percent": p.percent,
-        "eta_s": None if left is None else round(left, 1),
-        "text": words[0],
-        "short": words[1],
-    }
 
 
 class PanelCore:
@@ -205,8 +144,6 @@ class PanelCore:
         """The backends ``names()`` lists, each set up from the user's config
         (``~/.ktrain/config.yaml``) as it is at each request: `%ktrain config
         backend=kubernetes context=...` shows in the open panel at its next refresh."""
-        from ..backends import get_backend
-        from ..config import Config, load_config
 
         def resolve() -> dict[str, Hashable]:
             config = load_config()
@@ -263,7 +200,7 @@ class PanelCore:
             except KtrainError as exc:
                 problems.append({"backend": b, "error": str(exc)})
                 continue
-            jobs.extend(_summary(s, b, now) for s in statuses)
+            jobs.extend(job_summary(s, b, now) for s in statuses)
         jobs.sort(key=lambda j: -(j["started"] or now))
         return {"jobs": jobs, "problems": problems, "now": now}
 
@@ -271,40 +208,12 @@ class PanelCore:
         return self._detail(*self._find(name, backend))
 
     def _detail(self, b: str, status: JobStatus) -> JobDetail:
-        summary = _summary(status, b, self.clock())
-        replicas: list[ReplicaPayload] = [
-            {
-                "name": r.name,
-                "phase": r.phase,
-                "restarts": r.restarts,
-                "node": r.node,
-                "exit_code": r.exit_code,
-                "last_event": r.last_event,
-                # a restart as the cell and the widget say it
-                "restart_text": restart_text(
-                    r.name, r.restarts, r.restart_cause or r.last_event, status.max_restarts
-                )
-                if r.restarts
-                else "",
-            }
-            for r in status.replicas
-        ]
-        return {
-            **summary,
-            "replicas": replicas,
-            "exit_codes": {str(k): v for k, v in sorted(status.exit_codes.items())},
-            "failed_rank": status.failed_rank,
-            "terminal": status.terminal,
-            "failure": self._failure(b, status),
-        }
+        return job_detail(status, b, self.clock(), self._failure(b, status))
 
     def _failure(self, backend: str, status: JobStatus) -> str | None:
         """The cell's failure summary (first failing rank, kind, last lines), or None."""
-        if status.state not in ("Failed", "Cancelled") or livestate.ended_by_user(status):
+        if status.state not in (FAILED, CANCELLED) or ended_by_user(status):
             return None
-        from ..backends.base import Job
-        from ..monitor.text import failure_summary
-
         return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
 
     def logs(
@@ -420,8 +329,6 @@ class PanelCore:
         self, names: list[str], metric: str | None = None, backend: str | None = None
     ) -> ComparePayload:
         """``%ktrain compare``'s comparison of ``names`` (jobs of one backend), for the panel."""
-        from .compare import compare_payload
-
         found = {self._find(name, backend)[0] for name in names}
         if len(found) > 1:
             raise SpecError(
@@ -443,7 +350,7 @@ class PanelCore:
             gone = replace(
                 status,
                 state=CANCELLED,
-                reason="Deleted",
+                reason=DELETED_REASON,
                 message="cancelled: the job and its pods were deleted",
                 replicas=(),
             )
@@ -456,8 +363,6 @@ class _MetricFeed:
     def __init__(
         self, name: str, started: float | None, kind: str | None, plot_points: int
     ) -> None:
-        from ..monitor.live import LogReplay
-
         self.started = started
         self.replay = LogReplay(
             name,
@@ -491,31 +396,3 @@ def _new_lines(
 def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
     """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
     return item[0] if item[0] is not None else float("-inf")
-
-
-def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
-    """The view-model's panels (:func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`) and
-    values reported once, downsampled to ``points`` per trace, as the panel draws them."""
-    panels: list[MetricPanel] = []
-    for panel in plot_panels(model):
-        key = panel.key
-        traces: list[MetricTrace] = []
-        for t in panel.traces:
-            xs, ys = t.series.points(points)
-            traces.append({"label": t.label, "colour": t.colour, "x": list(xs), "y": list(ys)})
-        panels.append(
-            {
-                "key": key.id,
-                "name": key.name,
-                "title": key.title,
-                "x_title": key.x_title,
-                "traces": traces,
-                "markers": [{"x": m.x, "text": m.text} for m in panel.markers],
-            }
-        )
-    values: list[SummaryPayload] = [
-        {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
-        for v in summary_values(model)
-    ]
-    notices = [a.message for a in model.alerts() if a.code in NOTICES]
-    return {"panels": panels, "values": values, "notices": notices, "version": model.version}

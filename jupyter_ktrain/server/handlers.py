@@ -17,6 +17,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
+from .. import __version__
 from ..errors import KtrainError
 from .core import PanelCore, http_status
 
@@ -62,8 +63,6 @@ class RootHandler(_BaseHandler):
 
     @tornado.web.authenticated
     async def get(self) -> None:
-        from .. import __version__
-
         self.finish(json.dumps({"version": __version__}))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 # imported at run time: scripts/gen_ts.py writes each Literal alias here as a TypeScript union
-from ..monitor.viewmodel import JobState
+from ..jobs import JobState
 
 __all__ = [
     "BackendProblem",

@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..backends.base import Job
+from ..backends.capabilities import job_shape
 from ..pod.protocol import LogLine, parse_line
 from ..tracking import session
 from ..tracking.store import read_record
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, Job
+    from ..backends.base import Backend
     from ..jobs import JobStatus
 
 __all__ = ["ServerTracking"]
@@ -138,9 +140,6 @@ class ServerTracking:
         record = read_record(backend.name, name)
         if record is None or "mlflow" not in record or record["mlflow"].get("finished"):
             return None  # untracked, or all sent: nothing to do (and no lock to take)
-        from ..backends.base import Job
-        from ..backends.capabilities import job_shape
-
         job = Job(name, backend, shape=job_shape(backend, name))  # its ranks: each one's log
         sink = session.sink_for(job, _Quiet(), self.say)
         if not isinstance(sink, session.TrackingSink):

@@ -24,7 +24,6 @@ so they never read the model while another thread writes it.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import threading
 import time
@@ -32,8 +31,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
-from ..jobs import View
-from ..monitor.model import LogEntry, MonitorModel
+from ..jobs import CANCELLED, View
+from ..monitor.logbook import LogEntry
+from ..monitor.model import MonitorModel
 from ..monitor.text import TextView, header_text
 from ..monitor.viewmodel import (
     NOTICES,
@@ -42,10 +42,11 @@ from ..monitor.viewmodel import (
     Who,
     fmt_value,
     plot_panels,
-    rank_colour,
     state_colour,
     summary_values,
 )
+from .html import log_line_html, notice_html, replica_table, strip_tags
+from .plots import FigureAside, plot_arrays
 
 __all__ = [
     "PANEL_BUTTON_CLASS",
@@ -170,8 +171,7 @@ class MonitorView:
         self._labels: list[str] = []
         self._replica_rows: Any = None
         self._plot: Any = None  # PanelFigure, shown with the first data point
-        self._figure: Any = None  # made aside when shown (see _make_figure_aside)
-        self._figure_thread: threading.Thread | None = None
+        self._figure = FigureAside()  # made in a thread of its own when shown
         self._closing = False
         self._pushed: dict[tuple[str, Who], tuple[int, int]] = {}  # (revision, points)
         self._markers: list[tuple[float, str]] = []
@@ -197,41 +197,8 @@ class MonitorView:
         from IPython import display
 
         display.display(self.widget)  # type: ignore[no-untyped-call]
-        self._make_figure_aside()
-
-    def _make_figure_aside(self) -> None:
-        """Make the plot figure in a thread of its own, now, not in the first redraw with data.
-
-        Why: the first ``FigureWidget`` of a kernel imports plotly's widget half (its
-        renderers pull in nbformat and jsonschema): 2.7 s of CPU on an idle machine, more
-        under a training job's load. Made in the follow loop's thread at the first metric,
-        it froze the header, logs and alerts for 3-6 s while the side panel went on. Made
-        here, the follow loop keeps updating meanwhile; the figure is shown (added to the
-        view) with its first data, at its container's width."""
-        if self._plot is not None or self._figure_thread is not None:
-            return
-
-        def make() -> None:
-            from .plots import PanelFigure
-
-            with contextlib.suppress(Exception):  # else made again in the redraw, where
-                self._figure = PanelFigure()  # its error shows
-
-        self._figure_thread = threading.Thread(target=make, name="ktrain-figure", daemon=True)
-        self._figure_thread.start()
-
-    def _ready_figure(self, wait: bool) -> Any:
-        """The figure once made (None while its thread works and ``wait`` is false)."""
-        thread = self._figure_thread
-        if thread is not None and thread.is_alive():
-            if not wait:
-                return None
-            thread.join()
-        if self._figure is None:
-            from .plots import PanelFigure
-
-            self._figure = PanelFigure()
-        return self._figure
+        if self._plot is None:
+            self._figure.start()
 
     def update(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -273,8 +240,8 @@ class MonitorView:
         if not h.finished:
             return
         self.cancel_button.disabled = True
-        self.cancel_button.description = "Cancelled" if h.state == "Cancelled" else "Cancel"
-        self.cancel_button.icon = "ban" if h.state == "Cancelled" else "stop"
+        self.cancel_button.description = "Cancelled" if h.state == CANCELLED else "Cancel"
+        self.cancel_button.icon = "ban" if h.state == CANCELLED else "stop"
 
     # -- header, replicas, alerts -------------------------------------------------------
     def _update_header(self, now: float) -> None:
@@ -318,7 +285,7 @@ class MonitorView:
             return
         lines: list[str] = []
         if self._seq and self.model.left_after(self._seq, self._label or None):
-            lines.append(_marker("older lines left the view; they are in the log files"))
+            lines.append(notice_html("older lines left the view; they are in the log files"))
         budget = self.max_flush_bytes
         start = 0
         approx = sum(len(e.text) + 24 for e in entries)
@@ -328,10 +295,10 @@ class MonitorView:
             while start > 0 and size + len(entries[start - 1].text) + 24 <= budget:
                 start -= 1
                 size += len(entries[start].text) + 24
-            lines.append(_marker(f"{start} lines skipped to keep up (see the log files)"))
+            lines.append(notice_html(f"{start} lines skipped to keep up (see the log files)"))
         for e in entries[start:]:
             if _matches(e, self._needle):
-                lines.append(_html_line(e))
+                lines.append(log_line_html(e))
         self._seq = entries[-1].seq
         self._append(lines)
         folded = self.model.repeats_folded
@@ -351,7 +318,7 @@ class MonitorView:
         for e in reversed(buf):
             if not _matches(e, self._needle):
                 continue
-            line = _html_line(e)
+            line = log_line_html(e)
             if size + len(line) > self.max_flush_bytes:
                 break
             tail.append(line)
@@ -392,7 +359,7 @@ class MonitorView:
         out = []
         for chunk in reversed(self._chunks):
             body = chunk.value.split(">", 1)[1].rsplit("</pre>", 1)[0]
-            out.append(_strip_tags(body))
+            out.append(strip_tags(body))
         return "\n".join(out)
 
     # -- plots --------------------------------------------------------------------------
@@ -403,7 +370,7 @@ class MonitorView:
             return
         per_trace = max(100, min(self.plot_points, self.max_plot_points // len(dirty)))
         if self._plot is None:
-            figure = self._ready_figure(wait=self._closing)
+            figure = self._figure.ready(wait=self._closing)
             if figure is None:
                 return  # still being made (see show): the next redraw draws every point
             self._plot = figure
@@ -415,7 +382,7 @@ class MonitorView:
             for key, t in dirty:
                 trace = plot.trace(key.id, t.who, t.label, t.colour)
                 xs, ys = t.series.points(per_trace)
-                trace.x, trace.y = _arrays(xs, ys)
+                trace.x, trace.y = plot_arrays(xs, ys)
                 self._pushed[(key.id, t.who)] = (t.series.revision, t.series.count)
         self._update_markers()
         drawn: dict[str, int] = {}
@@ -465,51 +432,6 @@ class MonitorView:
             return []
         traces: list[Any] = self._plot.traces(PanelKey.parse(name).id)
         return traces
-
-
-def _arrays(xs: list[float], ys: list[float]) -> tuple[Any, Any]:
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is optional
-        return xs, ys
-    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float32)
-
-
-def _html_line(e: LogEntry) -> str:
-    return f'<span style="color:{rank_colour(e.rank)}">[{e.label}]</span> {html.escape(e.text)}'
-
-
-def _marker(text: str) -> str:
-    return f'<span style="color:#888">… {html.escape(text)}</span>'
-
-
-def _strip_tags(text: str) -> str:
-    out: list[str] = []
-    inside = False
-    for ch in text:
-        if ch == "<":
-            inside = True
-        elif ch == ">":
-            inside = False
-        elif not inside:
-            out.append(ch)
-    return html.unescape("".join(out))
-
-
-def replica_table(model: MonitorModel) -> str:
-    """The replica table as HTML (name, phase, restarts, node, last event)."""
-    if not model.replicas:
-        return ""
-    head = "".join(
-        f'<th style="text-align:left;padding:0 12px 0 0">{h}</th>'
-        for h in ("replica", "phase", "restarts", "node", "last event")
-    )
-    rows = []
-    for r in model.replicas:
-        cells = (r.name, r.phase, str(r.restarts), r.node, r.last_event)
-        tds = "".join(f'<td style="padding:0 12px 0 0">{html.escape(c)}</td>' for c in cells)
-        rows.append(f"<tr>{tds}</tr>")
-    return f'<table style="font-size:12px"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 # ---------------------------------------------------------------------------------------

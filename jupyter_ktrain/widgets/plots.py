@@ -8,10 +8,23 @@ added once and later only their ``x``/``y`` change, inside ``batch_update`` (one
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Hashable
 from typing import Any
 
-__all__ = ["PanelFigure"]
+from ..monitor.viewmodel import fmt_value, plot_panels, summary_values
+
+__all__ = ["FigureAside", "PanelFigure", "plot_arrays"]
+
+
+def plot_arrays(xs: list[float], ys: list[float]) -> tuple[Any, Any]:
+    """A trace's points as plotly sends them best: float arrays (lists without numpy)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional
+        return xs, ys
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float32)
 
 
 def _axis(k: int, letter: str) -> tuple[str, str]:
@@ -124,14 +137,50 @@ class PanelFigure:
         return [t for (p, _), t in self._traces.items() if p == panel]
 
 
+class FigureAside:
+    """A :class:`PanelFigure` made in a thread of its own as soon as a view is shown, not in
+    its first redraw with data.
+
+    Why: the first ``FigureWidget`` of a kernel imports plotly's widget half (its
+    renderers pull in nbformat and jsonschema): 2.7 s of CPU on an idle machine, more
+    under a training job's load. Made in the follow loop's thread at the first metric,
+    it froze the header, logs and alerts for 3-6 s while the side panel went on. Made
+    aside, the follow loop keeps updating meanwhile; the figure is shown (added to the
+    view) with its first data, at its container's width."""
+
+    def __init__(self) -> None:
+        self._figure: PanelFigure | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+
+        def make() -> None:
+            with contextlib.suppress(Exception):  # else made again in ready(), where
+                self._figure = PanelFigure()  # its error shows
+
+        self._thread = threading.Thread(target=make, name="ktrain-figure", daemon=True)
+        self._thread.start()
+
+    def ready(self, wait: bool) -> PanelFigure | None:
+        """The figure once made (None while its thread works and ``wait`` is false)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            if not wait:
+                return None
+            thread.join()
+        if self._figure is None:
+            self._figure = PanelFigure()
+        return self._figure
+
+
 def metrics_figure(model: Any, title: str | None = None) -> Any:
     """A static plotly ``Figure`` of a model's panels (see
     :func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`), downsampled like the live view,
     with the values reported once in its title; None when there is no panel."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    from ..monitor.viewmodel import fmt_value, plot_panels, summary_values
 
     panels = plot_panels(model)
     if not panels:

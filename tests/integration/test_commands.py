@@ -16,9 +16,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain import commands
-from jupyter_ktrain.cli import for_shell
 from jupyter_ktrain.commands import COMMANDS, Target
 from jupyter_ktrain.errors import JobNotFound, SpecError
+from jupyter_ktrain.runner.front import shell_words as for_shell
 
 KTRAIN = str(Path(sys.executable).parent / "ktrain")
 

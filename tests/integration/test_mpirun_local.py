@@ -25,7 +25,7 @@ import os
 import torch
 import torch.distributed as dist
 import jupyter_ktrain as ktrain
-from jupyter_ktrain.pod.runtime import run_cell
+from jupyter_ktrain.pod.cell import run_cell
 
 def train():
     dist.init_process_group("gloo")  # env:// with nothing but what the runtime derived

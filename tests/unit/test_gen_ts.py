@@ -26,7 +26,8 @@ def test_checked_in_typescript_matches_the_python_it_is_generated_from() -> None
 
 
 def test_every_payload_field_reaches_typescript() -> None:
-    from jupyter_ktrain.monitor.viewmodel import JOB_STATES, PALETTE
+    from jupyter_ktrain.jobs import JOB_STATES
+    from jupyter_ktrain.monitor.viewmodel import PALETTE
     from jupyter_ktrain.server import payloads
 
     ts = _gen().payloads_ts()  # type: ignore[attr-defined]

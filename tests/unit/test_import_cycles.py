@@ -1,10 +1,15 @@
-"""No import circles in ``jupyter_ktrain/``: a module's module-level imports (the ones that run
-when it is imported; those under ``if TYPE_CHECKING:`` and inside functions do not) never lead
-back to it. A circle makes import order matter and hides which layer is below which."""
+"""No import circles in ``jupyter_ktrain/``: no module imports another that imports it back,
+counting every import there is: at module level (in ``try``/``if`` blocks too), inside
+functions and methods, and under ``if TYPE_CHECKING:``. An import moved into a function or
+under ``TYPE_CHECKING`` still makes its module depend on the other one: it hides a circle, it
+does not remove it. A circle makes import order matter and hides which layer is below which;
+the fix is the shared piece moved down into a lower module, or the entry point moved above
+what it wires."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_ktrain"
@@ -15,43 +20,55 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _top_level(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
-    """The imports that run at import time: module level, in ``try``/``if`` blocks too, but not
-    under ``if TYPE_CHECKING:``."""
-    found: list[ast.Import | ast.ImportFrom] = []
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        elif isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            if test not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                found += _top_level(node.body)
-            found += _top_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                found += _top_level(part)
-    return found
+def _under_type_checking(tree: ast.AST) -> set[int]:
+    """The nodes in the body of an ``if TYPE_CHECKING:`` (its ``else`` runs)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            for stmt in node.body:
+                inside.update(id(n) for n in ast.walk(stmt))
+    return inside
 
 
-def _graph() -> dict[str, set[str]]:
+def _edges(
+    source: str, name: str, is_package: bool, files: Collection[str], *, type_checking: bool = True
+) -> set[str]:
+    """The package's modules that module ``name`` imports, wherever the import is written:
+    module level, in ``try``/``if`` blocks, in functions and methods, and (unless
+    ``type_checking`` is False) under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(source)
+    package = name if is_package else name.rpartition(".")[0]
+    skip = set() if type_checking else _under_type_checking(tree)
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            base = f"{base}.{node.module}" if node.level and node.module else (
+                base if node.level else node.module or "")  # fmt: skip
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                       for a in node.names]  # fmt: skip
+        else:
+            continue
+        edges |= {t for t in targets if t in files and t != name}
+    return edges
+
+
+def _graph(*, type_checking: bool = True) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at every level (see :func:`_edges`)."""
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges: set[str] = set()
-        for node in _top_level(ast.parse(path.read_text()).body):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = package
-                for _ in range(node.level - 1):
-                    base = base.rpartition(".")[0]
-                base = f"{base}.{node.module}" if node.level and node.module else (
-                    base if node.level else node.module or "")  # fmt: skip
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
-                           for a in node.names]  # fmt: skip
-            edges |= {t for t in targets if t in files and t != name}
-        graph[name] = edges
+        is_package = path.name == "__init__.py"
+        graph[name] = _edges(path.read_text(), name, is_package, files, type_checking=type_checking)
     return graph
 
 
@@ -92,7 +109,7 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_has_no_import_circles() -> None:
     circles = _circles(_graph())
-    assert not circles, "import circles (module-level imports):\n" + "\n".join(
+    assert not circles, "import circles (imports at every level):\n" + "\n".join(
         " <-> ".join(c) for c in circles
     )
 
@@ -101,6 +118,43 @@ def test_the_check_sees_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _circles(graph) == [["a", "b", "c"]]
     assert _graph()["jupyter_ktrain.backends.base"] >= {"jupyter_ktrain.jobs"}
+
+
+SAMPLE = """
+from __future__ import annotations
+import typing
+from typing import TYPE_CHECKING
+from . import low
+try:
+    from .optional import thing
+except ImportError:
+    thing = None
+if TYPE_CHECKING:
+    from .typed import Shape
+else:
+    from .untyped import Plain
+
+def run():
+    from .in_function import go
+    return go()
+
+class Runner:
+    def start(self):
+        import pkg.in_method
+"""
+
+
+def test_the_circle_check_reads_imports_at_every_level() -> None:
+    """An import inside a function or a method, or under ``if TYPE_CHECKING:``, is an edge of
+    the graph as a module-level one is: moving an import there does not remove a circle."""
+    files = ("pkg", "pkg.mod", "pkg.low", "pkg.optional", "pkg.typed", "pkg.untyped",
+             "pkg.in_function", "pkg.in_method", "pkg.unused")  # fmt: skip
+    every = _edges(SAMPLE, "pkg.mod", False, files)
+    assert every == {"pkg.low", "pkg.optional", "pkg.typed", "pkg.untyped", "pkg.in_function",
+                     "pkg.in_method"}  # fmt: skip
+    assert _edges(SAMPLE, "pkg.mod", False, files, type_checking=False) == every - {"pkg.typed"}
+    back = _edges("def f():\n    from . import a\n", "pkg.b", False, ("pkg.a", "pkg.b"))
+    assert _circles({"pkg.a": {"pkg.b"}, "pkg.b": back}) == [["pkg.a", "pkg.b"]]
 
 
 # -- the layers: the job vocabulary at the bottom, backends and the monitor side by side on it --
@@ -167,8 +221,8 @@ def test_backends_and_the_monitor_do_not_import_each_other() -> None:
             if _within(module, ("jupyter_ktrain.backends",)):
                 monitor.setdefault(module, set()).update(names)
     assert monitor == {"jupyter_ktrain.backends.base": {"Job"}}
-    graph = _graph()
-    for name in _modules_under("jupyter_ktrain.monitor"):  # and that one at type-check time only
+    graph = _graph(type_checking=False)  # and that one at type-check time only
+    for name in _modules_under("jupyter_ktrain.monitor"):
         assert not _within_any(graph[name], "jupyter_ktrain.backends"), name
 
 

@@ -13,8 +13,8 @@ from jupyter_ktrain.backends.kubernetes.kueue import (
 )
 from jupyter_ktrain.backends.kubernetes.status import build_status
 from jupyter_ktrain.backends.kubernetes.watch import owned_workload
+from jupyter_ktrain.jobs import QUEUED, RUNNING
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.monitor.viewmodel import QUEUED, RUNNING
 
 SHORT = (
     "couldn't assign flavors to pod set master: insufficient unused quota for cpu in flavor "

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from jupyter_ktrain.jobs import JobStatus, ReplicaStatus
+from jupyter_ktrain.jobs import JobShape, JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import TextView
@@ -40,7 +40,7 @@ def _status(state: str, *phases: str, reason: str = "") -> JobStatus:
 
 def test_sink_feeds_state_replicas_lines_and_metrics_and_the_text_view_prints_them() -> None:
     clock = Clock()
-    model = MonitorModel(JobHeader(name="j", nodes=2, procs_per_node=2))
+    model = MonitorModel(JobHeader(name="j", shape=JobShape(nodes=2, procs_per_node=2)))
     out = io.StringIO()
     view = TextView(model, out, metric_every=0, clock=clock)
     sink = ModelSink(model, view, clock=clock)
@@ -118,7 +118,7 @@ def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
     another handle still learns that the job is gone."""
     from jupyter_ktrain.backends.base import Backend, Job
     from jupyter_ktrain.errors import JobNotFound
-    from jupyter_ktrain.jobs import BACKEND_ENDS, JobStatus
+    from jupyter_ktrain.jobs import TERMINAL_STATES, JobStatus
 
     class Deleting(Backend):
         name = "kubernetes"
@@ -140,7 +140,7 @@ def test_a_job_its_cancel_removed_reads_cancelled_not_gone() -> None:
     job.cancel()
     status = job.status()
     assert (status.state, status.reason) == ("Cancelled", "CancelledByUser")
-    assert "Cancelled" in BACKEND_ENDS
+    assert "Cancelled" in TERMINAL_STATES
     with pytest.raises(JobNotFound):  # a handle that did not cancel invents no state
         other.status()
 

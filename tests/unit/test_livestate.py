@@ -4,8 +4,8 @@ ranks printed, tqdm's last frame under its rank, and the log notice only when li
 
 from __future__ import annotations
 
-from jupyter_ktrain.jobs import JobStatus, ReplicaStatus, WarmInfo
-from jupyter_ktrain.monitor import livestate
+from jupyter_ktrain import words
+from jupyter_ktrain.jobs import JobShape, JobStatus, ReplicaStatus, WarmInfo
 from jupyter_ktrain.monitor.fold import RepeatFold, shown_text
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import TextView
@@ -35,7 +35,7 @@ def test_the_eta_never_says_0s_left_with_steps_to_go_and_says_waiting_when_none_
     assert p.describe(p.t + 1.5) == "96.6% (58/60) · 1s left"  # late, never "0s left"
     assert p.describe(p.t + 10) == "96.6% (58/60) · waiting (no step for 10s)"
     running = JobStatus("j", "Running", progress=p)
-    assert livestate.progress_words(running, p.t + 10) == (
+    assert words.progress_words(running, p.t + 10) == (
         "96.6% (58/60) · waiting (no step for 10s)",
         "96.6% · waiting",
     )
@@ -52,38 +52,38 @@ def test_a_restarting_job_says_restarting_in_every_word_of_its_progress() -> Non
         JobStatus("j", "Running", "Restarting", "restart 1 of at most 3", progress=p),
         JobStatus("j", "Running", replicas=down, progress=p),
     ):
-        assert livestate.restarting(status)
-        assert livestate.progress_words(status, p.t + 0.5) == (
+        assert words.restarting(status)
+        assert words.progress_words(status, p.t + 0.5) == (
             "50% (30/60) · restarting",
             "50% · restarting",
         )
     ended = JobStatus("j", "Succeeded", progress=_run(60, 60).progress)
-    assert not livestate.restarting(ended)
-    assert livestate.progress_words(ended, T0 + 99) == ("100% (60/60)", "100%")
+    assert not words.restarting(ended)
+    assert words.progress_words(ended, T0 + 99) == ("100% (60/60)", "100%")
 
 
 def test_warm_jobs_say_their_runs_and_stop_counting_once_ended() -> None:
     warm = WarmInfo(runs=2, active=None, idle_since=T0, idle_limit_s=900.0)
     idle = JobStatus("w", "Running", warm=warm)
-    assert livestate.warm_words(idle, T0 + 31) == "warm · 2 runs · idle 31s"
+    assert words.warm_words(idle, T0 + 31) == "warm · 2 runs · idle 31s"
     busy = JobStatus("w", "Running", warm=WarmInfo(runs=3, active=3))
-    assert livestate.warm_words(busy, T0) == "run 3 of a live job"
+    assert words.warm_words(busy, T0) == "run 3 of a live job"
     ended = JobStatus("w", "Cancelled", "CancelledByUser", warm=warm)
-    assert livestate.warm_words(ended, T0 + 31) == livestate.warm_words(ended, T0 + 600)
-    assert livestate.warm_words(ended, T0 + 31) == "ended after 2 runs"
-    assert livestate.ended_by_user(ended)
-    assert not livestate.ended_by_user(JobStatus("j", "Cancelled"))  # a plain job's cancel
-    assert livestate.warm_words(JobStatus("j", "Running"), T0) == ""
+    assert words.warm_words(ended, T0 + 31) == words.warm_words(ended, T0 + 600)
+    assert words.warm_words(ended, T0 + 31) == "ended after 2 runs"
+    assert words.ended_by_user(ended)
+    assert not words.ended_by_user(JobStatus("j", "Cancelled"))  # a plain job's cancel
+    assert words.warm_words(JobStatus("j", "Running"), T0) == ""
 
 
 def test_a_warm_runs_nodes_stay_up_instead_of_reading_succeeded() -> None:
     node = ReplicaStatus("w-node-0", "Succeeded", exit_code=0)
-    (row,) = livestate.replica_rows(JobStatus("w", "Succeeded", replicas=(node,)), run=2)
+    (row,) = words.replica_rows(JobStatus("w", "Succeeded", replicas=(node,)), run=2)
     assert (row.phase, row.last_event) == ("warm", "run 2 done; the node stays up for the next run")
-    (plain,) = livestate.replica_rows(JobStatus("j", "Succeeded", replicas=(node,)))
+    (plain,) = words.replica_rows(JobStatus("j", "Succeeded", replicas=(node,)))
     assert (plain.phase, plain.last_event) == ("Succeeded", "exited with code 0")
     failed = ReplicaStatus("w-node-1", "Failed", exit_code=1)
-    (bad,) = livestate.replica_rows(JobStatus("w", "Failed", replicas=(failed,)), run=2)
+    (bad,) = words.replica_rows(JobStatus("w", "Failed", replicas=(failed,)), run=2)
     assert bad.phase == "Failed"  # a failed run's node says so
 
 
@@ -95,7 +95,7 @@ def test_a_line_both_ranks_printed_is_shown_once_in_the_all_ranks_view() -> None
     assert not fold.repeat(0, line, T0 + 30)  # the same text much later: a new line
     assert not fold.repeat(1, "step 3 done", T0)  # any other line is every rank's own
     assert not fold.repeat(2, "step 3 done", T0)
-    m = MonitorModel(JobHeader(name="hf", nodes=2, procs_per_node=2))
+    m = MonitorModel(JobHeader(name="hf", shape=JobShape(nodes=2, procs_per_node=2)))
     m.feed_text(format_rank_line(0, line), T0)
     m.feed_text(format_rank_line(2, line), T0 + 0.1)
     assert [e.text for e in m.logs] == [line]
@@ -115,7 +115,7 @@ def test_tqdm_lines_keep_their_rank_and_show_their_last_frame() -> None:
 def test_the_log_notice_comes_only_when_lines_really_left_the_view() -> None:
     import io
 
-    m = MonitorModel(JobHeader(name="hf", nodes=2, procs_per_node=2), max_lines=5)
+    m = MonitorModel(JobHeader(name="hf", shape=JobShape(nodes=2, procs_per_node=2)), max_lines=5)
     out = io.StringIO()
     view = TextView(m, out, clock=lambda: T0)
     view.show()

@@ -32,7 +32,7 @@ from jupyter_ktrain.cli_render import build_parser, spec_from_args
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.options import spec_from_yaml
 from jupyter_ktrain.pod.launch import node_command
-from jupyter_ktrain.spec_parts import DEFAULT_MAX_RESTARTS
+from jupyter_ktrain.spec_scheduling import DEFAULT_MAX_RESTARTS
 
 from .seedcmp import diff
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
+from jupyter_ktrain.jobs import JobShape, ReplicaStatus
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.pod.protocol import format_agent_line, format_rank_line, format_record
 
 NCCL = Path(__file__).resolve().parents[1] / "data" / "nccl"
@@ -12,7 +13,7 @@ T0 = 1_763_700_000.0
 
 
 def _model(**kw: object) -> MonitorModel:
-    m = MonitorModel(JobHeader(name="mnist", nodes=2, procs_per_node=2), **kw)  # type: ignore[arg-type]
+    m = MonitorModel(JobHeader(name="mnist", shape=JobShape(nodes=2, procs_per_node=2)), **kw)  # type: ignore[arg-type]
     m.set_state("Running", T0)
     return m
 
@@ -124,8 +125,8 @@ def test_state_replicas_and_version() -> None:
     m.set_state("Pending", T0)
     assert m.version == v  # no change, no redraw
     m.set_state("Running", T0 + 5)
-    m.set_replicas([ReplicaRow("j-worker-0", "Running", 0, "node-a", "Started")])
-    m.set_replicas([ReplicaRow("j-worker-0", "Running", 0, "node-a", "Started")])
+    m.set_replicas([ReplicaStatus("j-worker-0", "Running", 0, "node-a", last_event="Started")])
+    m.set_replicas([ReplicaStatus("j-worker-0", "Running", 0, "node-a", last_event="Started")])
     assert m.version == v + 2
     assert m.header.start_time == T0 + 5
     m.set_state("Failed", T0 + 9, "exit code 1")
@@ -138,8 +139,8 @@ def test_state_replicas_and_version() -> None:
 def test_single_node_jobs_show_no_network_transport() -> None:
     # NCCL 2.28 on one H100 node: it loads the socket plugin but moves no byte over it
     lines = (NCCL / "nccl228_no_ib_h100.log").read_text().splitlines()
-    one = MonitorModel(JobHeader(name="one", nodes=1), rdma_requested=True)
-    two = MonitorModel(JobHeader(name="two", nodes=2), rdma_requested=True)
+    one = MonitorModel(JobHeader(name="one", shape=JobShape(nodes=1)), rdma_requested=True)
+    two = MonitorModel(JobHeader(name="two", shape=JobShape(nodes=2)), rdma_requested=True)
     for m in (one, two):
         for line in lines:
             m.feed_text(format_rank_line(0, line), T0 + 1)
@@ -157,7 +158,7 @@ def test_a_recreated_pod_seen_first_while_initializing_is_said_to_restart_for_it
     the new pod while its container still waits (PodInitializing): the alert still says why
     it restarted, not the state it is in."""
     from jupyter_ktrain.backends.kubernetes.status import build_status
-    from jupyter_ktrain.monitor.live import replica_row
+    from jupyter_ktrain.words import replica_row
 
     job = {
         "kind": "PyTorchJob",
@@ -288,7 +289,7 @@ def test_a_resume_with_fewer_ranks_says_the_world_size_changed() -> None:
 
 def test_ray_tasks_reporting_at_once_keep_every_step_in_order_without_a_restart() -> None:
     # a RayJob's tasks report as the driver (rank 0), in whatever order they finish
-    m = MonitorModel(JobHeader(name="ray", kind="RayJob"))
+    m = MonitorModel(JobHeader(name="ray", shape=JobShape(kind="RayJob")))
     m.set_state("Running", T0)
     # step 1 is reported again last: the later value replaces the first
     for step, loss in ((1, 1.0), (0, 0.0), (2, 2.0), (1, 11.0)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_ktrain.jobs import JobShape
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import header_text
 from jupyter_ktrain.pod.progress import MIN_INTERVALS, Progress, ProgressTracker, fmt_duration
@@ -71,7 +72,7 @@ def _feed(m: MonitorModel, rank: int, step: int, total: int | None, t: float, **
 
 
 def test_the_model_takes_progress_from_the_lowest_rank_and_the_header_shows_it() -> None:
-    m = MonitorModel(JobHeader(name="ft", nodes=2, procs_per_node=1))
+    m = MonitorModel(JobHeader(name="ft", shape=JobShape(nodes=2, procs_per_node=1)))
     m.set_state("Running", T0)
     assert m.progress is None
     _feed(m, 0, 5, None, T0, loss=1.0)  # a loop without a total: plotted, no progress

@@ -22,6 +22,7 @@ import pytest
 from jupyter_ktrain.backends.kubernetes.status import trainer_progress
 from jupyter_ktrain.pod import trainer_status
 from jupyter_ktrain.pod.trainer_status import StatusReporter, payload
+from jupyter_ktrain.words import describe
 
 SCHEMA = json.loads(
     (
@@ -227,7 +228,7 @@ def test_a_trainjob_status_with_trainer_status_gives_job_status_progress() -> No
     assert status.progress is not None
     assert (status.progress.step, status.progress.total) == (45, 100)
     assert status.progress.remaining(1_795_000_060.0) == pytest.approx(3540.0)
-    assert "46% (46/100) · 59m 00s left" in status.describe(1_795_000_060.0)
+    assert "46% (46/100) · 59m 00s left" in describe(status, 1_795_000_060.0)
     # what the logs said wins over what the endpoint last got (it is newer)
     mine = Progress(50, 100, 1_795_000_100.0, 3000.0, 60.0)
     assert build_status(job, {}, {}, {}, {}, progress=mine).progress == mine

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.jobs import JOB_STATES
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.viewmodel import (
-    JOB_STATES,
     PALETTE,
     PanelKey,
     job_state,

@@ -15,6 +15,7 @@ from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.jobs import WarmInfo
 from jupyter_ktrain.pod.agent.warm import FolderControl, rank_environ
 from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.words import warm_text
 
 
 def test_the_shape_is_what_the_nodes_are_made_with_and_nothing_else() -> None:
@@ -53,9 +54,9 @@ def test_idle_wording_and_idle_gpu_hours() -> None:
     info = WarmInfo(runs=3, idle_since=1000.0, idle_limit_s=900.0, gpus=8)
     assert info.idle_gpu_hours(1000.0 + 1800) == pytest.approx(4.0)
     assert (
-        info.describe(1000.0 + 120) == "warm, 3 run(s), idle 2m of 15m, 8 GPU(s), 0.27 idle GPU-h"
+        warm_text(info, 1000.0 + 120) == "warm, 3 run(s), idle 2m of 15m, 8 GPU(s), 0.27 idle GPU-h"
     )
-    assert WarmInfo(runs=3, active=3).describe(0) == "warm, 3 run(s), run 3 running"
+    assert warm_text(WarmInfo(runs=3, active=3), 0) == "warm, 3 run(s), run 3 running"
     assert [parse_duration(t) for t in ("15m", "90s", "2h", "0", "5")] == [900, 90, 7200, 0, 300]
     with pytest.raises(SpecError, match="--idle 'soon' is not a duration"):
         parse_duration("soon")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.monitor.model import JobHeader, MonitorModel, ReplicaRow
+from jupyter_ktrain.jobs import JobShape, ReplicaStatus
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.pod.protocol import format_agent_line, format_rank_line, format_record
 from jupyter_ktrain.widgets.monitor import MonitorView, TextView, make_view
 
@@ -51,12 +52,14 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[CommBytes]:
 
 
 def _job() -> MonitorModel:
-    m = MonitorModel(JobHeader(name="mnist", nodes=2, procs_per_node=2), plot_points=2000)
+    m = MonitorModel(
+        JobHeader(name="mnist", shape=JobShape(nodes=2, procs_per_node=2)), plot_points=2000
+    )
     m.set_state("Running", T0)
     m.set_replicas(
         [
-            ReplicaRow("node-0", "Running", 0, "localhost", "started torchrun"),
-            ReplicaRow("node-1", "Running", 1, "localhost", "restarted"),
+            ReplicaStatus("node-0", "Running", 0, "localhost", last_event="started torchrun"),
+            ReplicaStatus("node-1", "Running", 1, "localhost", last_event="restarted"),
         ]
     )
     return m
@@ -152,7 +155,7 @@ def test_backlog_is_skipped_with_a_marker() -> None:
 
 
 def test_text_view_prints_ranks_warnings_and_final_state() -> None:
-    m = MonitorModel(JobHeader(name="mnist", nodes=2), rdma_requested=True)
+    m = MonitorModel(JobHeader(name="mnist", shape=JobShape(nodes=2)), rdma_requested=True)
     out = io.StringIO()
     view = TextView(m, out, metric_every=0)
     view.show()

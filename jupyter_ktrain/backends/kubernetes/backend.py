@@ -31,7 +31,7 @@ from ...errors import (
     PreflightError,
     SpecError,
 )
-from ...jobs import BACKEND_ENDS, FAILED, RUNNING, JobShape, JobStatus, complete_exit_codes
+from ...jobs import FAILED, RUNNING, TERMINAL_STATES, JobShape, JobStatus, complete_exit_codes
 from ...kinds import KIND_TABLE, job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import EXIT, Exit, Metric, parse_line, record_type
@@ -518,7 +518,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         workloads = self._queue.workloads(self.api, self.namespace, jobs)
         for job in jobs:
             state, reason, message = queued_state(job, owned_workload(job, workloads))
-            if state in BACKEND_ENDS and not self.history.is_kept(job):
+            if state in TERMINAL_STATES and not self.history.is_kept(job):
                 with contextlib.suppress(KtrainError):  # kept by its status, once
                     self.status(job["metadata"]["name"])
             progress = self._progress(job, state)

@@ -15,7 +15,6 @@ from typing import Any
 
 from ...failures import classify, pod_problem
 from ...jobs import (
-    DELETED,
     DELETED_AFTER_END,
     DELETED_WHILE_RUNNING,
     FAILED,
@@ -27,6 +26,7 @@ from ...jobs import (
     JobShape,
     JobState,
     JobStatus,
+    ReplicaPhase,
     ReplicaStatus,
 )
 from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
@@ -216,7 +216,7 @@ def _replica(
         restarted = f"restarted with every other pod by its JobSet (attempt {attempt})"
     return ReplicaStatus(
         name=pod_name,
-        phase=(pod.get("status") or {}).get("phase", "Pending"),
+        phase=ReplicaPhase((pod.get("status") or {}).get("phase", "Pending")),
         restarts=restarts,
         node=(pod.get("spec") or {}).get("nodeName", ""),
         exit_code=_exit_code(pod),
@@ -228,7 +228,7 @@ def _replica(
     )
 
 
-NOT_CREATED = "NotCreated"  # a replica with no pod (not yet, or never seen by this watch)
+NOT_CREATED = ReplicaPhase.NOT_CREATED  # a replica with no pod (not yet, or never seen)
 
 
 def _deleted_replica(
@@ -241,7 +241,7 @@ def _deleted_replica(
     ended = phase in (SUCCEEDED, FAILED)
     return ReplicaStatus(
         name,
-        phase if ended else DELETED,
+        ReplicaPhase(phase) if ended else ReplicaPhase.DELETED,
         recreations,
         node=(pod.get("spec") or {}).get("nodeName", ""),
         exit_code=_exit_code(pod),

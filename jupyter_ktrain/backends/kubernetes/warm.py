@@ -40,6 +40,7 @@ from ...jobs import (
     SUCCEEDED,
     JobState,
     JobStatus,
+    ReplicaPhase,
     ReplicaStatus,
 )
 from ...pod.agent.deliver import KEY_ENV
@@ -208,7 +209,7 @@ class RunBook:
         replicas = tuple(
             ReplicaStatus(
                 name=f"{name}-node-{k}",
-                phase="Running" if k not in got.ends else "Ended",
+                phase=ReplicaPhase.RUNNING if k not in got.ends else ReplicaPhase.ENDED,
                 exit_code=got.ends[k].get("code") if k in got.ends else None,
                 last_event=str(got.ends.get(k, {}).get("aborted") or ""),
             )

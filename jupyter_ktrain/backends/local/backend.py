@@ -26,15 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, JobNotFound, SpecError
 from ...jobs import (
-    BACKEND_ENDS,
     CANCELLED,
     CANCELLED_REASON,
     FAILED,
     RUNNING,
     SUCCEEDED,
+    TERMINAL_STATES,
     JobShape,
     JobState,
     JobStatus,
+    ReplicaPhase,
     ReplicaStatus,
     complete_exit_codes,
 )
@@ -290,7 +291,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
 
     def status(self, name: str) -> JobStatus:
         raw = self._state(name)
-        if raw.state not in BACKEND_ENDS and not self._alive(raw):
+        if raw.state not in TERMINAL_STATES and not self._alive(raw):
             raw = self._without_supervisor(name, raw)
         return self._to_status(name, raw, self.shape(name))
 
@@ -299,7 +300,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
         replicas = tuple(
             ReplicaStatus(
                 name=f"{name}-node-{i}",
-                phase=n.phase or _phase(n.exit_code, raw.state),
+                phase=ReplicaPhase(n.phase or _phase(n.exit_code, raw.state)),
                 restarts=n.restarts,
                 node="127.0.0.1",
                 exit_code=n.exit_code,
@@ -367,7 +368,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
         what it found. Raises :class:`BackendError` only when processes could not be stopped."""
         raw = self._state(name)
         marker = job_marker(self.job_dir(name))
-        if marker is None or (raw.state in BACKEND_ENDS and not marked_pids(marker)):
+        if marker is None or (raw.state in TERMINAL_STATES and not marked_pids(marker)):
             return  # ended, or not started yet (its folder is being made)
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         while raw.supervisor_pid is None and time.monotonic() < deadline:

@@ -68,7 +68,7 @@ def deepspeed_files(spec: JobSpec, program_source: str | None = None) -> dict[st
 
 def local_max_restarts(spec: JobSpec) -> int:
     """How often a local job restarts every node after a fault (``--max-restarts``, default
-    :data:`~jupyter_ktrain.spec_parts.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
+    :data:`~jupyter_ktrain.spec_scheduling.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
     policy = spec.run_policy
     return 0 if policy.restart_policy == "Never" else int(policy.max_restarts)
 

@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import JobNotFound, SpecError
 from ...jobs import (
-    BACKEND_ENDS,
     CANCELLED,
     CANCELLED_BY_USER,
     CANCELLED_REASON,
     FAILED,
     PENDING,
+    TERMINAL_STATES,
     JobShape,
     JobStatus,
     WarmInfo,
 )
+from ...words import describe
 from ..base import LaunchPlan, LogSource
 from ..jobstore import make_private_dirs, replace_private, write_private
 from ..warm import check_warm, shape_changes, warm_shape
@@ -163,7 +164,7 @@ class LocalWarm:
         raw = read_state(run_dir)
         if raw is None:
             raise JobNotFound(f"The warm job {name!r} has no run {run}.")
-        if raw.state not in BACKEND_ENDS and job.terminal:
+        if raw.state not in TERMINAL_STATES and job.terminal:
             why = job.message or job.reason or job.state
             ended = CANCELLED if job.state == CANCELLED else FAILED
             raw = replace(raw, state=ended, reason=job.reason, message=f"the warm job ended: {why}")
@@ -203,7 +204,7 @@ class LocalWarm:
         if status.warm is None:
             raise SpecError(f"{name!r} is no warm job: only a --warm job has an idle limit.")
         if status.terminal:
-            raise SpecError(f"The warm job {name!r} already ended ({status.describe()}).")
+            raise SpecError(f"The warm job {name!r} already ended ({describe(status)}).")
         data = json.dumps({"idle_limit_s": float(seconds)}).encode()
         replace_private(self.b.job_dir(name) / "warm.json", data)
         if seconds <= 0:

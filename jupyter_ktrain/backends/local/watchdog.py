@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ...failures import signal_text
-from ...jobs import BACKEND_ENDS, FAILED
+from ...jobs import FAILED, TERMINAL_STATES
 from ...pod.protocol import format_agent_line
 from ..jobstore import job_marker, release_reserve
 from .procs import marked_pids, stop_marked
@@ -32,7 +32,7 @@ def watch(job_dir: Path, supervisor: int) -> int:
     _, status = os.waitpid(supervisor, 0)
     if marker is None or job_marker(job_dir) != marker:
         return 0
-    if (read_state(job_dir) or LocalState()).state in BACKEND_ENDS:
+    if (read_state(job_dir) or LocalState()).state in TERMINAL_STATES:
         return 0
     how, reason = _how_it_ended(status)
     who = f"its supervisor (pid {supervisor}) {how}"

@@ -8,7 +8,7 @@ torch and ``$KTRAIN_WARM_PREIMPORT`` once, as a warm node does, then waits on a 
 and gives the node command ``$KTRAIN_FORK_SOCKET``. torchrun starts each rank as always
 (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that process finds the socket and, instead
 of importing anything, hands the server its standard streams, environment, folder and
-arguments: the server forks a child that runs :func:`..runtime.main` with them, in a session
+arguments: the server forks a child that runs :func:`..program.main` with them, in a session
 of its own (as torchrun starts its workers). The process torchrun started stays the rank for
 torchrun, the supervisor and the user: it forwards SIGTERM/SIGINT/SIGHUP to the forked child
 and ends the way the child ended (its exit code, or killed by the same signal, so ``kill -9``
@@ -45,6 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
+
+from .. import program
+from .preimport import preimport
 
 __all__ = [
     "FORKED_ENV",
@@ -324,20 +327,17 @@ def _die_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m jupyter_ktrain.pod.agent.forks FD``: serve on the listening socket ``FD``."""
-    from .. import runtime
-    from .warm import preimport
-
     listener = socket.socket(fileno=int(argv[0]))
-    server = ForkServer(listener, lambda args: _run_runtime(runtime, args))
+    server = ForkServer(listener, _run_program)
     for sig in _FORWARDED:
         signal.signal(sig, server.on_signal)
     preimport(os.environ)
     return server.serve()
 
 
-def _run_runtime(runtime: Any, argv: list[str]) -> int:
-    runtime._exit(runtime.main(argv))
-    return 1  # not reached: _exit leaves the process
+def _run_program(argv: list[str]) -> int:
+    program.exit_now(program.main(argv))
+    return 1  # not reached: exit_now leaves the process
 
 
 if __name__ == "__main__":

@@ -28,8 +28,6 @@ Usage: ``python -m jupyter_ktrain.pod.agent [--gpu-sampling on|off|auto] [--inte
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import os
 import shutil
 import signal
@@ -37,7 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,19 +168,6 @@ def _start_sampler(
         return None
 
 
-@contextlib.contextmanager
-def _install_lock() -> Iterator[None]:
-    """One requirements install at a time on this host (the ranks of an MPI worker pod, the
-    local backend's nodes): the first installs, the others then find nothing missing."""
-    path = os.path.join(tempfile.gettempdir(), f"ktrain-install-{os.getuid()}.lock")
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def main(
     argv: list[str],
     *,
@@ -204,9 +189,9 @@ def main(
         )
         return 2
     if opts.code_dir:
-        from ..install import ensure_requirements
+        from ..install import ensure_requirements, install_lock
 
-        with _install_lock():
+        with install_lock():
             code = ensure_requirements(opts.code_dir)
         if code != 0:
             _say(f"requirements could not be installed (pip exit code {code}); not starting")

@@ -1,12 +1,12 @@
 """A warm node: ``python -m jupyter_ktrain.pod.agent.warm``, the agent of a ``--warm`` job.
 
 Where a cold node runs torchrun once and exits, a warm node's agent stays: it imports torch and
-sympy (:data:`PREIMPORTS`) and ``$KTRAIN_WARM_PREIMPORT`` (comma-separated) once, says it is
+sympy and ``$KTRAIN_WARM_PREIMPORT`` (comma-separated) once (:mod:`.preimport`), says it is
 ready (a ``ready`` record), then waits for runs. Each run is an order from the job's control
 (:class:`RunOrder`: the run's number and the folder that holds its program); the agent installs
 what the run's ``requirements.txt`` pins and the image lacks, then forks one process per local
 rank from its ready interpreter (no new interpreter, no torch import: about 0.1 s to the first
-line, against seconds for torchrun) and each child runs :func:`jupyter_ktrain.pod.runtime.main`
+line, against seconds for torchrun) and each child runs :func:`jupyter_ktrain.pod.program.main`
 with the environment torchrun would give it. Measured with gloo on 2 x 2 ranks: fork 0.1-0.2 s
 to an all-reduce done, against ~4 s for the torch import alone. A fork is safe here because this
 process never starts a thread (no GPU sampler, no metrics endpoint on a warm node) and never
@@ -33,7 +33,6 @@ process's environment, so no rank sees it. Standard library only, like the whole
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -46,16 +45,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from .. import runtime as _runtime  # imported once here, not in every rank
+from .. import program  # imported once here, not in every rank
 from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..launch import CODE_DIR, PROGRAM_FILE
 from ..protocol import READY, RUN, RUN_END, TYPE, format_agent_line, format_record
 from .deliver import KEY_ENV
 from .mirror import CONFIGMAP_ENV, CONTROL_ENV, seed
+from .preimport import preimport
 
 __all__ = [
     "CONTROL_ENV",
-    "PREIMPORT_ENV",
     "Control",
     "FolderControl",
     "RunOrder",
@@ -63,7 +62,6 @@ __all__ = [
     "rank_environ",
 ]
 
-PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 RUN_ENV = "KTRAIN_WARM_RUN"
 FAIL_GRACE_S = 1.0
 KILL_AFTER_S = 3.0
@@ -172,32 +170,6 @@ def rank_environ(env: Mapping[str, str], local_rank: int, run: int) -> dict[str,
     return out
 
 
-# What every rank imports: torch, and sympy, which torch imports on the first optimizer or DDP
-# model (with ``torch._dynamo``: 1.9 s on top of torch's 2.2 s here, paid again by a forked rank
-# at every restart and every warm run). Not ``torch._dynamo`` itself: with it imported in the
-# server, a forked rank's DDP teardown deadlocked once in 3 runs of the quickstart notebook (the
-# gloo process group's destructor joins a worker thread that waits for the GIL it holds).
-PREIMPORTS = ("torch", "sympy")
-
-
-def preimport(env: Mapping[str, str]) -> list[str]:
-    """Import :data:`PREIMPORTS` and ``$KTRAIN_WARM_PREIMPORT`` into this process (what every
-    rank then has for free); the names imported. A module that is not there is skipped."""
-    extra = (n.strip() for n in env.get(PREIMPORT_ENV, "").split(",") if n.strip())
-    names = [*PREIMPORTS, *extra]
-    done = []
-    for name in dict.fromkeys(names):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-        except Exception as exc:  # a module that fails to import fails in the ranks too
-            _say(f"warning: pre-importing {name} failed ({type(exc).__name__}: {exc})")
-            continue
-        done.append(name)
-    return done
-
-
 class WarmNode:
     """The node's loop: wait for a run, run it, report, wait again."""
 
@@ -271,10 +243,9 @@ class WarmNode:
         return code
 
     def _install(self, code_dir: str) -> int:
-        from ..install import ensure_requirements
-        from .runner import _install_lock
+        from ..install import ensure_requirements, install_lock
 
-        with _install_lock():
+        with install_lock():
             return ensure_requirements(code_dir)
 
     def _fork(self, order: RunOrder, local_rank: int, exit_dir: str) -> int:
@@ -295,8 +266,8 @@ class WarmNode:
             os.environ.clear()
             os.environ.update(env)
             os.chdir(order.code_dir)
-            code = _runtime.main([os.path.join(order.code_dir, PROGRAM_FILE)])
-            _runtime._exit(code)
+            code = program.main([os.path.join(order.code_dir, PROGRAM_FILE)])
+            program.exit_now(code)
         finally:
             os._exit(code)
 

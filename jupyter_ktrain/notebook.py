@@ -1,0 +1,81 @@
+"""The notebook front: how the runner speaks in a Jupyter kernel (``%%ktrain`` and
+``ktrain.run`` in a cell). Messages are printed into the cell; a followed job is shown in the
+widget monitor (``KTRAIN_MONITOR=text``, or a kernel without widgets: the text view), with its
+controls routed so they work while the cell blocks; the names rank 0 bound are set in the
+kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .errors import KtrainError
+from .widgets.controls import control_subshell, route_to_subshell
+from .widgets.monitor import MonitorView, make_view, open_in_panel
+
+if TYPE_CHECKING:
+    from .backends.base import Job
+    from .jobs import View
+    from .monitor.model import MonitorModel
+
+__all__ = ["NotebookFront", "last_monitor", "say"]
+
+_last_monitor: tuple[MonitorModel, View] | None = None
+
+
+def say(text: str) -> None:
+    print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
+
+def last_monitor() -> tuple[MonitorModel, View] | None:
+    """The model and view of the most recent followed job in this kernel (for tests and
+    debugging: ``model.metrics``, ``view.plot_history``)."""
+    return _last_monitor
+
+
+class NotebookFront:
+    """The runner's front in a kernel; ``shell`` (IPython's, or None) gets the bound names."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+
+    def say(self, text: str) -> None:
+        say(text)
+
+    def bind(self, outputs: Mapping[str, Any]) -> None:
+        if self.shell is None:
+            return
+        self.shell.user_ns.update(outputs)
+        if outputs:
+            say(f"Set from rank 0: {', '.join(sorted(outputs))}")
+
+    def view(self, job: Job, model: MonitorModel) -> View:
+        """The widget monitor in a kernel with widgets, its controls routed so they work
+        while the cell blocks; else the text view."""
+        global _last_monitor
+        views: list[View] = []
+
+        def cancel() -> None:
+            shown = views[0] if views else None
+            if isinstance(shown, MonitorView):
+                shown.cancelling()
+            try:
+                job.cancel()
+            except KtrainError as exc:
+                if isinstance(shown, MonitorView):
+                    shown.cancel_failed()
+                say(f"ktrain: could not cancel {job.name!r}: {exc}")
+
+        prefer = os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"
+        view = make_view(
+            model, prefer_widgets=prefer, on_cancel=cancel, on_open_panel=open_in_panel
+        )
+        views.append(view)
+        if isinstance(view, MonitorView):
+            subshell = control_subshell()
+            if subshell is not None:
+                route_to_subshell(view.controls(), subshell)
+        _last_monitor = (model, view)
+        return view

@@ -1,0 +1,47 @@
+"""Following a job to its end, the same for every front end: the view, MLflow tracking when
+the job's record says so, Ctrl-C as a detach, the failure raised, the names handed back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..jobs import CANCELLED, FAILED, JobStatus
+from ..monitor.cell_error import job_error
+from ..monitor.follow import follow as follow_loop
+from ..monitor.live import ModelSink, model_for
+from ..tracking import session as tracking
+
+if TYPE_CHECKING:
+    from ..backends.base import Job
+    from .front import Front
+
+__all__ = ["follow"]
+
+
+def follow(job: Job, front: Front) -> JobStatus | None:
+    """Show ``job`` in the front's view until it ends; the final status, or None when Ctrl-C
+    detached (the job keeps running; the front is told how to re-attach). A job that
+    succeeded hands the names rank 0 bound to ``front.bind``; a failed or cancelled one
+    raises its :class:`~jupyter_ktrain.errors.JobFailed` after the view is closed."""
+    model = model_for(job)
+    view = front.view(job, model)
+    view.show()
+    sink = tracking.sink_for(job, ModelSink(model, view), front.say)  # MLflow, when configured
+    try:
+        status = follow_loop(job, sink)
+    except KeyboardInterrupt:
+        tracking.detached(sink)
+        view.close()
+        front.say(
+            f"Detached from {job.name!r}; it keeps running.\n"
+            f"  re-attach: %ktrain attach {job.name}\n  cancel:    %ktrain cancel {job.name}"
+        )
+        return None
+    view.close()
+    tracking.finished(sink, job, status, front.say)
+    if status.state in (FAILED, CANCELLED):
+        raise job_error(job, status)
+    if status.state == "Succeeded":
+        front.bind({k: v for k, v in job.outputs.items() if k != "_"})
+    return status

@@ -1,0 +1,146 @@
+"""The panel's wire payloads (:mod:`.payloads`) built from the job vocabulary itself.
+
+Each payload comes from the one core type it shows (:class:`~jupyter_ktrain.jobs.JobStatus`,
+:class:`~jupyter_ktrain.jobs.ReplicaStatus`, :class:`~jupyter_ktrain.jobs.WarmInfo`, the
+monitor's model) by one function here, worded as every other view words it
+(:mod:`jupyter_ktrain.words`): no class mirrors those types on the Python side.
+Pure: no backend, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import words
+from ..monitor.viewmodel import NOTICES, fmt_value, job_state, plot_panels, summary_values
+from .payloads import (
+    JobDetail,
+    JobSummary,
+    MetricPanel,
+    MetricsPayload,
+    MetricTrace,
+    ProgressPayload,
+    ReplicaPayload,
+    SummaryPayload,
+    WarmPayload,
+)
+
+if TYPE_CHECKING:
+    from ..jobs import JobStatus, ReplicaStatus
+    from ..monitor.model import MonitorModel
+    from ..words import StatusWords
+
+__all__ = [
+    "job_detail",
+    "job_summary",
+    "metrics_payload",
+    "progress_payload",
+    "replica_payload",
+    "warm_payload",
+]
+
+
+def job_summary(status: JobStatus, backend: str, now: float) -> JobSummary:
+    """One job's row, worded as every view words it (:func:`jupyter_ktrain.words.status_words`)."""
+    started = status.started
+    said = words.status_words(status, now)
+    return {
+        "name": status.name,
+        "backend": backend,
+        "state": job_state(status.state),
+        "reason": status.reason,
+        "message": status.message,
+        "started": started,
+        "finished": status.finished,
+        "age_s": None if started is None else round(max(0.0, now - started), 1),
+        "progress": progress_payload(status, said, now),
+        "warm": warm_payload(status, said, now),
+        "history": status.from_history,
+    }
+
+
+def warm_payload(status: JobStatus, said: StatusWords, now: float) -> WarmPayload | None:
+    w = status.warm
+    if w is None or said.warm is None:
+        return None
+    return {
+        "runs": w.runs,
+        "active": w.active,
+        "idle_s": round(w.idle_s(now), 1),
+        "idle_limit_s": w.idle_limit_s,
+        "gpus": w.gpus,
+        "idle_gpu_hours": round(w.idle_gpu_hours(now), 4),
+        "text": said.warm[0],
+        "short": said.warm[1],
+    }
+
+
+def progress_payload(status: JobStatus, said: StatusWords, now: float) -> ProgressPayload | None:
+    p = status.progress
+    if p is None or said.progress is None:
+        return None
+    left = None if status.terminal or said.restarting else p.remaining(now)
+    return {
+        "step": p.step,
+        "done": p.steps_done,
+        "total": p.total,
+        "percent": p.percent,
+        "eta_s": None if left is None else round(left, 1),
+        "text": said.progress[0],
+        "short": said.progress[1],
+    }
+
+
+def replica_payload(r: ReplicaStatus, max_restarts: int | None) -> ReplicaPayload:
+    """One replica on the wire; ``restart_text``: its last restart as the cell and the widget
+    say it (``""`` if none), counted against the job's ``max_restarts``."""
+    return {
+        "name": r.name,
+        "phase": r.phase,
+        "restarts": r.restarts,
+        "node": r.node,
+        "exit_code": r.exit_code,
+        "last_event": r.last_event,
+        "restart_text": words.replica_restart_text(r, max_restarts),
+    }
+
+
+def job_detail(status: JobStatus, backend: str, now: float, failure: str | None) -> JobDetail:
+    """The summary plus replicas, per-rank exit codes and ``failure``: what the cell says of
+    a failed or cancelled job (None for any other)."""
+    return {
+        **job_summary(status, backend, now),
+        "replicas": [replica_payload(r, status.max_restarts) for r in status.replicas],
+        "exit_codes": {str(k): v for k, v in sorted(status.exit_codes.items())},
+        "failed_rank": status.failed_rank,
+        "terminal": status.terminal,
+        "failure": failure,
+    }
+
+
+def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
+    """The view-model's panels (:func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`) and
+    values reported once, downsampled to ``points`` per trace, as the panel draws them."""
+    panels: list[MetricPanel] = []
+    for panel in plot_panels(model):
+        key = panel.key
+        traces: list[MetricTrace] = []
+        for t in panel.traces:
+            xs, ys = t.series.points(points)
+            traces.append({"label": t.label, "colour": t.colour, "x": list(xs), "y": list(ys)})
+        panels.append(
+            {
+                "key": key.id,
+                "name": key.name,
+                "title": key.title,
+                "x_title": key.x_title,
+                "traces": traces,
+                "markers": [{"x": m.x, "text": m.text} for m in panel.markers],
+            }
+        )
+    values: list[SummaryPayload] = [
+        {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
+        for v in summary_values(model)
+    ]
+    notices = [a.message for a in model.alerts() if a.code in NOTICES]
+    return {"panels": panels, "values": values, "notices": notices, "version": model.version}
