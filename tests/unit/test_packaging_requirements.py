@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from jupyter_ktrain.errors import PackagingError
-from jupyter_ktrain.packaging.layer import LayerCache
 from jupyter_ktrain.packaging.progress import TextProgress, human_bytes
 from jupyter_ktrain.packaging.requirements import plan_requirements
 from jupyter_ktrain.pod.install import ensure_requirements, missing_pins
-from tests.integration.registry_tools import make_wheel
 
 
 def test_unpinned_requirements_are_refused() -> None:
@@ -30,28 +27,6 @@ def test_pod_start_route_ships_requirements_txt_without_provided_ones() -> None:
     assert "installed from the package index when the pod starts" in plan.describe()
     assert plan_requirements(["torch==2.5.1"], provided=["torch"]).route == "none"
     assert plan_requirements([]).describe() == "No requirements to install."
-
-
-@pytest.mark.slow
-def test_offline_route_downloads_wheels_once_into_the_layer(tmp_path: Path) -> None:
-    index = tmp_path / "index"
-    make_wheel(index, "tinypkg", "1.0", "VALUE = 42\n")
-    cache = LayerCache(tmp_path / "cache" / "blobs")
-    args = ["--no-index", "--find-links", str(index)]
-    plan = plan_requirements(["tinypkg==1.0"], offline=True, pip_args=args, cache=cache)
-    assert plan.route == "wheels"
-    assert sorted(plan.files) == ["requirements.txt", "wheels/tinypkg-1.0-py3-none-any.whl"]
-    assert "installed offline" in plan.describe()
-
-    def no_pip(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-        raise AssertionError("pip ran again although the wheels are cached")
-
-    again = plan_requirements(
-        ["tinypkg==1.0"], offline=True, pip_args=args, cache=cache, runner=no_pip
-    )
-    assert again.files == plan.files
-    with pytest.raises(PackagingError, match="drop offline mode"):
-        plan_requirements(["nosuchpkg==1.0"], offline=True, pip_args=args, cache=cache)
 
 
 def test_pod_install_skips_what_the_image_has_and_goes_offline_with_wheels(

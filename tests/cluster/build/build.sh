@@ -4,7 +4,8 @@
 # kube-scheduler, kubectl, the Kubeflow Training Operator v1, the Kubeflow Trainer v2 controller
 # JobSet and Kueue, plus the CRDs, webhooks and runtimes from their own modules (and Multus's
 # NetworkAttachmentDefinition CRD from its client module); the KubeRay operator and its CRDs.
-# Prints the cache folder on its last line. Usage: build.sh [--print-dir]
+# Prints the cache folder on its last line; two builds on one machine run one after the other
+# (a lock beside the cache folder). Usage: build.sh [--print-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -17,6 +18,17 @@ key=$( (cat "$here/versions.env" "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/e
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/$key"
 if [ "${1:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+
+# one build at a time per cache folder: a second build.sh (a test starting the cluster while
+# `make cluster` builds) waits here for the first, instead of writing the same .partial folder;
+# the lock is the kernel's (flock), so a build that is killed lets go of it
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+if ! flock -n 9; then
+  echo "[cluster build] waiting for another build of $out (it holds $out.lock)" >&2
+  flock 9
+fi
+if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi  # the one we waited for built it
 
 export GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
 tmp="$out.partial"  # kept between attempts: a step whose binary is there is not redone
