@@ -72,6 +72,7 @@ def conditions(obj: Obj) -> tuple[Condition, ...]:
             str(c.get("message") or ""),
         )
         for c in raw
+        if isinstance(c, Mapping)
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...errors import ClusterError
 from ...jobs import Eviction
-from .fields import labels_of
+from .fields import Condition, conditions, labels_of
 from .resources import PENDING_WORKLOADS, WORKLOAD
 
 __all__ = [
@@ -74,9 +74,8 @@ def owner_of(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     return next((ref for ref in refs if ref.get("controller")), {})
 
 
-def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    conds = (workload.get("status") or {}).get("conditions") or []
-    return {str(c.get("type")): c for c in conds if isinstance(c, Mapping)}
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Condition]:
+    return {c.type: c for c in conditions(workload)}
 
 
 def queue_info(workload: Mapping[str, Any], position: int | None = None) -> QueueInfo:
@@ -85,7 +84,8 @@ def queue_info(workload: Mapping[str, Any], position: int | None = None) -> Queu
     conds = _conditions(workload)
 
     def true(kind: str) -> bool:
-        return (conds.get(kind) or {}).get("status") == "True"
+        found = conds.get(kind)
+        return found is not None and found.true
 
     admission = status.get("admission") or {}
     evictions = tuple(
@@ -99,15 +99,15 @@ def queue_info(workload: Mapping[str, Any], position: int | None = None) -> Queu
     elif true("QuotaReserved"):
         cond = conds.get("Admitted") or conds["QuotaReserved"]
     else:
-        cond = conds.get("QuotaReserved") or {}
+        cond = conds.get("QuotaReserved") or Condition("", "")
     return QueueInfo(
         queue=str(spec.get("queueName", "")),
         cluster_queue=str(admission.get("clusterQueue", "")),
         admitted=true("Admitted") and not evicted,
         finished=true("Finished"),
         evicted=evicted,
-        reason=str(cond.get("reason", "")),
-        message=str(cond.get("message", "")),
+        reason=cond.reason,
+        message=cond.message,
         evictions=evictions,
         position=position,
     )
