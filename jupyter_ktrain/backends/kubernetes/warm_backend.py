@@ -215,12 +215,12 @@ class WarmJobs:
         if run in rt.aborted:
             return True
         return bool(self.ledger.book(name).failed_nodes(run)) or str(run) in (
-            control_of(self.ledger.configmap(name)).get("abort") or {}
+            self.ledger.control(name).get("abort") or {}
         )
 
     def _active_run(self, name: str) -> int | None:
         """The run ordered last, while some node has not ended it; None when idle."""
-        run = int(control_of(self.ledger.configmap(name)).get("run") or 0)
+        run = int(self.ledger.control(name).get("run") or 0)
         return run if run and self.ledger.book(name).ended_nodes(run) < self._nodes(name) else None
 
     def latest_run(self, name: str) -> int | None:
@@ -228,7 +228,7 @@ class WarmJobs:
         if job is None or WARM_LABEL not in labels_of(job):
             return None
         with contextlib.suppress(ApiFailure):
-            return int(control_of(self.ledger.configmap(name)).get("run") or 0) or None
+            return int(self.ledger.control(name).get("run") or 0) or None
         return None
 
     def run_status(self, name: str, run: int) -> JobStatus:
