@@ -1,6 +1,6 @@
 """A Kubernetes backend lives as long as the command that made it: nothing it owns points back
-at it (so it is freed at once, not at a full garbage collection), and its job watches (three
-open streams each) end with it."""
+at it (its parts hold the cluster context it made, not the backend: so it is freed at once, not
+at a full garbage collection), and its job watches (three open streams each) end with it."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def test_a_dropped_backend_ends_its_watches_without_a_garbage_collection() -> No
     gc.disable()
     try:
         backend = KubernetesBackend(config=Config(), api=object())  # type: ignore[arg-type]
-        backend._watches["job"] = watch  # type: ignore[assignment]
-        assert backend.warm.backend.name == backend.history.backend.name == "kubernetes"
+        backend.cluster.watches["job"] = watch  # type: ignore[assignment]
+        assert backend.warm.cluster is backend.history.cluster is backend.cluster
         del backend
         assert watch.stopped == 1
     finally:
@@ -36,9 +36,9 @@ def test_a_dropped_backend_ends_its_watches_without_a_garbage_collection() -> No
 def test_close_ends_the_watches_and_a_later_read_may_watch_again() -> None:
     backend = KubernetesBackend(config=Config(), api=object())  # type: ignore[arg-type]
     first = _Watch()
-    backend._watches["job"] = first  # type: ignore[assignment]
+    backend.cluster.watches["job"] = first  # type: ignore[assignment]
     backend.close()
     assert first.stopped == 1
-    assert backend._watches == {}
+    assert backend.cluster.watches == {}
     del backend  # closing twice is harmless
     assert first.stopped == 1

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.api import ApiFailure
 from jupyter_ktrain.backends.kubernetes.manifests import render
 from jupyter_ktrain.backends.kubernetes.preflight import required_access, serves_service_monitors
+from jupyter_ktrain.backends.kubernetes.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.options import parse_flags, spec_from_args
@@ -182,14 +182,15 @@ class _RecordingApi:
 
 def test_the_job_creates_and_owns_its_metrics_objects_at_their_api_paths() -> None:
     from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
+    from jupyter_ktrain.backends.kubernetes.objects import create, own
     from jupyter_ktrain.config import Config
 
     api = _RecordingApi()
     backend = KubernetesBackend(Config(namespace="ml"), api=api)  # type: ignore[arg-type]
     objects = render(_spec("--name ft --metrics-port 9400"), service_monitor=True).objects
-    made = [backend._create(o, "ml") for o in objects]
+    made = [create(backend.cluster, o, "ml") for o in objects]
     created = [(o["kind"], o["metadata"]["name"]) for o in objects[:-1]]
-    backend._own(made[-1], created, "ml")
+    own(backend.cluster, made[-1], created, "ml")
     assert [(m, p) for m, p, _ in api.calls] == [
         ("POST", "/api/v1/namespaces/ml/services"),
         ("POST", "/apis/monitoring.coreos.com/v1/namespaces/ml/servicemonitors"),

@@ -1,10 +1,10 @@
 """A thin adapter over the official ``kubernetes`` client: raw JSON requests, streams, retries.
 
 ``Api.connect(kubeconfig, context)`` loads a kubeconfig (``$KUBECONFIG``, ``~/.kube/config``)
-or, inside a pod, the service account. Every request goes through :func:`with_retries`, the one
-retry policy: 429 waits ``Retry-After`` (capped), 5xx and dropped connections back off
-exponentially, both bounded; anything else becomes one :class:`ClusterError` carrying the
-server's message. The ``kubernetes`` package is imported only here and only when connecting.
+or, inside a pod, the service account. Every request goes through
+:func:`~.retries.with_retries`, the one retry policy; anything it does not retry becomes one
+:class:`ClusterError` carrying the server's message. The ``kubernetes`` package is imported
+only here and only when connecting.
 """
 
 from __future__ import annotations
@@ -12,30 +12,28 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import Any
 
 from ...errors import ClusterError
+from .retries import (
+    ApiFailure,
+    connection_errors,
+    connection_problem,
+    unreachable_line,
+    with_retries,
+)
 
 __all__ = [
     "Api",
-    "ApiFailure",
     "ExecLost",
     "ExecResult",
-    "RetryPolicy",
     "in_cluster",
-    "ns_path",
-    "with_retries",
 ]
 
-T = TypeVar("T")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-RETRYABLE = frozenset({429, 500, 502, 503, 504})
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -46,132 +44,15 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
 
 
-class ApiFailure(ClusterError):
-    """A request failed with an HTTP status (``status``) the caller may handle (404, 410...)."""
-
-    def __init__(self, message: str, *, status: int = 0, reason: str = "", body: Any = None):
-        super().__init__(message, status=status, reason=reason)
-        self.body = body
-
-
 class ExecLost(ClusterError):
     """A ``pods/exec`` connection that failed or dropped before the command's exit status
     came: whether the command ran, and how far, is unknown."""
-
-
-class RetryPolicy:
-    """Bounded retries: at most ``attempts`` tries and ``budget_s`` seconds of waiting."""
-
-    def __init__(
-        self,
-        attempts: int = 6,
-        base_s: float = 0.1,
-        cap_s: float = 5.0,
-        budget_s: float = 20.0,
-        connect_budget_s: float = 0.3,
-    ):
-        self.attempts = attempts
-        self.base_s = base_s
-        self.cap_s = cap_s
-        self.budget_s = budget_s
-        # a server that refuses or drops connections is answered within seconds, not after
-        # the whole budget: a user waiting on `%ktrain list` needs the one line quickly
-        self.connect_budget_s = connect_budget_s
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return float(min(max(retry_after, 0.0), self.cap_s))
-        return float(min(self.base_s * (2**attempt), self.cap_s))
-
-
-DEFAULT_POLICY = RetryPolicy()
-
-
-def with_retries(
-    call: Callable[[], T],
-    what: str,
-    policy: RetryPolicy = DEFAULT_POLICY,
-    sleep: Callable[[float], None] = time.sleep,
-    unreachable: Callable[[BaseException], str] | None = None,
-) -> T:
-    """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded.
-
-    A connection error that outlasts ``policy.connect_budget_s`` becomes one ClusterError
-    line: ``unreachable(error)`` when given (the server, kubeconfig and context)."""
-    waited = 0.0
-    for attempt in range(policy.attempts):
-        budget = policy.budget_s
-        try:
-            return call()
-        except ApiFailure as exc:
-            if exc.status not in RETRYABLE:
-                raise
-            retry_after = _retry_after(exc)
-            error: Exception = exc
-        except (OSError, _urllib3_errors()) as exc:
-            retry_after, error = None, exc
-            budget = policy.connect_budget_s
-        delay = policy.delay(attempt, retry_after)
-        if attempt == policy.attempts - 1 or waited + delay > budget:
-            break
-        sleep(delay)
-        waited += delay
-    if isinstance(error, ApiFailure):
-        raise ApiFailure(
-            f"{what}: the API server kept failing ({error}); gave up after {attempt + 1} tries.",
-            status=error.status,
-            reason=error.reason,
-        ) from None
-    if unreachable is not None:
-        raise ClusterError(unreachable(error)) from None
-    why = connection_problem(error)
-    raise ClusterError(f"{what}: cannot reach the API server ({why}).") from None
-
-
-def unreachable_line(server: str, exc: BaseException, where: str) -> str:
-    """``cannot reach https://...: connection refused (kubeconfig ..., context ...)`` + fix."""
-    return (
-        f"cannot reach {server}: {connection_problem(exc)} ({where}). Start the cluster or "
-        "point `%ktrain config kubeconfig=PATH context=NAME` at one that runs."
-    )
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
-
-
-def connection_problem(exc: BaseException) -> str:
-    """Why a connection failed, in a few words (``connection refused``, ``timed out``),
-    not urllib3's ``HTTPSConnectionPool(...): Max retries exceeded ...`` text."""
-    text = str(exc)
-    found = _ERRNO.search(text)
-    if found:
-        return found.group(1).strip().rstrip(".").lower()
-    lowered = text.lower()
-    for needle in ("timed out", "certificate verify failed", "name or service not known"):
-        if needle in lowered:
-            return needle
-    return text.split(": ")[-1][:200] if text else type(exc).__name__
-
-
-def _retry_after(exc: ApiFailure) -> float | None:
-    headers = exc.body.get("_headers", {}) if isinstance(exc.body, dict) else {}
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _shutdown(resp: Any) -> None:
     """End a streaming response from another thread: its blocked read returns."""
     with contextlib.suppress(Exception):  # ended already, or released to the pool
         resp.shutdown()
-
-
-def _urllib3_errors() -> type[Exception]:
-    import urllib3.exceptions
-
-    return urllib3.exceptions.HTTPError
 
 
 def _failure(exc: Any, what: str) -> ApiFailure:
@@ -358,7 +239,7 @@ class Api:
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 yield from lines
-        except (OSError, _urllib3_errors()):
+        except (OSError, connection_errors()):
             pass
         finally:
             resp.release_conn()
@@ -463,13 +344,6 @@ def _q(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def ns_path(group: str, version: str, namespace: str, plural: str, name: str = "") -> str:
-    """REST path of a namespaced resource (``group`` empty for the core API)."""
-    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-    out = f"{base}/namespaces/{quote(namespace)}/{plural}"
-    return f"{out}/{quote(name)}" if name else out
 
 
 def _probe(kubeconfig: str, context: str | None) -> None:

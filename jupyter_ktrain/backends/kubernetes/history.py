@@ -16,28 +16,26 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import ClusterError, JobNotFound
 from ...jobs import CANCELLED, JobStatus
 from ...store.history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
+from .cluster import Cluster
 from .logs import FollowedLines, split_stamped
-from .part import BackendPart
 from .status import NOT_CREATED, job_shape
+from .stored_logs import stored_logs
 
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
-
-__all__ = ["ClusterHistory"]
+__all__ = ["ClusterHistory", "cancelled", "knowing_more"]
 
 BACKEND = "kubernetes"
 
 
-class ClusterHistory(BackendPart):
-    """The history of ``backend``'s jobs in its namespace."""
+class ClusterHistory:
+    """The history of the jobs in the ``cluster`` context's namespace."""
 
-    def __init__(self, backend: KubernetesBackend) -> None:
-        super().__init__(backend)
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self._kept: set[str] = set()  # uids this process kept (or found kept)
         self._last: dict[str, JobStatus] = {}  # uid -> the status this process kept last
 
@@ -59,19 +57,19 @@ class ClusterHistory(BackendPart):
             if uid in self._last:
                 status = knowing_more(status, self._last[uid])
             if uid in self._last and self._last[uid] != status:
-                keep(BACKEND, status, job_shape(job), uid, self.backend.namespace)
+                keep(BACKEND, status, job_shape(job), uid, self.cluster.namespace)
                 self._last[uid] = status
             return
         lines = FollowedLines.of_job(job)
         by_pod: dict[str, list[tuple[int, str]]] = {}
         with contextlib.suppress(ClusterError):  # what could be read is kept
-            for pod, raw in self.backend._stored_logs(job, pods, stamped=True):
+            for pod, raw in stored_logs(self.cluster, job, pods, stamped=True):
                 parsed = split_stamped(raw.encode())
                 if parsed is not None:
                     by_pod.setdefault(pod, []).append(parsed)
         for pod, stamped in by_pod.items():
             lines.add_missing(pod, stamped)
-        folder = keep(BACKEND, status, job_shape(job), uid, self.backend.namespace)
+        folder = keep(BACKEND, status, job_shape(job), uid, self.cluster.namespace)
         for other in (folder / "logs").glob("*"):  # an earlier job of the name's
             if other.name != uid:
                 shutil.rmtree(other, ignore_errors=True)
@@ -79,29 +77,10 @@ class ClusterHistory(BackendPart):
         self._kept.add(uid)
         self._last[uid] = status
 
-    def keep_deleted(self, name: str, by: str) -> None:
-        """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,
-        or Cancelled as it was while it ran."""
-        try:
-            status = self.backend.status(name)  # an ended job is kept by this
-        except (ClusterError, JobNotFound):
-            return
-        watch = self.backend._watches.get(name)
-        if status.terminal or status.from_history or watch is None or watch.job is None:
-            return
-        ended = replace(
-            status,
-            state=CANCELLED,
-            reason="Deleted",
-            message=f"cancelled: the job and its pods were deleted while it ran (by {by})",
-            finished=time.time(),
-        )
-        self.keep(watch.job, watch.pods, ended)
-
     def gone(self, name: str, exc: JobNotFound) -> KeptJob:
         """The history of job ``name``, whose objects are gone; ``exc`` when none is kept."""
         found = kept(BACKEND, name)
-        if found is None or found.namespace not in ("", self.backend.namespace):
+        if found is None or found.namespace not in ("", self.cluster.namespace):
             raise exc
         return found
 
@@ -117,13 +96,25 @@ class ClusterHistory(BackendPart):
         out = []
         for name in kept_names(BACKEND):
             found = None if name in present else kept(BACKEND, name)
-            if found is not None and found.namespace in ("", self.backend.namespace):
+            if found is not None and found.namespace in ("", self.cluster.namespace):
                 out.append(found.status)
         return out
 
     def started(self, name: str) -> None:
         """A new job of the name was created: the earlier one's history is no more its own."""
         forget_state(BACKEND, name)
+
+
+def cancelled(status: JobStatus, by: str) -> JobStatus:
+    """``status`` of a job that ran when ``%ktrain cancel``/``delete`` (``by``) removed it,
+    as it is kept: Cancelled."""
+    return replace(
+        status,
+        state=CANCELLED,
+        reason="Deleted",
+        message=f"cancelled: the job and its pods were deleted while it ran (by {by})",
+        finished=time.time(),
+    )
 
 
 def knowing_more(status: JobStatus, before: JobStatus) -> JobStatus:

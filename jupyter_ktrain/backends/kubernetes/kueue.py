@@ -22,13 +22,11 @@ from typing import Any
 
 from ...errors import ClusterError
 from ...jobs import Eviction
-from .api import ns_path
+from .fields import Condition, conditions, labels_of
+from .resources import PENDING_WORKLOADS, WORKLOAD
 
 __all__ = [
-    "GROUP",
     "QUEUE_LABEL",
-    "VERSION",
-    "VISIBILITY_GROUP",
     "QueueInfo",
     "owner_of",
     "pending_position",
@@ -36,9 +34,7 @@ __all__ = [
     "queued_message",
 ]
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 # the object ids Kueue puts in an eviction message ("... (UID: u, JobUID: j) ...")
 _DETAIL = re.compile(r"\s*\(UID: [^)]*\)")
@@ -78,9 +74,8 @@ def owner_of(workload: Mapping[str, Any]) -> Mapping[str, Any]:
     return next((ref for ref in refs if ref.get("controller")), {})
 
 
-def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    conds = (workload.get("status") or {}).get("conditions") or []
-    return {str(c.get("type")): c for c in conds if isinstance(c, Mapping)}
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Condition]:
+    return {c.type: c for c in conditions(workload)}
 
 
 def queue_info(workload: Mapping[str, Any], position: int | None = None) -> QueueInfo:
@@ -89,7 +84,8 @@ def queue_info(workload: Mapping[str, Any], position: int | None = None) -> Queu
     conds = _conditions(workload)
 
     def true(kind: str) -> bool:
-        return (conds.get(kind) or {}).get("status") == "True"
+        found = conds.get(kind)
+        return found is not None and found.true
 
     admission = status.get("admission") or {}
     evictions = tuple(
@@ -103,15 +99,15 @@ def queue_info(workload: Mapping[str, Any], position: int | None = None) -> Queu
     elif true("QuotaReserved"):
         cond = conds.get("Admitted") or conds["QuotaReserved"]
     else:
-        cond = conds.get("QuotaReserved") or {}
+        cond = conds.get("QuotaReserved") or Condition("", "")
     return QueueInfo(
         queue=str(spec.get("queueName", "")),
         cluster_queue=str(admission.get("clusterQueue", "")),
         admitted=true("Admitted") and not evicted,
         finished=true("Finished"),
         evicted=evicted,
-        reason=str(cond.get("reason", "")),
-        message=str(cond.get("message", "")),
+        reason=cond.reason,
+        message=cond.message,
         evictions=evictions,
         position=position,
     )
@@ -162,7 +158,7 @@ class QueuePositions:
         when, pos = self._last.get(name, (0.0, None))
         if time.monotonic() - when < self.every_s:
             return pos
-        path = ns_path(VISIBILITY_GROUP, VERSION, namespace, "localqueues")
+        path = PENDING_WORKLOADS.path(namespace)
         try:
             got = api.get(f"{path}/{info.queue}/pendingworkloads")
         except ClusterError as exc:
@@ -181,10 +177,10 @@ class QueuePositions:
         self, api: Any, namespace: str, jobs: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         """The namespace's Workloads, read only when one of ``jobs`` went to a queue."""
-        if not any(QUEUE_LABEL in ((j.get("metadata") or {}).get("labels") or {}) for j in jobs):
+        if not any(QUEUE_LABEL in labels_of(j) for j in jobs):
             return []
         try:
-            got = api.get(ns_path(GROUP, VERSION, namespace, "workloads"))
+            got = api.get(WORKLOAD.path(namespace))
         except ClusterError:
             return []
         return list(got.get("items") or [])

@@ -27,7 +27,10 @@ from typing import Any
 
 from ...errors import ClusterError
 from ..logsource import LogSource
-from .api import Api, ApiFailure, ns_path
+from .api import Api
+from .fields import ContainerStatus, container_statuses, pod_phase
+from .resources import POD
+from .retries import ApiFailure
 from .watch import JobWatch
 
 __all__ = ["FollowedLines", "PodLogSource", "format_stamp", "parse_timestamp", "split_stamped"]
@@ -221,7 +224,7 @@ class PodLogSource(LogSource):
         deadline = time.monotonic() + FINISH_WAIT_S
         while not self._ended.wait(0.2) and time.monotonic() < deadline:
             pod = self.watch.pods.get(self.replica)
-            state = (self._container(pod).get("state") or {}) if pod else {}
+            state = self._container(pod).state if pod else {}
             if pod is None or ("terminated" not in state and not _pod_done(pod)):
                 self._ended.wait(1.0)
                 break
@@ -237,7 +240,7 @@ class PodLogSource(LogSource):
 
     # -- the stream ---------------------------------------------------------------------------
     def _path(self) -> str:
-        return ns_path("", "v1", self.watch.namespace, "pods", self.replica) + "/log"
+        return POD.path(self.watch.namespace, self.replica) + "/log"
 
     def _emit(self, stamped: Iterable[bytes]) -> int:
         count = 0
@@ -257,11 +260,10 @@ class PodLogSource(LogSource):
                 break
         return count
 
-    def _container(self, pod: dict[str, Any]) -> dict[str, Any]:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") == self.container:
-                return dict(cs)
-        return {}
+    def _container(self, pod: dict[str, Any]) -> ContainerStatus:
+        """The status of the container this follows (an empty one before it is created)."""
+        found = (cs for cs in container_statuses(pod) if cs.name == self.container)
+        return next(found, ContainerStatus(self.container, 0, {}, {}))
 
     def _wait_started(self, gone_uid: str = "") -> dict[str, Any] | None:
         """The pod once its container has run (or None when the job ended without it); with
@@ -273,8 +275,7 @@ class PodLogSource(LogSource):
                 pod = None  # the watch has not seen the deletion yet
             if pod is not None:
                 cs = self._container(pod)
-                state = cs.get("state") or {}
-                if "running" in state or "terminated" in state or cs.get("restartCount"):
+                if "running" in cs.state or "terminated" in cs.state or cs.restart_count:
                     return pod
             if self._job_over() and (pod is None or _pod_done(pod)):
                 return None
@@ -313,12 +314,11 @@ class PodLogSource(LogSource):
             if uid != self._uid:  # first sight, or the pod was recreated
                 self._uid, streamed, prev_for = uid, -1, 0
             cs = self._container(pod)
-            restarts = int(cs.get("restartCount") or 0)
+            restarts = cs.restart_count
             if restarts > 0 and restarts > streamed and prev_for != restarts:
                 self._previous()  # the instance before the current one: its tail first
                 prev_for = restarts
-            state = cs.get("state") or {}
-            if "running" not in state and "terminated" not in state:  # waiting (back-off)
+            if "running" not in cs.state and "terminated" not in cs.state:  # waiting (back-off)
                 if self._job_over():
                     return
                 seen = self.watch.wait_change(seen, 1.0)
@@ -331,11 +331,11 @@ class PodLogSource(LogSource):
                 pod = self._wait_started(gone_uid=self._uid)
                 continue
             cs = self._container(pod)
-            if int(cs.get("restartCount") or 0) > restarts:
+            if cs.restart_count > restarts:
                 continue
-            if "terminated" in (cs.get("state") or {}) and (_pod_done(pod) or self._job_over()):
+            if "terminated" in cs.state and (_pod_done(pod) or self._job_over()):
                 self._emit_since()  # a stream cut just before the end: the rest
-                if _phase(pod) == "Failed" and not self._job_over():
+                if pod_phase(pod) == "Failed" and not self._job_over():
                     # the operator may delete it and make it anew (ExitCode): wait for that
                     # pod, or for the job's end, before this stream is over
                     pod = self._wait_started(gone_uid=self._uid)
@@ -382,12 +382,8 @@ class PodLogSource(LogSource):
                 raise
 
 
-def _phase(pod: dict[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "")
-
-
 def _pod_done(pod: dict[str, Any]) -> bool:
-    return _phase(pod) in ("Succeeded", "Failed")
+    return pod_phase(pod) in ("Succeeded", "Failed")
 
 
 def wait_all(sources: Iterable[PodLogSource], timeout: float) -> None:

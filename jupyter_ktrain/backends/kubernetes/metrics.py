@@ -20,11 +20,11 @@ from typing import Any
 from ...kinds import KIND_TABLE
 from ...spec import JobSpec
 from .labels import JOB_LABEL
+from .resources import SERVICE_MONITOR
 
 __all__ = [
     "COMPONENT",
     "METRICS_PORT_NAME",
-    "SERVICE_MONITOR_API",
     "metrics_env",
     "metrics_objects",
     "metrics_service_name",
@@ -32,7 +32,6 @@ __all__ = [
 
 METRICS_PORT_NAME = "metrics"
 COMPONENT = ("app.kubernetes.io/component", "metrics")
-SERVICE_MONITOR_API = ("monitoring.coreos.com", "v1", "servicemonitors")
 SCRAPE_INTERVAL = "15s"
 _OPERATOR_JOB = "training.kubeflow.org/job-name"
 _JOBSET = "jobset.sigs.k8s.io/jobset-name"
@@ -90,9 +89,8 @@ def metrics_objects(
     }
     if not service_monitor:
         return [service]
-    group, version, _plural = SERVICE_MONITOR_API
     monitor = {
-        "apiVersion": f"{group}/{version}",
+        "apiVersion": SERVICE_MONITOR.api_version,
         "kind": "ServiceMonitor",
         "metadata": {**meta, "labels": dict(meta["labels"])},
         "spec": {

@@ -17,14 +17,22 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import PreflightError
 from ...kinds import KIND_TABLE
 from ...spec import JobSpec
-from .api import Api, ApiFailure, ns_path
-from .metrics import SERVICE_MONITOR_API
+from .api import Api
+from .resources import (
+    LOCAL_QUEUE,
+    NETWORK_ATTACHMENT,
+    PERSISTENT_VOLUME_CLAIM,
+    SECRET,
+    SERVICE_MONITOR,
+    job_resource,
+)
+from .retries import ApiFailure
 
 __all__ = [
     "Access",
@@ -57,7 +65,8 @@ class Access:
 def required_access(
     spec: JobSpec, configmap: bool, service: bool = False, service_monitor: bool = False
 ) -> list[Access]:
-    group, _version, plural = KIND_TABLE[spec.kind].api
+    job = job_resource(KIND_TABLE[spec.kind])
+    group, plural = job.group, job.plural
     out = [Access("create", plural, group), Access("get", plural, group)]
     out += [Access("list", plural, group), Access("watch", plural, group)]
     if configmap:
@@ -70,8 +79,8 @@ def required_access(
         # the client's exec is a WebSocket: a GET (get), authorized as create as well
         out += [Access(v, "pods", subresource="exec") for v in ("create", "get")]
     if service_monitor:
-        mon_group, _v, mon_plural = SERVICE_MONITOR_API
-        out += [Access("create", mon_plural, mon_group), Access("patch", mon_plural, mon_group)]
+        mon = SERVICE_MONITOR
+        out += [Access("create", mon.plural, mon.group), Access("patch", mon.plural, mon.group)]
     out += [Access(v, "pods") for v in ("get", "list", "watch")]
     out += [Access("get", "pods", subresource="log")]
     out += [Access("list", "events"), Access("watch", "events")]
@@ -80,14 +89,13 @@ def required_access(
 
 def serves_service_monitors(api: Api) -> bool:
     """Whether the Prometheus operator's ServiceMonitor API is served (its CRDs exist)."""
-    group, version, plural = SERVICE_MONITOR_API
     try:
-        resources = api.get(f"/apis/{group}/{version}").get("resources") or []
+        resources = api.get(f"/apis/{SERVICE_MONITOR.api_version}").get("resources") or []
     except ApiFailure as exc:
         if exc.status in (403, 404):
             return False
         raise
-    return any(r.get("name") == plural for r in resources)
+    return any(r.get("name") == SERVICE_MONITOR.plural for r in resources)
 
 
 def run_preflight(
@@ -139,18 +147,18 @@ def unchecked_line(skipped: list[str]) -> list[str]:
 
 
 def _crd(api: Api, spec: JobSpec) -> list[str]:
-    group, version, plural = KIND_TABLE[spec.kind].api
+    job = job_resource(KIND_TABLE[spec.kind])
     try:
-        resources = api.get(f"/apis/{group}/{version}").get("resources") or []
+        resources = api.get(f"/apis/{job.api_version}").get("resources") or []
     except ApiFailure as exc:
         if exc.status != 404:
             raise
         resources = []
-    if any(r.get("name") == plural for r in resources):
+    if any(r.get("name") == job.plural for r in resources):
         return []
     return [
-        f"the cluster does not serve {spec.kind} ({plural}.{group}/{version}): "
-        f"{INSTALL_HINT.get(group, 'install its operator')}, or pick another --kind."
+        f"the cluster does not serve {spec.kind} ({job.qualified}/{job.version}): "
+        f"{INSTALL_HINT.get(job.group, 'install its operator')}, or pick another --kind."
     ]
 
 
@@ -232,7 +240,7 @@ def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] 
 def _references(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> list[str]:
     out = []
     for m in spec.storage.mounts:
-        path = ns_path("", "v1", namespace, "persistentvolumeclaims", m.claim)
+        path = PERSISTENT_VOLUME_CLAIM.path(namespace, m.claim)
         if _get(api, path, warnings, f"PVC {m.claim}") is None:
             out.append(
                 f"PersistentVolumeClaim {m.claim!r} (from {m.flag} {m.claim}:{m.path}) does not "
@@ -248,7 +256,7 @@ def _references(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) ->
     for name in spec.scheduling.image_pull_secrets:
         secrets.setdefault(name, []).append(("", f"--image-pull-secret {name}"))
     for name, uses in secrets.items():
-        obj = _get(api, ns_path("", "v1", namespace, "secrets", name), warnings, f"Secret {name}")
+        obj = _get(api, SECRET.path(namespace, name), warnings, f"Secret {name}")
         if obj is None:
             flags = ", ".join(flag for _key, flag in uses)
             out.append(
@@ -298,7 +306,7 @@ def _kueue_queue_problem(api: Api, namespace: str, queue: str, warnings: list[st
     """Why ``--kueue-queue QUEUE`` would never be admitted, or "": Kueue not installed (its API
     group not served), or no such LocalQueue in the namespace (with the ones there). A user
     who may not read LocalQueues (403) gets it named in ``warnings`` instead."""
-    group = "kueue.x-k8s.io"
+    group = LOCAL_QUEUE.group
     version = next((v for v in ("v1beta2", "v1beta1") if api.exists(f"/apis/{group}/{v}")), None)
     if version is None:
         return (
@@ -307,11 +315,12 @@ def _kueue_queue_problem(api: Api, namespace: str, queue: str, warnings: list[st
             "admin to install Kueue."
         )
     what = f"Kueue LocalQueue {queue!r} (--kueue-queue)"
-    path = ns_path(group, version, namespace, "localqueues", queue)
+    queues = replace(LOCAL_QUEUE, version=version)
+    path = queues.path(namespace, queue)
     if _get(api, path, warnings, what) is not None:  # there, or not readable (named)
         return ""
     try:
-        items = api.get(ns_path(group, version, namespace, "localqueues")).get("items") or []
+        items = api.get(queues.path(namespace)).get("items") or []
         names = sorted(str(i["metadata"]["name"]) for i in items)
     except ApiFailure:
         names = []
@@ -364,7 +373,7 @@ def _networks(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> l
     out = []
     for ns, name in wanted:
         where = ns or namespace
-        path = ns_path("k8s.cni.cncf.io", "v1", where, "network-attachment-definitions", name)
+        path = NETWORK_ATTACHMENT.path(where, name)
         if _get(api, path, warnings, f"NetworkAttachmentDefinition {where}/{name}") is None:
             out.append(
                 f"NetworkAttachmentDefinition {name!r} (the Multus network of --rdma "

@@ -32,6 +32,7 @@ from ...jobs import (
 from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
 from ...pod.exits import PEER_LOST, restart_cause
 from ...pod.progress import Progress
+from .fields import ContainerStatus, Terminated, conditions, container_statuses, pod_phase
 from .kueue import queue_info, queued_message
 from .labels import MAX_RESTARTS_ANNOTATION
 
@@ -56,19 +57,17 @@ def job_state(job: Mapping[str, Any]) -> tuple[JobState, str, str]:
     status = job.get("status") or {}
     if "jobDeploymentStatus" in status:
         return _ray_state(status)
-    conds = status.get("conditions") or []
-    true = [c for c in conds if c.get("status") == "True"]
+    true = [c for c in conditions(job) if c.true]
     for c in reversed(true):
-        kind = c.get("type")
-        if kind in ("Succeeded", "Complete"):
-            return SUCCEEDED, c.get("reason", ""), c.get("message", "")
-        if kind == "Failed":
-            return FAILED, c.get("reason", ""), c.get("message", "")
+        if c.type in ("Succeeded", "Complete"):
+            return SUCCEEDED, c.reason, c.message
+        if c.type == "Failed":
+            return FAILED, c.reason, c.message
     for c in reversed(true):
-        if c.get("type") == "Running":
+        if c.type == "Running":
             return RUNNING, "", ""
-        if c.get("type") in ("Suspended", "Restarting"):
-            return PENDING if c["type"] == "Suspended" else RUNNING, c.get("reason", ""), ""
+        if c.type in ("Suspended", "Restarting"):
+            return PENDING if c.type == "Suspended" else RUNNING, c.reason, ""
     return PENDING, "", ""
 
 
@@ -142,25 +141,24 @@ def nproc(job: Mapping[str, Any]) -> int:
     return int(value) if str(value).isdigit() else 1
 
 
-def _container(pod: Mapping[str, Any]) -> dict[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return dict(statuses[0]) if statuses else {}
+def _container(pod: Mapping[str, Any]) -> ContainerStatus:
+    """The pod's first container's status (the training one); an empty one before it runs."""
+    statuses = container_statuses(pod)
+    return statuses[0] if statuses else ContainerStatus("", 0, {}, {})
+
+
+def _terminated(pod: Mapping[str, Any]) -> Terminated | None:
+    return _container(pod).terminated
 
 
 def _exit_code(pod: Mapping[str, Any]) -> int | None:
-    cs = _container(pod)
-    term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
-        "terminated"
-    )
-    return int(term["exitCode"]) if term and "exitCode" in term else None
+    term = _terminated(pod)
+    return term.exit_code if term is not None else None
 
 
 def _term_reason(pod: Mapping[str, Any]) -> str:
-    cs = _container(pod)
-    term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
-        "terminated"
-    )
-    return str((term or {}).get("reason") or (pod.get("status") or {}).get("reason") or "")
+    term = _terminated(pod)
+    return (term.reason if term else "") or str((pod.get("status") or {}).get("reason") or "")
 
 
 def _event_text(event: Mapping[str, Any] | None) -> str:
@@ -207,16 +205,16 @@ def _replica(
     problem = pod_problem(dict(pod))
     shown = event if event and event.get("reason") in _EVENT_REASONS else None
     attempt = (pod.get("metadata") or {}).get("labels", {}).get(JOBSET_RESTARTS_LABEL, "0")
-    in_place = int(cs.get("restartCount") or 0)
+    in_place = cs.restart_count
     restarts = in_place + recreations + _int_or(attempt, 0)
-    before = (cs.get("lastState") or {}).get("terminated") or {}
-    if not cause and in_place and "exitCode" in before:
-        restarted = f"restarted after {restart_cause(before['exitCode'], before.get('reason', ''))}"
+    before = cs.previous
+    if not cause and in_place and before is not None and before.exit_code is not None:
+        restarted = f"restarted after {restart_cause(before.exit_code, before.reason)}"
     elif not cause and _int_or(attempt, 0):
         restarted = f"restarted with every other pod by its JobSet (attempt {attempt})"
     return ReplicaStatus(
         name=pod_name,
-        phase=ReplicaPhase((pod.get("status") or {}).get("phase", "Pending")),
+        phase=ReplicaPhase(pod_phase(pod, "Pending")),
         restarts=restarts,
         node=(pod.get("spec") or {}).get("nodeName", ""),
         exit_code=_exit_code(pod),
@@ -237,7 +235,7 @@ def _deleted_replica(
     """A replica whose pod is gone: as it was last seen. One deleted while it still ran (the
     operator's clean-up of a job that ended, cleanPodPolicy Running) reads ``Deleted``; its
     ranks' own exit records may say more (:func:`jupyter_ktrain.jobs.complete_exit_codes`)."""
-    phase = str((pod.get("status") or {}).get("phase") or "")
+    phase = pod_phase(pod)
     ended = phase in (SUCCEEDED, FAILED)
     return ReplicaStatus(
         name,
@@ -399,12 +397,9 @@ def _first_failed(
     for i, n in enumerate(names):
         pod = pods.get(n)
         code = _exit_code(pod) if pod else None
-        if code:
-            cs = _container(pod or {})
-            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
-                "terminated"
-            )
-            failed.append(((term or {}).get("finishedAt") or "", i))
+        term = _terminated(pod) if code and pod else None
+        if term is not None:
+            failed.append((term.finished_at, i))
     if failed:
         return min(failed)[1] * per_node
     return lost[0][1] if lost else None

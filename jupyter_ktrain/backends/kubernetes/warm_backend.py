@@ -1,9 +1,9 @@
 """The runs of a warm PyTorchJob, for :class:`~.backend.KubernetesBackend` (which delegates its
 warm hooks here): find the live warm job a cell runs on, order a run through the job's code
 ConfigMap and deliver it to the pods (:class:`~.warm_delivery.Courier`), follow a run from the
-agents' records in the pod logs (:class:`~.warm.RunBook`), cancel it, change the idle limit,
-and what ``%ktrain list`` shows of a warm job. The objects themselves and the pure parts are in
-:mod:`.warm`.
+agents' records in the pod logs (:class:`~.warm.RunBook`), cancel it, change the idle limit.
+What a warm job is now (its ledger, its run book, what ``%ktrain list`` shows) is read by
+:class:`~.warm_ledger.WarmLedger`; the objects themselves and the pure parts are in :mod:`.warm`.
 """
 
 from __future__ import annotations
@@ -15,61 +15,68 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
-from ...jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus, WarmInfo
+from ...jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
 from ...pod.protocol import RUN, RUN_END, parse_line, record_type
-from ..base import Job, LaunchPlan
+from ..base import LaunchPlan
 from ..logsource import LogSource
 from ..warm import shape_changes, warm_shape
-from .api import ApiFailure, ns_path
+from .cluster import BACKEND_NAME, Cluster
+from .fields import annotations_of, labels_of
+from .job_logs import JobLogs
+from .job_runtime import JobRuntime
+from .job_status import JobStatuses
 from .labels import SHAPE_ANNOTATION, WARM_LABEL
-from .part import BackendPart
+from .lookup import job_object, job_objects
 from .plan import KubernetesRequest, describe
-from .status import job_shape, job_state
-from .warm import (
-    RunBook,
-    control_of,
-    order_run,
-    with_control,
-)
+from .retries import ApiFailure
+from .status import job_state
+from .warm import control_of, order_run, with_control
 from .warm_delivery import Courier
+from .warm_ledger import WarmLedger
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...spec import JobSpec
-    from .backend import JobRuntime, KubernetesBackend
 
 __all__ = ["WarmJobs", "forget_ended", "remember"]
-
-WARM_REFRESH_S = 10.0  # a listed warm job's runs and idle time: read at most this often
-
 
 # how long a run waits for the nodes of the run before, which failed on a node, to stop
 STOPPING_WAIT_S = 30.0
 
 
-class WarmJobs(BackendPart):
-    """The warm side of one :class:`~.backend.KubernetesBackend` (``backend.warm``)."""
+class WarmJobs:
+    """The warm jobs of the ``cluster`` context's namespace and their runs (the backend's
+    ``warm``): read through ``ledger``, followed through ``logs``, their status from
+    ``statuses``."""
 
-    def __init__(self, backend: KubernetesBackend):
-        super().__init__(backend)
-        self._seen: dict[str, tuple[float, WarmInfo]] = {}  # job -> (when read, info)
+    def __init__(
+        self,
+        cluster: Cluster,
+        statuses: JobStatuses,
+        logs: JobLogs,
+        ledger: WarmLedger,
+    ) -> None:
+        self.cluster = cluster
+        self.statuses = statuses
+        self.logs = logs
+        self.ledger = ledger
         self._courier: Courier | None = None
 
     @property
     def courier(self) -> Courier:
         if self._courier is None:
-            self._courier = Courier(self.backend.api)
+            self._courier = Courier(self.cluster.api)
         return self._courier
 
     def _nodes(self, name: str) -> int:
-        shape = self.backend.shape(name)
+        shape = self.statuses.shape(name)
         return shape.nodes if shape is not None else 1
 
     def _warm_jobs(self) -> list[dict[str, Any]]:
         """The live warm jobs of the namespace, newest first."""
         jobs = [
             j
-            for j in self.backend.job_objects(f"{WARM_LABEL}=true")
+            for j in job_objects(self.cluster, f"{WARM_LABEL}=true")
             if job_state(j)[0] in (PENDING, RUNNING)
         ]
         return sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
@@ -80,12 +87,12 @@ class WarmJobs(BackendPart):
         shape = warm_shape(spec)
 
         def shape_of(job: dict[str, Any]) -> dict[str, Any]:
-            raw = (job["metadata"].get("annotations") or {}).get(SHAPE_ANNOTATION, "{}")
+            raw = annotations_of(job).get(SHAPE_ANNOTATION, "{}")
             return dict(json.loads(raw))
 
         live = self._warm_jobs()
         ended = forget_ended(
-            self.backend.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
+            self.cluster.namespace_for(spec), {j["metadata"]["name"] for j in live}, shape
         )
         named = [j for j in live if j["metadata"]["name"] == spec.name]
         same = [j for j in live if shape_of(j) == shape]
@@ -109,7 +116,7 @@ class WarmJobs(BackendPart):
                 f"job; {other!r} keeps its pods until its idle limit (`%ktrain warm {other} "
                 "--idle 0` ends it now)",
             )
-        if self.backend.config.registry:
+        if self.cluster.config.registry:
             notes.append("warm job: each run's program travels in its ConfigMap, not the registry")
         for gone in ended:
             notes.insert(0, f"the warm job {gone!r} has ended (its idle limit, or it was deleted)")
@@ -123,7 +130,7 @@ class WarmJobs(BackendPart):
         from .manifests import shipped_files
         from .podtemplate import CodeSource
 
-        name, ns = job["metadata"]["name"], spec.namespace or self.backend.namespace
+        name, ns = job["metadata"]["name"], spec.namespace or self.cluster.namespace
         busy = self._active_run(name)
         if busy is not None and self._stopping(name, busy):
             # the run before failed on a node and the others are being stopped (the cell that
@@ -146,18 +153,7 @@ class WarmJobs(BackendPart):
             f"job's key\n" + describe(request)
         )
         note = f"run on the warm job {name!r} (same shape: its pods are ready)"
-        return LaunchPlan(spec, program, self.backend.name, request, text, files, (note,))
-
-    def _configmap(self, name: str) -> dict[str, Any]:
-        path = ns_path("", "v1", self.backend.namespace, "configmaps", f"{name}-code")
-        got: dict[str, Any] = self.backend.api.get(path)
-        return got
-
-    def _put_configmap(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Write the ledger (409 when another kernel wrote it first); the ConfigMap as now."""
-        path = ns_path("", "v1", self.backend.namespace, "configmaps", f"{name}-code")
-        got: dict[str, Any] = self.backend.api.request("PUT", path, body=body)
-        return got
+        return LaunchPlan(spec, program, BACKEND_NAME, request, text, files, (note,))
 
     def _change_control(
         self, name: str, change: Callable[[dict[str, Any]], None], strict: bool = True
@@ -166,16 +162,16 @@ class WarmJobs(BackendPart):
         the pods; the run it names. A pod that did not take it: BackendError when
         ``strict``."""
         for _ in range(5):
-            cm = self._configmap(name)
+            cm = self.ledger.configmap(name)
             control = control_of(cm)
             change(control)
             try:
-                now = self._put_configmap(name, with_control(cm, control))
+                now = self.ledger.put_configmap(name, with_control(cm, control))
             except ApiFailure as exc:
                 if exc.status != 409:
                     raise
                 continue
-            problems = self.courier.deliver(self.backend.namespace, name, now)
+            problems = self.courier.deliver(self.cluster.namespace, name, now)
             if problems and strict:
                 raise BackendError(
                     f"The warm job {name!r}'s order did not reach every pod: {'; '.join(problems)}."
@@ -183,23 +179,23 @@ class WarmJobs(BackendPart):
             return int(control.get("run") or 0)
         raise BackendError(f"Could not update the warm job {name!r}'s ConfigMap (conflicts).")
 
-    def order(self, plan: LaunchPlan[KubernetesRequest]) -> Job:
-        """Write the run into the ledger, then deliver it to every pod. A pod that cannot
-        take it: the run is stopped on the others and one error says why."""
+    def order(self, plan: LaunchPlan[KubernetesRequest]) -> int:
+        """Write the run into the ledger, then deliver it to every pod; the run's number. A
+        pod that cannot take it: the run is stopped on the others and one error says why."""
         name = plan.spec.name
         for _ in range(5):
-            body, run = order_run(self._configmap(name), plan.request.objects[0])
+            body, run = order_run(self.ledger.configmap(name), plan.request.objects[0])
             try:
-                now = self._put_configmap(name, body)
+                now = self.ledger.put_configmap(name, body)
             except ApiFailure as exc:
                 if exc.status == 409:
                     continue
                 raise
-            problems = self.courier.deliver(self.backend.namespace, name, now, self._nodes(name))
+            problems = self.courier.deliver(self.cluster.namespace, name, now, self._nodes(name))
             if problems:
                 self._stop_undelivered(name, run, problems)
-            self.backend.remember_kind(name, plan.spec.kind)
-            return Job(name, self.backend, plan, run=run)
+            self.cluster.kinds[name] = plan.spec.kind
+            return run
         raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
 
     def _stop_undelivered(self, name: str, run: int, problems: list[str]) -> None:
@@ -214,45 +210,33 @@ class WarmJobs(BackendPart):
             f"`%ktrain delete {name}` and run the cell again."
         )
 
-    def _book(self, name: str) -> RunBook:
-        """The job's runs: as followed, or read from its pods' stored logs when no run is
-        followed in this process (a cancel from another cell, a new kernel)."""
-        rt = self.backend.runtime(name)
-        if rt.followers:
-            return rt.book
-        book = RunBook()
-        with contextlib.suppress(ClusterError, JobNotFound):  # gone: no runs to read
-            for pod, raw in self.backend.read_logs(name):
-                book.feed(pod, parse_line(raw))
-        return book
-
     def _stopping(self, name: str, run: int) -> bool:
         """Run ``run`` failed on a node or was ordered to stop: its other nodes are ending it."""
-        rt = self.backend.runtime(name)
+        rt = self.cluster.runtimes[name]
         if run in rt.aborted:
             return True
-        return bool(self._book(name).failed_nodes(run)) or str(run) in (
-            control_of(self._configmap(name)).get("abort") or {}
+        return bool(self.ledger.book(name).failed_nodes(run)) or str(run) in (
+            self.ledger.control(name).get("abort") or {}
         )
 
     def _active_run(self, name: str) -> int | None:
         """The run ordered last, while some node has not ended it; None when idle."""
-        run = int(control_of(self._configmap(name)).get("run") or 0)
-        return run if run and self._book(name).ended_nodes(run) < self._nodes(name) else None
+        run = int(self.ledger.control(name).get("run") or 0)
+        return run if run and self.ledger.book(name).ended_nodes(run) < self._nodes(name) else None
 
     def latest_run(self, name: str) -> int | None:
-        job = self.backend.job_object(name)
-        if job is None or WARM_LABEL not in (job["metadata"].get("labels") or {}):
+        job = job_object(self.cluster, name)
+        if job is None or WARM_LABEL not in labels_of(job):
             return None
         with contextlib.suppress(ApiFailure):
-            return int(control_of(self._configmap(name)).get("run") or 0) or None
+            return int(self.ledger.control(name).get("run") or 0) or None
         return None
 
     def run_status(self, name: str, run: int) -> JobStatus:
-        job = self.backend.status(name)
+        job = self.statuses.status(name)
         nodes = self._nodes(name)
-        rt = self.backend.runtime(name)
-        book = self._book(name)
+        rt = self.cluster.runtimes[name]
+        book = self.ledger.book(name)
         with rt.lock:
             status = book.status(name, run, nodes, job)
             failed = book.failed_nodes(run)
@@ -269,12 +253,12 @@ class WarmJobs(BackendPart):
         return status
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        rt = self.backend.runtime(name)
-        return [_RunSource(s, run, rt) for s in self.backend.log_sources(name)]
+        rt = self.cluster.runtimes[name]
+        return [_RunSource(s, run, rt) for s in self.logs.sources(name)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
         where: dict[str, int] = {}
-        for pod, raw in self.backend.read_logs(name):
+        for pod, raw in self.logs.read(name):
             if _in_run(pod, raw, run, where):
                 yield pod, raw
 
@@ -303,11 +287,11 @@ class WarmJobs(BackendPart):
 
         self._change_control(name, change)
         if seconds > 0:
-            return self.backend.status(name)
+            return self.statuses.status(name)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                status = self.backend.status(name)
+                status = self.statuses.status(name)
             except JobNotFound:  # ended, and already deleted with what it owned
                 why = "ended with --idle 0 and deleted with everything it owned"
                 return JobStatus(name, SUCCEEDED, "IdleLimit", why, finished=time.time())
@@ -315,35 +299,6 @@ class WarmJobs(BackendPart):
                 return status
             time.sleep(0.3)
         raise BackendError(f"The warm job {name!r} still runs 60 s after --idle 0.")
-
-    def info(self, job: dict[str, Any], state: str) -> WarmInfo | None:
-        """A warm job's runs and idle time: its ConfigMap's order and its pods' records (read
-        at most every WARM_REFRESH_S per job, like a list's progress)."""
-        meta = job["metadata"]
-        if WARM_LABEL not in (meta.get("labels") or {}):
-            return None
-        name = meta["name"]
-        seen = self._seen.get(name)
-        if seen is not None and time.monotonic() - seen[0] < WARM_REFRESH_S:
-            return seen[1]
-        shape = job_shape(job)
-        control: dict[str, Any] = {}
-        with contextlib.suppress(ApiFailure):
-            control = control_of(self._configmap(name))
-        book = self._book(name) if state == RUNNING else RunBook()
-        last, ended, going = book.last_end()
-        ordered = int(control.get("run") or 0)
-        active = ordered if going or ordered > last else None
-        since = ended or _created(job)
-        info = WarmInfo(
-            runs=max(ordered, last),
-            active=active,
-            idle_since=None if active else since,
-            idle_limit_s=float(control.get("idle_limit_s") or 900.0),
-            gpus=shape.nodes * shape.gpus_per_node,
-        )
-        self._seen[name] = (time.monotonic(), info)
-        return info
 
 
 class _RunSource(LogSource):
@@ -432,15 +387,6 @@ def forget_ended(ns: str, live: set[str], shape: dict[str, Any]) -> list[str]:
     with contextlib.suppress(OSError):
         replace_private(_warm_file(), json.dumps(known).encode())
     return said
-
-
-def _created(job: dict[str, Any]) -> float | None:
-    from datetime import datetime
-
-    stamp = job["metadata"].get("creationTimestamp")
-    with contextlib.suppress(ValueError, TypeError):
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    return None
 
 
 def _in_run(pod: str, raw: str, run: int, state: dict[str, int]) -> bool:

@@ -19,8 +19,11 @@ from typing import Any
 from ...errors import BackendError, ClusterError
 from ...pod.agent.deliver import REFUSED, STALE, seal
 from ...pod.agent.mirror import CONFIGMAP_ENV
-from .api import Api, ApiFailure, ExecLost, ns_path
+from .api import Api, ExecLost
+from .fields import pod_phase
 from .labels import JOB_LABEL
+from .resources import POD, SECRET
+from .retries import ApiFailure
 from .warm import KEY_FIELD, warm_secret
 
 __all__ = ["Courier"]
@@ -43,7 +46,7 @@ class Courier:
     def key(self, namespace: str, job: str) -> str:
         """The job's key, from its Secret (read once)."""
         if (namespace, job) not in self._keys:
-            path = ns_path("", "v1", namespace, "secrets", warm_secret(job))
+            path = SECRET.path(namespace, warm_secret(job))
             try:
                 secret = self.api.get(path)
             except ApiFailure as exc:
@@ -61,11 +64,11 @@ class Courier:
 
     def pods(self, namespace: str, job: str) -> list[tuple[str, str, str]]:
         """(pod, container, python) of each running pod of the job's warm agents."""
-        path = ns_path("", "v1", namespace, "pods")
+        path = POD.path(namespace)
         items = self.api.get(path, {"labelSelector": f"{JOB_LABEL}={job}"}).get("items") or []
         out = []
         for pod in items:
-            if (pod.get("status") or {}).get("phase") != "Running":
+            if pod_phase(pod) != "Running":
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 continue

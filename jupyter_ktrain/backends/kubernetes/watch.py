@@ -26,8 +26,11 @@ from typing import Any
 
 from ...errors import ClusterError
 from . import kueue
-from .api import Api, ApiFailure, ns_path
+from .api import Api
+from .fields import container_statuses, labels_of, pod_phase
 from .labels import JOB_LABEL
+from .resources import EVENT, POD, WORKLOAD, Resource
+from .retries import ApiFailure
 
 __all__ = ["Informer", "JobWatch"]
 
@@ -163,7 +166,7 @@ class JobWatch:
     one thread for all): a kernel that looked at a job once holds no connection for it after.
     Its owner starts a new one when the job is read again (:attr:`running`)."""
 
-    def __init__(self, api: Api, namespace: str, group: str, version: str, plural: str, name: str):
+    def __init__(self, api: Api, namespace: str, resource: Resource, name: str):
         self.api = api
         self.last_read = time.monotonic()
         self.name = name
@@ -183,21 +186,21 @@ class JobWatch:
         self.suspended = False  # the job is suspended (queued, or taken back by its queue)
         self.job_informer = Informer(
             api,
-            ns_path(group, version, namespace, plural),
+            resource.path(namespace),
             {"fieldSelector": f"metadata.name={name}"},
             self._on_job,
             f"watch-{name}",
         )
         self.pod_informer = Informer(
             api,
-            ns_path("", "v1", namespace, "pods"),
+            POD.path(namespace),
             {"labelSelector": f"{JOB_LABEL}={name}"},
             self._on_pod,
             f"watch-{name}-pods",
         )
         self.event_informer = Informer(
             api,
-            ns_path("", "v1", namespace, "events"),
+            EVENT.path(namespace),
             {},
             self._on_event,
             f"watch-{name}-ev",
@@ -271,11 +274,11 @@ class JobWatch:
             self.changed.notify_all()
 
     def _on_job(self, kind: str, obj: dict[str, Any]) -> None:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
+        labels = labels_of(obj)
         if self.workload_informer is None and kueue.QUEUE_LABEL in labels:
             self.workload_informer = Informer(
                 self.api,
-                ns_path(kueue.GROUP, kueue.VERSION, self.namespace, "workloads"),
+                WORKLOAD.path(self.namespace),
                 {},
                 lambda _kind, _obj: self._bump(),
                 f"watch-{self.name}-wl",
@@ -305,7 +308,7 @@ class JobWatch:
         ended = terminated(obj)
         if ended is not None:
             self.last_exit[name] = ended
-        elif kind == "DELETED" and (obj.get("status") or {}).get("phase") == "Running":
+        elif kind == "DELETED" and pod_phase(obj) == "Running":
             self.last_exit[name] = (None, "deleted")
         if uid:
             old = self._uids.get(name)
@@ -376,12 +379,10 @@ def _event_time(event: Mapping[str, Any]) -> str:
 def terminated(pod: Mapping[str, Any]) -> tuple[int | None, str] | None:
     """(exit code, reason) of the pod's first container that has ended (now or before its
     last restart), or None."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
-            "terminated"
-        )
-        if term and "exitCode" in term:
-            return int(term["exitCode"]), str(term.get("reason") or "")
+    for cs in container_statuses(pod):
+        term = cs.terminated
+        if term is not None and term.exit_code is not None:
+            return term.exit_code, term.reason
     return None
 
 

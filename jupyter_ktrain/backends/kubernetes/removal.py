@@ -1,0 +1,85 @@
+"""Cancelling and deleting a cluster job: the job is deleted (its pods and what it owns go with
+it); ``delete`` also removes what is left and waits until nothing is. Either keeps the job's
+history first: as it ended, or Cancelled as it was while it ran."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from ...errors import BackendError, ClusterError, JobNotFound
+from ...kinds import KIND_TABLE
+from .cluster import Cluster
+from .history import ClusterHistory, cancelled
+from .job_status import JobStatuses
+from .labels import JOB_LABEL
+from .lookup import kind_of, stop_watch
+from .metrics import metrics_service_name
+from .objects import delete_job, delete_one
+from .resources import POD, job_resource
+from .retries import ApiFailure
+
+__all__ = ["DELETE_WAIT_S", "Removal"]
+
+DELETE_WAIT_S = 60.0
+
+
+class Removal:
+    """Cancels and deletes the jobs of the ``cluster`` context's namespace."""
+
+    def __init__(self, cluster: Cluster, statuses: JobStatuses, history: ClusterHistory) -> None:
+        self.cluster = cluster
+        self.statuses = statuses
+        self.history = history
+
+    def cancel(self, name: str) -> None:
+        """Delete the job (its pods and ConfigMap go with it); its history is kept."""
+        kind = kind_of(self.cluster, name)
+        self._keep(name, "a cancel")
+        stop_watch(self.cluster, name)
+        delete_job(self.cluster, kind, name, self.cluster.namespace)
+
+    def delete(self, name: str) -> None:
+        """Delete the job and everything it owns, and wait until nothing is left; its history
+        is kept (``%ktrain delete --history`` removes it)."""
+        cluster = self.cluster
+        kind = kind_of(cluster, name)
+        self._keep(name, "%ktrain delete")
+        stop_watch(cluster, name)
+        ns = cluster.namespace
+        delete_job(cluster, kind, name, ns)
+        delete_one(cluster, "ConfigMap", f"{name}-code", ns)
+        delete_one(cluster, "Service", metrics_service_name(name), ns)
+        with contextlib.suppress(ApiFailure):  # 404 too where the CRD is not installed
+            delete_one(cluster, "ServiceMonitor", metrics_service_name(name), ns)
+        selector = {"labelSelector": f"{JOB_LABEL}={name}"}
+        job_path = job_resource(KIND_TABLE[kind]).path(ns, name)
+        deadline = time.monotonic() + DELETE_WAIT_S
+        while True:
+            left = cluster.api.get(POD.path(ns), selector).get("items") or []
+            job_left = cluster.api.exists(job_path)
+            if not left and not job_left:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(p["metadata"]["name"] for p in left)
+                raise BackendError(
+                    f"Job {name!r} was deleted but {names or 'the job object'} is still there "
+                    f"after {DELETE_WAIT_S:.0f} s; check finalizers with kubectl describe."
+                )
+            for pod in left:
+                delete_one(cluster, "Pod", pod["metadata"]["name"], ns)
+            time.sleep(0.2)
+        cluster.kinds.pop(name, None)
+        cluster.runtimes.pop(name, None)
+
+    def _keep(self, name: str, by: str) -> None:
+        """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,
+        or Cancelled as it was while it ran."""
+        try:
+            status = self.statuses.status(name)  # an ended job is kept by this
+        except (ClusterError, JobNotFound):
+            return
+        watch = self.cluster.watches.get(name)
+        if status.terminal or status.from_history or watch is None or watch.job is None:
+            return
+        self.history.keep(watch.job, watch.pods, cancelled(status, by))

@@ -1,0 +1,99 @@
+"""Starting a planned cluster job (:class:`~.plan.KubernetesRequest`): the preflight, the code
+image pushed (registry route) and pinned by digest into a new plan, then the planned objects
+created all-or-nothing, the job last, and made their owner; if creating the job fails, what
+was made is deleted. A run on a live warm job is ordered by :class:`~.warm_backend.WarmJobs`
+instead."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...errors import SpecError
+from ...kinds import KIND_TABLE
+from ..base import LaunchPlan
+from ..warm import warm_shape
+from .cluster import Cluster
+from .history import ClusterHistory
+from .lookup import watch
+from .objects import create, delete_one, own
+from .plan import KubernetesRequest, kind_and_name
+from .preflight import run_preflight
+from .resources import job_resource
+from .warm_backend import remember
+
+__all__ = ["Submitter"]
+
+
+class Submitter:
+    """Creates planned jobs in the ``cluster`` context; a new job's name starts a new
+    ``history``."""
+
+    def __init__(self, cluster: Cluster, history: ClusterHistory) -> None:
+        self.cluster = cluster
+        self.history = history
+
+    def start(self, made: LaunchPlan[KubernetesRequest]) -> LaunchPlan[KubernetesRequest]:
+        """Preflight, push the code image (registry route), then create the planned objects,
+        all-or-nothing; the plan as started (with the image digest)."""
+        cluster = self.cluster
+        spec, request = made.spec, made.request
+        ns = request.namespace
+        warnings = run_preflight(
+            cluster.api,
+            spec,
+            ns,
+            configmap=request.route == "configmap",
+            service="Service" in request.kinds,
+            service_monitor="ServiceMonitor" in request.kinds,
+        )
+        for w in warnings:
+            cluster.say(f"warning: {w}")
+        if cluster.api.exists(job_resource(KIND_TABLE[spec.kind]).path(ns, spec.name)):
+            raise SpecError(
+                f"A {spec.kind} named {spec.name!r} already exists in {ns!r}. Pick another "
+                f"--name, or remove it with `%ktrain delete {spec.name}`."
+            )
+        if request.route == "registry":
+            made = replace(made, request=self._push(made))
+        *owned, job_object = made.request.objects
+        created: list[tuple[str, str]] = []
+        try:
+            for obj in owned:
+                create(cluster, obj, ns)
+                created.append(kind_and_name(obj))
+            job = create(cluster, job_object, ns)
+            own(cluster, job, created, ns)
+        except Exception:
+            for kind, name in created:
+                delete_one(cluster, kind, name, ns)
+            raise
+        cluster.kinds[spec.name] = spec.kind
+        self.history.started(spec.name)
+        watch(cluster, spec.name)
+        if spec.warm:
+            remember(ns, spec.name, warm_shape(spec))
+        return made
+
+    def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
+        """Push the code image; the plan's request with its reference pinned by digest."""
+        from ...packaging.progress import auto_progress
+        from ...packaging.push import push_code_image
+
+        spec, program, cfg = plan.spec, plan.program, self.cluster.config
+        base = spec.image or cfg.base_image
+        if not base:
+            raise SpecError(
+                "The registry route needs a base image: pass --image or set "
+                "`%ktrain config base_image=IMAGE`."
+            )
+        result = push_code_image(
+            base,
+            f"{cfg.registry}",
+            plan.files,
+            requirements=program.requirements,
+            offline=cfg.offline_requirements,
+            insecure=cfg.insecure_registries,
+            progress=auto_progress(),
+        )
+        self.cluster.say(result.message())
+        return plan.request.pinned(result.reference, result.digest)
