@@ -252,3 +252,41 @@ def test_a_detached_job_the_side_panel_follows_is_logged_by_the_server_once(
     assert shell.run_cell("%ktrain attach panel-tracked").success
     assert _run(server, "panel-tracked", "exp-p")["info"]["run_id"] == run_id
     assert _steps(server, run_id, "loss") == list(range(40))
+
+
+def test_ktrain_run_and_the_cell_make_the_same_mlflow_run_fields(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same options through ``%%ktrain`` and ``ktrain.run``: the same params (apart from
+    the job's name) and the same tags, because both go through the one runner."""
+    import jupyter_ktrain as ktrain
+
+    flags = f"--nodes 1 --procs-per-node 2 --mlflow {server.uri} --experiment same"
+    result = shell.run_cell(f"%%ktrain {flags} --name same-cell\ntrain(3)\n")
+    assert result.error_in_exec is None, _plain(capsys.readouterr().out)
+    job = ktrain.run(
+        shell.user_ns["train"],
+        args=(3,),
+        nodes=1,
+        procs_per_node=2,
+        mlflow=server.uri,
+        experiment="same",
+        name="same-python",
+    )
+    out = _plain(capsys.readouterr().out)
+    assert job.state == "Succeeded", out
+    cell, python = _run(server, "same-cell", "same"), _run(server, "same-python", "same")
+
+    def fields(run: dict[str, Any], part: str) -> dict[str, str]:
+        return {p["key"]: p["value"] for p in run["data"][part]}
+
+    cell_params, python_params = fields(cell, "params"), fields(python, "params")
+    assert cell_params.pop("name") == "same-cell"
+    assert python_params.pop("name") == "same-python"
+    assert cell_params == python_params
+    assert cell_params["const.LR"] == "0.05"
+    assert set(fields(cell, "tags")) == set(fields(python, "tags"))
+    assert fields(python, "tags")["ktrain.state"] == "Succeeded"
+    assert set(server.artifacts(cell["info"]["run_id"])) == set(
+        server.artifacts(python["info"]["run_id"])
+    )
