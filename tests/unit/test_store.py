@@ -6,6 +6,7 @@ package, importing only the job vocabulary and the errors."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -168,3 +169,19 @@ def test_a_local_jobs_meta_is_versioned_and_a_newer_one_refused(tmp_path: Path) 
         StoreVersionError, match=r"^m-a/job.json is version \d+, written by a newer"
     ):
         folders.meta("m-a")
+
+
+def test_a_newer_versions_history_is_left_out_of_a_list_not_the_whole_list() -> None:
+    """`%ktrain list` of a cluster: one history file from a newer jupyter-ktrain is skipped
+    (its `%ktrain status` says why), the others are listed."""
+    from types import SimpleNamespace
+
+    from jupyter_ktrain.backends.kubernetes.history import ClusterHistory
+
+    keep("kubernetes", _status(), None)
+    newer = keep("kubernetes", dataclasses.replace(_status(), name="st-b"), None)
+    _edit_state(newer, lambda raw: raw.update(version=HISTORY_VERSION + 1))
+    history = ClusterHistory(SimpleNamespace(namespace="default"))  # type: ignore[arg-type]
+    assert [s.name for s in history.listed(set())] == ["st-a"]
+    with pytest.raises(StoreVersionError):
+        kept("kubernetes", "st-b")

@@ -21,6 +21,7 @@ from typing import Any
 from ...errors import ClusterError, JobNotFound
 from ...jobs import CANCELLED, JobStatus
 from ...store.history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
+from ...store.versions import StoreVersionError
 from .cluster import Cluster
 from .logs import FollowedLines, split_stamped
 from .status import NOT_CREATED, job_shape
@@ -95,7 +96,10 @@ class ClusterHistory:
         """The kept jobs of this namespace whose objects are gone (not in ``present``)."""
         out = []
         for name in kept_names(BACKEND):
-            found = None if name in present else kept(BACKEND, name)
+            try:
+                found = None if name in present else kept(BACKEND, name)
+            except StoreVersionError:  # a newer version's: `%ktrain status NAME` says so
+                continue
             if found is not None and found.namespace in ("", self.cluster.namespace):
                 out.append(found.status)
         return out

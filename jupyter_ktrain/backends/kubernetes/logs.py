@@ -1,4 +1,4 @@
-"""One pod's log as a :class:`~jupyter_ktrain.backends.base.LogSource`: nothing lost, nothing twice.
+"""One pod's log as a :class:`~..logsource.LogSource`: nothing lost, nothing twice.
 
 A background thread waits (on the job's watch cache, no requests) until the pod exists and its
 container has started, then follows ``pods/log`` with ``timestamps=true``. When the stream

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BackendError, ClusterError, JobNotFound, SpecError
 from ...jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
 from ...pod.protocol import RUN, RUN_END, parse_line, record_type
+from ...store.files import make_private_dirs, replace_private
+from ...store.home import ktrain_home
 from ..base import LaunchPlan
 from ..logsource import LogSource
 from ..warm import shape_changes, warm_shape
@@ -349,8 +351,6 @@ class _RunSource(LogSource):
 
 
 def _warm_file() -> Any:
-    from ...store.home import ktrain_home
-
     return ktrain_home() / "warm-kubernetes.json"
 
 
@@ -364,8 +364,6 @@ def _remembered() -> dict[str, Any]:
 def remember(ns: str, name: str, shape: dict[str, Any]) -> None:
     """The warm jobs this machine started (on disk: a new kernel knows them too), so a later
     cell can say that one of them ended meanwhile."""
-    from ...store.files import make_private_dirs, replace_private
-
     known = _remembered()
     known[f"{ns}/{name}"] = {"shape": shape, "started": time.time()}
     with contextlib.suppress(OSError):
@@ -375,8 +373,6 @@ def remember(ns: str, name: str, shape: dict[str, Any]) -> None:
 
 def forget_ended(ns: str, live: set[str], shape: dict[str, Any]) -> list[str]:
     """The remembered warm jobs of ``ns`` (of this shape) that are gone; forgotten now."""
-    from ...store.files import replace_private
-
     known = _remembered()
     gone = [k for k in known if k.startswith(f"{ns}/") and k.split("/", 1)[1] not in live]
     if not gone:
