@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import KtrainError
+from .runner.front import TextFront
 from .widgets.controls import control_subshell, route_to_subshell
 from .widgets.monitor import MonitorView, make_view, open_in_panel
 
@@ -26,7 +27,8 @@ _last_monitor: tuple[MonitorModel, View] | None = None
 
 
 def say(text: str) -> None:
-    print(text, end="" if text.endswith("\n") else "\n", flush=True)
+    """One message into the cell (stdout as it is now: IPython captures it per cell)."""
+    TextFront().say(text)
 
 
 def last_monitor() -> tuple[MonitorModel, View] | None:
@@ -35,14 +37,13 @@ def last_monitor() -> tuple[MonitorModel, View] | None:
     return _last_monitor
 
 
-class NotebookFront:
-    """The runner's front in a kernel; ``shell`` (IPython's, or None) gets the bound names."""
+class NotebookFront(TextFront):
+    """The runner's front in a kernel: it speaks as :class:`TextFront` does, shows the widget,
+    and ``shell`` (IPython's, or None) gets the bound names."""
 
     def __init__(self, shell: Any) -> None:
+        super().__init__()
         self.shell = shell
-
-    def say(self, text: str) -> None:
-        say(text)
 
     def bind(self, outputs: Mapping[str, Any]) -> None:
         if self.shell is None:

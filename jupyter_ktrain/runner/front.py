@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..jobs import View
     from ..monitor.model import MonitorModel
 
-__all__ = ["Front", "TextFront", "in_kernel", "shell_words"]
+__all__ = ["Front", "TextFront", "in_kernel", "ipython_shell", "shell_words"]
 
 
 class Front(Protocol):
@@ -78,9 +78,13 @@ def shell_words(text: str) -> str:
     return text.replace("%%ktrain --help", "ktrain render --help").replace("%ktrain ", "ktrain ")
 
 
+def ipython_shell() -> Any:
+    """The running IPython shell, or None (IPython is not imported to find out)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
 def in_kernel() -> bool:
     """A Jupyter kernel (a widget or a figure shows there), not a terminal IPython or a
-    plain ``python``; IPython is not imported to find out."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    plain ``python``."""
+    return getattr(ipython_shell(), "kernel", None) is not None

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..capture import CapturedProgram, capture
 from ..errors import CaptureError, SpecError
+from .front import ipython_shell
 
 __all__ = ["Source", "call_source", "cell_source"]
 
@@ -137,7 +138,7 @@ def _argument(name: str, value: Any, namespace: dict[str, Any]) -> str:
 def _history(func: Callable[..., Any]) -> tuple[Sequence[str], Collection[str]]:
     """Where the definitions are read: the kernel's cells when ``func`` was defined in one,
     else the script it was defined in (a class with no method of its own is found there)."""
-    shell = _ipython()
+    shell = ipython_shell()
     if shell is not None and getattr(func, "__module__", None) == "__main__":
         return shell.user_ns.get("In", []), getattr(shell, "user_ns_hidden", {})
     main = sys.modules.get("__main__")
@@ -152,10 +153,3 @@ def _history(func: Callable[..., Any]) -> tuple[Sequence[str], Collection[str]]:
                 f"({exc}): its source travels with the job."
             ) from None
     return [], ()
-
-
-def _ipython() -> Any:
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return None
-    return ipython.get_ipython()

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_ktrain as ktrain
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.runner.options import RunOptions, keyword_argv
 from jupyter_ktrain.runner.source import call_source
 from jupyter_ktrain.tracking.params import job_params
+from tests.notebook_cells import extension_shell
 
 LINE = (
     "--backend kubernetes --name same --nodes 4 --gpus-per-node 8 --image img:1 --rdma roce "
@@ -109,16 +109,13 @@ def test_the_same_options_make_the_same_plan_and_the_same_mlflow_params(
 ) -> None:
     """A kubernetes dry run needs no cluster; the objects and params of both are equal."""
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    cell_def = "def train(model, epochs):\n    return epochs\n"
-    assert sh.run_cell(cell_def, store_history=True).success
+    shells = extension_shell("def train(model, epochs):\n    return epochs\n")
+    sh = next(shells)
     cell = sh.run_cell_magic("ktrain", LINE, 'train(model="llama", epochs=3)\n')
     from_python = ktrain.run(
         sh.user_ns["train"], kwargs={"model": "llama", "epochs": 3}, **KEYWORDS
     )
-    sh.reset(new_session=True)
+    next(shells, None)  # reset
     out = capsys.readouterr().out
     assert cell.dry_run, out
     assert from_python.dry_run, out
