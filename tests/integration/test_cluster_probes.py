@@ -5,7 +5,6 @@ before the first success, ready after ``successThreshold`` in a row, unready aft
 
 from __future__ import annotations
 
-import itertools
 import socket
 import threading
 import time
@@ -92,7 +91,9 @@ def test_thresholds_and_period():
     for n in range(1, 6):
         step(n)
     assert states == [False, True, True, False, False]
-    assert all(b - a >= 0.045 for a, b in itertools.pairwise(calls))  # periodSeconds
+    # one attempt per periodSeconds: the kubelet's prober ticks at a fixed rate, so an attempt
+    # that starts late (a busy machine) may be followed sooner; on average never faster
+    assert (calls[-1] - calls[0]) / (len(calls) - 1) >= 0.045
 
 
 def test_initial_delay():
