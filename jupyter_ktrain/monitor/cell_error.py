@@ -1,9 +1,11 @@
-"""The one error a ``%%ktrain`` cell raises when its job did not succeed.
+"""The one text of a job that did not succeed: the error a ``%%ktrain`` cell, ``ktrain.run``
+and the ``ktrain`` command raise (:func:`job_error`), and the side panel's failure box
+(:func:`~jupyter_ktrain.monitor.text.failure_summary`, the same text).
 
-A header that says what happened (``rank 1 raised ValueError: no shard``), then the first
-failing rank's own last lines (its traceback, frames named ``cell [N]``), what to do for a
-known kind of failure (:func:`~jupyter_ktrain.failures.classify`), and where the whole
-log is. The exception line is said once, in the header. Nothing of torchrun's report (its
+A header that says what happened (``rank 1 raised ValueError: no shard``), what to do for a
+known kind of failure (:func:`~jupyter_ktrain.failures.classify`, or the signal that killed the
+rank), then the first failing rank's own last lines (its traceback, frames named ``cell [N]``,
+down to its exception line), and where the whole log is. Nothing of torchrun's report (its
 ``ChildFailedError`` traceback and "Root Cause" banner names whichever rank its node saw end
 first, often one that was only stopped): the ranks' own lines are the truth.
 """
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import JobCancelled, JobFailed
-from ..failures import classify, ranks_text
+from ..failures import Failure, classify, ranks_text, signal_failure
 from ..jobs import CANCELLED, CANCELLED_BY_USER
 from ..pod.exits import describe_exit
 
@@ -90,22 +92,26 @@ def _clip(text: str) -> str:
 def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFailed:
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
-    failure = classify(lines, code)
     others = [r for r, c in status.exit_codes.items() if c != 0]
     headline = failure_headline(rank, code, lines, others)
-    at = raised_at(code, lines)
-    if at is not None:
-        lines = lines[:at] + lines[at + 1 :]  # said once, in the header
+    said = _explanation(code, lines)
+    notes = [str(said)] if said is not None and said.explanation not in status.message else []
+    if status.message and status.message not in headline:
+        notes.append(status.message)
     body = [f"Last lines of rank {rank}:", *(f"    {line}" for line in lines[-tail:])]
     if not lines:
         body = [f"Rank {rank} printed nothing."]
-    if failure.kind != "error" and failure.explanation not in status.message:
-        body.append(str(failure))
-    if status.message:
-        body.append(status.message)
     body.append(f"Rank {rank}'s whole log: %ktrain logs {job.name} --rank {rank}{_run_flag(job)}")
-    text = "\n".join([f"Job {_who(job)} failed: {headline}", *body])
+    text = "\n".join([f"Job {_who(job)} failed: {headline.rstrip('.')}.", *notes, *body])
     return JobFailed(text, state=status.state, headline=headline)
+
+
+def _explanation(code: int | None, lines: Sequence[str]) -> Failure | None:
+    """What a rank's end means and what to do, when its lines or its signal say more than the
+    headline (``OOM: out of memory (...): lower the batch size ...``); None when nothing does."""
+    killed = signal_failure(code)
+    said = classify(lines, None if killed else code)
+    return said if said.kind != "error" else killed
 
 
 def cancelled_headline(job: Job) -> str:

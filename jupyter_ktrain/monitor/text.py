@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from ..failures import classify, signal_failure
 from ..jobs import CANCELLED, FAILED
 from ..pod.progress import fmt_duration, progress_text
 from ..pod.protocol import METRIC, metric_values
 from ..words import ended_by_user, run_words
-from .cell_error import cancelled_headline, failure_headline
+from .cell_error import job_error
 from .logbook import LogEntry
 from .model import MonitorModel
 from .viewmodel import NOTICES, fmt_value, summary_values
@@ -191,39 +190,9 @@ class TextView:
 
 
 def failure_summary(job: Job, status: JobStatus, tail: int = 20) -> str:
-    """The first failing rank, how it ended (its exit code, or the signal that killed it) and
-    its last lines, first; without a failing rank, the job's own reason."""
-    if ended_by_user(status):  # a warm job its user ended: its own end, not a failure
-        return ""
-    if status.state == CANCELLED:
-        return f"Job {cancelled_headline(job)}\n"
-    if status.state != FAILED:
-        return ""
-    rank = status.failed_rank
-    if rank is None:
-        if status.message:
-            return f"Job {job.name!r} failed: {status.message}\n"
-        codes = ", ".join(f"{r.name}: {r.exit_code}" for r in status.replicas if r.exit_code)
-        return f"Job {job.name!r} failed before any rank reported ({codes or status.reason}).\n"
-    code = status.exit_codes.get(rank)
-    lines = job.logs(rank=rank).splitlines()
-    body = "\n".join(f"    {line}" for line in lines[-tail:])
-    others = [r for r, c in status.exit_codes.items() if c != 0]
-    headline = failure_headline(rank, code, lines, others)
-    notes = [n for n in (_explanation(code, lines), status.message) if n and n not in headline]
-    detail = "".join(f"\n{note}" for note in notes)
-    return (
-        f"Job {job.name!r} failed: {headline.rstrip('.')}.{detail}\n"
-        f"Last lines of rank {rank}:\n{body}\n"
-        f"All logs: %ktrain logs {job.name} [--rank R]\n"
-    )
-
-
-def _explanation(code: int | None, lines: list[str]) -> str:
-    """What a rank's end means and what to do, when its lines or its signal say more than the
-    headline: ``OOM: out of memory (...): lower the batch size ...``."""
-    said = classify(lines, None if signal_failure(code) else code)
-    if said.kind != "error":
-        return str(said)
-    killed = signal_failure(code)
-    return str(killed) if killed is not None else ""
+    """What the side panel's failure box says of a failed or cancelled job: the text of the
+    error its cell raised (:func:`.cell_error.job_error`: the first failing rank, how it ended,
+    its last lines), so the two cannot disagree; "" for a job that did not fail."""
+    if ended_by_user(status) or status.state not in (FAILED, CANCELLED):
+        return ""  # a warm job its user ended: its own end, not a failure
+    return f"{job_error(job, status, tail)}\n"

@@ -3,7 +3,7 @@ Run All, papermill and CI do): execution stops there with one error naming the f
 rank and its last lines; the next cell never runs. ``--detach`` does not raise.
 
 The error is what JupyterLab shows (the notebook's error output): ``JobFailed: rank 1 raised
-...`` as its header, rank 1's own traceback (frames named by cell), the exception said once,
+...`` as its header, rank 1's own traceback (frames named by cell) down to its exception line,
 nothing of torchrun's ChildFailedError report, no "UsageError" label."""
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def test_failed_job_stops_run_all_with_one_error(kernel_env: Path) -> None:
         "JobFailed: rank 1 raised FileNotFoundError: /data/shard-1; "
         "ranks 0, 2 and 3 ended with an error too"
     )
-    assert shown.count("/data/shard-1") == 2  # the header, and the line that raised it
+    # the header, the line that raised it, and the traceback's own end (as the panel shows it)
+    assert shown.count("/data/shard-1") == 3
+    assert "    FileNotFoundError: /data/shard-1" in shown.split("Last lines of rank 1:")[1]
     assert 'raise FileNotFoundError("/data/shard-1")' in shown
     # rank 1's own traceback, its frames named by notebook cell, and what it printed
     assert re.search(r'File "cell \[\d+\]", line 8, in load', shown), shown

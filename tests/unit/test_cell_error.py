@@ -1,5 +1,5 @@
 """What a failed ``%%ktrain`` cell shows: one error whose header says what happened, the first
-failing rank's own last lines with the exception said once; and torchrun's own reports folded
+failing rank's own last lines down to its exception line; and torchrun's own reports folded
 to one line in the monitor (recorded logs of a real 2 x 2 local job whose rank 1 raised)."""
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def test_rank_that_raised_heads_the_error_with_its_own_traceback() -> None:
     assert str(error).startswith("Job 'loader' failed: rank 1 raised ValueError")
     shown = ANSI.sub("", "\n".join(error.render()))
     assert shown.splitlines()[0] == f"JobFailed: {headline}"
-    assert shown.count("no shard 1 in /data") == 2  # the header and the line that raised it
+    # the header, the line that raised it, and the traceback's own end (as the panel shows it)
+    assert shown.count("no shard 1 in /data") == 3
+    assert "    ValueError: no shard 1 in /data" in shown.split("Last lines of rank 1:")[1]
     assert 'File "cell [1]", line 7, in load' in shown
     assert "no shard for this rank in /data" in shown  # what it printed comes with it
     assert "%ktrain logs loader --rank 1" in shown

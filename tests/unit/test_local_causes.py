@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from jupyter_ktrain.backends.local.causes import (
     GRACE_AFTER_FAILURE_S,
+    Bug,
     cause_node,
     cause_rank,
     first_cause,
+    is_bug,
+    killed_rank,
     out_of_restarts,
     outweighs,
+    rank_codes,
+    stopped_node_exit,
 )
+from jupyter_ktrain.backends.local.procs import NodeKill
 from jupyter_ktrain.failures import WorkerExit
 
 
@@ -46,3 +52,41 @@ def test_why_no_restart_was_left() -> None:
     assert out_of_restarts(1, 1) == (
         "a fault, and the restarts ran out (restarted 1 time, --max-restarts 1)"
     )
+
+
+def test_a_bug_is_a_code_below_128() -> None:
+    assert [is_bug(c) for c in (None, 0, 1, 3, 127, 128, 137, 143)] == [
+        False, False, True, True, True, False, False, False,
+    ]  # fmt: skip
+
+
+def test_a_node_stopped_after_a_bug_reads_as_its_ranks_ended() -> None:
+    # 2 nodes x 2 processes; node 0 killed by the stop (137) after both its ranks finished
+    codes = {0: 0, 1: 0, 3: 1}
+    assert rank_codes(codes, 0, nproc=2) == [0, 0]
+    assert rank_codes(codes, 1, nproc=2) == [None, 1]
+    assert stopped_node_exit(137, [0, 0]) == 0  # finished: not killed
+    assert stopped_node_exit(143, [0, 0]) == 0
+    assert stopped_node_exit(137, [143, 1]) == 1  # the bug's own node: the bug's code
+    assert stopped_node_exit(137, [0, None]) == 137  # a rank still ran: it was killed
+    assert stopped_node_exit(1, [0, 0]) == 1  # it ended by itself: its own code stands
+    assert stopped_node_exit(137, []) == 137
+    bug = Bug(10.0, node=1, code=1, rank=3)
+    assert bug.stopped_event(0) == "its ranks had finished; stopped after node 1 failed"
+    assert bug.stopped_event(137) == "stopped after node 1 failed"
+    assert bug.stop_line() == (
+        "rank 3 (node 1) failed with exit code 1, a bug: the job fails at once; stopped"
+    )
+    assert Bug(10.0, node=1, code=2).stop_line().startswith("node 1 failed with exit code 2")
+
+
+def test_the_killed_rank_is_said_with_its_signal_or_its_node() -> None:
+    assert killed_rank(None, {}, [0, 137], {}) == ""
+    assert killed_rank((1.0, 2), {}, [0, 137], {2: 137}) == (
+        "rank 2 was killed by signal 9 (SIGKILL)"
+    )
+    gone = {1: NodeKill(killed=2, ranks=(2, 3))}
+    assert killed_rank((1.0, 2), gone, [0, 137], {2: 137}) == (
+        "node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 and 3 were killed with it"
+    )
+    assert killed_rank((1.0, 1), {}, [0, 1], {1: 1}) == ""  # a bug: its headline says it

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.errors import BackendError, ClusterError
+from jupyter_ktrain.monitor.cell_error import job_error
 from jupyter_ktrain.server.core import PanelCore, decode_offset, encode_offset, http_status
 
 
@@ -66,6 +68,11 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
         f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 ended with an error too."
     )
     assert LAST_LINE in failure
+    # the cell's error, word for word: one text (its last lines end with the exception line)
+    backend = LocalBackend(home)
+    error = job_error(Job(FAILED, backend), backend.status(FAILED))
+    assert failure == str(error).strip()
+    assert f"    {LAST_LINE}" in failure.split("Last lines of rank 1:")[1]
     texts = [line["text"] for line in core.logs(FAILED)["lines"]]
     assert texts[:3] == ["epoch 1 loss 0.9", "epoch 1 loss 0.8", "epoch 2 loss 0.7"]
     assert detail["exit_codes"] == {"0": 143, "1": 1}

@@ -1,28 +1,86 @@
 """Which failure is a local job's: the rules its supervisor applies to the exit codes its ranks
 and nodes report (pure: times are given). A rank killed by a signal did not choose to fail, and
 the ranks that lost it fail a moment later; a bug (codes 1-127) outweighs a lost peer; so the
-first failure seen is not always the cause, and these say which is."""
+first failure seen is not always the cause, and these say which is. A bug needs no such wait:
+it fails the job at once (:func:`is_bug`), and the nodes stopped for it read as what their ranks
+said (:func:`stopped_node_exit`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ...failures import WorkerExit, signal_text
-from ...pod.exits import PEER_LOST, retryable
+from ...pod.exits import PEER_LOST, describe_exit, retryable
+from .procs import NodeKill
 
 __all__ = [
     "GRACE_AFTER_FAILURE_S",
+    "Bug",
     "cause_node",
     "cause_rank",
     "first_cause",
+    "is_bug",
+    "killed_rank",
     "out_of_restarts",
     "outweighs",
+    "rank_codes",
+    "stopped_node_exit",
     "weight",
 ]
 
 GRACE_AFTER_FAILURE_S = 5.0
 
 First = tuple[float, int] | None  # (when, rank) of the job's first failure so far
+
+
+def is_bug(code: int | None) -> bool:
+    """Whether an exit code (a rank's own, or a node's) is a bug: 1-127, the program's own
+    error. A bug fails the job at once: no grace (it is the cause whatever comes next), no
+    restart (it fails again). A code >= 128 is a fault (a signal, a lost peer)."""
+    return code is not None and code > 0 and not retryable(code)
+
+
+def rank_codes(exit_codes: Mapping[int, int], node: int, nproc: int) -> list[int | None]:
+    """The exit codes node ``node``'s ranks reported so far (None: not yet)."""
+    return [exit_codes.get(r) for r in range(node * nproc, (node + 1) * nproc)]
+
+
+def stopped_node_exit(code: int, ranks: Sequence[int | None]) -> int:
+    """The exit code a node that its supervisor stopped after a bug elsewhere reads as
+    (``code``: its own; ``ranks``: its ranks' codes, None for one that never said): killed by
+    the stop (>= 128) after every rank of it had ended, it reads as its ranks did (a bug's code
+    first, else any other, else 0: they had finished, none of them was killed); otherwise its
+    own code stands."""
+    said = [c for c in ranks if c is not None]
+    if not retryable(code) or not said or len(said) < len(ranks):
+        return code
+    bugs = [c for c in said if is_bug(c)]
+    return bugs[0] if bugs else next((c for c in said if c), 0)
+
+
+@dataclass(frozen=True)
+class Bug:
+    """The bug that fails a job at once: when its supervisor learnt of it (``at``, its
+    monotonic clock), the node, the exit code, and the rank whose own exit record said it
+    (None when only the node's exit code did)."""
+
+    at: float
+    node: int
+    code: int
+    rank: int | None = None
+
+    def stop_line(self) -> str:
+        """What a node stopped for it says at the end of its log."""
+        who = f"node {self.node}" if self.rank is None else f"rank {self.rank} (node {self.node})"
+        return f"{who} failed with exit code {self.code}, a bug: the job fails at once; stopped"
+
+    def stopped_event(self, code: int) -> str:
+        """What another node stopped for it last did, as the replica tables say it (``code``:
+        its exit code as :func:`stopped_node_exit` reads it)."""
+        if code == 0:
+            return f"its ranks had finished; stopped after node {self.node} failed"
+        return f"stopped after node {self.node} failed"
 
 
 def weight(code: int | None) -> int:
@@ -96,6 +154,27 @@ def cause_rank(node: int, exit_codes: Mapping[int, int], first: First, nproc: in
         if mine[rank] != PEER_LOST and signal_text(mine[rank]):
             return f"rank {rank} killed by {signal_text(mine[rank])}"
     return next((f"rank {r} lost a peer" for r in order if mine[r] == PEER_LOST), "")
+
+
+def killed_rank(
+    first: First,
+    reaped: Mapping[int, NodeKill],
+    codes: Sequence[int],
+    exit_codes: Mapping[int, int],
+) -> str:
+    """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure;
+    ``node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 and 3 were killed with
+    it`` when the rank died with its node (``reaped``: what was left of each ended node,
+    ``codes``: each node's exit code); "" otherwise."""
+    if first is None:
+        return ""
+    rank = first[1]
+    for node, gone in reaped.items():
+        if rank in gone.ranks:
+            code = codes[node]
+            return f"node {node} exited {code} ({describe_exit(code)}); {gone.ranks_killed()}"
+    how = signal_text(exit_codes.get(rank))
+    return f"rank {rank} was killed by {how}" if how else ""
 
 
 def out_of_restarts(done: int, limit: int) -> str:

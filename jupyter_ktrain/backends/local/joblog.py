@@ -1,15 +1,19 @@
 """The output files of a local job (``node-K.log``, ``node-K.times``, ``rank-R.log``), appended
-to whole by its supervisor, its warm supervisor and its watchdog alike (:class:`JobLog`), and
-the words for a copy that failed."""
+to whole by its supervisor, its warm supervisor and its watchdog alike (:class:`JobLog`), the
+supervisor's own lines in its nodes' logs (:func:`tell_nodes`), and the words for a copy that
+failed."""
 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
+from ...pod.protocol import format_agent_line
 from ...store.files import open_append
 
-__all__ = ["SIGNAL_BASE", "JobLog", "copy_error_text"]
+__all__ = ["SIGNAL_BASE", "JobLog", "copy_error_text", "tell_nodes"]
 
 SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
 
@@ -33,6 +37,22 @@ class JobLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.file.close()
+
+
+def tell_nodes(job_dir: Path, text: str, nodes: Iterable[int]) -> None:
+    """An ``[agent]:`` line at the end of each of ``nodes``' logs and its time, where
+    ``%ktrain logs`` and the cell show it (a write that fails is left out)."""
+    line = (format_agent_line(text) + "\n").encode()
+    for node in nodes:
+        with contextlib.suppress(OSError):
+            times = JobLog(job_dir / f"node-{node}.times")
+            log = JobLog(job_dir / f"node-{node}.log")
+            try:
+                times.write(b"%.6f\n" % time.time())
+                log.write(line)
+            finally:
+                times.close()
+                log.close()
 
 
 def copy_error_text(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,12 @@ class LocalRequest:
             return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
         except ValueError:
             return 1
+
+    def with_port(self, port: int) -> LocalRequest:
+        """This plan with its rendezvous on ``port`` (a restart's, when another took its own)."""
+        changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
+        nodes = tuple(launch.with_env(changes) for launch in self.nodes)
+        return replace(self, master_port=port, nodes=nodes)
 
     @property
     def image_digest(self) -> None:

@@ -5,14 +5,15 @@ the kernel. It
 starts one node command per node from ``plan.json``, copies each node's output to
 ``node-K.log`` (like a pod log) and each rank's lines to ``rank-R.log``, keeps ``state.json``
 current (with the job's progress from records that carry a ``total``, at most once a second),
-and on SIGTERM (cancel) stops every process of the job. When one node fails, the other nodes
-get a short grace period, then are stopped, because surviving ranks would otherwise block in a
-collective until a timeout. Then, like the Training Operator's ``ExitCode`` restart policy
-(:mod:`jupyter_ktrain.pod.exits`): a bug (a node or rank exit code 1-127) fails the job; a fault
-(every failing node's code >= 128: a rank killed, OOM, a lost peer) starts every node again, up
-to ``max_restarts`` times (``plan.json``), because the survivors of a static torchrun rendezvous
-cannot take one new node in. Each restart is counted per node in ``state.json`` with its cause
-and said in every node's log; logs are appended to, so the earlier attempts' lines stay.
+and on SIGTERM (cancel) stops every process of the job. Like the Training Operator's ``ExitCode``
+policy (:mod:`jupyter_ktrain.pod.exits`), a bug (a rank's or a node's code 1-127) fails the job
+at once: the other nodes are stopped the moment it is read, what is left is killed
+:data:`BUG_STOP_S` later, and a node whose ranks had finished reads as finished. After a fault
+(codes >= 128: a rank killed, OOM, a lost peer) the other nodes get a short grace period, then
+are stopped (surviving ranks would block in a collective until a timeout), and every node starts
+again, up to ``max_restarts`` times (``plan.json``): the survivors of a static torchrun
+rendezvous cannot take one new node in. Each restart is counted per node in ``state.json`` with
+its cause and said in every node's log; logs are appended to, so earlier attempts' lines stay.
 
 A node dies whole, as a container does: the moment a node's first process (its agent) ends,
 whatever is left of the node (torchrun, its ranks: each node's processes carry a marker of
@@ -31,7 +32,6 @@ end; torchrun's failure report says which rank it was, and the job's failure nam
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ...failures import TorchrunReport, WorkerExit, signal_text
+from ...failures import TorchrunReport, WorkerExit
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from ...pod.exits import KILLED, describe_exit, restart_cause
@@ -51,13 +51,18 @@ from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
 from ...store.jobdirs import release_reserve
 from .causes import (
     GRACE_AFTER_FAILURE_S,
+    Bug,
     cause_node,
     cause_rank,
     first_cause,
+    is_bug,
+    killed_rank,
     out_of_restarts,
     outweighs,
+    rank_codes,
+    stopped_node_exit,
 )
-from .joblog import SIGNAL_BASE, JobLog, copy_error_text
+from .joblog import JobLog, copy_error_text, tell_nodes
 from .plan import free_port, port_free
 from .procs import (
     MARKER_ENV,
@@ -80,6 +85,7 @@ SWEEP_TIMEOUT_S = 10.0  # for the processes of a failed attempt to be gone befor
 CANCEL_LINE = (format_agent_line(CANCELLED_BY_USER) + "\n").encode()
 PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
 TERM_TIMEOUT_S = 10.0
+BUG_STOP_S = 1.0  # after a bug: how long the nodes get to end before whatever is left is killed
 
 
 class Supervisor:
@@ -95,6 +101,8 @@ class Supervisor:
         self.rank_files: dict[int, JobLog] = {}
         self.exit_codes: dict[int, int] = {}
         self.first_failure: tuple[float, int] | None = None
+        self.bug: Bug | None = None  # this attempt's first bug: the job fails at once
+        self.stopped: frozenset[int] | None = None  # the nodes still running when it came
         self.cancelled = False
         self.copy_error: str | None = None
         self.reports: dict[int, TorchrunReport] = {}
@@ -206,13 +214,17 @@ class Supervisor:
             self.exit_codes[rank] = code
             if outweighs(code, self.first_failure, self.exit_codes, time.time()):
                 self.first_failure = (time.time(), rank)
+            if is_bug(code) and self.bug is None:
+                self.bug = Bug(time.monotonic(), rank // self.plan.nproc, code, rank)
         self.save()
 
-    def _on_worker_exit(self, ended: WorkerExit) -> None:
-        """An entry of torchrun's failure report: the only word on a rank a signal killed."""
+    def _on_worker_exit(self, ended: WorkerExit, ours: bool = False) -> None:
+        """An entry of torchrun's failure report: the only word on a rank a signal killed
+        (``ours``: a rank the supervisor killed after a bug, which is never the cause)."""
         with self.lock:
             self.exit_codes.setdefault(ended.rank, ended.code)  # a rank's own record wins
-            if first_cause(ended, self.first_failure, self.exit_codes, time.time()):
+            cause = first_cause(ended, self.first_failure, self.exit_codes, time.time())
+            if cause and not ours:
                 self.first_failure = (time.time(), ended.rank)
         self.save()
 
@@ -262,17 +274,13 @@ class Supervisor:
     def run(self) -> None:
         """Start every node, follow them to the end; after a fault with restarts left, stop
         whatever of the job still runs and start every node again."""
-        self.forks = self._start_forks()
-        try:
-            self.start()
-            while True:
-                self.wait()
-                fault = self._fault()
-                if fault is None or not self._restart(*fault):
-                    return
-        finally:
-            if self.forks is not None:
-                self.forks.stop()
+        self.forks = self._start_forks()  # stopped by finish, or with this process
+        self.start()
+        while True:
+            self.wait()
+            fault = self._fault()
+            if fault is None or not self._restart(*fault):
+                return
 
     def _start_forks(self) -> Server | None:
         """One fork server for the job's ranks, started before any thread (it forks the
@@ -298,6 +306,9 @@ class Supervisor:
             if all(c is not None for c in codes):
                 break
             now = time.monotonic()
+            bad = [(k, c) for k, c in enumerate(codes) if c is not None and is_bug(c)]
+            if bad and self.bug is None:  # a node ended with a bug (a rank's: _on_rank_exit)
+                self.bug = Bug(now, *bad[0])
             for node, c in enumerate(codes):
                 if c not in (None, 0) and node not in self.ended:
                     self.ended.append(node)
@@ -313,6 +324,8 @@ class Supervisor:
                 self.terminate()
             if terminated_at and now - terminated_at > TERM_TIMEOUT_S:
                 kill_marked(self.marker, exclude={os.getpid()})
+            if self.bug is not None and not self.cancelled:
+                self._stop_for_bug(self.bug, codes, now)
             time.sleep(0.05)
         for node, proc in enumerate(self.procs):  # those that ended in the last poll
             if proc.returncode not in (None, 0) and node not in self.ended:
@@ -323,6 +336,22 @@ class Supervisor:
             pump.join(timeout=5.0)
         kill_marked(self.marker, exclude={os.getpid()})  # nothing of the job outlives it
 
+    def _stop_for_bug(self, bug: Bug, codes: list[int | None], now: float) -> None:
+        """A bug fails the job at once: every other node is stopped now (SIGTERM; SIGKILL where
+        its ranks all ended: its torchrun only waits for the others), and whatever is left of
+        the job, the failing node's too, is killed :data:`BUG_STOP_S` later."""
+        if self.stopped is None:
+            self.stopped = frozenset(k for k, c in enumerate(codes) if c is None)
+            others = sorted(self.stopped - {bug.node})
+            tell_nodes(self.dir, bug.stop_line(), others)
+            for node in others:
+                if None not in rank_codes(self.exit_codes, node, self.plan.nproc):
+                    kill_node(self.marker, node)
+                else:
+                    self.procs[node].send_signal(signal.SIGTERM)
+        if now - bug.at > BUG_STOP_S:
+            kill_marked(self.marker, exclude={os.getpid()})
+
     def _reap(self, node: int) -> None:
         """Node ``node``'s agent ended: kill what is left of the node at once, as a container
         runtime does when a container's first process ends, and say so at the end of the
@@ -332,19 +361,27 @@ class Supervisor:
         if not gone.killed:
             return
         for rank in gone.ranks:  # like torchrun's report of a rank a signal killed
-            self._on_worker_exit(WorkerExit(rank, KILLED, root=False))
+            self._on_worker_exit(WorkerExit(rank, KILLED, root=False), ours=self.bug is not None)
         if node < len(self.pumps):
             self.pumps[node].join(timeout=1.0)  # its pipe closes as its last process dies
         code = exit_code(self.procs[node].returncode) or 0
-        self._tell_nodes(
-            f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}", [node]
-        )
+        said = f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}"
+        tell_nodes(self.dir, said, [node])
 
     def _nodes(self, phase: str = "") -> tuple[NodeState, ...]:
-        return tuple(
-            NodeState(p.pid, exit_code(p.returncode), self.restarts, self.events[node], phase)
-            for node, p in enumerate(self.procs)
-        )
+        return tuple(self._node(node, phase) for node in range(len(self.procs)))
+
+    def _node(self, node: int, phase: str) -> NodeState:
+        """Node ``node`` as ``state.json`` says it; one stopped after a bug elsewhere reads as
+        its ranks ended (:func:`.causes.stopped_node_exit`), and says why it was stopped."""
+        proc, event = self.procs[node], self.events[node]
+        code = exit_code(proc.returncode)
+        bug, stopped = self.bug, self.stopped or frozenset()
+        if code is not None and bug is not None and node in stopped:
+            code = stopped_node_exit(code, rank_codes(self.exit_codes, node, self.plan.nproc))
+            if node != bug.node and not event:  # a restart's cause stays said
+                event = bug.stopped_event(code)
+        return NodeState(proc.pid, code, self.restarts, event, phase)
 
     # -- restarts -------------------------------------------------------------------------
     def _fault(self) -> tuple[int, int] | None:
@@ -357,7 +394,7 @@ class Supervisor:
         if all(c == 0 for c in codes):
             return None
         ranks = self.exit_codes.values()
-        if any(0 < c < SIGNAL_BASE for c in [*codes, *ranks]):
+        if any(is_bug(c) for c in [*codes, *ranks]):
             return None
         node = cause_node(codes, self.ended, self.exit_codes, self.first_failure, self.plan.nproc)
         if self.max_restarts is None or self.restarts >= self.max_restarts:
@@ -387,7 +424,7 @@ class Supervisor:
         text = f"restart {self.restarts} of at most {limit}: {why}; starting every node again"
         nodes = self._nodes("Restarting")
         self.save(reason="Restarting", message=text, restarts=self.restarts, nodes=nodes)
-        self._tell_nodes(text)
+        tell_nodes(self.dir, text, range(len(self.plan.nodes)))
         left = _sweep(self.marker)
         if left:
             self.stop_error = (
@@ -405,36 +442,17 @@ class Supervisor:
             self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
             self.reaped = {}
             self.exit_codes.clear()
-            self.first_failure = None
+            self.first_failure, self.bug, self.stopped = None, None, None
             self.state = replace(self.state, failed_rank=None)  # the new attempt's, once one fails
         self.start()
         return True
 
-    def _tell_nodes(self, text: str, nodes: list[int] | None = None) -> None:
-        """An ``[agent]:`` line at the end of every node's log (or of ``nodes``') and its time,
-        where ``%ktrain logs`` and the cell show it."""
-        line = (format_agent_line(text) + "\n").encode()
-        for node in range(len(self.plan.nodes)) if nodes is None else nodes:
-            with contextlib.suppress(OSError):
-                times = JobLog(self.dir / f"node-{node}.times")
-                log = JobLog(self.dir / f"node-{node}.log")
-                try:
-                    times.write(b"%.6f\n" % time.time())
-                    log.write(line)
-                finally:
-                    times.close()
-                    log.close()
-
     def _free_port(self) -> None:
         """The rendezvous port again, or a fresh one when something else took it meanwhile."""
         port = self.plan.master_port
-        if not port or port_free(port):
-            return
-        port = free_port(set())
-        changes = {"MASTER_PORT": str(port), "PET_MASTER_PORT": str(port)}
-        nodes = tuple(launch.with_env(changes) for launch in self.plan.nodes)
-        self.plan = replace(self.plan, master_port=port, nodes=nodes)
-        self.state = replace(self.state, master_port=port)
+        if port and not port_free(port):
+            self.plan = self.plan.with_port(free_port(set()))
+            self.state = replace(self.state, master_port=self.plan.master_port)
 
     def finish(self) -> None:
         nodes = self._nodes()
@@ -456,7 +474,8 @@ class Supervisor:
         else:
             state = FAILED
             reason = "RankFailed" if self.first_failure else "NodeFailed"
-            message = self._killed_rank()
+            codes_now = [exit_code(p.returncode) or 0 for p in self.procs]
+            message = killed_rank(self.first_failure, self.reaped, codes_now, self.exit_codes)
             if self.no_restart:
                 message = f"{message}: {self.no_restart}" if message else self.no_restart
         if self.first_failure is None and state == FAILED and not self.cancelled:
@@ -467,20 +486,8 @@ class Supervisor:
             self.state = replace(self.state, progress=self.progress.progress)
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
         release_reserve(self.dir)
-
-    def _killed_rank(self) -> str:
-        """``rank 2 was killed by signal 9 (SIGKILL)`` when a signal ended the first failure;
-        ``node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 and 3 were killed with
-        it`` when the rank died with its node."""
-        if self.first_failure is None:
-            return ""
-        rank = self.first_failure[1]
-        for node, gone in self.reaped.items():
-            if rank in gone.ranks:
-                code = exit_code(self.procs[node].returncode) or 0
-                return f"node {node} exited {code} ({describe_exit(code)}); {gone.ranks_killed()}"
-        how = signal_text(self.exit_codes.get(rank))
-        return f"rank {rank} was killed by {how}" if how else ""
+        if self.forks is not None:  # once the end is written: its interpreter takes a while
+            self.forks.stop()
 
 
 def _sweep(marker: str) -> list[int]:
