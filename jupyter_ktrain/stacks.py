@@ -68,7 +68,8 @@ def stacks_text(name: str, got: Sequence[tuple[str, Stack]]) -> str:
     plural = "s" if ranks != 1 else ""
     lines = [f"Stacks of {name!r}, {ranks} rank{plural} (most recent call last):"]
     for where, stack in got:
-        head = f"rank {stack.rank}" + (f" (pod {where})" if where else "")
+        pod = f"pod {where}" if where else "a node"
+        head = pod if stack.rank is None else f"rank {stack.rank}" + (f" ({pod})" if where else "")
         if stack.why:
             lines += ["", f"{head}: {stack.why}"]
             continue
