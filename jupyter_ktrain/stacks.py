@@ -64,7 +64,7 @@ def stacks(backend: Backend, name: str, rank: int | None) -> str:
 
 def stacks_text(name: str, got: Sequence[tuple[str, Stack]]) -> str:
     """Each rank's stack as Python shows a traceback: every thread, most recent call last."""
-    ranks = len(got)
+    ranks = sum(1 for _, stack in got if stack.rank is not None)
     plural = "s" if ranks != 1 else ""
     lines = [f"Stacks of {name!r}, {ranks} rank{plural} (most recent call last):"]
     for where, stack in got:
