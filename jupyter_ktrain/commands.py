@@ -339,8 +339,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "stacks",
         (NAME, RANK),
-        "each running rank's Python stack, every thread, within\nseconds (of rank R only); "
-        "a warm job's current run's",
+        "where each running rank is now: its Python stack, every\n"
+        "thread (--rank R: that rank only; a warm job: its run)",
         stacks,
     ),
     Command(

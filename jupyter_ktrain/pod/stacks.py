@@ -100,7 +100,7 @@ def serve(rank: int, program: str, env: Mapping[str, str]) -> StackServer | None
     path = _socket_path(folder, rank)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # the user's alone: stacks show code
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # an earlier run's or restart's: this rank answers now
         sock.bind(path)
