@@ -27,7 +27,7 @@ from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import JobStatus
 from .spec import check_job_name
-from .stacks import stacks as stacks_text
+from .stacks import show_stacks
 from .store.records import job_dir
 from .tracking import session as tracking
 from .words import cancelled_text, describe, status_text
@@ -300,7 +300,7 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
 
 
 def stacks(target: Target, name: str, rank: int | None) -> Reply:
-    return Reply(stacks_text(target.open(), name, rank))
+    return Reply(show_stacks(target.open(), name, rank))
 
 
 def config(settings: Sequence[str]) -> Reply:

@@ -1,6 +1,6 @@
 """``%ktrain stacks NAME [--rank R]``: every running rank's Python stack, every thread.
 
-The handler (:func:`stacks`) checks what the user asked for (a job that runs, a rank it has,
+The handler (:func:`show_stacks`) checks what the user asked for (a job that runs, a rank it has,
 a warm job with a run going) and gets the stacks from the backend (:class:`~.backends.
 capabilities.StacksShown`: the ranks answer themselves, :mod:`.pod.stacks`); :func:`stacks_text`
 shows them as Python shows a traceback, most recent call last, a frame of the notebook's code
@@ -16,7 +16,7 @@ from .backends.capabilities import WarmCapable, job_shape, stacks_shown
 from .errors import SpecError
 from .pod.protocol import Stack
 
-__all__ = ["stacks", "stacks_text"]
+__all__ = ["show_stacks", "stacks_text"]
 
 
 def _refuse_ended(backend: Backend, name: str) -> None:
@@ -49,7 +49,7 @@ def _check_rank(backend: Backend, name: str, rank: int | None) -> None:
         )
 
 
-def stacks(backend: Backend, name: str, rank: int | None) -> str:
+def show_stacks(backend: Backend, name: str, rank: int | None) -> str:
     """The text of ``%ktrain stacks NAME [--rank R]`` on ``backend``."""
     _refuse_ended(backend, name)
     _check_rank(backend, name, rank)
