@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # this checkout's package, installed or not
+
+from jupyter_ktrain.pod.protocol import GPU, parse_line, record_type  # noqa: E402
 
 TRAIN = r"""
 import json, sys, time, torch

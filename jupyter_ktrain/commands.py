@@ -25,11 +25,12 @@ from .backends.base import Backend, Job
 from .backends.capabilities import warm_capable
 from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
-from .jobs import CANCELLED, JobStatus
+from .jobs import JobStatus
 from .spec import check_job_name
+from .stacks import show_stacks
 from .store.records import job_dir
 from .tracking import session as tracking
-from .words import describe, status_text
+from .words import cancelled_text, describe, status_text
 
 __all__ = [
     "COMMANDS",
@@ -170,6 +171,7 @@ def _number(flag: str, what: str, example: str, signed: bool = False) -> Callabl
 
 NAME = Arg("name", "NAME", "a job name", convert=check_job_name, required=True)
 RUN = Arg("--run", "N", "a run number", convert=_number("--run", "a run number", "2"))
+RANK = Arg("--rank", "R", "a rank", convert=_number("--rank", "a rank", "0", signed=True))
 TARGET_ARGS = (
     Arg("--backend", "B", "local or kubernetes"),
     Arg("--namespace", "NS", "a Kubernetes namespace"),
@@ -247,23 +249,7 @@ def cancel(target: Target, name: str, run: int | None) -> Reply:
         after: JobStatus | None = backend.status(name)
     except JobNotFound:
         after = None
-    return Reply(_cancelled(name, after))
-
-
-def _cancelled(name: str, status: JobStatus | None) -> str:
-    """What a cancel did, as it happened: ``Cancelled 'x'.``, with what the backend found
-    (``its supervisor was gone; the cancel stopped ...``), or how the job ended meanwhile.
-    ``status`` is None when the cancel removed the job (Kubernetes deletes it)."""
-    if status is None or not status.terminal:
-        return f"Cancelled {name!r}."
-    if status.state == CANCELLED:
-        return (
-            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
-        )
-    why = f"{status.reason}: {status.message}" if status.message else status.reason
-    return (
-        f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
-    )
+    return Reply(cancelled_text(name, after))
 
 
 def warm(target: Target, name: str, idle: str) -> Reply:
@@ -313,6 +299,10 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
     return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
 
 
+def stacks(target: Target, name: str, rank: int | None) -> Reply:
+    return Reply(show_stacks(target.open(), name, rank))
+
+
 def config(settings: Sequence[str]) -> Reply:
     from .config import load_config, set_config
 
@@ -338,7 +328,7 @@ COMMANDS: tuple[Command, ...] = (
         "logs",
         (
             NAME,
-            Arg("--rank", "R", "a rank", convert=_number("--rank", "a rank", "0", signed=True)),
+            RANK,
             Arg("--grep", "TEXT", "the text to look for"),
             RUN,
         ),
@@ -346,6 +336,13 @@ COMMANDS: tuple[Command, ...] = (
         logs,
     ),
     Command("status", (NAME,), "state and why, times, exit codes, replicas", status),
+    Command(
+        "stacks",
+        (NAME, RANK),
+        "where each running rank is now: its Python stack, every\n"
+        "thread (--rank R: that rank only; a warm job: its run)",
+        stacks,
+    ),
     Command(
         "cancel",
         (NAME, RUN),

@@ -18,6 +18,7 @@ own way:
 - :func:`state_message`: what follows the state in the cell's header and text (the reason and
   message, or which rank failed first);
 - :func:`status_text`: ``%ktrain status NAME`` (state and why, times, exit codes, replicas);
+- :func:`cancelled_text`: what ``%ktrain cancel NAME`` did, as it happened;
 - :func:`restarting`: the job is starting its nodes again (its progress says "restarting",
   not a time left counting down);
 - :func:`progress_words`: ``42% (25/60) · 12s left`` and the list's short ``42% · 12s``;
@@ -42,6 +43,7 @@ from .pod.progress import fmt_duration, progress_short, progress_text
 
 __all__ = [
     "StatusWords",
+    "cancelled_text",
     "describe",
     "ended_by_user",
     "progress_words",
@@ -257,3 +259,19 @@ def status_text(status: JobStatus, backend: str, now: float | None = None) -> st
         event = f" · {r.last_event}" if r.last_event else ""
         lines.append(f"  {r.name}: {r.phase}{code}{extra} on {r.node or '-'}{event}")
     return "\n".join(lines)
+
+
+def cancelled_text(name: str, status: JobStatus | None) -> str:
+    """What ``%ktrain cancel`` did, as it happened: ``Cancelled 'x'.``, with what the backend
+    found (``its supervisor was gone; the cancel stopped ...``), or how the job ended meanwhile.
+    ``status`` is None when the cancel removed the job (Kubernetes deletes it)."""
+    if status is None or not status.terminal:
+        return f"Cancelled {name!r}."
+    if status.state == CANCELLED:
+        return (
+            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
+        )
+    why = f"{status.reason}: {status.message}" if status.message else status.reason
+    return (
+        f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
+    )

@@ -275,9 +275,12 @@ class Kernel:
         if not self.shell.run_cell(CELLS, store_history=True).success:
             raise RuntimeError("the check's notebook cell did not run")
 
-    def run(self, name: str, flags: str, cell: str, timeout: float) -> Any:
-        """``%%ktrain --name NAME FLAGS`` following the job; cancelled after ``timeout``."""
+    def run(self, name: str, flags: str, cell: str, timeout: float, failing: bool = False) -> Any:
+        """``%%ktrain --name NAME FLAGS`` following the job; cancelled after ``timeout``. A job
+        meant to fail (``failing``): the cell raises ``JobFailed`` as it should, and the job
+        comes back as attached after its end, to be judged by its status and logs."""
         from jupyter_ktrain.backends.local import LocalBackend
+        from jupyter_ktrain.errors import JobFailed
 
         timeout = min(timeout, remaining(reserve=15))
         if timeout < 20:
@@ -287,8 +290,19 @@ class Kernel:
         try:  # the job's output goes to stderr: stdout is the JSON line
             with contextlib.redirect_stdout(sys.stderr):
                 return self.shell.run_cell_magic("ktrain", f"--name {name} {flags}", cell)
+        except JobFailed:
+            if not failing:
+                raise
+            log(f"{name} failed, as it should")
+            return self.attach(name)
         finally:
             watchdog.cancel()
+
+    def attach(self, name: str) -> Any:
+        """The job ``name`` of this kernel's registry."""
+        from jupyter_ktrain.backends.local import LocalBackend
+
+        return LocalBackend().attach(name)
 
 
 ONE_GPU = "--nodes 1 --procs-per-node 1 --gpus-per-node 1"
@@ -353,7 +367,7 @@ def check_failures(kernel: Kernel) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for key, (cell, flags, want) in FAILURES.items():
-        job = kernel.run(f"gc-{key.replace('_', '-')}", flags, cell, 120)
+        job = kernel.run(f"gc-{key.replace('_', '-')}", flags, cell, 120, failing=True)
         status = job.status()
         rank = status.failed_rank
         if rank is None:

@@ -5,12 +5,14 @@ check it by type, as torchx does with its scheduler mixins.
 - :class:`WarmCapable`: keeps warm jobs (``--warm``) and their runs; the backend sets ``warm``
   to what keeps them (a :class:`WarmRuns`), and the mixin hands the calls on;
 - :class:`ShapeKnown`: stored the shape a job was started with (what a monitor attached later,
-  the side panel and ``compare`` show).
+  the side panel and ``compare`` show);
+- :class:`StacksShown`: asks a running job's ranks for their Python stacks (``stacks``).
 
-A caller that needs a capability asks :func:`warm_capable` (the backend as that capability, or
-one :class:`~jupyter_ktrain.errors.BackendError` saying it lacks it) or :func:`job_shape` (None
-where unknown). To add a capability: a mixin here with its methods and docstrings, a helper like
-those two for its callers, and the capability in the class line of each backend that has it.
+A caller that needs a capability asks :func:`warm_capable` or :func:`stacks_shown` (the backend
+as that capability, or one :class:`~jupyter_ktrain.errors.BackendError` saying it lacks it) or
+:func:`job_shape` (None where unknown). To add a capability: a mixin here with its methods and
+docstrings, a helper like those for its callers, and the capability in the class line of each
+backend that has it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,19 @@ from ..errors import BackendError
 
 if TYPE_CHECKING:
     from ..jobs import JobShape, JobStatus
+    from ..pod.protocol import Stack
     from .logsource import LogSource
 
-__all__ = ["Named", "ShapeKnown", "WarmCapable", "WarmRuns", "job_shape", "warm_capable"]
+__all__ = [
+    "Named",
+    "ShapeKnown",
+    "StacksShown",
+    "WarmCapable",
+    "WarmRuns",
+    "job_shape",
+    "stacks_shown",
+    "warm_capable",
+]
 
 
 class Named(Protocol):
@@ -85,6 +97,26 @@ class ShapeKnown(ABC):
     @abstractmethod
     def shape(self, name: str) -> JobShape | None:
         """The shape job ``name`` was started with; None when it was not stored."""
+
+
+class StacksShown(ABC):
+    """A backend that asks a running job's ranks for their Python stacks, every thread
+    (:mod:`jupyter_ktrain.pod.stacks`)."""
+
+    @abstractmethod
+    def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
+        """(where, stack) of each rank of job ``name`` that runs now (of ``rank`` only), by
+        rank; ``where`` names the rank's pod where there is one (else ""). A rank that could
+        not answer is a :class:`~jupyter_ktrain.pod.protocol.Stack` saying why; a job with no
+        rank running gives []."""
+
+
+def stacks_shown(backend: Named, name: str) -> StacksShown:
+    """``backend`` as one that shows stacks; :class:`BackendError` when it cannot (a caller
+    asked for those of job ``name``)."""
+    if not isinstance(backend, StacksShown):
+        raise BackendError(f"The {backend.name} backend cannot show the stacks of {name!r}.")
+    return backend
 
 
 def warm_capable(backend: Named, name: str) -> WarmCapable:

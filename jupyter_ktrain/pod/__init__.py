@@ -11,6 +11,8 @@ runner_files`).
     program.py         a rank's run of the program: lines prefixed by rank, the exit record
     cell.py            ``run_cell``, the program's last line: rank 0's results record
     tracebacks.py      tracebacks and warnings pointing at the notebook's cells
+    stacks.py          every thread's stack of a running rank, on demand (``ktrain stacks``):
+                       a thread of each rank answers on a socket of its node
     integrations.py    Transformers / Lightning report by themselves (import hooks)
     trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
     progress.py        percent done and time left from ``step``/``total``; the one fold of a

@@ -7,9 +7,10 @@ forks for each run (:mod:`.agent.warm`).
 ``__main__`` (with :mod:`.integrations` hooked in, so a Transformers Trainer reports by
 itself; the program's last line runs the cell, :mod:`.cell`, and rank 0 sends the cell's
 results back as a structured record), points a traceback at the notebook's cells
-(:mod:`.tracebacks`) and ends with an ``exit`` record carrying the rank's exit code. A rank
-that ``mpirun`` started gets the variables ``torch.distributed``'s ``env://`` needs first
-(:mod:`.mpi`). Imports are kept light: this runs before the user's code in every process.
+(:mod:`.tracebacks`), answers ``ktrain stacks`` while it runs (:mod:`.stacks`) and ends
+with an ``exit`` record carrying the rank's exit code. A rank that ``mpirun`` started gets the
+variables ``torch.distributed``'s ``env://`` needs first (:mod:`.mpi`). Imports are kept
+light: this runs before the user's code in every process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .exits import PEER_LOST, peer_lost, write_rank_code
 from .mpi import rank_env
 from .protocol import Exit, format_rank_line
 from .ranks import global_rank, node_env
+from .stacks import serve as serve_stacks
 from .tracebacks import name_cells_in_warnings, notebook_traceback
 
 __all__ = ["exit_now", "main"]
@@ -148,6 +150,7 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault(key, value)
     prefixer = _Prefixer(rank)
     prefixer.start()
+    stacks = serve_stacks(rank, program, os.environ)  # `ktrain stacks` asks it
     code = 0
     write_rank_code(rank, None)  # started: a rank that leaves no code was killed
     _integrations(rank)
@@ -162,6 +165,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("".join(notebook_traceback(exc, program)))
         code = PEER_LOST if peer_lost(exc) else 1
     code = _checkpoints_written(code, program)
+    if stacks is not None:
+        stacks.close()
     write_rank_code(rank, code)
     prefixer.stop()
     record = Exit(rank, code).format()

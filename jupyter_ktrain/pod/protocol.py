@@ -23,8 +23,8 @@ and the rest of such a line keeps Ray's prefix as its text.
 
 The record vocabulary lives here and nowhere else: one frozen dataclass per record type
 (:class:`Metric`, :class:`Gpu`, :class:`Result`, :class:`Exit`, :class:`Restart`,
-:class:`Checkpoint`, :class:`Resume`, and a warm job's :class:`Ready`, :class:`Run`,
-:class:`RunEnd`), each with ``to_dict``/``format`` (the wire form, one line) and ``from_dict``
+:class:`Checkpoint`, :class:`Resume`, a warm job's :class:`Ready`, :class:`Run`, :class:`RunEnd`,
+and :class:`Stack`), each with ``to_dict``/``format`` (the wire form, one line) and ``from_dict``
 (None for a record that is not one); :func:`parse_record` reads any record into its class
 (None for an unknown or malformed one, so an older or newer job's log still reads). To add a
 record: write its dataclass here (its ``TYPE``, who writes it, its fields), add it to
@@ -56,6 +56,7 @@ __all__ = [
     "RESUME",
     "RUN",
     "RUN_END",
+    "STACK",
     "TYPE",
     "Checkpoint",
     "Exit",
@@ -69,6 +70,7 @@ __all__ = [
     "Resume",
     "Run",
     "RunEnd",
+    "Stack",
     "format_agent_line",
     "format_rank_line",
     "format_record",
@@ -96,9 +98,11 @@ RESTART = "restart"  # an MPIJob launcher re-ran mpirun (pod.agent.relaunch): n,
 RUN = "run"  # a warm node's agent starts run N of its job (pod.agent.warm): run, node
 RUN_END = "run_end"  # a warm node's run ended (pod.agent.warm): run, node, code, why, aborted
 READY = "ready"  # a warm node's agent holds a ready interpreter (pod.agent.warm): node, s
+STACK = "stack"  # a rank's stacks, asked by `ktrain stacks` (pod.stacks): rank, pid, threads
 CHECKPOINT = "checkpoint"  # a rank saved a checkpoint (pod.checkpoint): step, bytes, seconds...
 RESUME = "resume"  # rank 0 loaded a checkpoint (pod.checkpoint): step, file, world_size
-RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, CHECKPOINT, RESUME, RUN, RUN_END, READY)
+RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, CHECKPOINT, RESUME, RUN, RUN_END, READY,
+                STACK)  # fmt: skip
 
 # The keys of a metric record that are not metrics: ktrain.report refuses them as names, and
 # no reader (the monitor, the Prometheus endpoint, trainerStatus) plots or exports them.
@@ -441,9 +445,41 @@ class Ready(_Record):
         return cls(_int(raw, "node"), _num(raw, "s"))
 
 
-Record = Metric | Gpu | Result | Exit | Restart | Checkpoint | Resume | Run | RunEnd | Ready
+@dataclass(frozen=True)
+class Stack(_Record):
+    """A rank's Python stack, every thread (:mod:`.stacks`): ``threads`` are (name, frames),
+    the main thread first; a frame is (file, line, function, source line), outermost first,
+    one in the notebook's code named ``cell [N]`` as its tracebacks name it. ``why``: a rank
+    that gave none says why (no answer in time)."""
+
+    TYPE: ClassVar[str] = STACK
+    rank: int | None
+    pid: int | None = None
+    threads: tuple[tuple[str, tuple[tuple[str, int, str, str], ...]], ...] = ()
+    why: str = ""
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        threads = [{"name": n, "frames": [list(f) for f in fs]} for n, fs in self.threads]
+        return {TYPE: STACK, "rank": self.rank, "pid": self.pid, "threads": threads,
+                **({"why": self.why} if self.why else {}), **_some(t=self.t)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Stack | None:
+        try:
+            threads = tuple(
+                (str(t["name"]), tuple((str(a), int(n), str(w), str(c)) for a, n, w, c in fs))
+                for t in raw.get("threads") or ()
+                for fs in [t["frames"]]
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(_int(raw, "rank"), _int(raw, "pid"), threads, _str(raw, "why"), _num(raw, "t"))
+
+
+Record = Metric | Gpu | Result | Exit | Restart | Checkpoint | Resume | Run | RunEnd | Ready | Stack
 RECORD_CLASSES: tuple[type[Record], ...] = (
-    Metric, Gpu, Result, Exit, Restart, Checkpoint, Resume, Run, RunEnd, Ready
+    Metric, Gpu, Result, Exit, Restart, Checkpoint, Resume, Run, RunEnd, Ready, Stack
 )  # fmt: skip
 _BY_TYPE: dict[str, type[Record]] = {cls.TYPE: cls for cls in RECORD_CLASSES}
 

@@ -14,8 +14,9 @@ import os
 import runpy
 import traceback
 import warnings
+from collections.abc import Iterable
 
-__all__ = ["name_cells_in_warnings", "notebook_traceback"]
+__all__ = ["name_cells_in_warnings", "notebook_frames", "notebook_traceback"]
 
 # the product's frames (jupyter_ktrain/...) and runpy's are left out of a notebook traceback
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,6 +82,20 @@ def name_cells_in_warnings(program: str) -> None:
     warnings.formatwarning = formatwarning
 
 
+def _frames(
+    frames: Iterable[traceback.FrameSummary], program: str, spans: list[tuple[int, int, int, int]]
+) -> list[traceback.FrameSummary]:
+    return [f for f in (_to_notebook(x, program, spans) for x in frames) if f is not None]
+
+
+def notebook_frames(
+    frames: Iterable[traceback.FrameSummary], program: str
+) -> list[traceback.FrameSummary]:
+    """``frames`` (a stack, outermost first) as a notebook traceback shows them: a program
+    line as ``cell [N]``, line M; the product's own frames left out."""
+    return _frames(frames, program, _line_map(program))
+
+
 def notebook_traceback(exc: BaseException, program: str) -> list[str]:
     """The traceback of ``exc`` with frames pointing at notebook cells, as lines."""
     spans = _line_map(program)
@@ -91,8 +106,7 @@ def notebook_traceback(exc: BaseException, program: str) -> list[str]:
         if id(te) in seen:
             continue
         seen.add(id(te))
-        frames = [_to_notebook(f, program, spans) for f in te.stack]
-        te.stack = traceback.StackSummary.from_list([f for f in frames if f is not None])
+        te.stack = traceback.StackSummary.from_list(_frames(te.stack, program, spans))
         todo += [t for t in (te.__cause__, te.__context__) if t is not None]
         todo += list(getattr(te, "exceptions", None) or [])
     return list(top.format())

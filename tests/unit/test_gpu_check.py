@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from jupyter_ktrain.errors import JobFailed
 from jupyter_ktrain.pod.agent.metrics import MetricsStore
 from jupyter_ktrain.pod.protocol import parse_line
 
@@ -59,3 +62,38 @@ def test_sampling_verdict_names_what_is_wrong() -> None:
         for i, r in enumerate(gpu)
     ]
     assert _gpu_check().judge_sampling(halved, H100, _scrape(halved))["failed"] == ["one_hz"]
+
+
+class _FailingShell:
+    """A kernel whose ``%%ktrain`` cell raises JobFailed, as it does for a job that failed."""
+
+    def __init__(self) -> None:
+        self.cells: list[str] = []
+
+    def run_cell_magic(self, magic: str, line: str, cell: str) -> Any:
+        self.cells.append(cell)
+        raise JobFailed("Job 'gc-oom' failed: rank 0 ran out of GPU memory", headline="OOM")
+
+
+def _failing_kernel(module: Any) -> Any:
+    kernel = module.Kernel.__new__(module.Kernel)  # no IPython: only its shell's answer matters
+    kernel.shell = _FailingShell()
+    kernel.attach = lambda name: f"job {name} as it ended"
+    return kernel
+
+
+def test_an_intended_failure_is_the_job_not_an_error() -> None:
+    """The failures check: an OOM job's JobFailed is what it should do; the check goes on
+    with the job (its status and logs say which class), and to the next failure."""
+    module = _gpu_check()
+    kernel = _failing_kernel(module)
+    job = kernel.run("gc-oom", module.ONE_GPU, "oom()\n", 120, failing=True)
+    assert job == "job gc-oom as it ended"
+    assert kernel.shell.cells == ["oom()\n"]
+
+
+def test_a_job_meant_to_succeed_still_fails_its_check() -> None:
+    module = _gpu_check()
+    kernel = _failing_kernel(module)
+    with pytest.raises(JobFailed, match="gc-oom"):
+        kernel.run("gc-nccl", module.ONE_GPU, "total = nccl_sum()\n", 120)

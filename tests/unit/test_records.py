@@ -19,6 +19,7 @@ from jupyter_ktrain.pod.protocol import (
     Resume,
     Run,
     RunEnd,
+    Stack,
     format_rank_line,
     parse_line,
     parse_record,
@@ -35,6 +36,7 @@ SAMPLES = [
     Run(2, 0, 10.0),
     RunEnd(2, 1, 143, "rank 1 failed", "", 11.0),
     Ready(0, 1.25),
+    Stack(1, 42, (("MainThread", (("cell [4]", 31, "train", "dist.all_reduce(t)"),)),), t=4.0),
 ]
 
 
@@ -68,6 +70,10 @@ def test_lines_an_older_job_wrote_read_as_before() -> None:
 def test_an_unknown_or_broken_record_is_none_not_an_error() -> None:
     assert parse_record({"type": "from-a-newer-job", "x": 1}) is None
     assert parse_record({"type": "resume"}) is None  # no step
+    assert parse_record({"type": "stack", "rank": 0, "threads": [{"name": "x"}]}) is None
+    assert parse_record({"type": "stack", "rank": 0, "why": "no answer"}) == Stack(
+        0, why="no answer"
+    )
     assert parse_record(None) is None
     assert parse_line("[rank0]: plain text").typed is None
 

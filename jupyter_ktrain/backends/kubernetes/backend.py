@@ -14,7 +14,8 @@ parts it needs, never the backend:
   cache (:mod:`.watch`); :class:`~.job_logs.JobLogs`: logs from per-pod streams (:mod:`.logs`);
 - :class:`~.warm_backend.WarmJobs`: the runs of ``--warm`` jobs;
 - :class:`~.history.ClusterHistory`: ended jobs, kept past their objects;
-- :class:`~.removal.Removal`: cancel and delete.
+- :class:`~.removal.Removal`: cancel and delete;
+- :class:`~.stacks.JobStacks`: every running rank's stack, asked in its pod (``pods/exec``).
 
 Jobs are found by label (:mod:`.lookup`), so a fresh kernel can list and re-attach.
 """
@@ -28,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from ...config import Config, load_config
 from ...jobs import JobShape, JobStatus
+from ...pod.protocol import Stack
 from ..base import Backend, Job, LaunchPlan, Request
-from ..capabilities import ShapeKnown, WarmCapable
+from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
 from .api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
@@ -40,6 +42,7 @@ from .job_status import JobStatuses
 from .listing import JobListing
 from .plan import KubernetesRequest
 from .removal import Removal
+from .stacks import JobStacks
 from .submit import Submitter
 from .warm_backend import WarmJobs
 from .warm_ledger import WarmLedger
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["KubernetesBackend"]
 
 
-class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
+class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
     name = BACKEND_NAME
 
     def __init__(
@@ -72,6 +75,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
         self.planner = Planner(self.cluster, self.warm)
         self.submitter = Submitter(self.cluster, self.history)
         self.removal = Removal(self.cluster, self.statuses, self.history)
+        self.job_stacks = JobStacks(self.cluster)
         # each command makes a backend: the watches it opened and the connection it made end
         # with it (nothing it holds points back at it); a watch ends sooner when idle
         self._closer = weakref.finalize(self, self.cluster.close)
@@ -117,6 +121,9 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown):
 
     def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
         return self.logs.read_timed(name)
+
+    def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
+        return self.job_stacks.stacks(name, rank)
 
     def cancel(self, name: str) -> None:
         self.removal.cancel(name)

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ...jobs import CANCELLED, CANCELLED_REASON, TERMINAL_STATES, JobShape, JobStatus
+from ...pod.protocol import Stack
+from ...pod.stacks import STACKS_DIR_ENV, ask
 from ...spec import check_job_name
 from ...store.files import make_private_dirs, open_append, store_error, write_private
 from ...store.home import jobs_dir, ktrain_home
 from ...store.jobdirs import create_job_dir, job_marker, release_reserve
 from ..base import Backend, Job, LaunchPlan, Request
-from ..capabilities import ShapeKnown, WarmCapable
+from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
 from ..warm import warm_shape
 from .folders import JOB_META, JOB_META_VERSION, JobFolders, alive
@@ -37,7 +39,7 @@ from .gpus import machine_gpus
 from .launch import BACKEND, Planner
 from .logs import FileLogSource, LogIndex
 from .procs import marked_pids, stop_marked
-from .request import PLAN, LocalRequest
+from .request import PLAN, LocalRequest, read_plan
 from .state import LocalState, change_state
 from .warm import LocalWarm
 
@@ -51,7 +53,7 @@ __all__ = ["LocalBackend"]
 CANCEL_TIMEOUT_S = 15.0
 
 
-class LocalBackend(Backend, WarmCapable, ShapeKnown):
+class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
     """``gpus`` lists this machine's GPUs (a seam for tests; default :func:`machine_gpus`,
     asked only when a job wants GPUs).
 
@@ -224,6 +226,23 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown):
             return  # deleted meanwhile by another command
         except OSError as exc:
             raise store_error(job_dir, exc, "delete a job from") from None
+
+    def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
+        """Asked of the ranks' sockets (:mod:`jupyter_ktrain.pod.stacks`), in the folder the
+        job's plan gave its nodes."""
+        self.folders.state(name)  # JobNotFound
+        try:
+            folder = read_plan(self.job_dir(name)).nodes[0].env.get(STACKS_DIR_ENV)
+        except OSError as exc:
+            raise store_error(self.job_dir(name), exc, "read") from None
+        except ValueError as exc:  # PlanError: a plan.json this version cannot read
+            raise BackendError(f"{name!r}: its plan cannot be read ({exc}).") from None
+        if not folder:
+            raise BackendError(
+                f"{name!r} was started by an older jupyter-ktrain, whose ranks do not answer "
+                "`stacks`; a job started now does."
+            )
+        return [("", stack) for stack in ask(folder, None if rank is None else {rank})]
 
     def log_sources(self, name: str) -> list[LogSource]:
         nodes = self.folders.meta(name)["nodes"]

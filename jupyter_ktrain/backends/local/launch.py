@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from ...kinds import KIND_TABLE
 from ...pod.agent.warm import CONTROL_ENV
 from ...pod.checkpoint import CHECKPOINTS_ENV
 from ...pod.launch import node_command, operator_env
+from ...pod.stacks import STACKS_DIR_ENV
 from ..base import LaunchPlan
 from .folders import JobFolders
 from .gpus import split_gpus
@@ -116,6 +118,8 @@ class Planner:
                 **metrics_env(spec, node),
                 **dict(kind.driver_env),
                 MARKER_ENV: marker,
+                # the ranks' sockets for `stacks`: short (a socket path has 108 bytes), the job's
+                STACKS_DIR_ENV: os.path.join(tempfile.gettempdir(), f"ktrain-stacks-{marker[:16]}"),
                 **spec.env_dict,
             }
             argv = node_command(str(code_dir), python=self.python)

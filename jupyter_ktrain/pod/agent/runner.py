@@ -44,6 +44,7 @@ from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
+from ..stacks import STACKS_DIR_ENV, stacks_dir
 from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
@@ -210,6 +211,7 @@ def main(
                 metrics.stop()
     exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
     env[EXIT_DIR_ENV] = exit_dir
+    env[STACKS_DIR_ENV] = stacks_dir(env)  # where the ranks answer `ktrain stacks`
     orphans = Orphans(_say)
     forks = _start_forks(cmd, env)
     if forks is not None:

@@ -49,6 +49,7 @@ from .. import program  # imported once here, not in every rank
 from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..launch import CODE_DIR, PROGRAM_FILE
 from ..protocol import READY, RUN, RUN_END, TYPE, format_agent_line, format_record
+from ..stacks import STACKS_DIR_ENV, stacks_dir
 from .deliver import KEY_ENV
 from .mirror import CONFIGMAP_ENV, CONTROL_ENV, seed
 from .preimport import preimport
@@ -325,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"jupyter_ktrain.pod.agent.warm: {CONTROL_ENV} is not set\n")
         return 2
     os.environ.pop(KEY_ENV, None)  # for the exec'd deliveries only: no rank sees it
+    os.environ[STACKS_DIR_ENV] = stacks_dir(os.environ)  # where its ranks answer `stacks`
     folder = os.environ[CONTROL_ENV]
     os.makedirs(folder, exist_ok=True)
     if os.environ.get(CONFIGMAP_ENV):  # on Kubernetes: run 1 from the mounted ConfigMap

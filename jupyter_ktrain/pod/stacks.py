@@ -1,0 +1,195 @@
+"""Every thread's Python stack of a running rank, on demand (``ktrain stacks``).
+
+Each rank (:func:`.program.main`) answers on a Unix socket of its node,
+``$KTRAIN_STACKS_DIR/rank{N}.sock`` (the node's agent sets the folder: :func:`stacks_dir`),
+from a daemon thread that waits in ``accept()``: one connection, one :class:`~.protocol.Stack`
+record, every thread's frames from ``sys._current_frames()`` with a frame of the notebook's code
+named as the job's tracebacks name it (``cell [4]``, line 31; :mod:`.tracebacks`). A thread
+answers where a signal handler could not: while the main thread waits in a collective, a
+``sleep`` or I/O (anything that lets go of the GIL). No debugger, no signal, no privilege.
+
+The asker is on the node: :func:`ask` connects to the ranks' sockets at once and reads each
+answer (a rank that does not answer in :data:`ASK_TIMEOUT_S` is a record saying so; a socket
+whose rank ended answers nothing and is left out). ``python -m jupyter_ktrain.pod.stacks
+[--rank R]`` prints the records, one line each, in the protocol's form: what a cluster backend
+runs in each pod through ``pods/exec`` (no API, no token in the pod); the local backend asks
+the sockets itself. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .protocol import Stack, format_rank_line, parse_line
+from .tracebacks import notebook_frames
+
+__all__ = ["ASK_TIMEOUT_S", "STACKS_DIR_ENV", "StackServer", "ask", "serve", "stacks_dir", "take"]
+
+STACKS_DIR_ENV = "KTRAIN_STACKS_DIR"
+ASK_TIMEOUT_S = 5.0
+_SOCKET_RE = re.compile(r"^rank(\d+)\.sock$")
+_THREADING = threading.__file__
+
+
+def stacks_dir(env: Mapping[str, str]) -> str:
+    """The node's folder of rank sockets: ``$KTRAIN_STACKS_DIR``, else one fixed folder in the
+    temporary directory (a pod runs one node, and a command exec'd into it finds it there)."""
+    return env.get(STACKS_DIR_ENV) or os.path.join(tempfile.gettempdir(), "ktrain-stacks")
+
+
+def _socket_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.sock")
+
+
+# -- the rank's side --------------------------------------------------------------------------
+def take(rank: int | None, program: str, skip: Collection[int] = ()) -> Stack:
+    """This process's stack, every thread but ``skip`` (thread idents) and those running only
+    the product's own code (the runtime's output pumps), without the frames that start a
+    thread; the main thread first, always."""
+    main = threading.main_thread().ident
+    names = {t.ident: t.name for t in threading.enumerate()}
+    threads = []
+    for ident, frame in sorted(sys._current_frames().items(), key=lambda i: i[0] != main):
+        if ident in skip:
+            continue
+        frames = [
+            f
+            for f in notebook_frames(traceback.extract_stack(frame), program)
+            if f.filename != _THREADING  # a thread's start, the same in every thread
+        ]
+        if not frames and ident != main:
+            continue
+        named = names.get(ident, f"thread {ident}")
+        shown = tuple((f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in frames)
+        threads.append((named, shown))
+    return Stack(rank, os.getpid(), tuple(threads), t=time.time())
+
+
+@dataclass
+class StackServer:
+    """A rank's answering thread and its socket (:func:`serve`)."""
+
+    path: str
+    sock: socket.socket
+
+    def close(self) -> None:
+        """Stop answering: the socket goes (an asker then leaves this rank out)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def serve(rank: int, program: str, env: Mapping[str, str]) -> StackServer | None:
+    """Answer stack requests for ``rank`` from now on, on a thread; None where the node gives
+    no folder (a program run by hand) or the socket cannot be made (then one line says so)."""
+    if not env.get(STACKS_DIR_ENV):
+        return None
+    folder = stacks_dir(env)
+    path = _socket_path(folder, rank)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # the user's alone: stacks show code
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # an earlier run's or restart's: this rank answers now
+        sock.bind(path)
+        sock.listen(16)
+    except OSError as exc:
+        sock.close()
+        print(f"jupyter-ktrain: `stacks` off for rank {rank} ({exc})", file=sys.stderr)
+        return None
+    thread = threading.Thread(
+        target=_answer, args=(sock, rank, program), name="ktrain-stacks", daemon=True
+    )
+    thread.start()
+    return StackServer(path, sock)
+
+
+def _answer(sock: socket.socket, rank: int, program: str) -> None:
+    me = threading.get_ident()
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # closed: the rank is ending
+            return
+        with conn:
+            try:
+                conn.settimeout(ASK_TIMEOUT_S)
+                conn.sendall(take(rank, program, skip={me}).format().encode() + b"\n")
+            except Exception:  # an asker that went away; the next one is answered
+                continue
+
+
+# -- the asker's side -------------------------------------------------------------------------
+def ask(
+    folder: str, ranks: Collection[int] | None = None, timeout: float = ASK_TIMEOUT_S
+) -> list[Stack]:
+    """The stack of every rank with a socket in ``folder`` (or of ``ranks`` only), by rank: a
+    rank that ended is left out; one that gave nothing in ``timeout`` is a record saying so."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = sorted(int(m.group(1)) for m in map(_SOCKET_RE.match, names) if m)
+    wanted = [r for r in found if ranks is None or r in ranks]
+    if not wanted:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(wanted), 64)) as pool:
+        got = pool.map(lambda r: _ask_one(_socket_path(folder, r), r, timeout), wanted)
+        return [s for s in got if s is not None]
+
+
+def _ask_one(path: str, rank: int, timeout: float) -> Stack | None:
+    deadline = time.monotonic() + timeout
+    data = b""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None  # its rank ended (or a newer run's rank took the name meanwhile)
+        except OSError as exc:
+            return Stack(rank, why=f"its socket could not be reached ({exc})")
+        try:
+            while not data.endswith(b"\n") and time.monotonic() < deadline:
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+    record = parse_line(data.decode("utf-8", "replace").strip()).typed
+    if isinstance(record, Stack):
+        return record
+    return Stack(rank, why=f"no answer within {timeout:.0f} s (its process holds the GIL?)")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m jupyter_ktrain.pod.stacks [--rank R]``: this node's ranks' stacks, one
+    ``[rankN]: @@ktrain {"type": "stack", ...}`` line each."""
+    ranks = None
+    if argv[:1] == ["--rank"] and len(argv) == 2 and argv[1].isdigit():
+        ranks = {int(argv[1])}
+    elif argv:
+        sys.stderr.write("usage: python -m jupyter_ktrain.pod.stacks [--rank R]\n")
+        return 2
+    for stack in ask(stacks_dir(os.environ), ranks):
+        sys.stdout.write(format_rank_line(stack.rank or 0, stack.format()) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

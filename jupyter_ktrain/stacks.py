@@ -1,0 +1,85 @@
+"""``%ktrain stacks NAME [--rank R]``: every running rank's Python stack, every thread.
+
+The handler (:func:`show_stacks`) checks what the user asked for (a job that runs, a rank it has,
+a warm job with a run going) and gets the stacks from the backend (:class:`~.backends.
+capabilities.StacksShown`: the ranks answer themselves, :mod:`.pod.stacks`); :func:`stacks_text`
+shows them as Python shows a traceback, most recent call last, a frame of the notebook's code
+named ``cell [N]``. Every refusal is one line saying what to do instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .backends.base import Backend
+from .backends.capabilities import WarmCapable, job_shape, stacks_shown
+from .errors import SpecError
+from .pod.protocol import Stack
+
+__all__ = ["show_stacks", "stacks_text"]
+
+
+def _refuse_ended(backend: Backend, name: str) -> None:
+    """A job (or a warm job's last run) that runs no rank now: one line saying so."""
+    status = backend.status(name)  # JobNotFound: one line naming the job
+    if status.terminal:
+        raise SpecError(
+            f"{name!r} has ended ({status.state}): it has no stacks to show. "
+            f"`%ktrain logs {name}` shows what it printed."
+        )
+    if isinstance(backend, WarmCapable):
+        run = backend.latest_run(name)
+        if run is not None and backend.run_status(name, run).terminal:
+            ended = backend.run_status(name, run).state
+            raise SpecError(
+                f"The warm job {name!r} runs nothing now (its last run, {run}, ended "
+                f"{ended}): there are no stacks to show. Run a %%ktrain cell on it first."
+            )
+
+
+def _check_rank(backend: Backend, name: str, rank: int | None) -> None:
+    shape = job_shape(backend, name)
+    if rank is None or shape is None:
+        return
+    world = shape.nodes * shape.procs_per_node
+    if not 0 <= rank < world:
+        raise SpecError(
+            f"{name!r} has ranks 0-{world - 1}; there is no rank {rank}. "
+            f"Pass --rank 0 to {world - 1}, or leave --rank out for every rank."
+        )
+
+
+def show_stacks(backend: Backend, name: str, rank: int | None) -> str:
+    """The text of ``%ktrain stacks NAME [--rank R]`` on ``backend``."""
+    _refuse_ended(backend, name)
+    _check_rank(backend, name, rank)
+    got = stacks_shown(backend, name).stacks(name, rank)
+    if got:
+        return stacks_text(name, got)
+    state = backend.status(name).state
+    if rank is not None:
+        return f"Rank {rank} of {name!r} is not running now ({state}); nothing to show."
+    return f"No rank of {name!r} runs now ({state}); nothing to show yet."
+
+
+def stacks_text(name: str, got: Sequence[tuple[str, Stack]]) -> str:
+    """Each rank's stack as Python shows a traceback: every thread, most recent call last."""
+    ranks = sum(1 for _, stack in got if stack.rank is not None)
+    plural = "s" if ranks != 1 else ""
+    lines = [f"Stacks of {name!r}, {ranks} rank{plural} (most recent call last):"]
+    for where, stack in got:
+        pod = f"pod {where}" if where else "a node"
+        head = pod if stack.rank is None else f"rank {stack.rank}" + (f" ({pod})" if where else "")
+        if stack.why:
+            lines += ["", f"{head}: {stack.why}"]
+            continue
+        lines += ["", f"{head}, pid {stack.pid}:"]
+        for thread, frames in stack.threads:
+            lines.append(f"  Thread {thread!r}:")
+            for file, line, function, code in frames:
+                lines.append(f'    File "{file}", line {line}, in {function}')
+                if code:
+                    lines.append(f"      {code}")
+            if not frames:
+                lines.append("    (in jupyter-ktrain's own code)")
+    return "\n".join(lines)
