@@ -18,6 +18,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.backends.local.request import read_plan
+from jupyter_ktrain.pod.stacks import STACKS_DIR_ENV
 from tests.notebook_cells import extension_shell
 
 pytestmark = pytest.mark.slow
@@ -109,6 +111,9 @@ def test_stacks_of_every_rank_and_of_one_and_the_bad_input_lines(
     assert unknown.returncode != 0
     assert len(unknown.stderr.strip().splitlines()) == 1
     assert "No local job named 'no-such-job'" in unknown.stderr
+    plan = read_plan(LocalBackend().job_dir(job.name))
+    sockets = Path(plan.nodes[0].env[STACKS_DIR_ENV])
+    assert sorted(p.name for p in sockets.iterdir()) == ["rank0.sock", "rank1.sock"]
     job.cancel()
     ended = _ktrain("stacks", job.name)
     assert ended.returncode != 0
@@ -116,6 +121,10 @@ def test_stacks_of_every_rank_and_of_one_and_the_bad_input_lines(
         f"ktrain: {job.name!r} has ended (Cancelled): it has no stacks to show. "
         f"`ktrain logs {job.name}` shows what it printed."
     ]
+    deadline = time.monotonic() + 15  # the job's socket folder goes with it
+    while sockets.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sockets.exists(), sorted(sockets.iterdir())
 
 
 def test_stacks_through_the_magic(

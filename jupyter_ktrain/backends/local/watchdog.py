@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 from ...failures import signal_text
 from ...jobs import FAILED, TERMINAL_STATES
 from ...pod.protocol import format_agent_line
+from ...pod.stacks import STACKS_DIR_ENV
 from ...store.jobdirs import job_marker, release_reserve
 from .joblog import SIGNAL_BASE, JobLog
 from .procs import marked_pids, stop_marked
+from .request import read_plan
 from .state import LocalState, change_state, read_state
 
 __all__ = ["watch"]
@@ -32,6 +35,7 @@ def watch(job_dir: Path, supervisor: int) -> int:
     _, status = os.waitpid(supervisor, 0)
     if marker is None or job_marker(job_dir) != marker:
         return 0
+    _remove_stacks_dir(job_dir)
     if (read_state(job_dir) or LocalState()).state in TERMINAL_STATES:
         return 0
     how, reason = _how_it_ended(status)
@@ -53,6 +57,15 @@ def watch(job_dir: Path, supervisor: int) -> int:
         _tell_node_logs(job_dir, message)
         release_reserve(job_dir)
     return 1
+
+
+def _remove_stacks_dir(job_dir: Path) -> None:
+    """The job's folder of rank sockets (``ktrain stacks``, outside the job's folder for a
+    socket path's length): gone with the job, whichever way it ended."""
+    with contextlib.suppress(Exception):
+        folder = read_plan(job_dir).nodes[0].env.get(STACKS_DIR_ENV)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _how_it_ended(status: int) -> tuple[str, str]:
