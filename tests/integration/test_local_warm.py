@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.local.procs import marked_pids
 from jupyter_ktrain.errors import JobCancelled, JobFailed
 from jupyter_ktrain.monitor.cell_error import job_error
+from jupyter_ktrain.server.core import PanelCore
 from tests.notebook_cells import extension_shell
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,13 @@ def fail_or_hang():
 def sleepy():
     print("sleeping", flush=True)
     time.sleep(600)
+
+def counted(steps=30):
+    import jupyter_ktrain as ktrain
+    for step in range(steps):
+        ktrain.report(step=step, total=steps, loss=1.0 / (step + 1))
+        time.sleep(0.05)
+    return steps
 """
 
 WARM = "--warm --nodes 2 --procs-per-node 2"
@@ -127,6 +136,42 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     assert status.warm is not None
     assert status.warm.runs == 3
     _clean(first.name)
+
+
+def test_every_view_shows_a_warm_run_s_progress_and_what_its_starting_nodes_do(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The panel's rows (its API) during the cell: first what the new warm job's nodes do
+    (they import torch), then the run's progress as the cell's monitor counts it."""
+    core = PanelCore.from_names(["local"])
+    rows: list[tuple[object, object]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            rows.extend((j["progress"], j["warm"]) for j in core.jobs()["jobs"])
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        job, _ = _run(shell, "--warm --nodes 1 --procs-per-node 2", "r = counted()\n")
+    finally:
+        stop.set()
+        poller.join()
+    assert shell.user_ns["r"] == 30
+    shorts = [w["short"] for _, w in rows if isinstance(w, dict)]
+    assert "warm · starting: its nodes import torch (0 of 1 ready)" in shorts
+    shown = [p for p, _ in rows if isinstance(p, dict)]
+    assert shown, "the panel never showed the run's progress"
+    assert {p["total"] for p in shown} == {30}
+    assert max(p["done"] for p in shown) >= 20
+    out = capsys.readouterr().out
+    assert "waiting for the warm job's nodes: its nodes import torch (0 of 1 ready)" in out
+    run = job.status()  # the run: where it ended, as the widget's header shows (set_live)
+    assert run.progress is not None
+    assert run.progress.head() == "100% (30/30)"
+    assert LocalBackend().status(job.name).progress is None  # idle: no run in progress
 
 
 def test_a_failed_run_with_a_hung_rank_then_a_good_one_on_the_same_nodes(

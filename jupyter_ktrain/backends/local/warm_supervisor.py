@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
-from ...pod.progress import fmt_duration
-from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
+from ...pod.progress import JobProgress, fmt_duration
+from ...pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
 from ...store.files import make_private_dirs, write_private
 from ...store.jobdirs import release_reserve
 from ..warm import DEFAULT_IDLE_S
 from .joblog import JobLog
 from .state import LocalState, NodeState, WarmState, save_state
-from .supervisor import Supervisor
+from .supervisor import PROGRESS_SAVE_S, Supervisor
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
@@ -75,6 +75,8 @@ class _Run:
         self.node_codes: dict[int, int] = {}
         self.aborted: dict[int, str] = {}
         self.failed_at: float | None = None
+        self.progress = JobProgress()  # from the run's records, as a job's (one rule)
+        self.progress_saved = 0.0
 
     @property
     def ended(self) -> bool:
@@ -85,6 +87,7 @@ class _Run:
             state=RUNNING,
             run=self.number,
             started=self.started,
+            progress=self.progress.progress,
             exit_codes=dict(self.exit_codes),
             failed_rank=self.first_failure,
             nodes=tuple(
@@ -114,6 +117,7 @@ class WarmSupervisor(Supervisor):
         self.idle_since = time.time()
         self.ended_why = ""  # why the warm job itself ended (idle limit, a node lost)
         self.ended_reason = ""
+        self.ready: set[int] = set()  # nodes whose agent imported torch and waits for runs
 
     # -- output, split by run --------------------------------------------------------------
     def _copy(self, node: int, stream: IO[bytes]) -> None:
@@ -145,7 +149,10 @@ class WarmSupervisor(Supervisor):
                     in_run, rank_files = None, {}
                     self._on_run_end(node, line.record)
                 elif kind == READY:
+                    with self.lock:
+                        self.ready.add(node)
                     self.save(nodes=self._nodes())
+                    self._save_warm()
                 elif line.rank is not None:
                     self._on_rank_line(line, rank_files)
         finally:
@@ -174,6 +181,20 @@ class WarmSupervisor(Supervisor):
                 ):
                     run.first_failure = line.rank
             self._save_run(run)
+        elif isinstance(line.typed, (Metric, Resume)):
+            self._on_run_progress(run, line.rank, line.typed)
+
+    def _on_run_progress(self, run: _Run, rank: int, record: Metric | Resume) -> None:
+        """A run's progress, kept as a job's is (a few times a second): in the run's state,
+        and in the job's while the run goes, so every view of either shows it."""
+        with self.lock:
+            now = time.time()
+            p = run.progress.feed(rank, record, now)
+            if p is None or (now - run.progress_saved < PROGRESS_SAVE_S and not p.done):
+                return
+            run.progress_saved = now
+        self._save_run(run)
+        self._save_warm()
 
     def _on_run(self, number: int) -> None:
         with self.lock:
@@ -210,6 +231,8 @@ class WarmSupervisor(Supervisor):
         save_state(self._run_dir(run.number), state)  # the first end written stands
 
     def _save_warm(self) -> None:
+        """The job's ``warm`` entry, and its progress: the run's in progress (None between
+        runs: a run's own state keeps where it ended)."""
         active = self.runs.get(self.last_run)
         running = active is not None and not active.ended
         self.save(
@@ -218,7 +241,9 @@ class WarmSupervisor(Supervisor):
                 active=self.last_run if running else None,
                 idle_since=None if running else self.idle_since,
                 idle_limit_s=read_idle_limit(self.dir),
-            )
+                ready=len(self.ready),
+            ),
+            progress=active.progress.progress if running and active is not None else None,
         )
 
     # -- the job's life --------------------------------------------------------------------
