@@ -241,7 +241,9 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
     while not LocalBackend().status(job.name).terminal and time.monotonic() < deadline:
         time.sleep(0.1)
     status = LocalBackend().status(job.name)
-    assert (status.state, status.reason) == ("Cancelled", "IdleLimit"), status
+    # as a cluster's warm job ends at its idle limit: its agents exit 0, the job succeeded
+    assert (status.state, status.reason) == ("Succeeded", "IdleLimit"), status
+    assert [r.exit_code for r in status.replicas] == [0, 0], status
     assert marked_pids(plan["marker"]) == []  # every process of it is gone
     capsys.readouterr()
     again, _ = _run(shell)
@@ -249,7 +251,8 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
     assert again.name != job.name
     assert f"the warm job {job.name!r} was ended: its idle limit (1s)" in out
     shell.run_line_magic("ktrain", f"warm {again.name} --idle 0")
-    assert LocalBackend().status(again.name).reason == "IdleLimit"
+    ended = LocalBackend().status(again.name)
+    assert (ended.state, ended.reason) == ("Succeeded", "IdleLimit"), ended
     with pytest.raises(UsageError, match="already ended"):
         shell.run_line_magic("ktrain", f"warm {again.name} --idle 0")
 

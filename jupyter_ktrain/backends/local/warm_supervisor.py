@@ -14,8 +14,10 @@ the peer and say so), then the run is aborted on every node (``runs/N/abort``), 
 blocked in a collective cannot hold the job. The job itself (``state.json``) stays Running
 while its agents live, with a ``warm`` entry: the last run, the run in progress, since when it
 is idle, its idle limit. After ``idle_limit_s`` (``warm.json``, changed by ``%ktrain warm NAME
---idle``) with no run, the job ends (Cancelled, reason ``IdleLimit``) and every process of it
-goes. A node agent that dies ends the job (Failed): a warm job is not restarted.
+--idle``; 0 ends it now) with no run, the job ends as a cluster's warm job does at its idle
+limit: every node's agent is told to end (``control.json``'s ``idle_limit_s``: 0) and exits 0,
+and the job Succeeded (reason ``IdleLimit``; Cancelled when an agent had to be stopped); every
+process of it goes. A node agent that dies ends the job (Failed): a warm job is not restarted.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import IO, Any
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.progress import JobProgress, fmt_duration
 from ...pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
-from ...store.files import make_private_dirs, write_private
+from ...store.files import make_private_dirs, replace_private, write_private
 from ...store.jobdirs import release_reserve
 from ..warm import DEFAULT_IDLE_S
 from .joblog import JobLog
@@ -40,6 +42,7 @@ from .supervisor import PROGRESS_SAVE_S, Supervisor
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
 FAIL_GRACE_S = 2.0
+AGENT_END_S = 15.0  # for the agents told to end (the idle limit) to exit by themselves
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
 
@@ -256,6 +259,7 @@ class WarmSupervisor(Supervisor):
                 break
             self._abort_failed_runs()
             if self._idle_over():
+                self._end_agents()
                 break
             time.sleep(0.05)
         self.cancelled = True  # the nodes stop now: wait() terminates them
@@ -293,6 +297,22 @@ class WarmSupervisor(Supervisor):
         )
         return True
 
+    def _end_agents(self) -> None:
+        """Tell every node's agent to end by itself (an idle limit of 0 in ``control.json``,
+        the order kept), and give them :data:`AGENT_END_S` to exit; one that does not is
+        stopped with the rest of the job."""
+        path = self.dir / "control.json"
+        try:
+            control = json.loads(path.read_text())
+        except (OSError, ValueError):
+            control = None
+        if not isinstance(control, dict):  # no run was ever ordered
+            control = {"version": 1, "run": 0, "code_dir": ""}
+        replace_private(path, json.dumps({**control, "idle_limit_s": 0}).encode())
+        deadline = time.monotonic() + AGENT_END_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            time.sleep(0.05)
+
     def _ordered(self) -> int:
         try:
             return int(json.loads((self.dir / "control.json").read_text())["run"])
@@ -311,8 +331,9 @@ class WarmSupervisor(Supervisor):
                 self._save_run(run)
         if self.ended_reason == "NodeFailed":
             state, reason = FAILED, "NodeFailed"
-        elif self.ended_reason == IDLE_LIMIT:
-            state, reason = CANCELLED, IDLE_LIMIT
+        elif self.ended_reason == IDLE_LIMIT:  # its agents ended themselves: a good end
+            ended_well = all(p.returncode == 0 for p in self.procs)
+            state, reason = (SUCCEEDED if ended_well else CANCELLED), IDLE_LIMIT
         else:
             state, reason = CANCELLED, CANCELLED_REASON
         self._save_warm()
