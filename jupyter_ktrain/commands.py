@@ -26,6 +26,7 @@ from .backends.capabilities import warm_capable
 from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import CANCELLED, JobStatus
+from .monitor.torchrun import fold_text
 from .spec import check_job_name
 from .store.records import job_dir
 from .tracking import session as tracking
@@ -212,10 +213,16 @@ def status(target: Target, name: str) -> Reply:
     return Reply(status_text(backend.status(name), backend.name))
 
 
-def logs(target: Target, name: str, rank: int | None, grep: str | None, run: int | None) -> Reply:
-    """The stored lines, or one line saying why there are none."""
+def logs(
+    target: Target, name: str, rank: int | None, grep: str | None, run: int | None, whole: bool
+) -> Reply:
+    """The stored lines (every rank's with torchrun's noise folded as the other views fold
+    it, unless ``whole``), or one line saying why there are none."""
     job = target.open().attach(name)
-    text = job.logs(rank=rank, grep=grep, run=run)
+    if whole or rank is not None:
+        text = job.logs(rank=rank, grep=grep, run=run)
+    else:
+        text = fold_text(job.name, job.read_logs(run), grep)
     if text:
         return Reply(text)
     shape = job.shape
@@ -341,8 +348,10 @@ COMMANDS: tuple[Command, ...] = (
             Arg("--rank", "R", "a rank", convert=_number("--rank", "a rank", "0", signed=True)),
             Arg("--grep", "TEXT", "the text to look for"),
             RUN,
+            Arg("--whole", "", "", switch=True),
         ),
-        "the stored lines: of one rank, those holding TEXT, of run N\nof a warm job",
+        "the stored lines: of one rank, those holding TEXT, of run N\nof a warm job; "
+        "--whole: as written (torchrun's noise not folded)",
         logs,
     ),
     Command("status", (NAME,), "state and why, times, exit codes, replicas", status),
