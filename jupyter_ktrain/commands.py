@@ -26,7 +26,7 @@ from .backends.capabilities import warm_capable
 from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import CANCELLED, JobStatus
-from .monitor.torchrun import fold_text
+from .monitor.torchrun import job_logs
 from .spec import check_job_name
 from .store.records import job_dir
 from .tracking import session as tracking
@@ -216,13 +216,9 @@ def status(target: Target, name: str) -> Reply:
 def logs(
     target: Target, name: str, rank: int | None, grep: str | None, run: int | None, whole: bool
 ) -> Reply:
-    """The stored lines (every rank's with torchrun's noise folded as the other views fold
-    it, unless ``whole``), or one line saying why there are none."""
+    """The stored lines (:func:`~.monitor.torchrun.job_logs`), or a line saying why none."""
     job = target.open().attach(name)
-    if whole or rank is not None:
-        text = job.logs(rank=rank, grep=grep, run=run)
-    else:
-        text = fold_text(job.name, job.read_logs(run), grep)
+    text = job_logs(job, rank, grep, run, whole)
     if text:
         return Reply(text)
     shape = job.shape
@@ -264,9 +260,7 @@ def _cancelled(name: str, status: JobStatus | None) -> str:
     if status is None or not status.terminal:
         return f"Cancelled {name!r}."
     if status.state == CANCELLED:
-        return (
-            f"Cancelled {name!r}: {status.message}." if status.message else f"Cancelled {name!r}."
-        )
+        return f"Cancelled {name!r}" + (f": {status.message}." if status.message else ".")
     why = f"{status.reason}: {status.message}" if status.message else status.reason
     return (
         f"{name!r} ended {status.state} ({why}) before the cancel took effect; nothing of it runs."
@@ -350,8 +344,7 @@ COMMANDS: tuple[Command, ...] = (
             RUN,
             Arg("--whole", "", "", switch=True),
         ),
-        "the stored lines: of one rank, those holding TEXT, of run N\nof a warm job; "
-        "--whole: as written (torchrun's noise not folded)",
+        "the stored lines: of one rank, with TEXT, of run N of a\nwarm job; --whole: unfolded",
         logs,
     ),
     Command("status", (NAME,), "state and why, times, exit codes, replicas", status),

@@ -31,9 +31,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..pod.exits import PEER_LOST, peer_lost_words
 from ..pod.protocol import Exit, LogLine, format_agent_line, format_rank_line, parse_line
+
+if TYPE_CHECKING:
+    from ..backends.base import Job
 
 __all__ = [
     "StoredLine",
@@ -41,6 +45,7 @@ __all__ = [
     "child_failed_line",
     "fold_stored",
     "fold_text",
+    "job_logs",
     "lost_peer_line",
     "teardown_line",
 ]
@@ -294,3 +299,11 @@ def _stored(line: LogLine, stored: dict[int, tuple[LogLine, str]]) -> str:
     if line.rank is not None:
         return format_rank_line(line.rank, line.text)
     return format_agent_line(line.text) if line.source == "agent" else line.text
+
+
+def job_logs(job: Job, rank: int | None, grep: str | None, run: int | None, whole: bool) -> str:
+    """``%ktrain logs``' text: every rank's lines as the other views show them
+    (:func:`fold_text`); ``whole``, or one ``rank``'s: as written (``Job.logs``)."""
+    if whole or rank is not None:
+        return job.logs(rank=rank, grep=grep, run=run)
+    return fold_text(job.name, job.read_logs(run), grep)
