@@ -26,6 +26,7 @@ from .backends.capabilities import warm_capable
 from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import JobStatus
+from .monitor.torchrun import job_logs
 from .spec import check_job_name
 from .stacks import show_stacks
 from .store.records import job_dir
@@ -214,10 +215,12 @@ def status(target: Target, name: str) -> Reply:
     return Reply(status_text(backend.status(name), backend.name))
 
 
-def logs(target: Target, name: str, rank: int | None, grep: str | None, run: int | None) -> Reply:
-    """The stored lines, or one line saying why there are none."""
+def logs(
+    target: Target, name: str, rank: int | None, grep: str | None, run: int | None, whole: bool
+) -> Reply:
+    """The stored lines (:func:`~.monitor.torchrun.job_logs`), or a line saying why none."""
     job = target.open().attach(name)
-    text = job.logs(rank=rank, grep=grep, run=run)
+    text = job_logs(job, rank, grep, run, whole)
     if text:
         return Reply(text)
     shape = job.shape
@@ -331,8 +334,9 @@ COMMANDS: tuple[Command, ...] = (
             RANK,
             Arg("--grep", "TEXT", "the text to look for"),
             RUN,
+            Arg("--whole", "", "", switch=True),
         ),
-        "the stored lines: of one rank, those holding TEXT, of run N\nof a warm job",
+        "the stored lines: of one rank, with TEXT, of run N of a\nwarm job; --whole: unfolded",
         logs,
     ),
     Command("status", (NAME,), "state and why, times, exit codes, replicas", status),

@@ -229,6 +229,14 @@ class WarmInfo:
     idle_since: float | None = None
     idle_limit_s: float = 900.0
     gpus: int = 0
+    # while it starts: its nodes, and how many are ready (imported torch); None: not known
+    nodes: int = 0
+    ready: int | None = None
+
+    @property
+    def starting(self) -> bool:
+        """Its nodes are still starting (importing torch): no run can go yet."""
+        return self.ready is not None and self.ready < self.nodes
 
     def idle_s(self, now: float) -> float:
         return 0.0 if self.idle_since is None else max(0.0, now - self.idle_since)

@@ -28,6 +28,8 @@ own way:
 - :func:`restart_text`: a replica's restart (the cell, the widget's alert, the panel's line);
 - :func:`warm_text` and :func:`warm_words`: a warm job's runs, visible ("run 3 of a live job",
   "2 runs · idle 1m", "ended after 2 runs"), never an idle clock counting on a job that ended;
+  while its nodes start, what they do (:func:`warm_starting`: "its nodes import torch, 1 of 2
+  ready"), also as the message of a run that waits for them (:func:`run_waiting`);
 - :func:`ended_by_user`: a warm job its user ended after its runs: its own end, no failure.
 
 Pure: no I/O, no widget imports.
@@ -52,10 +54,12 @@ __all__ = [
     "replica_rows",
     "restart_text",
     "restarting",
+    "run_waiting",
     "run_words",
     "state_message",
     "status_text",
     "status_words",
+    "warm_starting",
     "warm_text",
     "warm_words",
 ]
@@ -174,15 +178,32 @@ def run_words(run: int | None) -> str:
     return "" if run is None else f"run {run} of a live job"
 
 
+def warm_starting(w: WarmInfo) -> str:
+    """``its nodes import torch (1 of 2 ready)`` while a warm job's nodes start (seconds:
+    no run can go before), ``""`` once they are ready."""
+    if not w.starting:
+        return ""
+    return f"its nodes import torch ({w.ready} of {w.nodes} ready)"
+
+
+def run_waiting(w: WarmInfo | None) -> str:
+    """The message of a warm job's run that waits for its nodes to start: ``waiting for the
+    warm job's nodes: its nodes import torch (0 of 2 ready)``; ``""`` when it waits for none."""
+    starting = "" if w is None else warm_starting(w)
+    return f"waiting for the warm job's nodes: {starting}" if starting else ""
+
+
 def warm_text(w: WarmInfo, now: float, ended: bool = False) -> str:
     """``warm, 3 run(s), idle 2m of 15m, 8 GPU(s), 0.27 idle GPU-h`` (``%ktrain list``, the
-    panel's tooltip); ``warm, 3 run(s), run 3 running`` during a run; the runs only once
-    ``ended``."""
+    panel's tooltip); ``warm, 3 run(s), run 3 running`` during a run; ``warm, starting: its
+    nodes import torch (1 of 2 ready)`` while its nodes start; the runs only once ``ended``."""
     runs = f"warm, {w.runs} run(s)"
     if ended:
         return runs
     if w.active is not None:
         return f"{runs}, run {w.active} running"
+    if w.starting:
+        return f"warm, starting: {warm_starting(w)}"
     idle, limit = fmt_duration(w.idle_s(now), 1), fmt_duration(w.idle_limit_s, 1)
     idle = f"{runs}, idle {idle} of {limit}"
     if w.gpus:
@@ -192,8 +213,9 @@ def warm_text(w: WarmInfo, now: float, ended: bool = False) -> str:
 
 def warm_words(status: JobStatus, now: float) -> str:
     """A warm job in a few words, its runs always said: ``run 3 of a live job`` while a run
-    goes, ``warm · 2 runs · idle 1m`` between runs, ``ended after 2 runs`` once it ended
-    (no idle clock on a job that is over); ``""`` for any other job."""
+    goes, ``warm · 2 runs · idle 1m`` between runs, ``warm · starting: its nodes import torch
+    (1 of 2 ready)`` while its nodes start, ``ended after 2 runs`` once it ended (no idle clock
+    on a job that is over); ``""`` for any other job."""
     w = status.warm
     if w is None:
         return ""
@@ -202,6 +224,8 @@ def warm_words(status: JobStatus, now: float) -> str:
         return f"ended after {runs}"
     if w.active is not None:
         return run_words(w.active)
+    if w.starting:
+        return f"warm · starting: {warm_starting(w)}"
     gpus = f" · {w.gpus} GPU · {w.idle_gpu_hours(now):.2f} GPU-h idle" if w.gpus else ""
     return f"warm · {runs} · idle {fmt_duration(w.idle_s(now), 1)}{gpus}"
 

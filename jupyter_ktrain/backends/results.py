@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..pod.progress import JobProgress, Progress
-from ..pod.protocol import Metric, Result, parse_line
+from ..pod.protocol import Metric, Result, Resume, parse_line
 
 __all__ = ["decode_results", "progress_from_logs", "results_from_lines"]
 
@@ -41,10 +41,11 @@ def progress_from_logs(lines: Iterable[tuple[str, str]]) -> list[Progress]:
     for _replica, raw in lines:
         line = parse_line(raw)
         record = line.typed
-        if line.rank is None or not isinstance(record, Metric) or record.t is None:
+        if line.rank is None or not isinstance(record, (Metric, Resume)) or record.t is None:
             continue
         progress = fold.feed(line.rank, record, record.t)
-        if progress is not None:
-            updates.append((line.rank, progress))
+        if progress is not None and fold.rank is not None:  # a resume is the job's, any rank
+            mine = isinstance(record, Resume)
+            updates.append((fold.rank if mine else line.rank, progress))
     # the fold measured the lowest rank anew from its first record: its updates are the job's
     return [progress for rank, progress in updates if rank == fold.rank]

@@ -342,6 +342,7 @@ class MonitorModel(LogBook):
             self._alerts[("restart", key)] = Alert("restart", key, text, now)
         elif isinstance(record, Resume):
             self._resumed(record, now)
+            self._progress.feed(record.rank or 0, record, now)
         elif isinstance(record, Checkpoint) and record.world_size is not None:
             self._world_size = record.world_size
 

@@ -6,9 +6,13 @@ turns a stream of such updates into a :class:`Progress`: percent done and an ETA
 smoothed (an exponential average of seconds per step, so one slow step does not swing it) and
 honest: ``eta_s`` is None ("unknown") until :data:`MIN_INTERVALS` intervals with steps in them
 were measured, and while the total is unknown; the time left is unknown again when no step
-came for much longer than steps take (a stalled job). The same tracker runs in the monitor model, in
-the local supervisor (``state.json``), in the Kubernetes backend and in the job (the Trainer
-status endpoint), so every view shows the same figures.
+came for much longer than steps take (a stalled job). After a resume (a ``resume`` record:
+``ktrain.checkpoint().load()``), and after a step that went back, the rate is measured anew
+from the steps that follow: the time the restart took is no step time, so the ETA is the rate
+since the last resume (unknown until :data:`MIN_INTERVALS` of its steps were timed), not a
+figure the restart's minutes inflated. The same tracker runs in the monitor model, in the local
+supervisor (``state.json``), in the Kubernetes backend and in the job (the Trainer status
+endpoint), so every view shows the same figures.
 
 A record's ``step`` is the step just done, counted from 0 (``for step in range(total)``), so
 ``step + 1`` steps are done: a run that reports steps 0..59 of ``total=60`` ends at 100%
@@ -23,7 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .protocol import Metric
+from .protocol import Metric, Resume
 
 __all__ = [
     "MIN_INTERVALS",
@@ -208,41 +212,56 @@ def progress_short(
 
 
 class ProgressTracker:
-    """Feed ``update(step, total, t)``; read :attr:`progress`. Not thread-safe."""
+    """Feed ``update(step, total, t)`` (and ``resumed(step, t)``); read :attr:`progress`. Not
+    thread-safe."""
 
     def __init__(self) -> None:
         self.progress: Progress | None = None
         self._step_s: float | None = None
         self._intervals = 0
         self._total: int | None = None
+        self._anchor: tuple[int, float] | None = None  # the step the next interval starts at
 
     def update(self, step: int, total: int | None, t: float) -> Progress:
         """One observation: the job is at ``step`` (of ``total``, when given) at time ``t``."""
         if total is not None and total > 0:
             self._total = int(total)
-        last = self.progress
-        if last is not None and step < last.step:  # restarted from a checkpoint: measure anew
+        last = self._anchor
+        if last is not None and step < last[0]:  # restarted from a checkpoint: measure anew
             self._step_s, self._intervals = None, 0
-        elif last is not None and step > last.step and t > last.t:
-            per_step = (t - last.t) / (step - last.step)
+        elif last is not None and step > last[0] and t > last[1]:
+            per_step = (t - last[1]) / (step - last[0])
             old = self._step_s
             self._step_s = per_step if old is None else old + ALPHA * (per_step - old)
             self._intervals += 1
-        elif last is not None and step == last.step:
-            t = last.t  # nothing moved: the ETA keeps counting down from the last real step
-        eta: float | None = None
-        known, step_s = self._total, self._step_s
-        if known is not None and step_s is not None and self._intervals >= MIN_INTERVALS:
-            eta = max(0, known - step - 1) * step_s
-        self.progress = Progress(step, self._total, t, eta, self._step_s)
+        elif last is not None and step == last[0]:
+            t = last[1]  # nothing moved: the ETA keeps counting down from the last real step
+        self._anchor = (step, t)
+        self.progress = Progress(step, self._total, t, self._eta(step), self._step_s)
         return self.progress
+
+    def resumed(self, step: int, t: float) -> Progress | None:
+        """The job resumed from its checkpoint of ``step`` at ``t``: it stands at that step
+        again, and its rate is measured anew from the next step on (the restart took no step
+        time); the time left is unknown until that rate is known. None before any progress."""
+        self._step_s, self._intervals, self._anchor = None, 0, None
+        if self.progress is None:
+            return None
+        self.progress = Progress(step, self._total, t, None, None)
+        return self.progress
+
+    def _eta(self, step: int) -> float | None:
+        known, step_s = self._total, self._step_s
+        if known is None or step_s is None or self._intervals < MIN_INTERVALS:
+            return None
+        return max(0, known - step - 1) * step_s
 
 
 class JobProgress:
     """The progress of a job from its ranks' records, the one rule every reader keeps: the
     lowest rank that reports a ``total`` is the job's (rank 0 as a rule; a higher rank's
-    progress until rank 0's first record comes, then rank 0's, measured anew). Not
-    thread-safe."""
+    progress until rank 0's first record comes, then rank 0's, measured anew); a ``resume``
+    record (rank 0's, for the whole job) starts the rate anew. Not thread-safe."""
 
     def __init__(self) -> None:
         self.tracker = ProgressTracker()
@@ -252,13 +271,17 @@ class JobProgress:
     def progress(self) -> Progress | None:
         return self.tracker.progress
 
-    def feed(self, rank: int, record: Metric, now: float) -> Progress | None:
+    def feed(self, rank: int, record: Metric | Resume, now: float) -> Progress | None:
         """Take ``rank``'s record (at ``record.t``, else ``now``): the job's new progress when
-        the record carries a step and a total and ``rank`` is the job's, else None."""
+        the record carries a step and a total and ``rank`` is the job's, or is a resume of a
+        job with progress; else None."""
+        t = now if record.t is None else record.t
+        if isinstance(record, Resume):
+            return None if self.rank is None else self.tracker.resumed(record.step, t)
         if record.step is None or record.total is None:
             return None
         if self.rank is None or rank < self.rank:
             self.tracker, self.rank = ProgressTracker(), rank
         if rank != self.rank:
             return None
-        return self.tracker.update(record.step, record.total, now if record.t is None else record.t)
+        return self.tracker.update(record.step, record.total, t)

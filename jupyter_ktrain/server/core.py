@@ -27,11 +27,12 @@ from ..backends.registry import get_backend
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, DELETED_REASON, FAILED
-from ..monitor.fold import RepeatFold, shown_text
+from ..monitor.fold import RepeatFold, shown_ranks, shown_text
 from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
 from ..monitor.text import failure_summary
-from ..pod.protocol import RECORD_MARK, parse_line
+from ..monitor.torchrun import fold_stored
+from ..pod.protocol import RECORD_MARK, LogLine
 from ..spec import check_job_name
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
@@ -226,10 +227,14 @@ class PanelCore:
         backend: str | None = None,
     ) -> LogsPayload:
         """Lines after ``offset`` (a cursor from a previous call), filtered by ``rank`` and
-        ``grep`` (a plain substring, case-sensitive, like ``%ktrain logs --grep``).
+        ``grep`` (a plain substring, case-sensitive, like ``%ktrain logs --grep``), shown as
+        the widget shows them: torchrun's reports and tear-down noise folded to one line each
+        (:func:`~jupyter_ktrain.monitor.torchrun.fold_stored`), a Trainer line several ranks
+        printed shown once, under the lowest of them.
 
         While the job runs, each replica's last stored line is held back (it may be a line
-        still being written); it comes with the next call, or once the job has ended."""
+        still being written), and so is a block the fold has not seen the end of; they come
+        with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
         seen = decode_offset(offset)
         limit = 4 * self.max_lines  # raw lines per replica and call: a page's worth, filtered
@@ -240,23 +245,29 @@ class PanelCore:
             counts.setdefault(replica, 0)
         nodes = {replica: k for k, replica in enumerate(counts)}
         streams = [
-            [(t, nodes[replica], index, replica, raw) for t, index, raw in lines]
-            for replica, lines in new.items()
+            _closed(
+                replica,
+                nodes[replica],
+                fold_stored(name, rows, status.terminal and replica not in cut),
+            )
+            for replica, rows in new.items()
         ]
-        out: list[LogLinePayload] = []
-        more = False
-        fold = self._fold(b, name, status.started) if rank is None else None
         # every replica's new lines, merged by the time they were written ("all ranks" reads
         # like one log); a backend without times keeps each replica's lines together
-        last = {replica: rows[-1][1] for replica, rows in new.items() if replica in cut and rows}
-        for t, node, index, replica, raw in heapq.merge(*streams, key=_line_time):
+        merged = list(heapq.merge(*streams, key=_line_time))
+        last = {s[-1][4]: s[-1][2] for s in streams if s and s[-1][4] in cut}
+        fold = self._fold(b, name, status.started) if rank is None else None
+        labels = self._labels(merged) if rank is None else {}
+        out: list[LogLinePayload] = []
+        more = False
+        for i, (t, node, cursor, closes, replica, line) in enumerate(merged):
             if more:
                 break
-            counts[replica] = index + 1
-            # a replica read only in part: its unread lines may come before the others' next
-            more = last.get(replica) == index
-            line = parse_line(raw)
-            if line.record is not None or (rank is not None and line.rank != rank):
+            if closes:  # a reader stops only where the fold was idle: nothing lost between
+                counts[replica] = cursor
+                # a replica read only in part: its unread lines may come before the others'
+                more = last.get(replica) == cursor
+            if line is None or line.record is not None or (rank is not None and line.rank != rank):
                 continue
             # the widget's fold: a line several ranks printed alike is shown once
             when = t if t is not None else self.clock()
@@ -265,15 +276,26 @@ class PanelCore:
             text = shown_text(line.text)
             if grep and grep not in text:
                 continue
-            label = log_label(line.rank, line.source, node)
-            out.append({"label": label, "rank": line.rank, "source": line.source, "text": text})
-            more = more or len(out) >= self.max_lines
+            shown = labels.get(i, line.rank)
+            label = log_label(shown, line.source, node)
+            out.append({"label": label, "rank": shown, "source": line.source, "text": text})
+            more = more or (closes and len(out) >= self.max_lines)
         return {
             "lines": out,
             "next_offset": encode_offset(counts),
             "more": more,
             "terminal": status.terminal and not more,
         }
+
+    def _labels(self, merged: list[_Shown]) -> dict[int, int | None]:
+        """The rank each plain line of one read is shown under (:func:`shown_ranks`), where
+        it is not its own."""
+        plain = [
+            (i, s[5]) for i, s in enumerate(merged) if s[5] is not None and s[5].record is None
+        ]
+        when = [s[0] if s[0] is not None else self.clock() for s in merged]
+        ranks = shown_ranks([(line.rank, line.text, when[i]) for i, line in plain])
+        return {i: r for (i, line), r in zip(plain, ranks, strict=True) if r != line.rank}
 
     def metrics(self, name: str, backend: str | None = None) -> MetricsPayload:
         """The job's panels and values reported once (``ktrain.report`` and agent GPU
@@ -393,6 +415,22 @@ def _new_lines(
     return groups, cut
 
 
-def _line_time(item: tuple[float | None, int, int, str, str]) -> float:
+# one shown line of a replica: (time, node, read cursor, whether a reader may stop after it,
+# replica, line or None: only the cursor moves)
+_Shown = tuple[float | None, int, int, bool, str, LogLine | None]
+
+
+def _closed(
+    replica: str, node: int, lines: list[tuple[float | None, int, LogLine | None]]
+) -> list[_Shown]:
+    """A replica's shown lines, each marked where a reader may stop: after the last of the
+    lines one cursor step decided (stopping inside would lose the rest)."""
+    return [
+        (t, node, cursor, k + 1 == len(lines) or lines[k + 1][1] != cursor, replica, line)
+        for k, (t, cursor, line) in enumerate(lines)
+    ]
+
+
+def _line_time(item: _Shown) -> float:
     """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
     return item[0] if item[0] is not None else float("-inf")

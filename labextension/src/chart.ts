@@ -41,12 +41,22 @@ export function niceTicks(lo: number, hi: number, count = 5): number[] {
   return ticks;
 }
 
-export function renderChart(panel: MetricPanel, width = 420, height = 220): HTMLElement {
+/**
+ * A panel's chart: its title on top, `x_title` under the x axis and `yTitle` along the y axis
+ * (a metric panel's `title` is its y axis title too, as in the widget; the comparison's chart,
+ * titled "loss across a, b", passes the metric's name).
+ */
+export function renderChart(
+  panel: MetricPanel,
+  width = 420,
+  height = 220,
+  yTitle: string = panel.title
+): HTMLElement {
   const box = document.createElement('div');
   box.className = 'ktrain-Chart';
   box.dataset.metric = panel.name;
   box.dataset.key = panel.key;
-  const m = { l: 56, r: 10, t: 22, b: 34 };
+  const m = { l: 66, r: 10, t: 22, b: 34 };
   const svg = el('svg', { width, height, viewBox: `0 0 ${width} ${height}` });
   const xs = panel.traces.flatMap(t => t.x);
   const ys = panel.traces.flatMap(t => t.y);
@@ -102,6 +112,20 @@ export function renderChart(panel: MetricPanel, width = 420, height = 220): HTML
   }
   svg.appendChild(
     el('text', { x: (width + m.l) / 2, y: height - 4, 'text-anchor': 'middle' }, panel.x_title)
+  );
+  const middle = (height - m.b + m.t) / 2;
+  svg.appendChild(
+    el(
+      'text',
+      {
+        x: 12,
+        y: middle,
+        'text-anchor': 'middle',
+        transform: `rotate(-90 12 ${middle})`,
+        class: 'ktrain-YTitle'
+      },
+      yTitle
+    )
   );
   // the job's restarts: a dotted line at each, its text on hover
   for (const marker of panel.markers) {

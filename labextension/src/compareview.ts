@@ -87,7 +87,8 @@ export class CompareView extends Widget {
           markers: []
         },
         560,
-        300
+        300,
+        p.metric
       )
     );
     this.table.replaceChildren(this.row('th', '', p.jobs));

@@ -83,6 +83,7 @@ def test_two_finished_jobs_compared_in_the_panel(compare_lab: Lab) -> None:
             view = page.locator(".ktrain-CompareView")
             title = view.locator(".ktrain-ChartTitle").text_content()  # an SVG text
             assert title == f"loss across {TWO}, {ONE}", title
+            assert view.locator(".ktrain-YTitle").text_content() == "loss"  # the y axis's
             header = view.locator(".ktrain-CompareParams tr").first.inner_text().split()
             assert header == [TWO, ONE], header
             nodes = view.locator(".ktrain-CompareParam[data-param='nodes'] td")

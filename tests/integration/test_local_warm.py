@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.local.procs import marked_pids
 from jupyter_ktrain.errors import JobCancelled, JobFailed
 from jupyter_ktrain.monitor.cell_error import job_error
+from jupyter_ktrain.server.core import PanelCore
 from tests.notebook_cells import extension_shell
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,13 @@ def fail_or_hang():
 def sleepy():
     print("sleeping", flush=True)
     time.sleep(600)
+
+def counted(steps=30):
+    import jupyter_ktrain as ktrain
+    for step in range(steps):
+        ktrain.report(step=step, total=steps, loss=1.0 / (step + 1))
+        time.sleep(0.05)
+    return steps
 """
 
 WARM = "--warm --nodes 2 --procs-per-node 2"
@@ -129,6 +138,42 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     _clean(first.name)
 
 
+def test_every_view_shows_a_warm_run_s_progress_and_what_its_starting_nodes_do(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The panel's rows (its API) during the cell: first what the new warm job's nodes do
+    (they import torch), then the run's progress as the cell's monitor counts it."""
+    core = PanelCore.from_names(["local"])
+    rows: list[tuple[object, object]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            rows.extend((j["progress"], j["warm"]) for j in core.jobs()["jobs"])
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        job, _ = _run(shell, "--warm --nodes 1 --procs-per-node 2", "r = counted()\n")
+    finally:
+        stop.set()
+        poller.join()
+    assert shell.user_ns["r"] == 30
+    shorts = [w["short"] for _, w in rows if isinstance(w, dict)]
+    assert "warm · starting: its nodes import torch (0 of 1 ready)" in shorts
+    shown = [p for p, _ in rows if isinstance(p, dict)]
+    assert shown, "the panel never showed the run's progress"
+    assert {p["total"] for p in shown} == {30}
+    assert max(p["done"] for p in shown) >= 20
+    out = capsys.readouterr().out
+    assert "waiting for the warm job's nodes: its nodes import torch (0 of 1 ready)" in out
+    run = job.status()  # the run: where it ended, as the widget's header shows (set_live)
+    assert run.progress is not None
+    assert run.progress.head() == "100% (30/30)"
+    assert LocalBackend().status(job.name).progress is None  # idle: no run in progress
+
+
 def test_a_failed_run_with_a_hung_rank_then_a_good_one_on_the_same_nodes(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -196,7 +241,9 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
     while not LocalBackend().status(job.name).terminal and time.monotonic() < deadline:
         time.sleep(0.1)
     status = LocalBackend().status(job.name)
-    assert (status.state, status.reason) == ("Cancelled", "IdleLimit"), status
+    # as a cluster's warm job ends at its idle limit: its agents exit 0, the job succeeded
+    assert (status.state, status.reason) == ("Succeeded", "IdleLimit"), status
+    assert [r.exit_code for r in status.replicas] == [0, 0], status
     assert marked_pids(plan["marker"]) == []  # every process of it is gone
     capsys.readouterr()
     again, _ = _run(shell)
@@ -204,7 +251,8 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
     assert again.name != job.name
     assert f"the warm job {job.name!r} was ended: its idle limit (1s)" in out
     shell.run_line_magic("ktrain", f"warm {again.name} --idle 0")
-    assert LocalBackend().status(again.name).reason == "IdleLimit"
+    ended = LocalBackend().status(again.name)
+    assert (ended.state, ended.reason) == ("Succeeded", "IdleLimit"), ended
     with pytest.raises(UsageError, match="already ended"):
         shell.run_line_magic("ktrain", f"warm {again.name} --idle 0")
 

@@ -14,7 +14,12 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.errors import JobCancelled, JobFailed, SpecError
 from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.monitor.cell_error import exception_line, failure_headline, job_error
-from jupyter_ktrain.monitor.torchrun import TorchrunFold, child_failed_line, lost_peer_line
+from jupyter_ktrain.monitor.torchrun import (
+    TorchrunFold,
+    child_failed_line,
+    lost_peer_line,
+    teardown_line,
+)
 from jupyter_ktrain.pod.protocol import LogLine, parse_line
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -84,6 +89,27 @@ def test_any_other_node_traceback_passes_whole_even_in_pieces() -> None:
     assert [x.text for x in fold.feed(lines[2:])] == crash
     assert fold.feed([parse_line("Traceback (most recent call last):")]) == []
     assert [x.text for x in fold.flush()] == ["Traceback (most recent call last):"]
+
+
+def test_torchruns_teardown_noise_after_a_good_end_is_one_line_that_says_it_is_harmless() -> None:
+    """A node whose torchrun lost the rendezvous store at the end of a job that succeeded:
+    c10d's warning and C++ stack (``frame #5: c10d::TCPStore::doWait``), then "Error waiting on
+    exit barrier" with its DistNetworkError: one line, which says it is harmless."""
+    text = (LOGS / "torchrun_exit_barrier_node1.log").read_text()
+    lines = [parse_line(line) for line in text.splitlines()]
+    fold = TorchrunFold("ddp")
+    shown = fold.feed(lines)
+    assert not fold.idle  # the block may go on: held until a line after it, or the end
+    shown += fold.flush()
+    assert fold.idle
+    assert [x.text for x in shown] == ["hello from 1 of 2", teardown_line("ddp", barrier=True)]
+    assert "harmless" in teardown_line("ddp", barrier=True)
+    # the C++ warning and stack alone (a node that lost the store mid-run), then a plain line
+    stack = [x for x in lines if "exit barrier" not in x.text and not x.text.startswith("E11")]
+    after = parse_line("torchrun: restarting")
+    shown = TorchrunFold("ddp").feed([*stack[1:], after])
+    assert [x.text for x in shown] == [teardown_line("ddp", barrier=False), after.text]
+    assert "harmless" in shown[0].text
 
 
 # -- the cell's error ---------------------------------------------------------------------------

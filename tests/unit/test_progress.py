@@ -111,3 +111,48 @@ def test_one_duration_wording_for_clocks_times_left_and_narrow_columns() -> None
     narrow = [fmt_duration(s, units=1) for s in (41.6, 90, 3590, 5 * 86400)]
     assert narrow == ["42s", "2m", "1h", "5d"]  # rounded; 59m 50s carries into 1h, not 60m
     assert fmt_duration(-3) == "0s"
+
+
+def test_after_a_resume_the_eta_comes_from_the_rate_since_the_resume() -> None:
+    """A run killed after step 10 that resumes from its checkpoint of step 9 about 12 s later
+    reports step 10 again: the restart's 12 s are no step time (the ETA read ``4m 05s left``
+    with 15 s left), the rate since the resume is (unknown until it is measured)."""
+    from jupyter_ktrain.pod.progress import JobProgress
+    from jupyter_ktrain.pod.protocol import Metric, Resume
+
+    job = JobProgress()
+    for step in range(11):  # 0.3 s a step
+        job.feed(0, Metric(0, T0 + 0.3 * step, step, 60), T0)
+    back = T0 + 0.3 * 10 + 12.0  # the restart took 12 s
+    resumed = job.feed(0, Resume(step=9, rank=0, t=back), back)
+    assert resumed is not None
+    assert (resumed.step, resumed.eta_s) == (9, None)
+    assert "ETA unknown" in resumed.describe(back)
+    seen = [job.feed(0, Metric(0, back + 0.3 * (s - 9), s, 60), back) for s in (10, 11)]
+    assert seen[0] is not None
+    assert seen[0].eta_s is None  # one step since the resume: unknown
+    p = job.feed(0, Metric(0, back + 0.3 * 3, 12, 60), back)
+    assert p is not None
+    assert p.eta_s == pytest.approx(47 * 0.3)  # 47 steps at 0.3 s
+    assert p.describe(p.t) == "21.6% (13/60) · 14s left"
+
+
+def _rec(**fields: object) -> str:
+    return format_rank_line(0, format_record(fields))
+
+
+def test_the_monitor_model_and_the_replayed_history_measure_anew_after_a_resume() -> None:
+    from jupyter_ktrain.backends.results import progress_from_logs
+
+    lines = [("n0", _rec(type="metric", step=s, total=60, t=T0 + 0.3 * s)) for s in range(11)]
+    back = T0 + 15.3
+    lines.append(("n0", _rec(type="resume", step=9, file="step-9.pt", t=back)))
+    for s in range(10, 14):
+        lines.append(("n0", _rec(type="metric", step=s, total=60, t=back + 0.3 * (s - 9))))
+    m = MonitorModel(JobHeader(name="r"))
+    for _replica, raw in lines:
+        m.feed_text(raw, T0)
+    p = m.progress
+    assert p is not None
+    assert p.eta_s == pytest.approx(46 * 0.3)
+    assert progress_from_logs(lines)[-1] == p

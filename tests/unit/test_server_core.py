@@ -112,3 +112,81 @@ def test_progress_of_a_running_job_counts_down_at_the_server_clock(tmp_path: Pat
     assert later["progress"]["short"] == "25% · waiting"
     assert rows["silent"]["progress"] is None
     assert core.job("halfway")["progress"] == rows["halfway"]["progress"]
+
+
+def _node(job_dir: Path, node: int, lines: list[str], t0: float) -> None:
+    (job_dir / f"node-{node}.log").write_text("".join(f"{line}\n" for line in lines))
+    (job_dir / f"node-{node}.times").write_text(
+        "".join(f"{t0 + 0.001 * i:.6f}\n" for i in range(len(lines)))
+    )
+
+
+def test_the_log_tab_folds_teardown_noise_and_labels_trainer_lines_as_the_widget_does(
+    tmp_path: Path,
+) -> None:
+    """A 2 x 1 job whose node 1 printed torchrun's tear-down noise at its good end, and whose
+    two ranks printed the Trainer's log dict alike, node 1's copy first: the tab shows the
+    noise as one line that says it is harmless (held while the block may go on, never shown
+    in part), and the Trainer line once, under rank 0 (as the widget does)."""
+    from jupyter_ktrain.monitor.torchrun import teardown_line
+
+    backend = LocalBackend(tmp_path / "home")
+    job_dir = backend.job_dir("ddp")
+    job_dir.mkdir(parents=True)
+    (job_dir / "plan.json").write_text("{}")
+    (job_dir / "job.json").write_text('{"nodes": 2, "procs": 1}')
+    (job_dir / "state.json").write_text('{"state": "Running"}')
+    trainer = "{'loss': 0.52, 'grad_norm': 1.5, 'learning_rate': 5e-05, 'epoch': 1.0}"
+    noise = (
+        (Path(__file__).resolve().parents[1] / "data" / "logs")
+        .joinpath("torchrun_exit_barrier_node1.log")
+        .read_text()
+        .splitlines()[1:]
+    )
+    _node(job_dir, 0, ["[rank0]: up", f"[rank0]: {trainer}", "[rank0]: done"], 1000.5)
+    _node(job_dir, 1, ["[rank1]: up", f"[rank1]: {trainer}", *noise], 1000.0)
+    core = PanelCore({"local": lambda: backend})
+    first = core.logs("ddp")
+    shown = [(line["label"], line["text"]) for line in first["lines"]]
+    assert shown == [("rank1", "up"), ("rank0", trainer), ("rank0", "up")]
+    (job_dir / "state.json").write_text('{"state": "Succeeded"}')
+    rest = core.logs("ddp", offset=first["next_offset"])
+    shown = [(line["label"], line["text"]) for line in rest["lines"]]
+    assert shown == [("node@1", teardown_line("ddp", barrier=True)), ("rank0", "done")]
+    assert rest["terminal"] is True
+    whole = core.logs("ddp")  # read again from the start: the same lines
+    assert len(whole["lines"]) == len(first["lines"]) + len(rest["lines"])
+
+
+def test_ktrain_logs_folds_the_same_noise_and_whole_shows_it_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ktrain logs NAME`` (and ``%ktrain logs``) shows every rank's lines as the panel and
+    the widget do: torchrun's tear-down noise as its one line; ``--whole`` as written."""
+    from jupyter_ktrain import commands
+    from jupyter_ktrain.monitor.torchrun import teardown_line
+
+    monkeypatch.setenv("KTRAIN_HOME", str(tmp_path / "home"))
+    job_dir = LocalBackend().job_dir("ddp")
+    job_dir.mkdir(parents=True)
+    (job_dir / "plan.json").write_text("{}")
+    (job_dir / "job.json").write_text('{"nodes": 2, "procs": 1}')
+    (job_dir / "state.json").write_text('{"state": "Succeeded"}')
+    written = (
+        (Path(__file__).resolve().parents[1] / "data" / "logs")
+        .joinpath("torchrun_exit_barrier_node1.log")
+        .read_text()
+        .splitlines()
+    )
+    _node(job_dir, 0, ["[rank0]: hello from 0 of 2"], 1000.0)
+    _node(job_dir, 1, written, 1000.0)
+    shown = commands.run(["logs", "ddp", "--backend", "local"]).text.splitlines()
+    assert shown == [
+        "[rank0]: hello from 0 of 2",
+        "[rank1]: hello from 1 of 2",
+        teardown_line("ddp", barrier=True),
+    ]
+    whole = commands.run(["logs", "ddp", "--backend", "local", "--whole"]).text.splitlines()
+    assert whole == ["[rank0]: hello from 0 of 2", *written]
+    grep = commands.run(["logs", "ddp", "--backend", "local", "--grep", "harmless"]).text
+    assert grep.strip() == teardown_line("ddp", barrier=True)

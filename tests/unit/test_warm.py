@@ -12,10 +12,10 @@ import pytest
 from jupyter_ktrain.backends.warm import check_warm, shape_changes, warm_shape
 from jupyter_ktrain.commands import parse_duration
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.jobs import WarmInfo
+from jupyter_ktrain.jobs import JobStatus, WarmInfo
 from jupyter_ktrain.pod.agent.warm import FolderControl, rank_environ
 from jupyter_ktrain.spec import JobSpec
-from jupyter_ktrain.words import warm_text
+from jupyter_ktrain.words import run_waiting, warm_text, warm_words
 
 
 def test_the_shape_is_what_the_nodes_are_made_with_and_nothing_else() -> None:
@@ -60,6 +60,19 @@ def test_idle_wording_and_idle_gpu_hours() -> None:
     assert [parse_duration(t) for t in ("15m", "90s", "2h", "0", "5")] == [900, 90, 7200, 0, 300]
     with pytest.raises(SpecError, match="--idle 'soon' is not a duration"):
         parse_duration("soon")
+
+
+def test_a_starting_warm_job_says_its_nodes_import_torch_not_an_idle_clock() -> None:
+    starting = WarmInfo(runs=0, idle_since=1000.0, nodes=2, ready=1)
+    said = "its nodes import torch (1 of 2 ready)"
+    assert warm_text(starting, 1010.0) == f"warm, starting: {said}"
+    assert (
+        warm_words(JobStatus("w", "Running", warm=starting), 1010.0) == f"warm · starting: {said}"
+    )
+    assert run_waiting(starting) == f"waiting for the warm job's nodes: {said}"
+    ready = WarmInfo(runs=0, idle_since=1000.0, nodes=2, ready=2)
+    assert warm_words(JobStatus("w", "Running", warm=ready), 1010.0) == "warm · 0 runs · idle 10s"
+    assert run_waiting(ready) == run_waiting(WarmInfo()) == run_waiting(None) == ""
 
 
 def test_each_rank_gets_what_torchrun_would_give_it() -> None:

@@ -191,3 +191,15 @@ def test_runs_are_read_back_from_the_agents_records() -> None:
     assert done.exit_codes == {0: 143, 1: 1, 2: 143, 3: 143}
     assert book.last_end() == (2, 12.0, False)
     assert book.status("w", 3, 2, job).state == "Pending"
+
+
+def test_a_runs_progress_is_read_from_its_ranks_records_as_a_jobs_is() -> None:
+    """A cluster warm job's run has its progress (the widget's header, as on local)."""
+    book = RunBook()
+    book.feed("w-master-0", parse_line(_agent({TYPE: RUN, "run": 1, "node": 0, "t": 10.0})))
+    for step in range(4):
+        record = {TYPE: "metric", "rank": 0, "step": step, "total": 8, "t": 10.0 + step}
+        book.feed("w-master-0", parse_line(format_rank_line(0, format_record(record))))
+    p = book.status("w", 1, 1, JobStatus("w", "Running")).progress
+    assert p is not None
+    assert (p.head(), p.eta_s) == ("50% (4/8)", 4.0)

@@ -9,7 +9,7 @@ import threading
 import time
 
 from ...pod.progress import JobProgress
-from ...pod.protocol import Exit, Metric, parse_line
+from ...pod.protocol import Exit, Metric, Resume, parse_line
 from .logs import FollowedLines
 from .warm import RunBook
 
@@ -53,5 +53,5 @@ class JobRuntime:
                 self.tails[line.rank].append(line.text)
             elif isinstance(record, Exit):
                 self.exits.setdefault(line.rank, (ts, record.code))
-            elif isinstance(record, Metric):
+            elif isinstance(record, (Metric, Resume)):  # a resume measures the rate anew
                 self.progress.feed(line.rank, record, time.time())

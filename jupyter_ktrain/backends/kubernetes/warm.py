@@ -52,7 +52,8 @@ from ...pod.agent.mirror import (
     PATHS_ANNOTATION,
 )
 from ...pod.launch import WARM_DIR
-from ...pod.protocol import EXIT, RUN, RUN_END, LogLine, record_type
+from ...pod.progress import JobProgress
+from ...pod.protocol import EXIT, RUN, RUN_END, LogLine, Metric, Resume, record_type
 from .labels import CONTROL_ANNOTATION
 
 __all__ = [
@@ -161,12 +162,14 @@ class _Run:
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)  # node -> run_end record
     exits: dict[int, int] = field(default_factory=dict)
     first_failure: int | None = None
+    progress: JobProgress = field(default_factory=JobProgress)  # as a job's (one rule)
 
 
 class RunBook:
     """The runs of one warm job, from the lines of its pods: which run each pod is in (its
-    ``run`` record), each rank's exit in it, each node's ``run_end``. Feeding a line twice
-    (a stream read again) changes nothing."""
+    ``run`` record), each rank's exit in it, each node's ``run_end``, and the run's progress
+    (its ranks' records, as a job's). Feeding a line twice (a stream read again) changes
+    nothing."""
 
     def __init__(self) -> None:
         self.runs: dict[int, _Run] = {}
@@ -195,6 +198,12 @@ class RunBook:
                 first = run.first_failure
                 if code and (first is None or run.exits.get(first) == 143):
                     run.first_failure = line.rank
+        elif line.rank is not None and pod in self._current:
+            typed = line.typed
+            if isinstance(typed, (Metric, Resume)):
+                self.runs.setdefault(self._current[pod], _Run()).progress.feed(
+                    line.rank, typed, time.time()
+                )
 
     def status(self, name: str, run: int, nodes: int, job: JobStatus) -> JobStatus:
         """Run ``run`` as a status: Pending until a node starts it, Running, then how it
@@ -222,6 +231,7 @@ class RunBook:
             exit_codes=dict(got.exits),
             started=got.started,
             failed_rank=got.first_failure,
+            progress=got.progress.progress,
         )
         if len(got.ends) < nodes:
             if job.terminal:

@@ -195,6 +195,8 @@ def warm_info(raw: WarmState, shape: JobShape | None) -> WarmInfo:
         idle_since=raw.idle_since,
         idle_limit_s=raw.idle_limit_s,
         gpus=gpus,
+        nodes=shape.nodes if shape is not None else 0,
+        ready=raw.ready,
     )
 
 

@@ -77,12 +77,14 @@ class NodeState:
 @dataclass(frozen=True)
 class WarmState:
     """A warm job between and during runs: runs so far, the run in progress, since when it is
-    idle, and its idle limit."""
+    idle, its idle limit, and how many of its nodes are ready (their agents imported torch;
+    None in a file from before this was kept)."""
 
     runs: int = 0
     active: int | None = None
     idle_since: float | None = None
     idle_limit_s: float = DEFAULT_IDLE_S
+    ready: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -94,6 +96,7 @@ class WarmState:
             active=_int_or_none(raw.get("active")),
             idle_since=_float_or_none(raw.get("idle_since")),
             idle_limit_s=float(raw.get("idle_limit_s", DEFAULT_IDLE_S)),
+            ready=_int_or_none(raw.get("ready")),
         )
 
 

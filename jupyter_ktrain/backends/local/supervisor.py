@@ -47,7 +47,7 @@ from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNN
 from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from ...pod.exits import KILLED, describe_exit, restart_cause
 from ...pod.progress import JobProgress
-from ...pod.protocol import Exit, Metric, format_agent_line, parse_line
+from ...pod.protocol import Exit, Metric, Resume, format_agent_line, parse_line
 from ...store.jobdirs import release_reserve
 from .causes import (
     GRACE_AFTER_FAILURE_S,
@@ -193,10 +193,10 @@ class Supervisor:
             record = line.typed
             if isinstance(record, Exit):
                 self._on_rank_exit(line.rank, record.code)
-            elif isinstance(record, Metric):
+            elif isinstance(record, (Metric, Resume)):  # a resume measures the rate anew
                 self._on_progress(line.rank, record)
 
-    def _on_progress(self, rank: int, record: Metric) -> None:
+    def _on_progress(self, rank: int, record: Metric | Resume) -> None:
         with self.lock:
             now = time.time()
             p = self.progress.feed(rank, record, now)

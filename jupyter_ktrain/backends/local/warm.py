@@ -26,7 +26,7 @@ from ...jobs import (
     JobStatus,
 )
 from ...store.files import make_private_dirs, replace_private, write_private
-from ...words import describe
+from ...words import describe, run_waiting
 from ..base import LaunchPlan
 from ..logsource import LogSource
 from ..warm import check_warm, shape_changes, warm_shape
@@ -171,6 +171,8 @@ class LocalWarm:
             why = job.message or job.reason or job.state
             ended = CANCELLED if job.state == CANCELLED else FAILED
             raw = replace(raw, state=ended, reason=job.reason, message=f"the warm job ended: {why}")
+        elif raw.state == PENDING and not raw.message:  # say what it waits for, not "Pending"
+            raw = replace(raw, message=run_waiting(job.warm))
         return to_status(name, raw, self.folders.shape(name))
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:

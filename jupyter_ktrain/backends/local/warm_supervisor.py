@@ -14,8 +14,10 @@ the peer and say so), then the run is aborted on every node (``runs/N/abort``), 
 blocked in a collective cannot hold the job. The job itself (``state.json``) stays Running
 while its agents live, with a ``warm`` entry: the last run, the run in progress, since when it
 is idle, its idle limit. After ``idle_limit_s`` (``warm.json``, changed by ``%ktrain warm NAME
---idle``) with no run, the job ends (Cancelled, reason ``IdleLimit``) and every process of it
-goes. A node agent that dies ends the job (Failed): a warm job is not restarted.
+--idle``; 0 ends it now) with no run, the job ends as a cluster's warm job does at its idle
+limit: every node's agent is told to end (``control.json``'s ``idle_limit_s``: 0) and exits 0,
+and the job Succeeded (reason ``IdleLimit``; Cancelled when an agent had to be stopped); every
+process of it goes. A node agent that dies ends the job (Failed): a warm job is not restarted.
 """
 
 from __future__ import annotations
@@ -28,18 +30,19 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
-from ...pod.progress import fmt_duration
-from ...pod.protocol import EXIT, READY, RUN, RUN_END, parse_line, record_type
-from ...store.files import make_private_dirs, write_private
+from ...pod.progress import JobProgress, fmt_duration
+from ...pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
+from ...store.files import make_private_dirs, replace_private, write_private
 from ...store.jobdirs import release_reserve
 from ..warm import DEFAULT_IDLE_S
 from .joblog import JobLog
 from .state import LocalState, NodeState, WarmState, save_state
-from .supervisor import Supervisor
+from .supervisor import PROGRESS_SAVE_S, Supervisor
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
 FAIL_GRACE_S = 2.0
+AGENT_END_S = 15.0  # for the agents told to end (the idle limit) to exit by themselves
 IDLE_LIMIT = "IdleLimit"
 WARM_FILE = "warm.json"
 
@@ -75,6 +78,8 @@ class _Run:
         self.node_codes: dict[int, int] = {}
         self.aborted: dict[int, str] = {}
         self.failed_at: float | None = None
+        self.progress = JobProgress()  # from the run's records, as a job's (one rule)
+        self.progress_saved = 0.0
 
     @property
     def ended(self) -> bool:
@@ -85,6 +90,7 @@ class _Run:
             state=RUNNING,
             run=self.number,
             started=self.started,
+            progress=self.progress.progress,
             exit_codes=dict(self.exit_codes),
             failed_rank=self.first_failure,
             nodes=tuple(
@@ -114,6 +120,7 @@ class WarmSupervisor(Supervisor):
         self.idle_since = time.time()
         self.ended_why = ""  # why the warm job itself ended (idle limit, a node lost)
         self.ended_reason = ""
+        self.ready: set[int] = set()  # nodes whose agent imported torch and waits for runs
 
     # -- output, split by run --------------------------------------------------------------
     def _copy(self, node: int, stream: IO[bytes]) -> None:
@@ -145,7 +152,10 @@ class WarmSupervisor(Supervisor):
                     in_run, rank_files = None, {}
                     self._on_run_end(node, line.record)
                 elif kind == READY:
+                    with self.lock:
+                        self.ready.add(node)
                     self.save(nodes=self._nodes())
+                    self._save_warm()
                 elif line.rank is not None:
                     self._on_rank_line(line, rank_files)
         finally:
@@ -174,6 +184,20 @@ class WarmSupervisor(Supervisor):
                 ):
                     run.first_failure = line.rank
             self._save_run(run)
+        elif isinstance(line.typed, (Metric, Resume)):
+            self._on_run_progress(run, line.rank, line.typed)
+
+    def _on_run_progress(self, run: _Run, rank: int, record: Metric | Resume) -> None:
+        """A run's progress, kept as a job's is (a few times a second): in the run's state,
+        and in the job's while the run goes, so every view of either shows it."""
+        with self.lock:
+            now = time.time()
+            p = run.progress.feed(rank, record, now)
+            if p is None or (now - run.progress_saved < PROGRESS_SAVE_S and not p.done):
+                return
+            run.progress_saved = now
+        self._save_run(run)
+        self._save_warm()
 
     def _on_run(self, number: int) -> None:
         with self.lock:
@@ -210,6 +234,8 @@ class WarmSupervisor(Supervisor):
         save_state(self._run_dir(run.number), state)  # the first end written stands
 
     def _save_warm(self) -> None:
+        """The job's ``warm`` entry, and its progress: the run's in progress (None between
+        runs: a run's own state keeps where it ended)."""
         active = self.runs.get(self.last_run)
         running = active is not None and not active.ended
         self.save(
@@ -218,7 +244,9 @@ class WarmSupervisor(Supervisor):
                 active=self.last_run if running else None,
                 idle_since=None if running else self.idle_since,
                 idle_limit_s=read_idle_limit(self.dir),
-            )
+                ready=len(self.ready),
+            ),
+            progress=active.progress.progress if running and active is not None else None,
         )
 
     # -- the job's life --------------------------------------------------------------------
@@ -231,6 +259,7 @@ class WarmSupervisor(Supervisor):
                 break
             self._abort_failed_runs()
             if self._idle_over():
+                self._end_agents()
                 break
             time.sleep(0.05)
         self.cancelled = True  # the nodes stop now: wait() terminates them
@@ -268,6 +297,22 @@ class WarmSupervisor(Supervisor):
         )
         return True
 
+    def _end_agents(self) -> None:
+        """Tell every node's agent to end by itself (an idle limit of 0 in ``control.json``,
+        the order kept), and give them :data:`AGENT_END_S` to exit; one that does not is
+        stopped with the rest of the job."""
+        path = self.dir / "control.json"
+        try:
+            control = json.loads(path.read_text())
+        except (OSError, ValueError):
+            control = None
+        if not isinstance(control, dict):  # no run was ever ordered
+            control = {"version": 1, "run": 0, "code_dir": ""}
+        replace_private(path, json.dumps({**control, "idle_limit_s": 0}).encode())
+        deadline = time.monotonic() + AGENT_END_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            time.sleep(0.05)
+
     def _ordered(self) -> int:
         try:
             return int(json.loads((self.dir / "control.json").read_text())["run"])
@@ -286,8 +331,9 @@ class WarmSupervisor(Supervisor):
                 self._save_run(run)
         if self.ended_reason == "NodeFailed":
             state, reason = FAILED, "NodeFailed"
-        elif self.ended_reason == IDLE_LIMIT:
-            state, reason = CANCELLED, IDLE_LIMIT
+        elif self.ended_reason == IDLE_LIMIT:  # its agents ended themselves: a good end
+            ended_well = all(p.returncode == 0 for p in self.procs)
+            state, reason = (SUCCEEDED if ended_well else CANCELLED), IDLE_LIMIT
         else:
             state, reason = CANCELLED, CANCELLED_REASON
         self._save_warm()
