@@ -8,7 +8,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
-import { renderChart } from './chart';
+import { fitWidth, renderChart } from './chart';
 import { ComparePayload } from './payloads';
 
 export class CompareView extends Widget {
@@ -86,7 +86,7 @@ export class CompareView extends Widget {
           traces,
           markers: []
         },
-        560,
+        fitWidth(this.chart, 560),
         300
       )
     );

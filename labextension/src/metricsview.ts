@@ -3,7 +3,7 @@
  * what the job's records said happened ("resumed from step 40 (checkpoint step-40.pt)"). Drawn
  * only when the payload's version changed, so a hover on a chart survives the polls.
  */
-import { renderChart, renderValues } from './chart';
+import { fitWidth, renderChart, renderValues } from './chart';
 import { MetricsPayload } from './payloads';
 
 export class MetricsView {
@@ -11,11 +11,20 @@ export class MetricsView {
   readonly values = document.createElement('div');
   readonly charts = document.createElement('div');
   private version = -1;
+  private payload: MetricsPayload | null = null;
+  private width = 0;
+  // the charts are as wide as the tab: drawn again when its width changes
+  private resize = new ResizeObserver(() => {
+    if (this.payload && fitWidth(this.charts) !== this.width) {
+      this.drawCharts(this.payload);
+    }
+  });
 
   constructor() {
     this.notices.className = 'ktrain-Notices';
     this.values.className = 'ktrain-ValuesBox';
     this.charts.className = 'ktrain-Charts';
+    this.resize.observe(this.charts);
   }
 
   render(payload: MetricsPayload): void {
@@ -32,6 +41,16 @@ export class MetricsView {
         return line;
       })
     );
-    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
+    this.drawCharts(payload);
+  }
+
+  private drawCharts(payload: MetricsPayload): void {
+    this.payload = payload;
+    this.width = fitWidth(this.charts);
+    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p, this.width)));
+  }
+
+  dispose(): void {
+    this.resize.disconnect();
   }
 }

@@ -111,7 +111,7 @@ NAME_CELL = """(name) => {
   return td ? [td.clientWidth, td.scrollWidth, td.textContent] : null;
 }"""
 CHART_FIT = """() => {
-  const gd = document.querySelector('.jp-OutputArea-output .js-plotly-plot');
+  const gd = document.querySelector('.jp-OutputArea-output .ktrain-WidgetChart');
   const area = gd && gd.closest('.jp-OutputArea-output');
   return gd ? [gd.getBoundingClientRect().width, area.getBoundingClientRect().width] : null;
 }"""

@@ -54,8 +54,8 @@ LONG_MS = 200  # the longest main-thread task allowed while a job streams
 LAG_S = 0.6  # the most the job tab may trail the widget (or lead it)
 JOB = "fault-demo"  # notebook 04's job
 WARM = "warm-page"
-NARROW = {"width": 1280, "height": 900}  # the notebook's output area: about 530 px
-NARROWER = {"width": 1000, "height": 800}
+NARROW = {"width": 1600, "height": 900}  # the notebook's output area: about 530 px
+NARROWER = {"width": 1000, "height": 800}  # about 230 px
 
 WARM_TRAIN = """def warm_train(steps: int = 30, pause: float = 0.1):
     rank = int(os.environ["RANK"])
@@ -78,9 +78,18 @@ try {
 # widget's header the newest cell's of the job (a warm job shows one per run)
 SAMPLER = """(name) => {
   const text = el => (el ? el.textContent : '');
-  const right = (inner, outer) => {
-    const a = inner.getBoundingClientRect(), b = outer.getBoundingClientRect();
-    return [Math.round(a.width), Math.round(b.width), Math.round(a.right - b.right)];
+  // what a chart draws (its SVGs and legends: plotly's overflow its element) against its box
+  const right = (chart, outer) => {
+    const b = outer.getBoundingClientRect();
+    let width = 0, past = -Infinity;
+    for (const e of [chart, ...chart.querySelectorAll('svg, .ktrain-WidgetLegend')]) {
+      const a = e.getBoundingClientRect();
+      if (a.width > 0) {
+        width = Math.max(width, a.width);
+        past = Math.max(past, a.right - b.right);
+      }
+    }
+    return [Math.round(width), Math.round(b.width), Math.round(past)];
   };
   window.__ktrainLive = [];
   window.__ktrainLiveTimer = setInterval(() => {
