@@ -159,7 +159,9 @@ def test_no_long_task_charts_fit_and_the_panel_keeps_up(page_lab: Lab) -> None:
             page.goto(f"{lab.url}/lab/tree/page.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
             assert page.evaluate("() => window.__ktrainLong !== null"), "no Long Tasks API"
-            page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
+            # no command's result comes back: Playwright would serialize the panel's widget
+            # in the page, a long task of its own (1.7 s here)
+            page.evaluate("() => { window.jupyterapp.commands.execute('ktrain:open-panel'); }")
             time.sleep(2.0)  # the lab settles: its own start-up is not a job's stream
             t0 = page.evaluate("() => performance.now()")
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
@@ -169,8 +171,8 @@ def test_no_long_task_charts_fit_and_the_panel_keeps_up(page_lab: Lab) -> None:
                 timeout=120_000,
             )
             page.evaluate(
-                f"() => window.jupyterapp.commands.execute('ktrain:open-job', "
-                f"{{name: '{JOB}', mode: 'split-right'}})"
+                f"() => {{ window.jupyterapp.commands.execute('ktrain:open-job', "
+                f"{{name: '{JOB}', mode: 'split-right'}}); }}"
             )
             page.evaluate(f"(name) => ({SAMPLER})(name)", JOB)
             page.wait_for_function(
