@@ -33,6 +33,7 @@ export class JobView extends Widget {
   private terminal = false;
   private timer: number | null = null;
   private statusTimer: number | null = null;
+  private statusChain = 0; // which start() the status reads belong to (a stop ends them)
   private lastMetrics = 0;
   private busy = false;
   private statusBusy = false;
@@ -139,12 +140,21 @@ export class JobView extends Widget {
         }
         void this.tick();
       }, LOG_POLL_MS);
-      this.statusTimer = window.setInterval(() => {
-        if (!this.terminal) {
-          void this.pollStatus();
-        }
-      }, STATUS_POLL_MS);
+      this.watchStatus(++this.statusChain);
     }
+  }
+
+  /** The status again STATUS_POLL_MS after the last read began (at once if that read took
+   * longer), one read at a time, until the job ended or the tab is hidden. */
+  private watchStatus(chain: number): void {
+    const began = Date.now();
+    void this.pollStatus().then(() => {
+      if (chain !== this.statusChain || this.terminal) {
+        return;
+      }
+      const wait = Math.max(0, STATUS_POLL_MS - (Date.now() - began));
+      this.statusTimer = window.setTimeout(() => this.watchStatus(chain), wait);
+    });
   }
 
   private stop(): void {
@@ -152,8 +162,9 @@ export class JobView extends Widget {
       window.clearInterval(this.timer);
       this.timer = null;
     }
+    this.statusChain += 1;
     if (this.statusTimer !== null) {
-      window.clearInterval(this.statusTimer);
+      window.clearTimeout(this.statusTimer);
       this.statusTimer = null;
     }
   }
