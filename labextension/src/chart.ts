@@ -41,13 +41,6 @@ export function niceTicks(lo: number, hi: number, count = 5): number[] {
   return ticks;
 }
 
-/** The width a chart in ``box`` is drawn at: the box's, up to ``most`` (``most`` while the
- * box is not laid out: a hidden tab). A chart is never wider than its container. */
-export function fitWidth(box: HTMLElement, most = 520): number {
-  const room = box.clientWidth;
-  return room > 0 ? Math.min(most, room) : most;
-}
-
 export function renderChart(panel: MetricPanel, width = 420, height = 220): HTMLElement {
   const box = document.createElement('div');
   box.className = 'ktrain-Chart';

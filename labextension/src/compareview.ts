@@ -8,7 +8,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
-import { fitWidth, renderChart } from './chart';
+import { renderChart } from './chart';
 import { ComparePayload } from './payloads';
 
 export class CompareView extends Widget {
@@ -86,7 +86,7 @@ export class CompareView extends Widget {
           traces,
           markers: []
         },
-        fitWidth(this.chart, 560),
+        560,
         300
       )
     );

@@ -3,8 +3,15 @@
  * what the job's records said happened ("resumed from step 40 (checkpoint step-40.pt)"). Drawn
  * only when the payload's version changed, so a hover on a chart survives the polls.
  */
-import { fitWidth, renderChart, renderValues } from './chart';
+import { renderChart, renderValues } from './chart';
 import { MetricsPayload } from './payloads';
+
+/** The width a chart in ``box`` is drawn at: the box's, up to ``most`` (``most`` while the
+ * box is not laid out: a hidden tab). A chart is never wider than its container. */
+export function fitWidth(box: HTMLElement, most = 520): number {
+  const room = box.clientWidth;
+  return room > 0 ? Math.min(most, room) : most;
+}
 
 export class MetricsView {
   readonly notices = document.createElement('div');
