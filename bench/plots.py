@@ -1,18 +1,19 @@
 """Kernel CPU time and bytes sent per plot update after 10^6 reported points.
 
-Ours: MonitorModel (streaming MinMax buckets) + MonitorView (one FigureWidget, downsampled
-traces, batch_update). Peer, measured in the same run: a naive FigureWidget that keeps every
-point and re-assigns the trace's x/y on each update (the only way to "append" to a plotly
-trace), both with Python lists and with numpy arrays (binary buffers, the stronger peer).
+Ours: MonitorModel (streaming MinMax buckets) + MonitorView (one small chart widget,
+downsampled traces as binary arrays, one message per redraw). Peer, measured in the same
+run: a naive FigureWidget that keeps every point and re-assigns the trace's x/y on each
+update (the only way to "append" to a plotly trace), both with Python lists and with numpy
+arrays (binary buffers, the stronger peer).
 
 "Not growing with run length": our bytes per update at 10^5 and 10^6 points are compared
 (the cap is 2,000 drawn points; the naive peer grows 10x between the two).
 
 Bytes are counted the way ipywidgets sends them: the comm is replaced (``comm.create_comm``
 is meant to be replaced) by one that measures the JSON body and binary buffers of every
-``comm_msg``; the one-time ``comm_open`` of each FigureWidget (plotly.js, ~5 MB) is reported
-apart. CPU is ``time.process_time`` around the update (downsampling, validation,
-serialisation). Prints one JSON object as its last line.
+``comm_msg``; the one-time ``comm_open`` of each widget (plotly.js, ~5 MB, for a
+FigureWidget) is reported apart. CPU is ``time.process_time`` around the update
+(downsampling, validation, serialisation). Prints one JSON object as its last line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The monitor's view-model: what every view shows of a job, decided once.
 
 Three views render a :class:`~jupyter_ktrain.monitor.model.MonitorModel`: the cell widget
-(:mod:`jupyter_ktrain.widgets.monitor`, plotly), the text view (:mod:`.text`) and the side
+(:mod:`jupyter_ktrain.widgets.monitor`, SVG charts), the text view (:mod:`.text`) and the side
 panel (:mod:`jupyter_ktrain.server.core` -> JSON -> ``labextension/src``). They all take from
 here, so they cannot drift:
 

@@ -1,4 +1,4 @@
-"""The monitor in the ``%%ktrain`` cell: ipywidgets + plotly, or plain text without widgets.
+"""The monitor in the ``%%ktrain`` cell: ipywidgets and a small chart widget, or plain text.
 
 Both views read a :class:`~jupyter_ktrain.monitor.model.MonitorModel` and share one small
 interface (the monitor's port, :class:`jupyter_ktrain.jobs.View`): ``show()`` once,
@@ -13,9 +13,10 @@ never uses ``Output.append_stdout`` (it resends the whole history). Logs go into
 chunks are frozen and the oldest are dropped from the view, so bytes per flush are bounded
 and do not grow with run length. At most ``max_flush_bytes`` of new lines are shown per
 flush; a backlog beyond that is skipped with a marker (the lines stay in the log files).
-Plots are redrawn every ``plot_interval`` seconds inside ``batch_update()``, only traces
-with new points, each downsampled to at most ``plot_points`` (fewer when many traces change
-at once, keeping one redraw under ``max_plot_points``).
+Plots are redrawn every ``plot_interval`` seconds, when a trace has new points, in one
+message (the browser draws it in its next frame, at the output area's width); each trace
+with new points is downsampled to at most ``plot_points`` (fewer when many change at once,
+keeping one redraw's new points under ``max_plot_points``).
 
 Threading: ``update``/``close`` must be called from the thread that feeds the model. Widget
 callbacks (rank selector, filter, follow) only set flags that the next ``update`` applies,
@@ -46,7 +47,7 @@ from ..monitor.viewmodel import (
     summary_values,
 )
 from .html import log_line_html, notice_html, replica_table, strip_tags
-from .plots import FigureAside, plot_arrays
+from .plots import FigureAside
 
 __all__ = [
     "PANEL_BUTTON_CLASS",
@@ -140,8 +141,8 @@ class MonitorView:
             )
         )
         self.summary = w.HTML()  # metrics reported once (Trainer's train_runtime...): values
-        # a block, not a flex row: the figure's element then has the container's width when
-        # plotly measures it (in a flex row it had none, and plotly fell back to 700 px)
+        # a block, not a flex row: the chart then has the container's width (it draws at that
+        # width, and again whenever it changes)
         self.plots = w.Box(layout=w.Layout(display="block", width="100%"))
         self.widget = w.VBox(
             [
@@ -174,7 +175,7 @@ class MonitorView:
         self._figure = FigureAside()  # made in a thread of its own when shown
         self._closing = False
         self._pushed: dict[tuple[str, Who], tuple[int, int]] = {}  # (revision, points)
-        self._markers: list[tuple[float, str]] = []
+        self._markers: tuple[list[tuple[float, str]], list[str]] = ([], [])
         self._summary_seen = -1
         self._closed = False
         # (time, points drawn per metric) at each plot redraw: how the plots grew
@@ -376,15 +377,13 @@ class MonitorView:
             self._plot = figure
             self.plots.children = (self._plot.fig,)
         plot = self._plot
-        for key, _t in dirty:  # panels first: one relayout each, before data
+        for key, t in dirty:
             plot.panel(key.id, key.title, key.x_title)
-        with plot.fig.batch_update():
-            for key, t in dirty:
-                trace = plot.trace(key.id, t.who, t.label, t.colour)
-                xs, ys = t.series.points(per_trace)
-                trace.x, trace.y = plot_arrays(xs, ys)
-                self._pushed[(key.id, t.who)] = (t.series.revision, t.series.count)
+            xs, ys = t.series.points(per_trace)
+            plot.set_trace(key.id, t.who, t.label, t.colour, xs, ys)
+            self._pushed[(key.id, t.who)] = (t.series.revision, t.series.count)
         self._update_markers()
+        plot.draw()  # one message: the browser draws it in its next frame
         drawn: dict[str, int] = {}
         for (panel, _who), (_rev, n) in self._pushed.items():
             name = PanelKey.parse(panel).field
@@ -392,12 +391,14 @@ class MonitorView:
         self.plot_history.append((now, drawn))
 
     def _update_markers(self) -> None:
-        """The job's restarts as lines in the metric panels drawn (sent when they change)."""
-        markers = [(m.x, m.text) for m in self.model.markers]
-        if markers == self._markers or self._plot is None:
+        """The job's restarts as lines in the metric panels drawn (sent with the next draw)."""
+        if self._plot is None:
             return
-        self._markers = markers
+        markers = [(m.x, m.text) for m in self.model.markers]
         metric_panels = [p for p in self._plot.panels if PanelKey.parse(p).kind == "metric"]
+        if (markers, metric_panels) == self._markers:
+            return
+        self._markers = (markers, metric_panels)  # a panel added later gets them too
         self._plot.set_markers({p: markers for p in metric_panels})
 
     def _update_summary(self) -> None:
@@ -448,11 +449,10 @@ def open_in_panel() -> None:
 
 
 def widgets_available() -> bool:
-    """True in a kernel with a comm when ipywidgets, plotly and anywidget import."""
+    """True in a kernel with a comm when ipywidgets and anywidget import."""
     try:
         import anywidget  # noqa: F401
         import ipywidgets  # noqa: F401
-        import plotly.graph_objects  # noqa: F401
         from IPython import get_ipython
     except ImportError:
         return False

@@ -1,139 +1,108 @@
-"""One plotly FigureWidget holding stacked panels that appear as data arrives.
+"""The live view's stacked panels (one per metric or GPU field), as they appear with data.
 
-Why one figure: every FigureWidget opens with plotly's ~5 MB JavaScript bundle (anywidget
-``_esm``) in its ``comm_open``; a figure per metric would cost that many times over. Panels
-are axes pairs ``x{k}/y{k}`` whose domains are re-laid out when a panel is added; traces are
-added once and later only their ``x``/``y`` change, inside ``batch_update`` (one message).
+Traces are kept here by (panel, key) with the points last drawn, and sent to the browser's
+:class:`~jupyter_ktrain.widgets.chart.ChartWidget` by :meth:`PanelFigure.draw`: every panel in
+one message, each trace's points as binary arrays (a trace already downsampled by the view).
+The static figure of a finished job (:func:`metrics_figure`, for a saved notebook) is plotly's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
-from collections.abc import Hashable
+from array import array
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..monitor.viewmodel import fmt_value, plot_panels, summary_values
 
-__all__ = ["FigureAside", "PanelFigure", "plot_arrays"]
+__all__ = ["FigureAside", "PanelFigure", "Trace", "metrics_figure"]
 
 
-def plot_arrays(xs: list[float], ys: list[float]) -> tuple[Any, Any]:
-    """A trace's points as plotly sends them best: float arrays (lists without numpy)."""
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is optional
-        return xs, ys
-    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float32)
+@dataclass(frozen=True)
+class Trace:
+    """One line of a panel as the chart draws it: the rank (or GPU) it is, its colour (the
+    same in every panel) and the points last drawn."""
+
+    panel: str
+    label: str
+    colour: str | None
+    x: tuple[float, ...]
+    y: tuple[float, ...]
 
 
-def _axis(k: int, letter: str) -> tuple[str, str]:
-    """(layout key, trace ref) of panel ``k`` (0-based): ``xaxis``/``x``, ``xaxis2``/``x2``."""
-    suffix = "" if k == 0 else str(k + 1)
-    return f"{letter}axis{suffix}", f"{letter}{suffix}"
-
-
-def _legend(k: int) -> str:
-    return "legend" if k == 0 else f"legend{k + 1}"
+def _wire(values: Sequence[float], typecode: str) -> bytes:
+    """Points as the chart reads them: little-endian float64 (``d``) or float32 (``f``)."""
+    out = array(typecode, values)
+    if sys.byteorder != "little":  # pragma: no cover - every supported machine is
+        out.byteswap()
+    return out.tobytes()
 
 
 class PanelFigure:
-    def __init__(self, *, panel_height: int = 200, gap: int = 60, width: int | None = None) -> None:
-        import plotly.graph_objects as go
+    """The panels and traces of one :class:`~jupyter_ktrain.widgets.chart.ChartWidget`
+    (``fig``, the widget the view shows), top to bottom in the order they were added."""
 
-        self.panel_height = panel_height
-        self.gap = gap
-        layout: dict[str, Any] = {
-            "height": 60,
-            "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
-            "uirevision": "keep",  # keep the user's zoom and hidden traces across updates
-            "showlegend": True,
-        }
-        if width is not None:
-            layout["width"] = width
-        self.fig = go.FigureWidget(layout=layout)
+    def __init__(self) -> None:
+        from .chart import ChartWidget
+
+        self.fig = ChartWidget()
         self.panels: list[str] = []
         self._titles: dict[str, tuple[str, str]] = {}
-        self._traces: dict[tuple[str, Hashable], Any] = {}
+        self._traces: dict[tuple[str, Hashable], Trace] = {}
+        self._wired: dict[tuple[str, Hashable], dict[str, Any]] = {}
+        self._markers: dict[str, list[tuple[float, str]]] = {}
 
     def panel(self, name: str, title: str, x_title: str) -> int:
-        """Index of panel ``name``, adding it (and re-laying out all panels) if new."""
-        if name in self.panels:
-            return self.panels.index(name)
-        self.panels.append(name)
-        self._titles[name] = (title, x_title)
-        self._layout()
-        return len(self.panels) - 1
+        """Index of panel ``name``, adding it below the others if new."""
+        if name not in self.panels:
+            self.panels.append(name)
+            self._titles[name] = (title, x_title)
+        return self.panels.index(name)
 
-    def _layout(self) -> None:
-        """Every panel's axes and legend, each set as a whole object in one update: plotly.js
-        refuses an update that sets ``xaxis2`` and ``xaxis2.domain`` together (what
-        ``update_layout`` sends for a new axis), and logs an error in the browser console."""
-        n = len(self.panels)
-        ph, gap = self.panel_height, self.gap
-        total = n * ph + (n - 1) * gap
-        layout = self.fig.layout
-        with self.fig.batch_update():
-            layout.height = total + 80
-            for k, name in enumerate(self.panels):
-                top = 1 - k * (ph + gap) / total
-                bottom = max(0.0, top - ph / total)
-                title, x_title = self._titles[name]
-                xkey, xref = _axis(k, "x")
-                ykey, yref = _axis(k, "y")
-                layout[xkey] = {"domain": [0, 1], "anchor": yref, "title": {"text": x_title}}
-                layout[ykey] = {"domain": [bottom, top], "anchor": xref, "title": {"text": title}}
-                # one legend per panel, beside it (plotly's legend, legend2, ...)
-                layout[_legend(k)] = {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
-                                      "title": {"text": title}}  # fmt: skip
+    def title(self, name: str) -> str:
+        """Panel ``name``'s title (its y axis and its legend say it)."""
+        return self._titles[name][0]
 
-    def trace(self, panel: str, key: Hashable, label: str, colour: str | None = None) -> Any:
-        """The trace for ``key`` in ``panel`` (created empty on first use), drawn in
-        ``colour`` (the caller's: one colour per rank in every panel)."""
-        trace = self._traces.get((panel, key))
-        if trace is None:
-            k = self.panels.index(panel)
-            self.fig.add_scatter(
-                x=[],
-                y=[],
-                mode="lines",
-                name=label,
-                xaxis=_axis(k, "x")[1],
-                yaxis=_axis(k, "y")[1],
-                legend=_legend(k),
-                line={"color": colour} if colour else {},
-            )
-            trace = self.fig.data[-1]
-            self._traces[(panel, key)] = trace
+    def set_trace(
+        self,
+        panel: str,
+        key: Hashable,
+        label: str,
+        colour: str | None,
+        xs: Sequence[float],
+        ys: Sequence[float],
+    ) -> Trace:
+        """Trace ``key`` of ``panel`` (a panel added first), drawn in ``colour`` (the
+        caller's: one colour per rank in every panel), now with the points ``xs``/``ys``;
+        sent with the next :meth:`draw`."""
+        trace = Trace(panel, label, colour, tuple(map(float, xs)), tuple(map(float, ys)))
+        self._traces[(panel, key)] = trace
+        wired = {"x": _wire(trace.x, "d"), "y": _wire(trace.y, "f")}
+        self._wired[(panel, key)] = {"label": label, "colour": colour, **wired}
         return trace
 
     def set_markers(self, markers: dict[str, list[tuple[float, str]]]) -> None:
         """Vertical dotted lines (restarts) in the panels named, at each ``(x, text)``; the
-        text shows on hover. Every panel's markers in one layout update."""
-        shapes, notes = [], []
-        for name, marks in markers.items():
-            k = self.panels.index(name)
-            xref, yref = _axis(k, "x")[1], _axis(k, "y")[1] + " domain"
-            for x, text in marks:
-                shapes.append(
-                    {
-                        "type": "line",
-                        "xref": xref,
-                        "yref": yref,
-                        "x0": x,
-                        "x1": x,
-                        "y0": 0,
-                        "y1": 1,
-                        "line": {"dash": "dot", "color": "#888"},
-                    }
-                )
-                note = {"text": "↻", "hovertext": text, "showarrow": False, "yanchor": "bottom"}
-                notes.append({"xref": xref, "yref": yref, "x": x, "y": 1, **note})
-        with self.fig.batch_update():
-            self.fig.layout.shapes = shapes
-            self.fig.layout.annotations = notes
+        text shows on hover. Sent with the next :meth:`draw`."""
+        self._markers = {name: list(marks) for name, marks in markers.items()}
 
-    def traces(self, panel: str) -> list[Any]:
+    def draw(self) -> None:
+        """Every panel, its traces and markers to the browser, in one message."""
+        self.fig.panels = [
+            {
+                "id": name,
+                "title": self._titles[name][0],
+                "x_title": self._titles[name][1],
+                "markers": [{"x": x, "text": text} for x, text in self._markers.get(name, ())],
+                "traces": [w for (p, _), w in self._wired.items() if p == name],
+            }
+            for name in self.panels
+        ]
+
+    def traces(self, panel: str) -> list[Trace]:
         return [t for (p, _), t in self._traces.items() if p == panel]
 
 
@@ -141,12 +110,11 @@ class FigureAside:
     """A :class:`PanelFigure` made in a thread of its own as soon as a view is shown, not in
     its first redraw with data.
 
-    Why: the first ``FigureWidget`` of a kernel imports plotly's widget half (its
-    renderers pull in nbformat and jsonschema): 2.7 s of CPU on an idle machine, more
-    under a training job's load. Made in the follow loop's thread at the first metric,
-    it froze the header, logs and alerts for 3-6 s while the side panel went on. Made
+    Why: the first chart of a kernel imports anywidget (and what it pulls in): a second of
+    CPU under a training job's load. Made in the follow loop's thread at the first metric,
+    an import like it froze the header, logs and alerts while the side panel went on. Made
     aside, the follow loop keeps updating meanwhile; the figure is shown (added to the
-    view) with its first data, at its container's width."""
+    view) with its first data."""
 
     def __init__(self) -> None:
         self._figure: PanelFigure | None = None

@@ -3,8 +3,8 @@
  * failure, replicas), Cancel (jobactions.ts), the log pane (logview.ts) and the plots
  * (metricsview.ts). This class owns the polling: every LOG_POLL_MS until the job ended, new
  * log lines and, in the same poll, the metrics (the server feeds its per-job model only the new
- * lines, so the header's progress and the charts are of the same moment); the status is read
- * on its own so a slow log read cannot hold the header back. The header's state and progress
+ * lines, so the charts and the log are of the same moment); the status is read on its own,
+ * every STATUS_POLL_MS, so a slow log read cannot hold the header back. The header's state and progress
  * are shared with the job list (progress.ts). Polling pauses while the tab is hidden.
  */
 import { Widget } from '@lumino/widgets';
@@ -19,6 +19,10 @@ import { publish, subscribe } from './progress';
 
 export const LOG_POLL_MS = 1000;
 export const METRIC_POLL_MS = LOG_POLL_MS;
+/** The header's state and progress: read this often while the job runs, so the tab trails
+ * the notebook's widget (which follows the job's log) by well under 0.6 s. A status read is
+ * small (the job's state file, or its objects' cached watch on a cluster). */
+export const STATUS_POLL_MS = 250;
 
 export class JobView extends Widget {
   private status = new JobStatusView();
@@ -28,6 +32,8 @@ export class JobView extends Widget {
   private errorBox = document.createElement('div');
   private terminal = false;
   private timer: number | null = null;
+  private statusTimer: number | null = null;
+  private statusChain = 0; // which start() the status reads belong to (a stop ends them)
   private lastMetrics = 0;
   private busy = false;
   private statusBusy = false;
@@ -134,13 +140,32 @@ export class JobView extends Widget {
         }
         void this.tick();
       }, LOG_POLL_MS);
+      this.watchStatus(++this.statusChain);
     }
+  }
+
+  /** The status again STATUS_POLL_MS after the last read began (at once if that read took
+   * longer), one read at a time, until the job ended or the tab is hidden. */
+  private watchStatus(chain: number): void {
+    const began = Date.now();
+    void this.pollStatus().then(() => {
+      if (chain !== this.statusChain || this.terminal) {
+        return;
+      }
+      const wait = Math.max(0, STATUS_POLL_MS - (Date.now() - began));
+      this.statusTimer = window.setTimeout(() => this.watchStatus(chain), wait);
+    });
   }
 
   private stop(): void {
     if (this.timer !== null) {
       window.clearInterval(this.timer);
       this.timer = null;
+    }
+    this.statusChain += 1;
+    if (this.statusTimer !== null) {
+      window.clearTimeout(this.statusTimer);
+      this.statusTimer = null;
     }
   }
 
@@ -165,6 +190,7 @@ export class JobView extends Widget {
   dispose(): void {
     this.stop();
     this.unsubscribe();
+    this.metrics.dispose();
     super.dispose();
   }
 }

@@ -6,16 +6,32 @@
 import { renderChart, renderValues } from './chart';
 import { MetricsPayload } from './payloads';
 
+/** The width a chart in ``box`` is drawn at: the box's, up to ``most`` (``most`` while the
+ * box is not laid out: a hidden tab). A chart is never wider than its container. */
+export function fitWidth(box: HTMLElement, most = 520): number {
+  const room = box.clientWidth;
+  return room > 0 ? Math.min(most, room) : most;
+}
+
 export class MetricsView {
   readonly notices = document.createElement('div');
   readonly values = document.createElement('div');
   readonly charts = document.createElement('div');
   private version = -1;
+  private payload: MetricsPayload | null = null;
+  private width = 0;
+  // the charts are as wide as the tab: drawn again when its width changes
+  private resize = new ResizeObserver(() => {
+    if (this.payload && fitWidth(this.charts) !== this.width) {
+      this.drawCharts(this.payload);
+    }
+  });
 
   constructor() {
     this.notices.className = 'ktrain-Notices';
     this.values.className = 'ktrain-ValuesBox';
     this.charts.className = 'ktrain-Charts';
+    this.resize.observe(this.charts);
   }
 
   render(payload: MetricsPayload): void {
@@ -32,6 +48,16 @@ export class MetricsView {
         return line;
       })
     );
-    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p)));
+    this.drawCharts(payload);
+  }
+
+  private drawCharts(payload: MetricsPayload): void {
+    this.payload = payload;
+    this.width = fitWidth(this.charts);
+    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p, this.width)));
+  }
+
+  dispose(): void {
+    this.resize.disconnect();
   }
 }

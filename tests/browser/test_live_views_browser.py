@@ -111,7 +111,7 @@ NAME_CELL = """(name) => {
   return td ? [td.clientWidth, td.scrollWidth, td.textContent] : null;
 }"""
 CHART_FIT = """() => {
-  const gd = document.querySelector('.jp-OutputArea-output .js-plotly-plot');
+  const gd = document.querySelector('.jp-OutputArea-output .ktrain-WidgetChart');
   const area = gd && gd.closest('.jp-OutputArea-output');
   return gd ? [gd.getBoundingClientRect().width, area.getBoundingClientRect().width] : null;
 }"""
@@ -165,13 +165,13 @@ def _value(text: str) -> tuple[str, int | None]:
     return (state.group(1) if state else "", int(done.group(1)) if done else None)
 
 
-def _disagreements(samples: list[list[Any]]) -> list[str]:
-    """Each sample where one view's state is not one the other showed within LAG_S of it, or
-    its steps done lie outside what the other showed then (a view trailing the other by more
-    than LAG_S; a view may skip steps between two samples)."""
-    ms = LAG_S * 1000
+def disagreements(samples: list[list[Any]], lag_s: float = LAG_S) -> list[str]:
+    """Each sample where one view's state is not one the other showed within ``lag_s`` of it,
+    or its steps done lie outside what the other showed then (a view trailing the other by
+    more than ``lag_s``; a view may skip steps between two samples)."""
+    ms = lag_s * 1000
     bad = []
-    for t, widget, _a, tab, _r, _row in samples:
+    for t, widget, _a, tab, *_rest in samples:
         for mine, theirs_at in ((tab, 1), (widget, 3)):
             state, done = _value(mine)
             if not state or done is None:
@@ -250,7 +250,7 @@ def test_widget_and_panel_show_one_truth_through_a_killed_node(live_lab: Lab) ->
 def _check(samples: list[list[Any]], name_cell: Any, chart: Any, name: str) -> None:
     widget = [s[1] for s in samples]
     assert any("Running" in w for w in widget), widget[:5]
-    assert not (bad := _disagreements(samples)), "\n".join(bad[:10])
+    assert not (bad := disagreements(samples)), "\n".join(bad[:10])
     assert not (stuck := _frozen(samples)), "widget froze:\n" + "\n".join(stuck[:5])
     for view in (1, 3, 5):
         zero = [s[view] for s in samples if ZERO_LEFT.search(s[view])]  # steps to go

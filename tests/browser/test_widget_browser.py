@@ -124,8 +124,8 @@ KERNEL_IDLE = """() => {
 }"""
 LOSS_POINTS = """() => {
   let n = 0;
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    for (const t of gd.data || []) { if ((t.name || '').startsWith('rank')) n += t.x.length; }
+  for (const line of document.querySelectorAll('.ktrain-WidgetChart polyline')) {
+    if ((line.dataset.label || '').startsWith('rank')) n += Number(line.dataset.points);
   }
   return n;
 }"""

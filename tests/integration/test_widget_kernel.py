@@ -48,7 +48,7 @@ def _html_values(states: dict[str, Any]) -> list[str]:
 
 
 def _plot_x_arrays(states: dict[str, Any]) -> list[list[float]]:
-    """x arrays of the plotly FigureWidget's last trace update (sent as binary buffers)."""
+    """x arrays of the chart widget's traces as last sent (binary buffers, float64)."""
     out = []
     for s in states.values():
         for buf in s.get("buffers", []):
@@ -93,7 +93,7 @@ def test_monitor_widget_in_a_real_kernel_shows_every_rank_a_growing_plot_and_suc
     table = next(v for v in html if v.startswith("<table"))
     assert table.count("Succeeded") == 2
     assert f"{name}-node-1" in table
-    # the figure's last update carried a whole trace: steps 1..16
+    # the chart's last update carried a whole trace: steps 1..16
     assert [float(s) for s in range(1, 17)] in _plot_x_arrays(states)
 
 

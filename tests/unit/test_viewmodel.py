@@ -1,11 +1,14 @@
 """The monitor's view-model: what every view shows, built once (panels, values, labels,
-colours), the Trainer log record printed by every node shown once, plotly layout updates the
-browser accepts, and the panel's per-poll cost growing with new lines, not the job's age."""
+colours), the Trainer log record printed by every node shown once, the chart widget getting
+every panel in one message, and the panel's per-poll cost growing with new lines, not the
+job's age."""
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,20 +76,24 @@ def test_a_state_word_outside_the_job_states_is_refused_by_name() -> None:
         job_state("running")
 
 
-def test_widget_layout_never_sets_an_axis_and_its_attribute_together() -> None:
-    """plotly.js logs an error for ``{"xaxis2": {...}, "xaxis2.domain": [...]}``."""
+def test_widget_chart_gets_every_panel_whole_in_one_message_per_draw() -> None:
+    """Panels and traces are sent together when drawn (the browser draws each message once,
+    in its next frame); a trace's points go as binary arrays."""
     from jupyter_ktrain.widgets.plots import PanelFigure
 
     plot = PanelFigure()
-    sent: list[dict[str, object]] = []
-    plot.fig._send_update_msg = lambda restyle_data, relayout_data, *a, **k: sent.append(
-        dict(relayout_data)
-    )
+    sent: list[list[dict[str, Any]]] = []
+    plot.fig.observe(lambda change: sent.append(change["new"]), names="panels")
     for name in ("a", "b", "c", "d"):
         plot.panel(name, name, "step")
-    assert len(sent) == 4
-    for update in sent:
-        assert all("." not in key for key in update), update  # whole objects only
+        plot.set_trace(name, 0, "rank 0", "#1f77b4", [0, 1], [0.5, 0.25])
+    assert sent == []  # nothing before the draw
+    plot.draw()
+    (panels,) = sent
+    assert [p["id"] for p in panels] == ["a", "b", "c", "d"]
+    (trace,) = panels[0]["traces"]
+    assert trace["x"] == struct.pack("<2d", 0, 1)
+    assert trace["y"] == struct.pack("<2f", 0.5, 0.25)
 
 
 def _running_job(home: Path, name: str, lines: int) -> tuple[LocalBackend, Path]:
