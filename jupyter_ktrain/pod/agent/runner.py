@@ -44,7 +44,7 @@ from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
 from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
-from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
+from .forks import FORK_SOCKET_ENV, Server, forked_command, forks_ranks, is_warm, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
 from .relaunch import forward_signals, relaunch_mpirun
@@ -217,7 +217,7 @@ def main(
     if adopt_orphans:
         orphans.start()  # from here on, what a rank leaves running ends with it
     sys.stdout.flush()
-    child = orphans.popen(popen)(cmd, env=env)
+    child = orphans.popen(popen)(_through_warm_server(cmd, env), env=env)
     stopped = forward_signals(lambda: child)
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
@@ -247,6 +247,16 @@ def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
         return None
     env[FORK_SOCKET_ENV] = server.path
     return server
+
+
+def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
+    """``cmd``, or torchrun forked from the node's fork server when that is warm already (a
+    local node started again after a fault: :func:`.forks.forked_command`), so the node does
+    not import torch again before its ranks fork."""
+    if not forks_ranks(cmd) or not is_warm(env.get(FORK_SOCKET_ENV)):
+        return cmd
+    _say("torchrun starts forked from the job's fork server: torch is imported already")
+    return forked_command(cmd)
 
 
 def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:
