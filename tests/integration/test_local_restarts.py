@@ -365,8 +365,10 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     at_first = [json.loads((marks / f"rank-{r}-1.json").read_text()) for r in range(4)]
     assert all(a["forked"] is None for a in at_first), at_first  # no wait on the server
     assert all("torch.distributed.run" in a["torchrun"] for a in at_first), at_first
-    # the restarted nodes' torchrun was forked from the job's server (torch imported there)
+    # the restarted nodes' torchrun was forked from the job's server (torch imported there):
+    # the server's command line, not a torchrun started anew
     assert all("jupyter_ktrain.pod.agent.forks" in a["torchrun"] for a in again), again
+    assert all("torch.distributed.run" not in a["torchrun"] for a in again), again
     forked_torchrun = "[agent]: torchrun starts forked from the job's fork server"
     assert sum(forked_torchrun in line for _, line in LocalBackend().read_logs("oom")) == 2
     back = max(a["first_step"] for a in again) - killed

@@ -133,8 +133,11 @@ def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
 
 def run_module(module: str, argv: list[str]) -> int:
     """``python -m module ARGV`` forked from the node's warm fork server (the node command of
-    a node started again), or run here when there is none; its exit code, as :func:`run_rank`."""
-    return _through_server(argv, lambda args: run_here(module, args), module, 0.0)
+    a node started again), or run here when there is none (a cold server is not asked to warm:
+    its first rank asks); its exit code, as :func:`run_rank`. Either way it ends without
+    interpreter teardown (:func:`..program.exit_now`): a torchrun whose ranks failed is gone
+    at once, not a second or two later, and its node starts again that much sooner."""
+    return _through_server(argv, lambda args: run_here(module, args), module, None)
 
 
 def forked_command(cmd: list[str]) -> list[str]:
@@ -162,11 +165,14 @@ def run_here(module: str, argv: list[str]) -> int:
 
 
 def _through_server(
-    argv: list[str], run: Callable[[list[str]], int], module: str | None, wait_s: float
+    argv: list[str], run: Callable[[list[str]], int], module: str | None, wait_s: float | None
 ) -> int:
+    """``run(argv)`` forked from the warm server, or here; ``wait_s``: how long to wait for a
+    cold server asked to warm (None: it is not asked)."""
     os.environ.pop(FORKED_ENV, None)  # its launcher's (a forked torchrun's), not its own
     path = os.environ.get(FORK_SOCKET_ENV)
-    if not path or not _wait_warm(path, wait_s):  # cold: it warms now, this one runs here
+    warm = is_warm(path) if wait_s is None else bool(path) and _wait_warm(str(path), wait_s)
+    if not path or not warm:  # cold: this one runs here (and a rank asked it to warm)
         return run(argv)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -250,12 +250,15 @@ def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
 
 
 def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
-    """``cmd``, or torchrun forked from the node's fork server when that is warm already (a
-    local node started again after a fault: :func:`.forks.forked_command`), so the node does
-    not import torch again before its ranks fork."""
-    if not forks_ranks(cmd) or not is_warm(env.get(FORK_SOCKET_ENV)):
+    """``cmd`` (torchrun) through the node's fork server (:func:`.forks.forked_command`):
+    forked from it when it is warm already (a local node started again after a fault), so the
+    node does not import torch again before its ranks fork; else run as before, in a process
+    that ends without interpreter teardown. ``cmd`` itself for another launcher."""
+    path = env.get(FORK_SOCKET_ENV)
+    if not forks_ranks(cmd) or not path:
         return cmd
-    _say("torchrun starts forked from the job's fork server: torch is imported already")
+    if is_warm(path):
+        _say("torchrun starts forked from the job's fork server: torch is imported already")
     return forked_command(cmd)
 
 
