@@ -22,9 +22,10 @@ milliseconds, far more than the record itself. So records are held in this proce
 and written together (one ``write``) once the oldest is :data:`FLUSH_S` old or they reach
 :data:`FLUSH_BYTES`, by the next call or by a small thread that looks twice per
 :data:`FLUSH_S`; :func:`emit` (a checkpoint, a resume) and :func:`flush` (the rank's end)
-write at once, after what is held, and so does the process's end (``atexit``). Held records
-are lost only with the process killed (a signal: at most the last :data:`FLUSH_S` s of
-metrics).
+write at once, after what is held, and so do a checkpoint's save (the steps it covers are
+out before a resume could skip them) and the process's end (``atexit``). Held records are lost
+only with the process killed (a signal: the steps since its last checkpoint, which a resume
+reports again).
 
 When the node's agent serves Prometheus metrics it sets ``KTRAIN_METRICS_UDP`` (``HOST:PORT``
 on 127.0.0.1); each batch of records then also goes there as one non-blocking datagram (one
