@@ -70,6 +70,7 @@ from typing import Any
 from . import checkpoint_core as core
 from . import checkpoint_shards as shards
 from .exits import EXIT_DIR_ENV
+from .report import flush as flush_reports
 
 __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 
@@ -119,6 +120,7 @@ class Checkpoints:
         with ``sharded`` (default: when ``state`` holds DTensor/ShardedTensor) every rank's
         part of ``state``: see :mod:`.checkpoint_shards`; every rank calls it then."""
         step = _check_step(step)
+        flush_reports()  # the steps up to here are out before a resume could skip them
         if _is_engine(state):
             path = shards.save_engine(state, self.folder, step, self.keep)
             if block:

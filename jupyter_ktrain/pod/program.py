@@ -27,6 +27,7 @@ from .exits import PEER_LOST, peer_lost, write_rank_code
 from .mpi import rank_env
 from .protocol import Exit, format_rank_line
 from .ranks import global_rank, node_env
+from .report import flush as flush_reports
 from .stacks import serve as serve_stacks
 from .tracebacks import name_cells_in_warnings, notebook_traceback
 
@@ -162,8 +163,10 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:
+        flush_reports()  # the records it reported come before its traceback
         sys.stderr.write("".join(notebook_traceback(exc, program)))
         code = PEER_LOST if peer_lost(exc) else 1
+    flush_reports()
     code = _checkpoints_written(code, program)
     if stacks is not None:
         stacks.close()

@@ -40,6 +40,7 @@ sys.exit(int(os.environ.get("CODE", "0")))
 def server() -> Iterator[Server]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"}
     srv = start_server(sys.executable, env)
+    assert srv.warm(timeout=300), "the server did not warm"  # it starts cold
     yield srv
     srv.stop()
     assert srv.proc.returncode is not None
@@ -139,3 +140,57 @@ def test_without_a_server_the_rank_runs_in_its_own_process(tmp_path: Path) -> No
     assert facts["forked"] is None
     assert facts["torch_at_start"] is False
     assert facts["pid"] == rank.pid
+
+
+def test_a_cold_server_keeps_no_rank_waiting_and_warms_once_asked(tmp_path: Path) -> None:
+    """The server costs the cold start nothing: the first rank finds it cold and runs in its
+    own process at once (it imports torch itself, as it always did), and its start asks the
+    server to warm; the ranks after that fork from it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    srv = start_server(sys.executable, env)
+    try:
+        first = tmp_path / "first"
+        first.mkdir()
+        rank = _rank(first, srv.path)
+        out, _ = rank.communicate(timeout=120)
+        assert rank.returncode == 0, out
+        facts = _facts(first)
+        assert (facts["forked"], facts["torch_at_start"], facts["pid"]) == (None, False, rank.pid)
+        assert srv.warm(timeout=300), "the server did not warm once a rank asked"
+        again = tmp_path / "again"
+        again.mkdir()
+        rank = _rank(again, srv.path)
+        out, _ = rank.communicate(timeout=120)
+        assert rank.returncode == 0, out
+        facts = _facts(again)
+        assert facts["forked"] is not None, facts
+        assert facts["torch_at_start"] is True, facts
+    finally:
+        srv.stop()
+
+
+def test_a_node_command_runs_forked_from_the_warm_server(server: Server, tmp_path: Path) -> None:
+    """``python -m ...forks --run MODULE ARGS`` (a restarted node's torchrun) runs the module
+    as ``__main__`` forked from the warm server: torch is there before its first line; its
+    exit code is the module's."""
+    (tmp_path / "program.py").write_text(PROGRAM)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "jupyter_ktrain.pod.agent.forks", "--run", "program", "x"],
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+            "CODE": "4",
+            FORK_SOCKET_ENV: server.path,
+        },
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 4, out
+    assert "hello from the rank" in out
+    facts = _facts(tmp_path)
+    assert facts["torch_at_start"] is True, facts
+    assert facts["forked"] is not None, facts
+    assert facts["pid"] != proc.pid

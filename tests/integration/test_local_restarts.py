@@ -304,7 +304,10 @@ def steady(steps, marks):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     attempt = len([n for n in os.listdir(marks) if n.startswith(f"rank-{rank}-")]) + 1
-    start = {"pid": os.getpid(), "torch_at_start": TORCH_AT_START,
+    launcher = int(os.environ.get("KTRAIN_LAUNCHER_PID") or os.getppid())  # its torchrun
+    with open(f"/proc/{launcher}/cmdline", "rb") as f:
+        torchrun = f.read().replace(b"\\0", b" ").decode()
+    start = {"pid": os.getpid(), "torch_at_start": TORCH_AT_START, "torchrun": torchrun,
              "forked": os.environ.get("KTRAIN_FORKED"), "t": time.time()}
     for step in range(steps):
         t = torch.ones(1)
@@ -324,7 +327,9 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
 ) -> None:
     """kill -9 of a rank's training process mid-run, default options: the restart shows as
     every restart does, and the restarted ranks start forked from the job's fork server,
-    with torch imported before their program's first line (no new interpreter)."""
+    with torch imported before their program's first line (no new interpreter); so does the
+    restarted nodes' torchrun (no new import of torch before the ranks fork). The first
+    start waits for no fork server: its ranks start in their own processes, as without one."""
     sh = InteractiveShell.instance()
     sh.reset(new_session=True)
     sh.extension_manager.load_extension("jupyter_ktrain")
@@ -335,7 +340,8 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
         cell = f"n = steady(30, {str(marks)!r})\n"
         assert sh.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --name oom --detach", cell)
         first = marks / "rank-3-1.json"
-        _wait(first.exists, 90, "rank 3's first step")
+        every = [marks / f"rank-{r}-1.json" for r in range(4)]
+        _wait(lambda: all(p.exists() for p in every), 90, "every rank's first step")
         os.kill(json.loads(first.read_text())["pid"], signal.SIGKILL)  # as the OOM killer does
         killed = time.time()
         capsys.readouterr()
@@ -356,6 +362,15 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     assert sum(said in line for _, line in LocalBackend().read_logs("oom")) == 2
     again = [json.loads((marks / f"rank-{r}-2.json").read_text()) for r in range(4)]
     assert all(a["torch_at_start"] and a["forked"] is not None for a in again), again
+    at_first = [json.loads((marks / f"rank-{r}-1.json").read_text()) for r in range(4)]
+    assert all(a["forked"] is None for a in at_first), at_first  # no wait on the server
+    assert all("torch.distributed.run" in a["torchrun"] for a in at_first), at_first
+    # the restarted nodes' torchrun was forked from the job's server (torch imported there):
+    # the server's command line, not a torchrun started anew
+    assert all("jupyter_ktrain.pod.agent.forks" in a["torchrun"] for a in again), again
+    assert all("torch.distributed.run" not in a["torchrun"] for a in again), again
+    forked_torchrun = "[agent]: torchrun starts forked from the job's fork server"
+    assert sum(forked_torchrun in line for _, line in LocalBackend().read_logs("oom")) == 2
     back = max(a["first_step"] for a in again) - killed
     print(f"killed rank to the restarted job's first step: {back:.2f} s")
     assert not marked_pids(_marker("oom"))

@@ -4,13 +4,15 @@ the fake NVML seam) and ``ktrain.report`` metrics, labelled job, replica, node, 
 
 from __future__ import annotations
 
+import socket
+import time
 import urllib.request
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyter_ktrain.pod.agent.metrics import MetricsEndpoint, MetricsStore
+from jupyter_ktrain.pod.agent.metrics import MetricsEndpoint, MetricsStore, ReportListener
 
 H100 = "GPU-3f1c2a9e-0000-0000-0000-000000000000"
 
@@ -60,3 +62,25 @@ def test_endpoint_serves_metrics_and_only_metrics() -> None:
         err.value.close()
     finally:
         endpoint.stop()
+
+
+def test_the_report_listener_takes_a_ranks_batch_of_records_in_one_datagram() -> None:
+    """A rank sends the records it wrote together in one datagram, one record a line."""
+    store = MetricsStore({"job": "j"})
+    listener = ReportListener(store).start()
+    try:
+        host, port = listener.address.rsplit(":", 1)
+        batch = (
+            b'{"type":"metric","rank":0,"t":1.0,"step":7,"loss":0.5}\n'
+            b'{"type":"metric","rank":1,"t":1.0,"step":7,"loss":0.25}\n'
+        )
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(batch, (host, int(port)))
+        deadline = time.monotonic() + 30
+        while len(_families(store.render()).get("ktrain_metric", [])) < 2:
+            assert time.monotonic() < deadline, store.render()
+            time.sleep(0.01)
+    finally:
+        listener.stop()
+    values = {s.labels["rank"]: s.value for s in _families(store.render())["ktrain_metric"]}
+    assert values == {"0": 0.5, "1": 0.25}

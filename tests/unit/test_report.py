@@ -23,6 +23,7 @@ def rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setattr(report_mod, "_rank_cache", None)
     monkeypatch.setattr(report_mod, "_warned", set())
+    monkeypatch.setattr(report_mod, "FLUSH_S", 0.0)  # each record written at once (see below)
     yield 3
     report_mod._rank_cache = None
 
@@ -112,6 +113,57 @@ def test_costs_microseconds_and_is_thread_safe(rank: int, monkeypatch: pytest.Mo
     recs = _records(sink.getvalue())
     assert len(recs) == 4000
     assert {r["w"] for r in recs} == {float(k) for k in range(8)}
+
+
+class _Writes(io.StringIO):
+    """A stdout that counts its writes (each would be a system call into the rank's pipe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, s: str) -> int:
+        self.writes += 1
+        return super().write(s)
+
+
+def test_calls_are_held_and_written_together_in_order_without_a_write_per_call(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training loop does not pay a write (and the wake-up of the rank's prefixing thread)
+    per call: the records wait in the rank and go out together, every one, in order; a
+    checkpoint's record goes at once, after them."""
+    from jupyter_ktrain.pod.protocol import Checkpoint
+
+    monkeypatch.setattr(report_mod, "FLUSH_S", 60.0)  # only size or an explicit write
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    for i in range(100):
+        report(step=i, total=100, loss=1.0 / (i + 1))
+    assert out.writes < 5, out.writes  # 100 records, ~8 KB: none or one write, not 100
+    report_mod.emit(Checkpoint(step=99, file="ckpt-99.pt"))
+    recs = _records(out.getvalue())
+    assert [r["step"] for r in recs] == [*range(100), 99]
+    assert recs[-1]["type"] == "checkpoint"
+    report(step=100, loss=0.5)
+    report_mod.flush()  # the rank's end
+    last = _records(out.getvalue())[-1]
+    assert (last["type"], last["step"], last["loss"]) == ("metric", 100, 0.5)
+
+
+def test_held_records_go_out_by_themselves_when_no_call_comes(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(report_mod, "FLUSH_S", 0.05)
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    report(step=1, loss=1.0)
+    report(step=2, loss=0.5)  # held: no call comes after it
+    deadline = time.monotonic() + 30
+    while len(_records(out.getvalue())) < 2:
+        assert time.monotonic() < deadline, out.getvalue()
+        time.sleep(0.01)
+    assert [r["step"] for r in _records(out.getvalue())] == [1, 2]
 
 
 def test_total_makes_a_progress_record_and_listeners_see_each_record(

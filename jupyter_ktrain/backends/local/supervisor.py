@@ -283,10 +283,11 @@ class Supervisor:
                 return
 
     def _start_forks(self) -> Server | None:
-        """One fork server for the job's ranks, started before any thread (it forks the
-        ranks from an interpreter that has imported torch), kept across restarts: a restarted
-        rank does not import torch again. Unmarked, so no sweep of an attempt ends it; it dies
-        with this process. None where the nodes run no torchrun, or it cannot start."""
+        """One fork server for the job, started cold before any thread (it warms once the
+        first rank asks, :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
+        torchrun and ranks fork from it and do not import torch again. Unmarked, so no sweep
+        of an attempt ends it; it dies with this process. None where the nodes run no
+        torchrun, or it cannot start."""
         launch = self.plan.nodes[0]
         if not forks_ranks(launch.argv):
             return None
@@ -438,6 +439,8 @@ class Supervisor:
         if self.cancelled:
             return False
         self._free_port()
+        if self.forks is not None:  # its ranks' first start asked it to warm: it is, or soon
+            self.forks.warm()
         with self.lock:
             self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
             self.reaped = {}

@@ -3,24 +3,37 @@
 Every start of a rank by torchrun (the first, and each restart of an elastic or a local job
 whose node lives) would start Python anew and import torch again: seconds per rank (about
 2.3 s on a 2-core machine, 4 s on an H100 node), the larger part of a recovery. So the agent
-starts one fork server per node (``python -m jupyter_ktrain.pod.agent.forks FD``: it imports
-torch and ``$KTRAIN_WARM_PREIMPORT`` once, as a warm node does, then waits on a Unix socket)
-and gives the node command ``$KTRAIN_FORK_SOCKET``. torchrun starts each rank as always
-(``python -m jupyter_ktrain.pod.runtime PROGRAM``); that process finds the socket and, instead
-of importing anything, hands the server its standard streams, environment, folder and
-arguments: the server forks a child that runs :func:`..program.main` with them, in a session
-of its own (as torchrun starts its workers). The process torchrun started stays the rank for
-torchrun, the supervisor and the user: it forwards SIGTERM/SIGINT/SIGHUP to the forked child
-and ends the way the child ended (its exit code, or killed by the same signal, so ``kill -9``
-of either reads as a rank killed by SIGKILL). When it dies first (SIGKILL, its node stopped),
-the server kills the child's session at once: nothing of a rank outlives it. A child also
-dies with the server (``PR_SET_PDEATHSIG``).
+starts one fork server per node (the local supervisor one per job: ``python -m
+jupyter_ktrain.pod.agent.forks FD``) and gives the node command ``$KTRAIN_FORK_SOCKET``.
 
-The forked child carries ``KTRAIN_FORKED=<seconds from the request to the fork>`` in its
+The server costs the cold start nothing: it starts *cold*, importing nothing, and listens under
+a name of its own (``cold.sock``). The first rank that starts finds no warm server at
+``$KTRAIN_FORK_SOCKET``, asks the server to warm (one connection to the cold name: a *poke*)
+and runs in its own process as it always did; the server then imports torch and
+``$KTRAIN_WARM_PREIMPORT`` (:mod:`.preimport`) while the job trains, and only then takes the
+name ranks connect to (a rename: a rank never waits on the server's imports). A rank torchrun
+restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) waits for a server still warming, up to
+:data:`WARM_WAIT_S`: it would import the same modules itself, later.
+
+torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
+process finds the warm server and, instead of importing anything, hands it its standard
+streams, environment, folder and arguments: the server forks a child that runs
+:func:`..program.main` with them, in a session of its own (as torchrun starts its workers). The
+node command itself forks from a warm server too (a local node started again after a fault:
+:func:`forked_command`, ``python -m jupyter_ktrain.pod.agent.forks --run torch.distributed.run
+ARGS``), so a restarted node's torchrun does not import torch again either. The process that
+asked stays the rank (or the node command) for torchrun, the agent, the supervisor and the
+user: it forwards SIGTERM/SIGINT/SIGHUP to the forked child and ends the way the child ended
+(its exit code, or killed by the same signal, so ``kill -9`` of either reads as a process killed
+by SIGKILL). When it dies first (SIGKILL, its node stopped), the server kills the child's
+session at once: nothing of a rank outlives it. A child also dies with the server
+(``PR_SET_PDEATHSIG``).
+
+A forked rank carries ``KTRAIN_FORKED=<seconds from the request to the fork>`` in its
 environment, which says how the rank started, and ``KTRAIN_LAUNCHER_PID``: the process that
-started the rank (torchrun), its parent had it not been forked. Where no server answers (none
-started: another launcher; it ended; it did not take the request), the rank runs in its own
-process as before.
+started the rank (torchrun), its parent had it not been forked. Where no warm server answers
+(none started: another launcher; still cold; it ended; it did not take the request), the
+process runs in its own interpreter as before.
 
 Safe to fork: the server never starts a thread and never touches CUDA (each rank initialises
 CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard library only.
@@ -32,6 +45,7 @@ import contextlib
 import ctypes
 import json
 import os
+import runpy
 import select
 import shutil
 import signal
@@ -41,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -53,9 +68,14 @@ __all__ = [
     "FORKED_ENV",
     "FORK_SOCKET_ENV",
     "LAUNCHER_ENV",
+    "WARM_WAIT_S",
     "ForkServer",
     "Server",
+    "forked_command",
     "forks_ranks",
+    "is_warm",
+    "poke",
+    "run_module",
     "run_rank",
     "start_server",
 ]
@@ -68,38 +88,116 @@ _HEADER = struct.Struct("!I")
 _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_MODULE = "jupyter_ktrain.pod.agent.forks"
+_READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
+_COLD = "cold.sock"  # its name until then: a connection to it asks the server to warm
+WARM_WAIT_S = 120.0  # how long a restarted rank (or node) waits for a server still warming
+_RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+
+
+def is_warm(path: str | None) -> bool:
+    """Whether the fork server of ``$KTRAIN_FORK_SOCKET`` ``path`` is warm (takes requests)."""
+    return bool(path) and os.path.exists(str(path))
+
+
+def poke(path: str) -> None:
+    """Ask the cold server of ``path`` to warm now (a connection to its cold name); nothing
+    when it is warm already, or gone."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.setblocking(False)  # a full backlog: it has been asked already
+        s.connect(os.path.join(os.path.dirname(path), _COLD))
+
+
+def _wait_warm(path: str, timeout: float) -> bool:
+    """Poke the server of ``path`` and wait up to ``timeout`` s until it is warm."""
+    if is_warm(path):
+        return True
+    poke(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and os.path.isdir(os.path.dirname(path)):
+        if is_warm(path):
+            return True
+        time.sleep(0.02)
+    return is_warm(path)
 
 
 # -- the rank's side ------------------------------------------------------------------------
 def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
-    """Run a rank through the node's fork server, or ``run(argv)`` here when there is none.
+    """Run a rank through the node's warm fork server, or ``run(argv)`` here when there is
+    none (the first start: see the module docstring).
 
     Returns the rank's exit code; a rank killed by a signal kills this process with it."""
+    restarted = os.environ.get(_RESTART_COUNT_ENV, "0").strip() not in ("", "0")
+    return _through_server(argv, run, None, WARM_WAIT_S if restarted else 0.0)
+
+
+def run_module(module: str, argv: list[str]) -> int:
+    """``python -m module ARGV`` forked from the node's warm fork server (the node command of
+    a node started again), or run here when there is none (a cold server is not asked to warm:
+    its first rank asks); its exit code, as :func:`run_rank`. Either way it ends without
+    interpreter teardown (:func:`..program.exit_now`): a torchrun whose ranks failed is gone
+    at once, not a second or two later, and its node starts again that much sooner."""
+    return _through_server(argv, lambda args: run_here(module, args), module, None)
+
+
+def forked_command(cmd: list[str]) -> list[str]:
+    """``python [flags] -m MODULE ARGS`` (torchrun) as asked of the node's fork server."""
+    i = cmd.index("-m")
+    return [*cmd[:i], "-m", _MODULE, "--run", cmd[i + 1], *cmd[i + 2 :]]
+
+
+def run_here(module: str, argv: list[str]) -> int:
+    """Run ``module`` as ``__main__`` with ``argv`` in this process, as ``python -m`` would;
+    its exit code (an exception's traceback on stderr and 1, as the interpreter does)."""
+    sys.argv = [module, *argv]
+    sys.path.insert(0, os.getcwd())  # as ``python -m`` puts its folder first
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _through_server(
+    argv: list[str], run: Callable[[list[str]], int], module: str | None, wait_s: float | None
+) -> int:
+    """``run(argv)`` forked from the warm server, or here; ``wait_s``: how long to wait for a
+    cold server asked to warm (None: it is not asked)."""
+    os.environ.pop(FORKED_ENV, None)  # its launcher's (a forked torchrun's), not its own
     path = os.environ.get(FORK_SOCKET_ENV)
-    if not path:
+    warm = is_warm(path) if wait_s is None else bool(path) and _wait_warm(str(path), wait_s)
+    if not path or not warm:  # cold: this one runs here (and a rank asked it to warm)
         return run(argv)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-    except OSError:  # the server ended (or never listened): start here as before
+    except OSError:  # the server ended: start here as before
         sock.close()
         return run(argv)
-    env = {k: v for k, v in os.environ.items() if k != FORK_SOCKET_ENV}
+    env = dict(os.environ)
+    if module is None:  # a rank's own children start as any process does
+        env.pop(FORK_SOCKET_ENV, None)
     env[LAUNCHER_ENV] = str(os.getppid())  # torchrun: the forked rank's parent is the server
-    payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env, "t": time.time()})
+    request = {"argv": argv, "cwd": os.getcwd(), "env": env, "t": time.time(), "module": module}
     reader = sock.makefile("rb")
     try:
-        _send(sock, payload.encode())
+        _send(sock, json.dumps(request).encode())
         first = reader.readline()
     except OSError as exc:
         first, why = b"", f"{type(exc).__name__}: {exc}"
     else:
         why = "it closed the connection"
-    if not first:  # nothing was forked: the rank starts here, as without a server
+    if not first:  # nothing was forked: it starts here, as without a server
         sock.close()
         sys.stderr.write(
-            f"jupyter-ktrain: the node's fork server did not take this rank ({why}); "
-            "it starts in its own process\n"
+            f"jupyter-ktrain: the node's fork server did not take {module or 'this rank'} "
+            f"({why}); it starts in its own process\n"
         )
         return run(argv)
     pid = int(json.loads(first)["pid"])
@@ -145,11 +243,23 @@ def forks_ranks(argv: Sequence[str]) -> bool:
 
 @dataclass
 class Server:
-    """A running fork server: its process and the folder of its socket."""
+    """A running fork server: its process, the folder of its socket and the socket's warm
+    name (``$KTRAIN_FORK_SOCKET``)."""
 
     proc: subprocess.Popen[bytes]
     folder: str
     path: str
+
+    def warm(self, timeout: float = WARM_WAIT_S) -> bool:
+        """Ask it to warm (when nothing asked yet) and wait up to ``timeout`` s until it is;
+        False when it is not (it ended, or still imports)."""
+        poke(self.path)
+        deadline = time.monotonic() + timeout
+        while not is_warm(self.path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def stop(self) -> None:
         """End it (its ranks' sessions with it) and remove its socket."""
@@ -166,18 +276,16 @@ class Server:
 def start_server(
     python: str, env: Mapping[str, str], preexec_fn: Callable[[], None] | None = None
 ) -> Server:
-    """Start a fork server listening on a socket of its own; raises ``OSError``.
+    """Start a cold fork server listening on a socket of its own; raises ``OSError``.
 
-    The socket listens before the server starts, so a rank that connects while the server
-    still imports torch waits for it instead of failing."""
+    The socket listens before the server starts, so the first rank's poke is never lost."""
     folder = tempfile.mkdtemp(prefix="ktrain-forks-")  # short: a socket path has 108 bytes
-    path = os.path.join(folder, "forks.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(path)
+        listener.bind(os.path.join(folder, _COLD))
         listener.listen(128)
         proc = subprocess.Popen(
-            [python, "-u", "-m", "jupyter_ktrain.pod.agent.forks", str(listener.fileno())],
+            [python, "-u", "-m", _MODULE, str(listener.fileno())],
             env={k: v for k, v in env.items() if k != FORK_SOCKET_ENV},
             pass_fds=(listener.fileno(),),
             stdin=subprocess.DEVNULL,
@@ -188,7 +296,7 @@ def start_server(
         raise
     finally:
         listener.close()  # only the server holds it: once it ends, a rank connects to nothing
-    return Server(proc, folder, path)
+    return Server(proc, folder, os.path.join(folder, _READY))
 
 
 class ForkServer:
@@ -203,6 +311,25 @@ class ForkServer:
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping.append(signum)
+
+    def warm_up(self) -> bool:
+        """Wait for the first poke, import what every rank imports, then take the warm name
+        (pokes that came meanwhile are dropped); False when stopped first."""
+        while not self.stopping:
+            with contextlib.suppress(InterruptedError):
+                if select.select([self.listener], [], [], _POLL_S)[0]:
+                    break
+        if self.stopping:
+            return False
+        preimport(os.environ)
+        self.listener.setblocking(False)
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while True:
+                self.listener.accept()[0].close()
+        self.listener.setblocking(True)
+        cold = self.listener.getsockname()
+        os.rename(cold, os.path.join(os.path.dirname(cold), _READY))
+        return True
 
     def serve(self) -> int:
         while not self.stopping:
@@ -224,6 +351,9 @@ class ForkServer:
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive(conn)
+        except EOFError:  # a poke that came while the name changed: nothing to start
+            conn.close()
+            return
         except (OSError, ValueError) as exc:  # its rank starts in its own process (run_rank)
             sys.stderr.write(f"jupyter-ktrain fork server: a request failed ({exc!r})\n")
             conn.close()
@@ -261,6 +391,9 @@ class ForkServer:
             os.environ[FORKED_ENV] = f"{time.time() - float(request['t']):.3f}"
             _threads_as_asked(os.environ)
             os.chdir(request["cwd"])
+            module = request.get("module")
+            if module:  # a node command (torchrun), run as ``python -m`` runs it
+                program.exit_now(run_here(str(module), list(request["argv"])))
             code = self.run(list(request["argv"]))
         finally:
             os._exit(code)
@@ -291,6 +424,8 @@ class ForkServer:
 def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     conn.settimeout(10.0)  # a requester sends everything at once
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, len(_STREAMS))
+    if not data and not fds:
+        raise EOFError("a poke, not a request")
     if len(fds) != len(_STREAMS):
         for fd in fds:
             os.close(fd)
@@ -326,13 +461,16 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m jupyter_ktrain.pod.agent.forks FD``: serve on the listening socket ``FD``."""
+    """``python -m jupyter_ktrain.pod.agent.forks FD``: warm when first asked, then serve on
+    the listening socket ``FD``; ``... forks --run MODULE ARGS``: run ``python -m MODULE ARGS``
+    forked from the node's warm server (:func:`run_module`)."""
+    if argv[:1] == ["--run"]:
+        program.exit_now(run_module(argv[1], argv[2:]))
     listener = socket.socket(fileno=int(argv[0]))
     server = ForkServer(listener, _run_program)
     for sig in _FORWARDED:
         signal.signal(sig, server.on_signal)
-    preimport(os.environ)
-    return server.serve()
+    return server.serve() if server.warm_up() else 0
 
 
 def _run_program(argv: list[str]) -> int:

@@ -11,9 +11,10 @@ What it serves, one gauge per family, always the latest value::
     ktrain_step{job,replica,node,rank}           the step of that rank's last report
 
 How the ranks' metrics reach it: the agent listens on a UDP port of 127.0.0.1 and passes its
-address to the node command as ``KTRAIN_METRICS_UDP``; ``ktrain.report`` sends each record
-there as one datagram besides writing its log line (a send never blocks training; a datagram
-the agent misses is one sample fewer, the log keeps every record).
+address to the node command as ``KTRAIN_METRICS_UDP``; ``ktrain.report`` sends its records
+there besides writing their log lines, several in one datagram (one record a line, as it writes
+them together: :mod:`..report`); a send never blocks training, and a datagram the agent misses
+is a few samples fewer, the log keeps every record.
 """
 
 from __future__ import annotations
@@ -186,10 +187,11 @@ class ReportListener:
                 data = self._sock.recv(65536)
             except OSError:  # timeout (to see stop), or the socket was closed
                 continue
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
-                rec = json.loads(data)
-                if isinstance(rec, dict):
-                    self.store.report(rec)
+            for part in data.splitlines():  # a rank sends its records in batches, one a line
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    rec = json.loads(part)
+                    if isinstance(rec, dict):
+                        self.store.report(rec)
 
     def stop(self) -> None:
         self._stop.set()

@@ -45,7 +45,7 @@ from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
 from ..stacks import STACKS_DIR_ENV, stacks_dir
-from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
+from .forks import FORK_SOCKET_ENV, Server, forked_command, forks_ranks, is_warm, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
 from .relaunch import forward_signals, relaunch_mpirun
@@ -219,7 +219,7 @@ def main(
     if adopt_orphans:
         orphans.start()  # from here on, what a rank leaves running ends with it
     sys.stdout.flush()
-    child = orphans.popen(popen)(cmd, env=env)
+    child = orphans.popen(popen)(_through_warm_server(cmd, env), env=env)
     stopped = forward_signals(lambda: child)
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
@@ -249,6 +249,19 @@ def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
         return None
     env[FORK_SOCKET_ENV] = server.path
     return server
+
+
+def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
+    """``cmd`` (torchrun) through the node's fork server (:func:`.forks.forked_command`):
+    forked from it when it is warm already (a local node started again after a fault), so the
+    node does not import torch again before its ranks fork; else run as before, in a process
+    that ends without interpreter teardown. ``cmd`` itself for another launcher."""
+    path = env.get(FORK_SOCKET_ENV)
+    if not forks_ranks(cmd) or not path:
+        return cmd
+    if is_warm(path):
+        _say("torchrun starts forked from the job's fork server: torch is imported already")
+    return forked_command(cmd)
 
 
 def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:
