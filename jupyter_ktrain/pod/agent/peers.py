@@ -1,0 +1,207 @@
+"""The nodes of a job tell each other that one failed, so every node ends by itself.
+
+A PyTorchJob is made with ``cleanPodPolicy: None`` (see
+``jupyter_ktrain.backends.kubernetes.kinds``): the operator deletes no pod when the job ends,
+so every replica's log stays readable after a success (a worker still tearing down as the
+master's success ends the job) and after a failure. What ``Running`` did, stopping the pods
+that still run when the job failed, the nodes' agents do themselves:
+
+- node 0's agent (the Master, at ``MASTER_ADDR``) listens on ``MASTER_PORT + 1``; every other
+  node's agent keeps a connection to it (and makes it again when the Master's pod comes back);
+- a node whose verdict is a bug (an exit code from 1 to 127: the operator fails the job on it)
+  says ``failed NODE CODE``; node 0 tells every node ``stop NODE CODE``, its own included;
+- a node told to stop ends its command (SIGTERM to torchrun, which stops its ranks) and exits
+  :data:`~jupyter_ktrain.pod.exits.PEER_FAILED`, which the operator does not restart: the job
+  has failed, nothing of it keeps running, and its log stays;
+- a node whose rank lost a peer (:data:`~jupyter_ktrain.pod.exits.PEER_LOST`, restartable)
+  first waits up to :data:`NEWS_S` for that word: the peer's bug is usually why, and a
+  restarted pod would only wait for a rendezvous that never comes (and lose its log).
+
+It is on where the pod's environment has ``KTRAIN_PEERS=1`` (the builder sets it); a node
+without ``MASTER_ADDR`` or without a link to node 0 just runs as before: the word is a help,
+never a condition for ending. Lines are short ASCII; a peer that sends anything else is
+ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+
+from ..ranks import node_index
+
+__all__ = ["NEWS_S", "PEERS_ENV", "Peers", "peers_address", "start_peers"]
+
+PEERS_ENV = "KTRAIN_PEERS"
+NEWS_S = 5.0  # how long a node whose peer was lost waits for word of that peer's bug
+RETRY_S = 0.5  # between tries to reach node 0
+_MAX_LINE = 256
+
+Stop = Callable[[int, int], None]  # (failed node, its exit code)
+
+
+def peers_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """Node 0's (host, port) for the word, or None when it is off or unknown."""
+    if env.get(PEERS_ENV, "").strip() not in ("1", "true", "on"):
+        return None
+    host = (env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR") or "").strip()
+    port = (env.get("PET_MASTER_PORT") or env.get("MASTER_PORT") or "").strip()
+    if not host or not port.isdigit() or not 0 < int(port) < 65535:
+        return None
+    return host, int(port) + 1
+
+
+def parse_word(line: bytes) -> tuple[str, int, int] | None:
+    """``b"stop 1 3"`` -> ``("stop", 1, 3)``; None for anything else."""
+    parts = line.decode("ascii", "replace").split()
+    if len(parts) != 3 or parts[0] not in ("failed", "stop"):
+        return None
+    if not all(p.isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+class Peers:
+    """One node's side of the word: node 0 serves it, the others keep a link to node 0.
+    ``on_stop`` runs once, on a thread of this class, when a node's bug failed the job."""
+
+    def __init__(self, node: int, address: tuple[str, int], on_stop: Stop) -> None:
+        self.node = node
+        self.address = address
+        self._on_stop = on_stop
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._stopped: tuple[int, int] | None = None
+        self._word = threading.Event()
+        self._closed = threading.Event()
+        self._server: socket.socket | None = None
+
+    @property
+    def stopped_by(self) -> tuple[int, int] | None:
+        """(node, code) of the failed node that stopped this one, or None."""
+        return self._stopped
+
+    def start(self) -> Peers:
+        if self.node == 0:
+            self._server = socket.create_server(("", self.address[1]), reuse_port=False)
+            self._thread(self._serve)
+        else:
+            self._thread(self._link)
+        return self
+
+    def failed(self, code: int) -> None:
+        """This node's verdict is a bug (``code``): every other node is told to stop."""
+        if self.node == 0:
+            self._stop(0, code, tell=True)
+            return
+        word = f"failed {self.node} {code}\n".encode()
+        with self._lock:
+            conns = list(self._conns)
+        sent = False
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.sendall(word)
+                sent = True
+        if not sent:  # not linked (yet): one short try of its own
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(self.address, timeout=RETRY_S * 2) as conn,
+            ):
+                conn.sendall(word)
+
+    def wait_for_word(self, timeout: float | None = None) -> tuple[int, int] | None:
+        """Wait up to ``timeout`` (:data:`NEWS_S`) for a failed node's word; what stopped this
+        node, or None."""
+        self._word.wait(NEWS_S if timeout is None else timeout)
+        return self._stopped
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.close()
+
+    # -- inside ----------------------------------------------------------------------------
+
+    def _thread(self, target: Callable[..., None], *args: object) -> None:
+        threading.Thread(target=target, args=args, daemon=True, name="ktrain-peers").start()
+
+    def _stop(self, node: int, code: int, *, tell: bool) -> None:
+        with self._lock:
+            if self._stopped is not None:
+                return
+            self._stopped = (node, code)
+            conns = list(self._conns) if tell else []
+        word = f"stop {node} {code}\n".encode()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.sendall(word)
+        self._word.set()
+        if node != self.node:
+            self._on_stop(node, code)
+
+    def _serve(self) -> None:
+        server = self._server
+        assert server is not None
+        while not self._closed.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.append(conn)
+                stopped = self._stopped
+            if stopped is not None:  # a node that (re)joins after the word still gets it
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"stop {stopped[0]} {stopped[1]}\n".encode())
+            self._thread(self._read, conn, True)
+
+    def _read(self, conn: socket.socket, serving: bool) -> None:
+        with contextlib.suppress(OSError, ValueError), conn.makefile("rb") as lines:
+            for line in lines:
+                word = parse_word(line[:_MAX_LINE])
+                if word is None:
+                    continue
+                verb, node, code = word
+                if serving and verb == "failed":
+                    self._stop(node, code, tell=True)
+                elif not serving and verb == "stop":
+                    self._stop(node, code, tell=False)
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+        with contextlib.suppress(OSError):
+            conn.close()
+
+    def _link(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn = socket.create_connection(self.address, timeout=RETRY_S * 2)
+            except OSError:
+                self._closed.wait(RETRY_S)
+                continue
+            conn.settimeout(None)
+            with self._lock:
+                self._conns.append(conn)
+            self._read(conn, False)
+            self._closed.wait(RETRY_S)
+
+
+def start_peers(on_stop: Stop, env: Mapping[str, str] = os.environ) -> Peers | None:
+    """This node's :class:`Peers`, started; None when the word is off (not a PyTorchJob made
+    by ktrain, no ``MASTER_ADDR``) or node 0 cannot listen (the job runs as before)."""
+    address = peers_address(env)
+    if address is None:
+        return None
+    try:
+        return Peers(node_index(env), address, on_stop).start()
+    except OSError:
+        return None
