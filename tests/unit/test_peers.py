@@ -64,14 +64,14 @@ def test_a_workers_bug_stops_every_other_node_and_not_itself(three_nodes) -> Non
     master, bad, other = three_nodes
     for n in (bad, other):
         _linked(n)
-    bad.peers.failed(1)
+    bad.peers.ended(1)
     assert master.event.wait(5)
     assert other.event.wait(5)
     assert master.told == [(1, 1)]
     assert other.told == [(1, 1)]
     assert bad.told == []
     assert master.peers.stopped_by == other.peers.stopped_by == (1, 1)
-    master.peers.failed(1)  # a second word changes nothing: the first failure stopped the job
+    master.peers.ended(1)  # a second word changes nothing: the first failure stopped the job
     assert master.told == [(1, 1)]
 
 
@@ -79,7 +79,7 @@ def test_the_masters_bug_stops_the_workers(three_nodes) -> None:  # type: ignore
     master, one, two = three_nodes
     for n in (one, two):
         _linked(n)
-    master.peers.failed(2)
+    master.peers.ended(2)
     assert one.event.wait(5)
     assert two.event.wait(5)
     assert one.told == two.told == [(0, 2)]
@@ -105,7 +105,7 @@ def test_a_worker_alone_is_never_stopped_and_waits_only_so_long() -> None:
     lonely = _Node(1, _free_port())  # nothing listens there
     lonely.peers.start()
     try:
-        lonely.peers.failed(1)  # no one to tell: no error
+        lonely.peers.ended(1)  # no one to tell: no error
         assert lonely.peers.wait_for_word(0.2) is None
         assert lonely.told == []
     finally:
@@ -181,3 +181,34 @@ def test_other_jobs_keep_running_as_their_clean_up(spec: JobSpec) -> None:
     assert not stops_itself(spec)
     job = render(spec, CodeSource()).objects[-1]
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def test_a_fault_elsewhere_wakes_a_node_that_lost_its_peer_and_it_stays_restartable(
+    three_nodes,
+) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    master, deleted, other = three_nodes
+    for n in (deleted, other):
+        _linked(n)
+    # node 1's pod was deleted (SIGTERM from outside: 143): it keeps its code, says so
+    assert _told(deleted.peers, PEER_LOST, "stopped from outside", outside=True)[0] == PEER_LOST
+    # the nodes that lost it as a peer hear of the fault: no wait, restartable, never stopped
+    began = time.monotonic()
+    assert _told(master.peers, PEER_LOST, "lost") == (PEER_LOST, "lost")
+    assert _told(other.peers, PEER_LOST, "lost") == (PEER_LOST, "lost")
+    assert time.monotonic() - began < 2
+    assert master.told == other.told == []
+
+
+def test_a_node_that_only_lost_a_peer_says_nothing(three_nodes, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import jupyter_ktrain.pod.agent.peers as peers
+
+    monkeypatch.setattr(peers, "NEWS_S", 0.3)
+    master, one, two = three_nodes
+    for n in (one, two):
+        _linked(n)
+    assert _told(one.peers, PEER_LOST, "lost") == (PEER_LOST, "lost")  # waited, no word came
+    # and its silence did not wake the others: node 2 still waits for node 1's real word
+    assert master.peers._word_at is None
+    assert two.peers._word_at is None

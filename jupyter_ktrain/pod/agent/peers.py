@@ -8,14 +8,17 @@ that still run when the job failed, the nodes' agents do themselves:
 
 - node 0's agent (the Master, at ``MASTER_ADDR``) listens on ``MASTER_PORT + 1``; every other
   node's agent keeps a connection to it (and makes it again when the Master's pod comes back);
-- a node whose verdict is a bug (an exit code from 1 to 127: the operator fails the job on it)
-  says ``failed NODE CODE``; node 0 tells every node ``stop NODE CODE``, its own included;
+- a node that failed by itself says ``ended NODE CODE`` (one that only lost a peer says
+  nothing: it is not why anything ended). A bug (a code from 1 to 127:
+  the operator fails the job on it) makes node 0 tell every node ``stop NODE CODE``; a fault
+  (a code >= 128: a killed rank, a deleted pod) is passed on as it came;
 - a node told to stop ends its command (SIGTERM to torchrun, which stops its ranks) and exits
   :data:`~jupyter_ktrain.pod.exits.PEER_FAILED`, which the operator does not restart: the job
   has failed, nothing of it keeps running, and its log stays;
 - a node whose rank lost a peer (:data:`~jupyter_ktrain.pod.exits.PEER_LOST`, restartable)
-  first waits up to :data:`NEWS_S` for that word: the peer's bug is usually why, and a
-  restarted pod would only wait for a rendezvous that never comes (and lose its log).
+  first waits up to :data:`NEWS_S` for a word of how that peer ended (none when one came
+  just before): its bug is usually why, and a pod restarted then would only wait for a
+  rendezvous that never comes (and lose its log); after a fault it is restarted as before.
 
 It is on where the pod's environment has ``KTRAIN_PEERS=1`` (the builder sets it); a node
 without ``MASTER_ADDR`` or without a link to node 0 just runs as before: the word is a help,
@@ -29,6 +32,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from ..ranks import node_index
@@ -55,9 +59,9 @@ def peers_address(env: Mapping[str, str]) -> tuple[str, int] | None:
 
 
 def parse_word(line: bytes) -> tuple[str, int, int] | None:
-    """``b"stop 1 3"`` -> ``("stop", 1, 3)``; None for anything else."""
+    """``b"stop 1 3"`` -> ``("stop", 1, 3)`` (also ``ended``); None for anything else."""
     parts = line.decode("ascii", "replace").split()
-    if len(parts) != 3 or parts[0] not in ("failed", "stop"):
+    if len(parts) != 3 or parts[0] not in ("ended", "stop"):
         return None
     if not all(p.isdigit() for p in parts[1:]):
         return None
@@ -75,7 +79,8 @@ class Peers:
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
         self._stopped: tuple[int, int] | None = None
-        self._word = threading.Event()
+        self._word = threading.Condition(self._lock)
+        self._word_at: float | None = None  # when the last word of another node's end came
         self._closed = threading.Event()
         self._server: socket.socket | None = None
 
@@ -92,12 +97,13 @@ class Peers:
             self._thread(self._link)
         return self
 
-    def failed(self, code: int) -> None:
-        """This node's verdict is a bug (``code``): every other node is told to stop."""
+    def ended(self, code: int) -> None:
+        """This node ended with ``code`` (not 0): node 0 hears it; a bug (1 to 127) stops
+        every other node."""
         if self.node == 0:
-            self._stop(0, code, tell=True)
+            self._heard(0, code)
             return
-        word = f"failed {self.node} {code}\n".encode()
+        word = f"ended {self.node} {code}\n".encode()
         with self._lock:
             conns = list(self._conns)
         sent = False
@@ -113,10 +119,14 @@ class Peers:
                 conn.sendall(word)
 
     def wait_for_word(self, timeout: float | None = None) -> tuple[int, int] | None:
-        """Wait up to ``timeout`` (:data:`NEWS_S`) for a failed node's word; what stopped this
-        node, or None."""
-        self._word.wait(NEWS_S if timeout is None else timeout)
-        return self._stopped
+        """Unless another node's end was heard in the last :data:`NEWS_S`, wait up to
+        ``timeout`` (that long) for one; what stopped this node (a bug elsewhere), or None."""
+        wait = NEWS_S if timeout is None else timeout
+        with self._lock:
+            recent = self._word_at is not None and time.monotonic() - self._word_at < NEWS_S
+            if self._stopped is None and not recent:
+                self._word.wait(wait)
+            return self._stopped
 
     def close(self) -> None:
         self._closed.set()
@@ -134,6 +144,25 @@ class Peers:
     def _thread(self, target: Callable[..., None], *args: object) -> None:
         threading.Thread(target=target, args=args, daemon=True, name="ktrain-peers").start()
 
+    def _heard(self, node: int, code: int) -> None:
+        """Node 0 heard that ``node`` ended with ``code``: a bug stops every node, a fault is
+        passed on (the nodes that lost a peer wait for it)."""
+        if 0 < code < 128:
+            self._stop(node, code, tell=True)
+            return
+        if node != self.node:
+            self._woken()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.sendall(f"ended {node} {code}\n".encode())
+
+    def _woken(self) -> None:
+        with self._lock:
+            self._word_at = time.monotonic()
+            self._word.notify_all()
+
     def _stop(self, node: int, code: int, *, tell: bool) -> None:
         with self._lock:
             if self._stopped is not None:
@@ -144,7 +173,7 @@ class Peers:
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.sendall(word)
-        self._word.set()
+        self._woken()
         if node != self.node:
             self._on_stop(node, code)
 
@@ -171,10 +200,12 @@ class Peers:
                 if word is None:
                     continue
                 verb, node, code = word
-                if serving and verb == "failed":
-                    self._stop(node, code, tell=True)
+                if serving and verb == "ended":
+                    self._heard(node, code)
                 elif not serving and verb == "stop":
                     self._stop(node, code, tell=False)
+                elif not serving and verb == "ended" and node != self.node:
+                    self._woken()
         with self._lock:
             if conn in self._conns:
                 self._conns.remove(conn)

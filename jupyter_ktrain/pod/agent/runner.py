@@ -235,7 +235,7 @@ def main(
         orphans.close()
     code, why = _verdict(code, exit_dir, stopped)
     if peers is not None:
-        code, why = _told(peers, code, why)
+        code, why = _told(peers, code, why, outside=bool(stopped))
         peers.close()
     _say(f"node command exited with code {code}" + (f": {why}" if why else ""))
     return code
@@ -268,12 +268,15 @@ def _stopper(child: subprocess.Popen[bytes]) -> Callable[[int, int], None]:
     return stop
 
 
-def _told(peers: Peers, code: int, why: str) -> tuple[int, str]:
-    """The verdict with what the other nodes said (:mod:`.peers`): a bug here is told to
-    them; a node stopped by another's bug exits PEER_FAILED (not restarted); a lost peer is
-    first given a moment to say it failed."""
-    if 0 < code < 128:
-        peers.failed(code)
+def _told(peers: Peers, code: int, why: str, outside: bool = False) -> tuple[int, str]:
+    """The verdict with what the other nodes said (:mod:`.peers`): a node that failed by
+    itself tells them (a bug stops them; a fault, a killed rank or the pod deleted
+    (``outside``), only wakes those that lost it as a peer); one stopped by another's bug
+    exits PEER_FAILED (not restarted); one that lost a peer first waits a moment for how that
+    peer ended."""
+    if code != 0 and (code != PEER_LOST or outside):
+        peers.ended(code)
+    if 0 < code < 128 or outside:
         return code, why
     if code == PEER_LOST:
         peers.wait_for_word()
