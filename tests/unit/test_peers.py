@@ -45,17 +45,19 @@ def three_nodes():  # type: ignore[no-untyped-def]
     nodes[0].peers.start()
     for n in nodes[1:]:
         n.peers.start()
+        _linked(n)
+    _linked(nodes[0], count=2)  # node 0 took both links
     yield nodes
     for n in nodes:
         n.peers.close()
 
 
-def _linked(node: _Node, timeout: float = 5.0) -> None:
-    """Wait until a worker's link to node 0 is up."""
+def _linked(node: _Node, timeout: float = 5.0, count: int = 1) -> None:
+    """Wait until a worker's link to node 0 is up (node 0: until it has ``count`` links)."""
     import time
 
     deadline = time.monotonic() + timeout
-    while not node.peers._conns:
+    while len(node.peers._conns) < count:
         assert time.monotonic() < deadline, "no link to node 0"
         time.sleep(0.01)
 
@@ -212,3 +214,21 @@ def test_a_node_that_only_lost_a_peer_says_nothing(three_nodes, monkeypatch) -> 
     # and its silence did not wake the others: node 2 still waits for node 1's real word
     assert master.peers._word_at is None
     assert two.peers._word_at is None
+
+
+def test_a_node_still_running_after_the_masters_success_is_stopped(
+    three_nodes, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    import jupyter_ktrain.pod.agent.peers as peers
+
+    monkeypatch.setattr(peers, "LINGER_S", 0.2)
+    master, one, two = three_nodes
+    for n in (one, two):
+        _linked(n)
+    assert _told(master.peers, 0, "") == (0, "")  # node 0 succeeded: the job has ended
+    assert one.event.wait(5)
+    assert two.event.wait(5)
+    assert one.told == two.told == [(0, 0)]
+    code, why = _told(one.peers, 143, "")
+    assert code == 143  # the job has ended: nothing restarts it
+    assert "after node 0 succeeded" in why

@@ -18,7 +18,9 @@ that still run when the job failed, the nodes' agents do themselves:
 - a node whose rank lost a peer (:data:`~jupyter_ktrain.pod.exits.PEER_LOST`, restartable)
   first waits up to :data:`NEWS_S` for a word of how that peer ended (none when one came
   just before): its bug is usually why, and a pod restarted then would only wait for a
-  rendezvous that never comes (and lose its log); after a fault it is restarted as before.
+  rendezvous that never comes (and lose its log); after a fault it is restarted as before;
+- node 0 that succeeded says so (``ended 0 0``): a node still running :data:`LINGER_S` later
+  (its rank waits on something that never comes) is stopped too, since the job has ended.
 
 It is on where the pod's environment has ``KTRAIN_PEERS=1`` (the builder sets it); a node
 without ``MASTER_ADDR`` or without a link to node 0 just runs as before: the word is a help,
@@ -37,10 +39,11 @@ from collections.abc import Callable, Mapping
 
 from ..ranks import node_index
 
-__all__ = ["NEWS_S", "PEERS_ENV", "Peers", "peers_address", "start_peers"]
+__all__ = ["LINGER_S", "NEWS_S", "PEERS_ENV", "Peers", "peers_address", "start_peers"]
 
 PEERS_ENV = "KTRAIN_PEERS"
 NEWS_S = 5.0  # how long a node whose peer was lost waits for word of that peer's bug
+LINGER_S = 30.0  # how long a node may run on after node 0 succeeded (and ended the job)
 RETRY_S = 0.5  # between tries to reach node 0
 _MAX_LINE = 256
 
@@ -98,10 +101,12 @@ class Peers:
         return self
 
     def ended(self, code: int) -> None:
-        """This node ended with ``code`` (not 0): node 0 hears it; a bug (1 to 127) stops
-        every other node."""
+        """This node ended with ``code``: node 0 hears it; a bug (1 to 127) stops every other
+        node; node 0's success (0) stops those still running :data:`LINGER_S` later."""
         if self.node == 0:
             self._heard(0, code)
+            return
+        if code == 0:
             return
         word = f"ended {self.node} {code}\n".encode()
         with self._lock:
@@ -177,6 +182,16 @@ class Peers:
         if node != self.node:
             self._on_stop(node, code)
 
+    def _linger(self) -> None:
+        """Node 0 succeeded, which ended the job: stop this node if it still runs then."""
+        if self._closed.wait(LINGER_S):
+            return
+        with self._lock:
+            if self._stopped is not None:
+                return
+            self._stopped = (0, 0)
+        self._on_stop(0, 0)
+
     def _serve(self) -> None:
         server = self._server
         assert server is not None
@@ -204,6 +219,8 @@ class Peers:
                     self._heard(node, code)
                 elif not serving and verb == "stop":
                     self._stop(node, code, tell=False)
+                elif not serving and verb == "ended" and node == code == 0:
+                    self._thread(self._linger)
                 elif not serving and verb == "ended" and node != self.node:
                     self._woken()
         with self._lock:

@@ -47,7 +47,7 @@ from ..report import METRICS_UDP_ENV
 from .forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
-from .peers import Peers, start_peers
+from .peers import LINGER_S, Peers, start_peers
 from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
 
@@ -261,7 +261,10 @@ def _stopper(child: subprocess.Popen[bytes]) -> Callable[[int, int], None]:
     ranks on SIGTERM)."""
 
     def stop(node: int, code: int) -> None:
-        _say(f"node {node} failed with exit code {code}: stopping this node, the job has failed")
+        if code == 0:
+            _say(f"node 0 succeeded (the job has ended) {LINGER_S:.0f} s ago: stopping this node")
+        else:
+            _say(f"node {node} failed with exit code {code}: stopping this node, the job failed")
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
@@ -274,7 +277,7 @@ def _told(peers: Peers, code: int, why: str, outside: bool = False) -> tuple[int
     (``outside``), only wakes those that lost it as a peer); one stopped by another's bug
     exits PEER_FAILED (not restarted); one that lost a peer first waits a moment for how that
     peer ended."""
-    if code != 0 and (code != PEER_LOST or outside):
+    if code != PEER_LOST or outside:
         peers.ended(code)
     if 0 < code < 128 or outside:
         return code, why
@@ -283,6 +286,8 @@ def _told(peers: Peers, code: int, why: str, outside: bool = False) -> tuple[int
     by = peers.stopped_by
     if code == 0 or by is None:
         return code, why
+    if by == (0, 0):
+        return code, f"stopped {LINGER_S:.0f} s after node 0 succeeded (the job had ended)"
     return PEER_FAILED, (
         f"stopped because node {by[0]} failed with exit code {by[1]}: not restarted (the job "
         "failed)"
