@@ -16,7 +16,7 @@ from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
 from jupyter_ktrain.pod.agent.peers import PEERS_ENV, Peers, parse_word, peers_address
 from jupyter_ktrain.pod.agent.runner import _told
 from jupyter_ktrain.pod.exits import PEER_FAILED, PEER_LOST
-from jupyter_ktrain.spec import Elastic, JobSpec
+from jupyter_ktrain.spec import Elastic, JobSpec, RunPolicy
 
 
 def _free_port() -> int:
@@ -176,8 +176,15 @@ def test_a_pytorchjob_keeps_its_pods_and_its_nodes_stop_each_other() -> None:
         JobSpec(name="k", kind="MPIJob", nodes=2, backend="kubernetes", image="py:3"),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", elastic=Elastic(1, 2)),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", warm=True),
+        JobSpec(
+            name="k",
+            nodes=2,
+            backend="kubernetes",
+            image="py:3",
+            run_policy=RunPolicy(restart_policy="OnFailure"),
+        ),
     ],
-    ids=["tfjob", "xgboostjob", "mpijob", "elastic", "warm"],
+    ids=["tfjob", "xgboostjob", "mpijob", "elastic", "warm", "on-failure"],
 )
 def test_other_jobs_keep_running_as_their_clean_up(spec: JobSpec) -> None:
     assert not stops_itself(spec)

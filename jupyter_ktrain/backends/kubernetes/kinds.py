@@ -124,8 +124,15 @@ def clean_pod_policy(spec: JobSpec) -> str:
 def stops_itself(spec: JobSpec) -> bool:
     """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
     ``KTRAIN_PEERS``): a PyTorchJob with a Master (node 0 at ``MASTER_ADDR``), not a warm one
-    (its agents outlive runs) nor an elastic one (no Master; its workers come and go)."""
-    return spec.kind == "PyTorchJob" and spec.elastic is None and not spec.warm
+    (its agents outlive runs) nor an elastic one (no Master; its workers come and go), whose
+    replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure`` or ``Always``
+    the operator restarts a stopped node, deleting its pod)."""
+    return (
+        spec.kind == "PyTorchJob"
+        and spec.elastic is None
+        and not spec.warm
+        and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
+    )
 
 
 def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:

@@ -9,9 +9,9 @@ that still run when the job failed, the nodes' agents do themselves:
 - node 0's agent (the Master, at ``MASTER_ADDR``) listens on ``MASTER_PORT + 1``; every other
   node's agent keeps a connection to it (and makes it again when the Master's pod comes back);
 - a node that failed by itself says ``ended NODE CODE`` (one that only lost a peer says
-  nothing: it is not why anything ended). A bug (a code from 1 to 127:
-  the operator fails the job on it) makes node 0 tell every node ``stop NODE CODE``; a fault
-  (a code >= 128: a killed rank, a deleted pod) is passed on as it came;
+  nothing: it is not why anything ended). A bug (a code from 1 to 127: the operator fails the
+  job on it) makes node 0 tell every node ``stop NODE CODE``; a fault (a code >= 128: a
+  killed rank, a deleted pod) is passed on as it came;
 - a node told to stop ends its command (SIGTERM to torchrun, which stops its ranks) and exits
   :data:`~jupyter_ktrain.pod.exits.PEER_FAILED`, which the operator does not restart: the job
   has failed, nothing of it keeps running, and its log stays;
@@ -39,7 +39,15 @@ from collections.abc import Callable, Mapping
 
 from ..ranks import node_index
 
-__all__ = ["LINGER_S", "NEWS_S", "PEERS_ENV", "Peers", "peers_address", "start_peers"]
+__all__ = [
+    "LINGER_S",
+    "NEWS_S",
+    "PEERS_ENV",
+    "Peers",
+    "parse_word",
+    "peers_address",
+    "start_peers",
+]
 
 PEERS_ENV = "KTRAIN_PEERS"
 NEWS_S = 5.0  # how long a node whose peer was lost waits for word of that peer's bug
