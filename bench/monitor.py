@@ -288,7 +288,7 @@ def _sleep_job(name: str, pods: int) -> dict[str, Any]:
 def requests_per_minute(cluster: Cluster, kubeconfig: Path, ns: str, pods: int) -> float:
     name = f"watch-{pods}"
     backend = _backend(kubeconfig, ns)
-    backend.api.request(
+    backend.cluster.api.request(
         "POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", body=_sleep_job(name, pods)
     )
     path = f"/api/v1/namespaces/{ns}/pods"
