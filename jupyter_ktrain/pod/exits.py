@@ -9,7 +9,10 @@ same rule. So the runtime and the agent keep to it:
 - a rank whose collective broke because another rank or pod died (a peer lost) exits
   :data:`PEER_LOST` (143, "terminated"): the fault is elsewhere, and a restart can rejoin;
 - a node one of whose ranks vanished without an exit record (SIGKILL, OOM) exits
-  :data:`KILLED` (137).
+  :data:`KILLED` (137);
+- a node stopped because another node failed with a bug (``jupyter_ktrain.pod.agent.peers``)
+  exits :data:`PEER_FAILED` (3): the job has failed, and restarting the node would only wait
+  for a rendezvous that never comes.
 
 Every rank leaves its code in ``$KTRAIN_EXIT_DIR/rank-N`` when that is set (the agent sets it
 for the ranks it starts), and :func:`node_exit` turns the ranks' codes into the node's.
@@ -26,6 +29,7 @@ __all__ = [
     "EXIT_DIR_ENV",
     "KILLED",
     "NOT_RESTARTED",
+    "PEER_FAILED",
     "PEER_LOST",
     "describe_exit",
     "node_exit",
@@ -40,6 +44,7 @@ __all__ = [
 EXIT_DIR_ENV = "KTRAIN_EXIT_DIR"
 KILLED = 128 + signal.SIGKILL  # 137
 PEER_LOST = 128 + signal.SIGTERM  # 143
+PEER_FAILED = 3
 # why a node whose rank failed with its own error is not started again (node agents, launchers)
 NOT_RESTARTED = "not restarted (a bug fails again)"
 

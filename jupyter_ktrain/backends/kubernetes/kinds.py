@@ -22,6 +22,7 @@ from typing import Any
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE, JobKind
+from ...pod.agent.peers import PEERS_ENV
 from ...pod.agent.relaunch import MAX_RESTARTS_ENV
 from ...pod.launch import node_command, warm_command
 from ...spec import JobSpec
@@ -32,10 +33,13 @@ __all__ = [
     "BUILDERS",
     "CLEAN_POD_POLICY",
     "LAUNCHER_RESOURCES",
+    "SELF_STOPPING",
     "builder",
+    "clean_pod_policy",
     "mpi_launcher_command",
     "replica_command",
     "single_process_command",
+    "stops_itself",
 ]
 
 Builder = Callable[[JobSpec, CodeSource, dict[str, str]], dict[str, Any]]
@@ -97,15 +101,43 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
     }
 
 
-# the operator's default (None) leaves a failed job's other pods running, holding their GPUs
-# until someone deletes the job: Running deletes the running and pending ones once the job has
-# ended, and keeps the finished ones (the failed rank's pod and its log) for inspection
+# The operator deletes the pods still running (or pending) when a job ends under ``Running``,
+# and none under ``None``. Under ``Running`` a PyTorchJob loses logs at every ending: the
+# master's success ends the job while a worker is still tearing down (its pod deleted, its
+# lines with it), and a bug's failure ends it while the other nodes still run. A PyTorchJob's
+# nodes stop themselves when one fails (``jupyter_ktrain.pod.agent.peers``), so it is made with
+# ``None`` and every pod, with its log, stays until the job is deleted. The other kinds keep
+# ``Running``: their replicas have no such word (a TFJob's parameter servers never end by
+# themselves, an MPIJob's workers idle until deleted) and a failed job must keep no pod running.
 CLEAN_POD_POLICY = "Running"
+SELF_STOPPING = "None"
+
+
+def clean_pod_policy(spec: JobSpec) -> str:
+    """``--clean-pod-policy``, else :data:`SELF_STOPPING` for a job whose nodes stop each
+    other (:func:`stops_itself`), else :data:`CLEAN_POD_POLICY`."""
+    if spec.run_policy.clean_pod_policy:
+        return spec.run_policy.clean_pod_policy
+    return SELF_STOPPING if stops_itself(spec) else CLEAN_POD_POLICY
+
+
+def stops_itself(spec: JobSpec) -> bool:
+    """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
+    ``KTRAIN_PEERS``): a PyTorchJob with a Master (node 0 at ``MASTER_ADDR``), not a warm one
+    (its agents outlive runs) nor an elastic one (no Master; its workers come and go), whose
+    replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure`` or ``Always``
+    the operator restarts a stopped node, deleting its pod)."""
+    return (
+        spec.kind == "PyTorchJob"
+        and spec.elastic is None
+        and not spec.warm
+        and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
+    )
 
 
 def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:
     rp, s = spec.run_policy, spec.scheduling
-    out: dict[str, Any] = {"cleanPodPolicy": rp.clean_pod_policy or CLEAN_POD_POLICY}
+    out: dict[str, Any] = {"cleanPodPolicy": clean_pod_policy(spec)}
     if rp.ttl_seconds_after_finished is not None:
         out["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
     out["backoffLimit"] = rp.max_restarts
@@ -182,6 +214,8 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     if spec.elastic is not None:
         rdzv_conf, spec = _rdzv_conf(spec)
     extra = tuple(p for p in ELASTIC_ENV if p[0] not in dict(spec.env)) if spec.elastic else ()
+    if stops_itself(spec):  # its nodes stop each other when one fails (cleanPodPolicy None)
+        extra = (*extra, (PEERS_ENV, "1"))
     role = PodRole(
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
     )

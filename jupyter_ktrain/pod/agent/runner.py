@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import mpi
-from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
+from ..exits import EXIT_DIR_ENV, PEER_FAILED, PEER_LOST, node_exit, read_rank_codes
 from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
@@ -48,6 +48,7 @@ from ..stacks import STACKS_DIR_ENV, stacks_dir
 from .forks import FORK_SOCKET_ENV, Server, forked_command, forks_ranks, is_warm, start_server
 from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
+from .peers import LINGER_S, Peers, start_peers
 from .relaunch import forward_signals, relaunch_mpirun
 from .sampler import Nvml, Sampler
 
@@ -221,6 +222,7 @@ def main(
     sys.stdout.flush()
     child = orphans.popen(popen)(_through_warm_server(cmd, env), env=env)
     stopped = forward_signals(lambda: child)
+    peers = start_peers(_stopper(child))
     store = metrics.store if metrics is not None else None
     sampler = _start_sampler(opts.gpu_sampling, opts.interval, os.environ, nvml, store)
     try:
@@ -233,7 +235,12 @@ def main(
         if forks is not None:
             forks.stop()
         orphans.close()
-    return _verdict(code, exit_dir, stopped)
+    code, why = _verdict(code, exit_dir, stopped)
+    if peers is not None:
+        code, why = _told(peers, code, why, outside=bool(stopped))
+        peers.close()
+    _say(f"node command exited with code {code}" + (f": {why}" if why else ""))
+    return code
 
 
 def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
@@ -264,7 +271,45 @@ def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
     return forked_command(cmd)
 
 
-def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:
+def _stopper(child: subprocess.Popen[bytes]) -> Callable[[int, int], None]:
+    """What a node told that another node failed does: end its command (torchrun stops its
+    ranks on SIGTERM)."""
+
+    def stop(node: int, code: int) -> None:
+        if code == 0:
+            _say(f"node 0 succeeded (the job has ended) {LINGER_S:.0f} s ago: stopping this node")
+        else:
+            _say(f"node {node} failed with exit code {code}: stopping this node, the job failed")
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    return stop
+
+
+def _told(peers: Peers, code: int, why: str, outside: bool = False) -> tuple[int, str]:
+    """The verdict with what the other nodes said (:mod:`.peers`): a node that failed by
+    itself tells them (a bug stops them; a fault, a killed rank or the pod deleted
+    (``outside``), only wakes those that lost it as a peer); one stopped by another's bug
+    exits PEER_FAILED (not restarted); one that lost a peer first waits a moment for how that
+    peer ended."""
+    if code != PEER_LOST or outside:
+        peers.ended(code)
+    if 0 < code < 128 or outside:
+        return code, why
+    if code == PEER_LOST:
+        peers.wait_for_word()
+    by = peers.stopped_by
+    if code == 0 or by is None:
+        return code, why
+    if by == (0, 0):
+        return code, f"stopped {LINGER_S:.0f} s after node 0 succeeded (the job had ended)"
+    return PEER_FAILED, (
+        f"stopped because node {by[0]} failed with exit code {by[1]}: not restarted (the job "
+        "failed)"
+    )
+
+
+def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> tuple[int, str]:
     """The replica's exit code: a bug < 128 (fails the job once), a fault >= 128 (restartable,
     the operator's ExitCode rule), from what its ranks left in ``exit_dir``; a node stopped
     from outside (SIGTERM: its pod deleted, preempted or evicted) exits 128 + that signal."""
@@ -276,5 +321,4 @@ def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> int:
         code = 128 + stopped[0]
         why = f"stopped from outside by {name} (its pod deleted, preempted or evicted, or the "
         why += "job cancelled): restartable"
-    _say(f"node command exited with code {code}" + (f": {why}" if why else ""))
-    return code
+    return code, why
