@@ -9,13 +9,6 @@ Every test is also marked with its area, so one area runs alone (``pytest -m clu
 - ``notebooks``: ``tests/integration/test_notebooks.py`` (the example notebooks, executed);
 - ``local``: every other integration test (torchrun jobs, kernels, registry, MLflow).
 
-Under pytest-xdist (``scripts/check`` runs ``-n 4 --dist loadgroup``) each test also gets an
-``xdist_group``, so that what a session-scoped fixture starts is started as few times as
-makes sense: the cluster tests are dealt, in turn, to ``KTRAIN_TEST_CLUSTERS`` groups (2 by
-default; each group's worker starts one test cluster, and the two run side by side because
-their tests mostly wait on controllers and pods), the browser tests share one JupyterLab and
-one Chromium, and every other integration module stays on one worker (its module-scoped
-registry, MLflow server or kernel is started once). Unit tests are dealt one by one.
 """
 
 from __future__ import annotations
@@ -60,28 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {what}")
 
 
-def group_of(item: pytest.Item, area: str, cluster_index: int) -> str | None:
-    """The ``xdist_group`` of ``item`` (see the module docstring); None: any worker."""
-    if area == "unit":
-        return None
-    if area == "cluster":
-        clusters = max(1, int(os.environ.get("KTRAIN_TEST_CLUSTERS", "2")))
-        return f"cluster-{cluster_index % clusters}"
-    if area == "browser":
-        return "browser"
-    return Path(str(item.path)).relative_to(ROOT).as_posix()
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    clustered = 0
     for item in items:
         area = area_of(item)
         item.add_marker(area)
         item.user_properties.append(("area", area))  # in the junit XML, for test_times.py
-        group = group_of(item, area, clustered)
-        clustered += area == "cluster"
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

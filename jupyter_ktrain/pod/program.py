@@ -16,9 +16,11 @@ light: this runs before the user's code in every process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import runpy
 import select
+import signal
 import sys
 import threading
 import time
@@ -31,7 +33,7 @@ from .report import flush as flush_reports
 from .stacks import serve as serve_stacks
 from .tracebacks import name_cells_in_warnings, notebook_traceback
 
-__all__ = ["exit_now", "main"]
+__all__ = ["die_with_parent", "exit_now", "main"]
 
 STALL_S = 2.0
 DRAIN_CAP_S = 300.0
@@ -139,11 +141,27 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL when this process's parent ends (Linux ``PR_SET_PDEATHSIG``): a rank never
+    outlives what started it (torchrun, or the node's fork server), as in a container, where
+    the node's end is every process's end; the parent already gone: ends now."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the call took effect
+        os._exit(128 + signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m jupyter_ktrain.pod.runtime PROGRAM.py\n")
         return 2
     program = os.path.abspath(argv[0])
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's own rank (its main thread starts it)
+        die_with_parent()
     os.environ.update(rank_env(os.environ))  # an mpirun rank: RANK, MASTER_ADDR... for env://
     rank = _rank()
     os.environ.setdefault("RANK", str(rank))  # a TFJob's task, as every other kind names it

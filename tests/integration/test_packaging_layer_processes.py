@@ -71,6 +71,8 @@ def test_runner_files_are_enough_for_the_pod_side(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert '@@ktrain {"type":"metric","rank":0,' in done.stdout
-    loaded = json.loads(done.stdout.splitlines()[-1])
+    # the record is held a moment (written together with the next ones, or at exit)
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith('{"ours": ')]
+    loaded = json.loads(line)
     assert loaded["other"] == [], loaded
     assert all(m == "jupyter_ktrain" or m.startswith("jupyter_ktrain.pod") for m in loaded["ours"])

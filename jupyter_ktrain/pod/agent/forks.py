@@ -42,7 +42,6 @@ CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard library only
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import runpy
@@ -86,7 +85,6 @@ LAUNCHER_ENV = "KTRAIN_LAUNCHER_PID"
 _STREAMS = (0, 1, 2)
 _HEADER = struct.Struct("!I")
 _POLL_S = 0.05
-_PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MODULE = "jupyter_ktrain.pod.agent.forks"
 _READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
@@ -376,7 +374,7 @@ class ForkServer:
         code = 1
         try:  # the child: never returns into the server's loop
             os.setsid()
-            _die_with_parent()
+            program.die_with_parent()  # a rank never outlives its node's server
             for sig in _FORWARDED:
                 signal.signal(sig, signal.SIG_DFL)
             self.listener.close()
@@ -452,12 +450,6 @@ def _threads_as_asked(env: Mapping[str, str]) -> None:
     raw = env.get("OMP_NUM_THREADS", "").strip()
     if torch is not None and raw.isdigit() and int(raw) > 0:
         torch.set_num_threads(int(raw))
-
-
-def _die_with_parent() -> None:
-    """SIGKILL when the server dies (a rank never outlives its node's server)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
