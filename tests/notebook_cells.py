@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 ALLREDUCE_TRAIN = """
@@ -94,3 +95,25 @@ def failing():
 
     return ray.get(load.remote(3))
 """
+
+
+# ``ktrain stacks`` tests (local and cluster): rank ``slow_rank`` sleeps inside ``wait_here``,
+# the others in ``stall`` itself, until the job is cancelled
+STACKS_CELL = """
+import os, time
+
+def wait_here(seconds):
+    time.sleep(seconds)
+
+def stall(slow_rank):
+    rank = int(os.environ["RANK"])
+    print(f"rank {rank} up", flush=True)
+    if rank == slow_rank:
+        wait_here(600)
+    else:
+        time.sleep(600)
+"""
+STACKS_WAIT_HERE = re.compile(
+    r'File "cell \[(\d+)\]", line 4, in wait_here\n +time\.sleep\(seconds\)'
+)
+STACKS_STALL = re.compile(r'File "cell \[(\d+)\]", line 12, in stall\n +time\.sleep\(600\)')

@@ -4,34 +4,21 @@ of the notebook's code named as the job's tracebacks name them; bad input is one
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 pytest.importorskip("kubernetes")
 
 from IPython.core.error import UsageError
 
+from tests.notebook_cells import STACKS_CELL, STACKS_STALL, STACKS_WAIT_HERE
+
 from .k8s_helpers import configured_shell, wait_for
 
 pytestmark = pytest.mark.slow
 
-CELL = """
-import os, time
-
-def wait_here(seconds):
-    time.sleep(seconds)
-
-def stall(slow_rank):
-    rank = int(os.environ["RANK"])
-    print(f"rank {rank} up", flush=True)
-    if rank == slow_rank:
-        wait_here(600)
-    else:
-        time.sleep(600)
-"""
-WAIT_HERE = re.compile(r'File "cell \[(\d+)\]", line 4, in wait_here\n +time\.sleep\(seconds\)')
-STALL = re.compile(r'File "cell \[(\d+)\]", line 12, in stall\n +time\.sleep\(600\)')
+CELL = STACKS_CELL
+WAIT_HERE = STACKS_WAIT_HERE
+STALL = STACKS_STALL
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ ended, a rank it does not have, a job that is not there) is one line."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -20,28 +19,15 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.local.request import read_plan
 from jupyter_ktrain.pod.stacks import STACKS_DIR_ENV
-from tests.notebook_cells import extension_shell
+from tests.notebook_cells import STACKS_CELL, STACKS_STALL, STACKS_WAIT_HERE, extension_shell
 
 pytestmark = pytest.mark.slow
 
 KTRAIN = str(Path(sys.executable).parent / "ktrain")
 
-SETUP = """
-import os, time
-
-def wait_here(seconds):
-    time.sleep(seconds)
-
-def stall(slow_rank):
-    rank = int(os.environ["RANK"])
-    print(f"rank {rank} up", flush=True)
-    if rank == slow_rank:
-        wait_here(300)
-    else:
-        time.sleep(300)
-"""
-WAIT_HERE = re.compile(r'File "cell \[(\d+)\]", line 4, in wait_here\n +time\.sleep\(seconds\)')
-STALL = re.compile(r'File "cell \[(\d+)\]", line 12, in stall\n +time\.sleep\(300\)')
+SETUP = STACKS_CELL
+WAIT_HERE = STACKS_WAIT_HERE
+STALL = STACKS_STALL
 
 
 @pytest.fixture
