@@ -87,14 +87,32 @@ def route_to_subshell(widgets: Iterable[Any], subshell_id: str) -> int:
     return routed
 
 
+class _Batch:
+    """Stands in for the kernel's iopub socket while ``Session.send`` serialises messages, so
+    that several messages reach the IO thread as one scheduled event (nothing between them)."""
+
+    def __init__(self) -> None:
+        self.sends: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def send_multipart(self, *args: Any, **kwargs: Any) -> None:
+        self.sends.append((args, kwargs))
+
+
 class _BusyHook:
     """Wraps one kernel's ``_publish_status`` for the kernel's lifetime (installed once, never
     removed, so no thread can hold a stale copy). While a ``%%ktrain`` cell runs (``parent``
     set), an ``idle`` that another thread publishes is followed at once by ``busy`` with the
     cell's request as parent. The lock makes "publish idle, then check" and "start the cell,
-    then publish busy" exclusive: whichever comes second, the last status is ``busy``."""
+    then publish busy" exclusive: whichever comes second, the last status is ``busy``.
+
+    "At once" means adjacent on iopub: the pair goes to the IO thread as one event, so none of
+    the widget updates the cell's thread sends all the time can fall between them. JupyterLab
+    handles iopub messages one after another and awaits each comm message's handler (a widget
+    redraw), so one that fell between would keep the status bar at idle for as long as that
+    redraw took (seen: several polls, under load)."""
 
     def __init__(self, kernel: Any):
+        self.kernel = kernel
         self.original = kernel._publish_status
         self.lock = threading.RLock()
         self.parent: Any = None
@@ -103,9 +121,42 @@ class _BusyHook:
 
     def publish(self, status: str, channel: str, parent: Any = None) -> None:
         with self.lock:
-            self.original(status, channel, parent)
             if status == "idle" and self.depth and threading.current_thread() is not self.main:
-                self.original("busy", "shell", self.parent)
+                if not self._idle_then_busy(channel, parent):
+                    self.original(status, channel, parent)
+                    self.original("busy", "shell", self.parent)
+            else:
+                self.original(status, channel, parent)
+
+    def _idle_then_busy(self, channel: str, parent: Any) -> bool:
+        """Publish the idle and the cell's busy as one IO-thread event, as ipykernel's own
+        ``_publish_status`` builds each; False (nothing sent) where its internals differ."""
+        kernel = self.kernel
+        io = getattr(getattr(kernel, "iopub_socket", None), "io_thread", None)
+        send = getattr(io, "_really_send", None)
+        if io is None or send is None or not callable(getattr(io, "schedule", None)):
+            return False
+        try:
+            batch = _Batch()
+            topic = kernel._topic("status")
+            for state, parent_msg in (
+                ("idle", parent or kernel.get_parent(channel)),
+                ("busy", self.parent),
+            ):
+                kernel.session.send(
+                    batch, "status", {"execution_state": state}, parent=parent_msg, ident=topic
+                )
+        except Exception:
+            return False
+        if len(batch.sends) != 2:
+            return False
+
+        def flush() -> None:
+            for args, kwargs in batch.sends:
+                send(*args, **kwargs)
+
+        io.schedule(flush)
+        return True
 
     def enter(self, parent: Any) -> None:
         with self.lock:

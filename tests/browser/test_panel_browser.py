@@ -137,6 +137,12 @@ def _steps(page: Any) -> None:
     page.wait_for_function(
         "() => document.body.innerText.includes('rank 1 step 2 hello')", timeout=60_000
     )
+    # every status the notebook's kernel connection takes from here on, with its time (ms)
+    page.evaluate(
+        f"""() => {{ const k = ({NB_KERNEL})(), seen = [[k.status, performance.now()]];
+               window.ktrainStatuses = seen;
+               k.statusChanged.connect((_, s) => seen.push([s, performance.now()])); }}"""
+    )
     button.click()
     page.wait_for_function(PANEL_VISIBLE, timeout=10_000)
     page.wait_for_function(
@@ -155,11 +161,17 @@ def _steps(page: Any) -> None:
     )
     assert _rows(page)[CELL_JOB] == "Running"
     # the click went to the kernel's control subshell, yet the kernel reads busy while the
-    # cell follows its job (status bar and kernel API alike)
-    states = [page.evaluate(f"() => ({NB_KERNEL})().status") for _ in range(5)]
-    page.wait_for_timeout(200)
-    states.append(page.evaluate(f"() => ({NB_KERNEL})().status"))
-    assert set(states) == {"busy"}, states
+    # cell follows its job. Each request handled beside the cell ends with an idle of its own
+    # (the protocol has one status per request); the kernel sends the cell's busy right behind
+    # it, and the two reach the page as two websocket messages, a few ms apart (up to 46 ms
+    # seen on 2 loaded cores). The status bar may blink for that long, never stay idle.
+    page.wait_for_timeout(300)
+    assert page.evaluate(f"() => ({NB_KERNEL})().status") == "busy"
+    seen = page.evaluate("() => window.ktrainStatuses")
+    assert seen[0][0] == "busy", seen
+    assert seen[-1][0] == "busy", seen
+    idle = [(at, seen[i + 1][1] - at) for i, (s, at) in enumerate(seen[:-1]) if s == "idle"]
+    assert all(ms < 250 for _at, ms in idle), idle
     # the widget's button label is whole, not cut off
     width = button.evaluate("b => [b.scrollWidth, b.clientWidth]")
     assert width[0] <= width[1] + 1, width

@@ -130,15 +130,18 @@ def test_cancel_button_stops_the_job_while_the_cell_blocks(kernel: Any, kernel_e
     clicked_at = None
     stream = ""
     statuses: list[tuple[str, str]] = []  # (execution_state, parent msg_type), any parent
+    iopub: list[tuple[str, str, str]] = []  # every message: (msg_type, state, parent msg_type)
     button: dict[str, Any] = {}
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             msg = kc.get_iopub_msg(timeout=30)
             kind = msg["msg_type"]
+            parent_type = msg["parent_header"].get("msg_type", "")
+            state = msg["content"].get("execution_state", "") if kind == "status" else ""
+            iopub.append((kind, state, parent_type))
             if kind == "status":
-                parent_type = msg["parent_header"].get("msg_type", "")
-                statuses.append((msg["content"]["execution_state"], parent_type))
+                statuses.append((state, parent_type))
             if kind == "comm_msg" and msg["content"]["comm_id"] == cancel_comm:
                 button.update(_comm_state(msg))
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -178,6 +181,12 @@ def test_cancel_button_stops_the_job_while_the_cell_blocks(kernel: Any, kernel_e
             if state == "idle":  # busy at once again, or the cell's own end right after
                 assert statuses[i + 1][1] == "execute_request", statuses[i : i + 2]
         assert statuses[-1] == ("idle", "execute_request")
+        # ... and nothing came between the two: not even one of the widget updates the cell's
+        # thread sends all along (JupyterLab awaits each one's redraw, and would show idle
+        # while it ran)
+        for i, (kind, state, parent_type) in enumerate(iopub[:-1]):
+            if kind == "status" and state == "idle" and parent_type != "execute_request":
+                assert iopub[i + 1] == ("status", "busy", "execute_request"), iopub[i : i + 3]
         # the button tells the truth at the end
         assert button.get("description") == "Cancelled", button
         assert button.get("disabled") is True, button
