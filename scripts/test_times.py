@@ -5,7 +5,10 @@ that ``scripts/check`` writes (``test-artifacts/junit.xml``).
 A test's time is its set-up, call and tear-down together, so a session fixture (the test
 cluster, a registry) counts towards the first test that uses it. The area is the ``area``
 property each test carries (``tests/conftest.py``); a file from before it existed is sorted by
-its test's path. Usage: ``scripts/test_times.py [JUNIT_XML] [--top N]``.
+its test's path. ``scripts/check`` runs the test cluster's tests beside the others and writes
+one XML per stream; given none, every ``test-artifacts/junit*.xml`` is read, and each stream's
+wall time is printed after the sums (two streams side by side take less than their sum).
+Usage: ``scripts/test_times.py [JUNIT_XML ...] [--top N]``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_XML = Path(__file__).resolve().parents[1] / "test-artifacts" / "junit.xml"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 AREAS = ("unit", "local", "cluster", "browser", "notebooks")
 
 
@@ -93,15 +96,29 @@ def report(cases: list[Case], top: int) -> str:
     return "\n".join(lines)
 
 
+def wall_seconds(xml: Path) -> float:
+    """The stream's own run time: the ``time`` pytest writes on each test suite."""
+    root = ET.parse(xml).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return sum(float(s.get("time", "0") or 0) for s in suites)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("xml", nargs="?", type=Path, default=DEFAULT_XML)
+    parser.add_argument("xml", nargs="*", type=Path)
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args(argv)
-    if not args.xml.exists():
-        print(f"{args.xml}: no such file (scripts/check writes it)", file=sys.stderr)
+    xmls = args.xml or sorted(ARTIFACTS.glob("junit*.xml"))
+    missing = [x for x in xmls if not x.exists()]
+    if not xmls or missing:
+        where = ", ".join(map(str, missing)) or f"{ARTIFACTS}/junit*.xml"
+        print(f"{where}: no such file (scripts/check writes it)", file=sys.stderr)
         return 2
-    print(report(read_cases(args.xml), args.top))
+    print(report([case for x in xmls for case in read_cases(x)], args.top))
+    if len(xmls) > 1:
+        print("\nwall time of each stream (they ran side by side):")
+        for x in xmls:
+            print(f"{wall_seconds(x) / 60:8.1f} min  {x.name}")
     return 0
 
 
