@@ -28,6 +28,7 @@ from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import JobStatus
 from .monitor.torchrun import job_logs
 from .spec import check_job_name
+from .spec_values import parse_duration
 from .stacks import show_stacks
 from .store.records import job_dir
 from .tracking import session as tracking
@@ -146,14 +147,6 @@ class Call:
 
 
 # --- argument types: each refuses with a message naming the flag and an example -------------
-
-
-def parse_duration(text: str) -> float:
-    """``15m`` -> 900.0; ``90s``, ``1h``, ``0``; a bare number is minutes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not m:
-        raise SpecError(f"--idle {text!r} is not a duration: use e.g. 90s, 15m, 2h, or 0 (end).")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
 
 
 def _duration(text: str) -> str:

@@ -96,6 +96,12 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
                 help="set a variable in every process; KEY alone passes the kernel's value (local)",
             ),
             _flag(
+                "--hang-after",
+                metavar="DURATION",
+                help="name a rank that made no progress (no line, no report) for this long, "
+                "e.g. 30s, 5m (default: the larger of 2 min and 10x its median step time)",
+            ),
+            _flag(
                 "--warm",
                 action="store_true",
                 default=None,

@@ -17,6 +17,7 @@ profiles, host_network}`` and ``deepspeed: {preset | file, ...DeepSpeed fields}`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from pathlib import Path
@@ -198,7 +199,25 @@ def _deepspeed(value: Any) -> DeepSpeed:
     return DeepSpeed(**body) if source is None else resolve_deepspeed(source, **body)
 
 
+def parse_duration(text: str, flag: str = "--idle") -> float:
+    """``15m`` -> 900.0; ``90s``, ``1h``, ``0``; a bare number is minutes (``flag`` names the
+    option in the error)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
+    if not m:
+        end = ", or 0 (end)" if flag == "--idle" else ""
+        raise SpecError(f"{flag} {text!r} is not a duration: use e.g. 90s, 15m, 2h{end}.")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
+
+
+def _hang_after(value: Any) -> float:
+    seconds = parse_duration(str(value), "--hang-after")
+    if seconds <= 0:
+        raise SpecError(f"--hang-after {value!r} must be longer than 0: use e.g. 30s or 5m.")
+    return seconds
+
+
 _CONVERT: dict[str, Callable[[Any], Any]] = {
+    "hang_after": _hang_after,
     "resources": _obj(Resources),
     "env": _pairs,
     "labels": _pairs,

@@ -33,6 +33,49 @@ def paced(n, pause):
     return n
 """
 
+# every rank reports a step after each all-reduce, 5 steps a second; at ``hang_step`` rank
+# ``slow_rank`` sleeps before the all-reduce, so the others wait inside it
+HANG_CELL = """\
+import time
+import torch
+import torch.distributed as dist
+import jupyter_ktrain as ktrain
+
+def steps_then_hang(hang_step, slow_rank):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.ones(1)
+    for step in range(10_000):
+        if step == hang_step and rank == slow_rank:
+            time.sleep(600)
+        dist.all_reduce(t)
+        ktrain.report(step=step, loss=1.0 / (step + 1))
+        time.sleep(0.2)
+"""
+HANG_SLEEP_LINE = 12  # the line of ``time.sleep(600)`` in HANG_CELL's function
+
+# every rank computes (a busy loop) then reports its step, then all-reduces; rank ``slow_rank``
+# computes ``slow`` seconds a step, the others 0.1 s
+STRAGGLER_CELL = """
+import time
+import torch
+import torch.distributed as dist
+import jupyter_ktrain as ktrain
+
+def uneven(steps, slow_rank, slow):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.ones(1)
+    for step in range(steps):
+        end = time.perf_counter() + (slow if rank == slow_rank else 0.1)
+        while time.perf_counter() < end:
+            pass
+        ktrain.report(step=step, loss=1.0 / (step + 1))
+        dist.all_reduce(t)
+    dist.destroy_process_group()
+    return steps
+"""
+
 
 def extension_shell(setup: str):  # type: ignore[no-untyped-def]
     """Body of a ``shell`` fixture: the IPython shell with the extension loaded and ``setup``

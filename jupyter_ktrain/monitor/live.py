@@ -7,13 +7,16 @@ feeds that model and refreshes a view (the text view or the widget: one path for
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..jobs import JobShape
-from ..pod.protocol import LogLine, parse_line
+from ..pod.protocol import LogLine, Stack, parse_line
+from ..stacks import stacks_text
 from ..words import status_words
 from .model import JobHeader, MonitorModel
 from .torchrun import TorchrunFold
@@ -49,6 +52,7 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
         header.shape = JobShape(spec.kind, spec.nodes, spec.nproc, spec.resources.gpus)
         header.image_digest = plan.request.image_digest
         rdma = rdma_requested(spec) and job.backend.rdma_capable
+        options.setdefault("hang_after", spec.hang_after)
     elif job.shape is not None:  # attached later: the shape the backend stored
         header.shape = job.shape
     return MonitorModel(header, rdma_requested=rdma, **options)
@@ -61,7 +65,13 @@ class ModelSink:
     which rank failed first, not the backend's reason code."""
 
     def __init__(
-        self, model: MonitorModel, view: View, clock: Callable[[], float] = time.time
+        self,
+        model: MonitorModel,
+        view: View,
+        clock: Callable[[], float] = time.time,
+        *,
+        stacks: Callable[[], list[tuple[str, Stack]]] | None = None,
+        keep_hang: Callable[[dict[str, Any] | None], None] | None = None,
     ) -> None:
         self.model = model
         self.view = view
@@ -69,11 +79,21 @@ class ModelSink:
         self.final: JobStatus | None = None
         self._nodes: dict[str, int] = {}
         self._folds: dict[str, TorchrunFold] = {}
+        # a hang's stacks: taken once per hang (``stacks``: the backend's, every rank), in a
+        # thread so the view stays live; the hang said is kept for the side panel (keep_hang)
+        self._stacks = stacks
+        self._keep_hang = keep_hang
+        self._asked: set[tuple[int, ...]] = set()
+        self._got: queue.SimpleQueue[tuple[tuple[int, ...], list[tuple[str, Stack]], str]] = (
+            queue.SimpleQueue()
+        )
+        self._kept: str | None = None
 
     def _node(self, replica: str) -> int:
         node = self._nodes.get(replica)
         if node is None:
             node = self._nodes[replica] = len(self._nodes)
+            self.model.node_names[node] = replica
         return node
 
     def lines(self, replica: str, lines: list[LogLine]) -> None:
@@ -120,7 +140,42 @@ class ModelSink:
                 self._feed(replica, fold.flush())
         now = self.clock()
         self.model.check(now)
+        self._hang(now)
         self.view.update(now)
+
+    def _hang(self, now: float) -> None:
+        """Take a new hang's stacks (once), give them to the model, keep what it says."""
+        hang = self.model.hang
+        if hang is not None and self._stacks is not None and hang.ranks not in self._asked:
+            self._asked.add(hang.ranks)
+            threading.Thread(
+                target=self._take, args=(hang.ranks, self._stacks), daemon=True
+            ).start()
+        texts: dict[tuple[int, ...], str] = {}
+        while not self._got.empty():
+            ranks, got, whole = self._got.get()
+            if self.model.hang is not None and self.model.hang.ranks == ranks:
+                self.model.hang_stacks(got, now)
+                texts[ranks] = whole
+        said = [a.message for a in self.model.alerts() if a.code == "rank-hung"]
+        text = said[0] if said else None
+        if text == self._kept or self._keep_hang is None:
+            return
+        self._kept = text
+        if text is None:
+            self._keep_hang(None)
+            return
+        hang = self.model.hang
+        whole = texts.get(hang.ranks, "") if hang is not None else ""
+        start = self.model.header.start_time
+        self._keep_hang({"started": start, "t": now, "text": text, "stacks": whole})
+
+    def _take(self, ranks: tuple[int, ...], take: Callable[[], list[tuple[str, Stack]]]) -> None:
+        try:
+            got = take()
+        except Exception as exc:  # the hang is still named; only its stacks are missing
+            got = [("", Stack(r, why=f"its stack could not be taken: {exc}")) for r in ranks]
+        self._got.put((ranks, got, stacks_text(self.model.header.name, got) if got else ""))
 
 
 class LogReplay:
@@ -137,11 +192,12 @@ class LogReplay:
         name: str,
         start_time: float | None = None,
         kind: str | None = None,
+        backend: str = "",
         **options: Any,
     ) -> None:
         # the kind says how steps are read: a Ray driver's tasks report at once, out of order
         shape = JobShape(kind=kind) if kind else JobShape()
-        header = JobHeader(name=name, shape=shape, start_time=start_time)
+        header = JobHeader(name=name, backend=backend, shape=shape, start_time=start_time)
         self.model = MonitorModel(header, **options)
         self._now = start_time
         self._nodes: dict[str, int] = {}
@@ -154,7 +210,11 @@ class LogReplay:
         if t is not None:
             self._now = t
         now = self._now if self._now is not None else 0.0
-        self.model.feed(line, now, self._nodes.setdefault(replica, len(self._nodes)))
+        node = self._nodes.get(replica)
+        if node is None:
+            node = self._nodes[replica] = len(self._nodes)
+            self.model.node_names[node] = replica
+        self.model.feed(line, now, node)
 
 
 def model_from_logs(

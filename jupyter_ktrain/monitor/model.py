@@ -45,14 +45,17 @@ from ..pod.protocol import (
     Metric,
     Restart,
     Resume,
+    Stack,
     parse_line,
     parse_record,
     record_type,
 )
 from ..words import replica_restart_text
 from .downsample import StreamingDownsampler
+from .hangs import Hang, HangWatch, hang_text, stack_summary, stuck_outside_collectives
 from .logbook import LogBook
 from .nccl import NcclTransportParser, Transport
+from .stragglers import STEP_TIME, StepTimes
 
 __all__ = [
     "GPU_FIELDS",
@@ -93,8 +96,9 @@ class JobHeader:
 @dataclass(frozen=True)
 class Alert:
     """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
-    ``rank-silent``, ``restart``, ``resume``, ``admitted``, ``evicted``, ``link``; ``key`` tells
-    instances apart (a rank, a GPU, a replica's n-th restart)."""
+    ``rank-hung`` (:mod:`.hangs`), ``straggler`` (:mod:`.stragglers`), ``restart``,
+    ``resume``, ``admitted``, ``evicted``, ``link``; ``key`` tells instances apart (a rank, a
+    GPU, a replica's n-th restart)."""
 
     code: str
     key: str
@@ -108,13 +112,6 @@ class Marker:
 
     x: float
     text: str
-
-
-@dataclass
-class _Talker:
-    last: float
-    count: int = 1
-    gap: float | None = None  # smoothed seconds between lines
 
 
 @dataclass
@@ -135,14 +132,13 @@ class MonitorModel(LogBook):
         max_lines: int = 10_000,
         max_lines_per_rank: int = 2_000,
         plot_points: int = 2_000,
-        silence_s: float = 120.0,
+        hang_after: float | None = None,
         low_util_pct: float = 10.0,
         low_util_s: float = 120.0,
     ) -> None:
         self.header = header
         self.rdma_requested = rdma_requested
         self.plot_points = plot_points
-        self.silence_s = silence_s
         self.low_util_pct = low_util_pct
         self.low_util_s = low_util_s
         super().__init__(max_lines, max_lines_per_rank)
@@ -155,7 +151,12 @@ class MonitorModel(LogBook):
         self.version = 0
         self.record_count = 0
         self._nccl: dict[str, NcclTransportParser] = {}
-        self._talkers: dict[int, _Talker] = {}
+        self._hangs = HangWatch(hang_after)
+        self.hang: Hang | None = None  # the ranks named as hung now (check)
+        self._hang_stacks: dict[int, Stack] = {}  # their stacks, once taken (hang_stacks)
+        self._rank_node: dict[int, int] = {}
+        self.node_names: dict[int, str] = {}  # a node's replica (its pod), as the feeder knows it
+        self._step_times = StepTimes()  # per-rank step time, the straggler (.stragglers)
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
         self._alerts: dict[tuple[str, str], Alert] = {}
         self._queued_since: float | None = None  # since when the job waits in a queue
@@ -180,7 +181,7 @@ class MonitorModel(LogBook):
         if self._t0 is None:
             self._t0 = now
         if line.rank is not None:
-            self._heard(line.rank, now)
+            self._heard(line, now, node)
         if line.record is not None:
             self.record_count += 1
             self._record(line, line.record, now, node)
@@ -202,8 +203,9 @@ class MonitorModel(LogBook):
             self._t0 = self._t0 if self._t0 is not None else now
         if is_terminal(state):
             h.end_time = now if h.end_time is None else h.end_time
-            for key in [k for k in self._alerts if k[0] in ("rank-silent", "gpu-low-util")]:
+            for key in [k for k in self._alerts if k[0] in ("rank-hung", "gpu-low-util")]:
                 del self._alerts[key]
+            self.hang = None
 
     def set_live(self, progress: Progress | None, restarting: bool) -> None:
         """The backend's progress (None: it has none; the model's own is shown) and whether
@@ -227,6 +229,8 @@ class MonitorModel(LogBook):
         before = {r.name: r.restarts for r in self.replicas}
         for r in rows:
             if r.restarts > before.get(r.name, 0):
+                self._hangs.forget()
+                self._step_times.forget()
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",
@@ -312,16 +316,16 @@ class MonitorModel(LogBook):
         return round(t - (self._t0 if self._t0 is not None else t), 3)
 
     # -- internals ----------------------------------------------------------------------
-    def _heard(self, rank: int, now: float) -> None:
-        talker = self._talkers.get(rank)
-        if talker is None:
-            self._talkers[rank] = _Talker(now)
-            return
-        gap = now - talker.last
-        talker.gap = gap if talker.gap is None else 0.8 * talker.gap + 0.2 * gap
-        talker.last = now
-        talker.count += 1
-        self._alerts.pop(("rank-silent", f"rank{rank}"), None)
+    def _heard(self, line: LogLine, now: float, node: int | None) -> None:
+        rank = line.rank
+        assert rank is not None
+        step = line.record.get("step") if line.record is not None else None
+        step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        self._hangs.heard(rank, now, step)
+        if node is not None:
+            self._rank_node[rank] = node
+        if self.hang is not None and rank in self.hang.ranks:
+            self._set_hang(None, now)  # it moves again
 
     def _record(self, line: LogLine, rec: dict[str, Any], now: float, node: int | None) -> None:
         kind = record_type(rec)
@@ -352,6 +356,8 @@ class MonitorModel(LogBook):
         step = rec.step
         x = float(step) if step is not None else self.elapsed_x(_num(rec.t, now))
         self._progress.feed(rank, rec, now)
+        if step is not None and rec.t is not None and not self._concurrent_steps:
+            self._step_time(rank, step, rec.t, now)
         for name, value in rec.values.items():
             series = self.metrics.get((rank, name))
             if series is None:
@@ -363,6 +369,35 @@ class MonitorModel(LogBook):
                 series.truncate(x)  # a restarted run reports this step again: it replaces
                 self._rewound((rank, name), x)
             series.append(x, value)
+
+    def _step_time(self, rank: int, step: int, t: float, now: float) -> None:
+        """Each rank's step time once every rank reported ``step`` (a series of its own), and
+        the straggler alert (:mod:`.stragglers`)."""
+        for r, seconds in self._step_times.feed(rank, step, t).items():
+            series = self.metrics.get((r, STEP_TIME))
+            if series is None:
+                series = self.metrics[(r, STEP_TIME)] = StreamingDownsampler(self.plot_points)
+            if series.last is None or step > series.last[0]:
+                series.append(float(step), round(seconds, 4))
+        slow = self._step_times.straggler
+        key = ("straggler", f"rank{slow.rank}") if slow is not None else None
+        for old in [k for k in self._alerts if k[0] == "straggler" and k != key]:
+            del self._alerts[old]
+        if slow is None or key is None or key in self._alerts:
+            return
+        where = self._where([slow.rank]).get(slow.rank)
+        shape = self.header.shape
+        if where is not None and shape.gpus_per_node and shape.procs_per_node:
+            where += f", GPU {slow.rank % shape.procs_per_node}"
+        named = f"rank {slow.rank}" + (f" ({where})" if where else "")
+        self._alerts[key] = Alert(
+            "straggler",
+            key[1],
+            f"{named} is the slowest: its steps take {slow.seconds:.3g} s against a median "
+            f"of {slow.median:.3g} s ({slow.ratio:.2f}x) for {slow.steps} steps in a row, up "
+            f"to step {slow.step}; every other rank waits for it",
+            now,
+        )
 
     @property
     def _concurrent_steps(self) -> bool:
@@ -385,6 +420,8 @@ class MonitorModel(LogBook):
         from which step (and a changed world size), and the plots' marker there."""
         step = rec.step
         self.resumes += 1
+        self._hangs.forget()  # a new attempt: every rank's pace starts afresh
+        self._step_times.forget()
         size = rec.world_size
         said = f"resumed from step {step}"  # the alert and the plots' marker say the same
         text = f"{said} (checkpoint {rec.file or '?'})"
@@ -466,22 +503,56 @@ class MonitorModel(LogBook):
     def check(self, now: float) -> list[Alert]:
         """Re-evaluate alerts that depend on time passing; returns :meth:`alerts`."""
         if self.header.state == RUNNING:
-            for rank, talker in self._talkers.items():
-                if talker.count < 3 or talker.gap is None:
-                    continue  # a rank that never talked regularly is not "silent"
-                limit = max(self.silence_s, 10 * talker.gap)
-                quiet = now - talker.last
-                key = ("rank-silent", f"rank{rank}")
-                if quiet > limit and key not in self._alerts:
-                    self.version += 1
-                    self._alerts[key] = Alert(
-                        "rank-silent",
-                        key[1],
-                        f"rank {rank} has been silent for {quiet:.0f} s (it wrote every "
-                        f"~{talker.gap:.0f} s before): hung in a collective, or stopped?",
-                        now,
-                    )
+            hang = self._hangs.check(now)
+            if (hang and hang.ranks) != (self.hang and self.hang.ranks):
+                self._set_hang(hang, now)
         return self.alerts()
+
+    def hang_stacks(self, got: list[tuple[str, Stack]], now: float) -> None:
+        """The stacks taken for the hang named now (every rank's, or the named ones'): its
+        alert shows where each named rank waits, and when every rank is stopped at one step,
+        the ranks not inside a collective are the ones named."""
+        if self.hang is None:
+            return
+        self._hang_stacks = {s.rank: s for _, s in got if s.rank is not None}
+        self._set_hang(self.hang, now, keep_stacks=True)
+
+    def _set_hang(self, hang: Hang | None, now: float, keep_stacks: bool = False) -> None:
+        for key in [k for k in self._alerts if k[0] == "rank-hung"]:
+            del self._alerts[key]
+        if not keep_stacks:
+            self._hang_stacks = {}
+        self.hang = hang
+        self.version += 1
+        if hang is None:
+            return
+        outside = stuck_outside_collectives(self._hang_stacks.values())
+        if hang.every and outside and set(outside) != set(hang.ranks):
+            hang = replace(hang, ranks=tuple(outside))
+        lines = [hang_text(hang, self._where(hang.ranks))]
+        for rank in hang.ranks:
+            stack = self._hang_stacks.get(rank)
+            said = stack_summary(stack) if stack is not None else ""
+            if said:
+                lines.append(f"rank {rank} waits in {said}")
+        if self._hang_stacks:
+            lines.append(f"(every rank's whole stack: %ktrain stacks {self.header.name})")
+        said_key = hang.key + ("+stacks" if self._hang_stacks else "")
+        self._alerts[("rank-hung", said_key)] = Alert("rank-hung", said_key, "\n".join(lines), now)
+
+    def _where(self, ranks: Iterable[int]) -> dict[int, str]:
+        """Where each rank runs, as the views name it: its pod, or its local node."""
+        out = {}
+        for rank in ranks:
+            node = self._rank_node.get(rank)
+            if node is None:
+                continue
+            name = self.node_names.get(node, "")
+            if not name and node < len(self.replicas):
+                name = self.replicas[node].name
+            local = self.header.backend == "local" or not name
+            out[rank] = f"node {node}" if local else f"pod {name}"
+        return out
 
 
 def _num(value: Any, default: float) -> float:

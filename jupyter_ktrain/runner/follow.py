@@ -4,12 +4,15 @@ the job's record says so, Ctrl-C as a detach, the failure raised, the names hand
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
+from ..backends.capabilities import StacksShown
 from ..jobs import CANCELLED, FAILED, JobStatus
 from ..monitor.cell_error import job_error
 from ..monitor.follow import follow as follow_loop
 from ..monitor.live import ModelSink, model_for
+from ..store.records import keep_hang
 from ..tracking import session as tracking
 
 if TYPE_CHECKING:
@@ -27,7 +30,13 @@ def follow(job: Job, front: Front) -> JobStatus | None:
     model = model_for(job)
     view = front.view(job, model)
     view.show()
-    sink = tracking.sink_for(job, ModelSink(model, view), front.say)  # MLflow, when configured
+    # a rank named hung gets every rank's stack taken once; the side panel shows what the cell
+    # says of it (the store's hang.json)
+    backend = job.backend
+    stacks = partial(backend.stacks, job.name) if isinstance(backend, StacksShown) else None
+    keep = partial(keep_hang, backend.name, job.name)
+    models = ModelSink(model, view, stacks=stacks, keep_hang=keep)
+    sink = tracking.sink_for(job, models, front.say)  # MLflow, when configured
     try:
         status = follow_loop(job, sink)
     except KeyboardInterrupt:
@@ -39,6 +48,7 @@ def follow(job: Job, front: Front) -> JobStatus | None:
         )
         return None
     view.close()
+    keep(None)  # an ended job hangs no more
     tracking.finished(sink, job, status, front.say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)

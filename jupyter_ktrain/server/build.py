@@ -142,5 +142,14 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
         for v in summary_values(model)
     ]
-    notices = [a.message for a in model.alerts() if a.code in NOTICES]
-    return {"panels": panels, "values": values, "notices": notices, "version": model.version}
+    alerts = model.alerts()
+    notices = [a.message for a in alerts if a.code in NOTICES]
+    warnings = [a.message for a in alerts if a.code not in NOTICES]
+    return {
+        "panels": panels,
+        "values": values,
+        "notices": notices,
+        "warnings": warnings,
+        "stacks": "",
+        "version": model.version,
+    }

@@ -34,6 +34,7 @@ from ..monitor.text import failure_summary
 from ..monitor.torchrun import fold_stored
 from ..pod.protocol import RECORD_MARK, LogLine
 from ..spec import check_job_name
+from ..store.records import read_hang
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
 from .compare import compare_payload
@@ -313,6 +314,12 @@ class PanelCore:
                     seen[replica] = index + 1
                 feed.counts = seen
             payload = metrics_payload(feed.replay.model, self.plot_points)
+        hang = None if status.terminal else read_hang(b, name)
+        if hang is not None and _same_start(hang.get("started"), status.started):
+            # what the cell that follows the job says of a hang, with the stacks it took
+            payload["warnings"].append(str(hang.get("text", "")))
+            payload["stacks"] = str(hang.get("stacks", ""))
+            payload["version"] = hash((payload["version"], payload["stacks"], hang.get("t")))
         try:  # a tracked job no kernel follows goes to MLflow from here; never the panel's fault
             self.tracking.poll(self._backend(b), name, status)
         except Exception:
@@ -337,11 +344,12 @@ class PanelCore:
         fresh = None
         if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
             shape = job_shape(self._backend(backend), name)
-            fresh = _MetricFeed(name, started, shape.kind if shape else None, self.plot_points)
+            kind = shape.kind if shape else None
+            fresh = _MetricFeed(name, started, kind, self.plot_points, backend)
         with self._lock:
             feed = self._feeds.pop(key, None)
             if feed is None or feed.started != started:
-                feed = fresh or _MetricFeed(name, started, None, self.plot_points)
+                feed = fresh or _MetricFeed(name, started, None, self.plot_points, backend)
             self._feeds[key] = feed  # most recently used last
             while len(self._feeds) > MAX_FEEDS:
                 del self._feeds[next(iter(self._feeds))]
@@ -379,17 +387,30 @@ class PanelCore:
             return self._detail(b, gone)
 
 
+def _same_start(kept: object, started: float | None) -> bool:
+    """Whether a hang kept for a job of this name was said of this one (not an earlier job)."""
+    if kept is None or started is None:
+        return kept is None and started is None
+    return isinstance(kept, (int, float)) and abs(float(kept) - started) < 1.0
+
+
 class _MetricFeed:
     """One job's metrics model in the server, and how far into each replica's log it is."""
 
     def __init__(
-        self, name: str, started: float | None, kind: str | None, plot_points: int
+        self,
+        name: str,
+        started: float | None,
+        kind: str | None,
+        plot_points: int,
+        backend: str = "",
     ) -> None:
         self.started = started
         self.replay = LogReplay(
             name,
             started,
             kind,
+            backend,
             plot_points=max(plot_points, 500),
             max_lines=1,
             max_lines_per_rank=1,

@@ -183,12 +183,16 @@ class MetricsPayload(TypedDict):
     """``GET /ktrain/api/jobs/NAME/metrics``: one panel per metric reported more than once
     (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
     downsampled; ``values``: metrics reported once; ``notices``: what the job's records said
-    happened (``resumed from step 40 (checkpoint step-40.pt)``), oldest first. ``version``
-    changes when anything does."""
+    happened (``resumed from step 40 (checkpoint step-40.pt)``), oldest first; ``warnings``:
+    what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); ``stacks``:
+    the stacks taken when a rank was named hung ("" when none). ``version`` changes when
+    anything does."""
 
     panels: list[MetricPanel]
     values: list[SummaryPayload]
     notices: list[str]
+    warnings: list[str]
+    stacks: str
     version: int
 
 

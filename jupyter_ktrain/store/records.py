@@ -11,7 +11,11 @@ files ``0600``, replaced atomically), written by the process that starts or foll
 ``sent`` is what makes tracking idempotent: a kernel that re-attaches reads it and sends no
 point twice. One process at a time logs a job (:func:`hold`: the kernel that follows it, or the
 Jupyter server while the side panel follows it), so two never send the same point at once.
-``%ktrain delete`` removes the folder (:func:`remove`). The record is versioned
+``%ktrain delete`` removes the folder (:func:`remove`).
+
+Beside it, ``hang.json``: the ranks the follower named as hung while the job ran, and their
+stacks (:func:`keep_hang`, :func:`read_hang`; :mod:`jupyter_ktrain.monitor.hangs`), which the
+side panel shows as the cell does; removed when they move again. The record is versioned
 (:data:`RECORD_VERSION`, read by :func:`.versions.versioned`): a newer jupyter-ktrain's record is
 refused with one line.
 """
@@ -33,6 +37,8 @@ __all__ = [
     "RECORD_VERSION",
     "hold",
     "job_dir",
+    "keep_hang",
+    "read_hang",
     "read_record",
     "release",
     "remove",
@@ -40,6 +46,7 @@ __all__ = [
 ]
 
 RECORD = "run.json"
+HANG = "hang.json"
 RECORD_VERSION = 1
 _TRACKING_LOCK = ".tracking.lock"
 
@@ -67,6 +74,29 @@ def write_record(backend: str, name: str, record: dict[str, Any]) -> None:
     make_private_dirs(folder)
     data = {**record, "version": RECORD_VERSION}
     replace_private(folder / RECORD, json.dumps(data, sort_keys=True).encode())
+
+
+def keep_hang(backend: str, name: str, said: dict[str, Any] | None) -> None:
+    """Keep what the follower says of the job's hang now (``{"started", "t", "text",
+    "stacks"}``), or forget it (None). Never raises: the store is a second view."""
+    path = job_dir(backend, name) / HANG
+    try:
+        if said is None:
+            path.unlink(missing_ok=True)
+            return
+        make_private_dirs(path.parent)
+        replace_private(path, json.dumps(said, sort_keys=True).encode())
+    except OSError:
+        pass
+
+
+def read_hang(backend: str, name: str) -> dict[str, Any] | None:
+    """What :func:`keep_hang` kept, or None."""
+    try:
+        data = json.loads((job_dir(backend, name) / HANG).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def remove(backend: str, name: str) -> Path | None:

@@ -257,7 +257,7 @@ class MonitorView:
         self.alerts.value = "".join(
             f'<div style="color:#1f77b4">↻ {html.escape(a.message)}</div>'
             if a.code in NOTICES
-            else f'<div style="color:#b35900">⚠ {html.escape(a.message)}</div>'
+            else f'<div style="color:#b35900;white-space:pre-wrap">⚠ {html.escape(a.message)}</div>'
             for a in alerts
         )
         if m.replicas != self._replica_rows:

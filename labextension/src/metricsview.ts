@@ -40,14 +40,28 @@ export class MetricsView {
     }
     this.version = payload.version;
     this.values.replaceChildren(renderValues(payload.values));
-    this.notices.replaceChildren(
-      ...payload.notices.map(text => {
-        const line = document.createElement('div');
-        line.className = 'ktrain-Notice';
-        line.textContent = `↻ ${text}`;
-        return line;
-      })
-    );
+    const line = (className: string, text: string): HTMLElement => {
+      const div = document.createElement('div');
+      div.className = className;
+      div.textContent = text;
+      return div;
+    };
+    const shown = [
+      ...(payload.warnings ?? []).map(text => line('ktrain-Warning', `⚠ ${text}`)),
+      ...payload.notices.map(text => line('ktrain-Notice', `↻ ${text}`))
+    ];
+    if (payload.stacks) {
+      // the stacks taken when a rank was named hung, folded: one click shows them
+      const details = document.createElement('details');
+      details.className = 'ktrain-HangStacks';
+      const summary = document.createElement('summary');
+      summary.textContent = 'stacks taken when it was named hung';
+      const pre = document.createElement('pre');
+      pre.textContent = payload.stacks;
+      details.append(summary, pre);
+      shown.push(details);
+    }
+    this.notices.replaceChildren(...shown);
     this.drawCharts(payload);
   }
 

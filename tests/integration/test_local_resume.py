@@ -55,8 +55,9 @@ def test_a_killed_rank_resumes_from_the_checkpoint_and_ends_as_an_uninterrupted_
     core = PanelCore({"local": LocalBackend})
     panel = core.metrics("resumed")
     assert panel["notices"] == ["resumed from step 5 (checkpoint step-5.pt)"]
-    [loss] = panel["panels"]
-    [plain] = core.metrics("whole")["panels"]
+    # the loss panel (each rank's step time has one of its own)
+    [loss] = [p for p in panel["panels"] if p["name"] == "loss"]
+    [plain] = [p for p in core.metrics("whole")["panels"] if p["name"] == "loss"]
     assert [(m["x"], m["text"]) for m in loss["markers"]] == [(5.0, "resumed from step 5")]
     assert plain["markers"] == []
     for trace, reference in zip(loss["traces"], plain["traces"], strict=True):

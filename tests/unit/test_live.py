@@ -10,6 +10,7 @@ import pytest
 from jupyter_ktrain.jobs import JobShape, JobStatus, ReplicaStatus
 from jupyter_ktrain.monitor.live import ModelSink, model_from_logs
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
+from jupyter_ktrain.monitor.stragglers import STEP_TIME
 from jupyter_ktrain.monitor.text import TextView
 from jupyter_ktrain.pod.protocol import (
     format_agent_line,
@@ -77,9 +78,13 @@ def test_model_from_stored_logs_plots_every_rank() -> None:
         for step in range(1, 11) for rank in range(4)
     ]  # fmt: skip
     model = model_from_logs("j", stored)
-    assert model.metric_names() == ["loss"]
+    # each rank's step time too, once every rank reported a step (stragglers.py)
+    assert model.metric_names() == ["loss", STEP_TIME]
     fig = metrics_figure(model)
-    assert sorted(t.name for t in fig.data) == [f"loss: rank {r}" for r in range(4)]
+    assert sorted(t.name for t in fig.data) == [
+        *(f"loss: rank {r}" for r in range(4)),
+        *(f"{STEP_TIME}: rank {r}" for r in range(4)),
+    ]
     assert list(fig.data[0].x) == [float(s) for s in range(1, 11)]
     assert metrics_figure(model_from_logs("empty", [])) is None
 

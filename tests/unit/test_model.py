@@ -99,23 +99,25 @@ def test_rdma_requested_but_nccl_fell_back_to_sockets() -> None:
     assert m2.transport.describe().startswith("NET/IB (RoCE")
 
 
-def test_silent_rank_alert_only_for_ranks_that_talked_regularly() -> None:
-    m = _model(silence_s=60)
+def test_hung_rank_alert_only_for_ranks_that_talked_regularly() -> None:
+    m = _model(hang_after=60)
     for i in range(10):
-        m.feed_text(format_rank_line(0, f"step {i}"), T0 + 2 * i)
-        m.feed_text(format_rank_line(1, f"step {i}"), T0 + 2 * i)
-    m.feed_text(format_rank_line(2, "hello once"), T0)  # prints only at start: never "silent"
+        m.feed_text(format_rank_line(0, f"step {i}"), T0 + 2 * i, node=0)
+        m.feed_text(format_rank_line(1, f"step {i}"), T0 + 2 * i, node=1)
+    m.feed_text(format_rank_line(2, "hello once"), T0)  # prints only at start: never "hung"
     for i in range(10, 60):
         m.feed_text(format_rank_line(0, f"step {i}"), T0 + 2 * i)
     assert [a.key for a in m.check(T0 + 70)] == []
     alerts = m.check(T0 + 120)
-    assert [(a.code, a.key) for a in alerts] == [("rank-silent", "rank1")]
-    assert "rank 1 has been silent for 102 s" in alerts[0].message
+    assert [(a.code, a.key) for a in alerts] == [("rank-hung", "1")]
+    assert (
+        alerts[0].message == "rank 1 (node 1) has made no progress for 102 s while the others go on"
+    )
     m.feed_text(format_rank_line(1, "back"), T0 + 121)
     assert m.alerts() == []
     m.check(T0 + 1000)
     m.set_state("Succeeded", T0 + 1001)
-    assert m.alerts() == []  # a finished job has no silent ranks
+    assert m.alerts() == []  # a finished job has no hung ranks
     assert m.header.elapsed(T0 + 5000) == 1001
 
 

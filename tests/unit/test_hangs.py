@@ -1,0 +1,108 @@
+"""Hangs named (jupyter_ktrain.monitor.hangs, and the model's ``rank-hung`` alert): who is named,
+after how long, with what the stacks say."""
+
+from __future__ import annotations
+
+from jupyter_ktrain.jobs import ReplicaStatus
+from jupyter_ktrain.monitor.hangs import (
+    HangWatch,
+    hang_text,
+    stack_summary,
+    stuck_outside_collectives,
+)
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
+from jupyter_ktrain.pod.protocol import Stack, format_rank_line, format_record
+
+T0 = 1_763_700_000.0
+SITE = "/usr/lib/python3/site-packages"
+
+
+def _steps(watch: HangWatch, rank: int, first: int, last: int, every: float, t0: float) -> None:
+    for step in range(first, last + 1):
+        watch.heard(rank, t0 + step * every, step)
+
+
+def test_the_limit_is_ten_times_the_ranks_median_step_time_and_two_minutes_at_least() -> None:
+    watch = HangWatch()
+    _steps(watch, 0, 0, 20, 30.0, T0)  # 30 s a step: 300 s allowed
+    _steps(watch, 1, 0, 20, 1.0, T0)  # 1 s a step: 2 min allowed
+    assert watch.limit(0) == 300.0
+    assert watch.limit(1) == 120.0
+    assert HangWatch(after=30).limit(0) == 30  # --hang-after
+    # a rank that printed once is never "hung"; one that went on is not either
+    watch.heard(2, T0)
+    _steps(watch, 0, 21, 40, 30.0, T0)
+    hang = watch.check(T0 + 20 + 121)
+    assert hang is not None
+    assert hang.ranks == (1,)
+    assert not hang.every
+    assert (hang.steps[1], hang.others) == (20, 40)
+    assert hang_text(hang, {1: "pod j-worker-0"}) == (
+        "rank 1 (pod j-worker-0) has made no progress for 2 min; the others are at step 40, "
+        "it is at 20"
+    )
+
+
+def test_when_every_rank_stops_the_ones_behind_are_named() -> None:
+    watch = HangWatch(after=10)
+    for rank in range(4):
+        _steps(watch, rank, 0, 5 if rank != 2 else 4, 1.0, T0)  # rank 2 never reached step 5
+    assert watch.check(T0 + 12) is None  # rank 2 has been quiet 8 s, the others 7 s
+    hang = watch.check(T0 + 16)
+    assert hang is not None
+    assert hang.every
+    assert hang.ranks == (2,)
+    assert hang_text(hang) == (
+        "rank 2 has made no progress for 12 s: every rank is stopped; the others reached step 5 "
+        "and wait there, it is at step 4"
+    )
+
+
+def _stack(rank: int, *frames: tuple[str, int, str, str]) -> Stack:
+    return Stack(rank, 100 + rank, (("MainThread", frames),))
+
+
+def test_stacks_name_the_rank_outside_the_collective_and_where_it_waits() -> None:
+    waiting = [
+        _stack(r, ("cell [4]", 31, "train", "dist.all_reduce(t)"),
+               (f"{SITE}/torch/distributed/c10d_logger.py", 81, "wrapper", "return func(*a)"),
+               (f"{SITE}/torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work.wait()"))
+        for r in (0, 1, 3)
+    ]  # fmt: skip
+    sleeping = _stack(2, ("cell [4]", 29, "train", "time.sleep(600)"))  # sleep is C: no frame
+    assert stuck_outside_collectives([*waiting, sleeping]) == [2]
+    assert stuck_outside_collectives(waiting) == []
+    assert stack_summary(waiting[0]) == "all_reduce <- train (cell [4], line 31)"
+    assert stack_summary(sleeping) == "sleep <- train (cell [4], line 29)"
+    assert stack_summary(Stack(5, why="no answer in 5 s")) == "no answer in 5 s"
+
+
+def test_the_model_names_the_hung_rank_with_its_pod_and_its_stack() -> None:
+    m = MonitorModel(JobHeader(name="j", backend="kubernetes"), hang_after=30)
+    m.set_state("Running", T0)
+    m.set_replicas([ReplicaStatus("j-master-0", "Running"), ReplicaStatus("j-worker-0", "Running")])
+    for step in range(6):  # both ranks at step 5, then both stop: rank 1 sleeps outside
+        for rank in (0, 1):
+            rec = format_record({"type": "metric", "step": step, "loss": 1.0})
+            m.feed_text(format_rank_line(rank, rec), T0 + step, node=rank)
+    assert m.check(T0 + 30) == []
+    [alert] = m.check(T0 + 40)
+    assert (alert.code, alert.key) == ("rank-hung", "0,1")
+    assert "every rank is stopped, all at step 5" in alert.message
+    got = [
+        ("j-master-0", _stack(0, ("cell [4]", 31, "train", "dist.all_reduce(t)"),
+                              (f"{SITE}/torch/distributed/distributed_c10d.py", 2501, "all_reduce",
+                               "work.wait()"))),
+        ("j-worker-0", _stack(1, ("cell [4]", 29, "train", "time.sleep(600)"))),
+    ]  # fmt: skip
+    m.hang_stacks(got, T0 + 42)
+    [alert] = m.alerts()
+    assert alert.key == "1+stacks"
+    assert alert.message.splitlines() == [
+        "rank 1 (pod j-worker-0) has made no progress for 35 s: every rank is stopped, the "
+        "others inside a collective, it is not",
+        "rank 1 waits in sleep <- train (cell [4], line 29)",
+        "(every rank's whole stack: %ktrain stacks j)",
+    ]
+    m.feed_text(format_rank_line(1, "awake"), T0 + 50, node=1)
+    assert m.alerts() == []  # it moves again
