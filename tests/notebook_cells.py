@@ -54,8 +54,8 @@ def steps_then_hang(hang_step, slow_rank):
 """
 HANG_SLEEP_LINE = 12  # the line of ``time.sleep(600)`` in HANG_CELL's function
 
-# every rank computes (a busy loop) then reports its step, then all-reduces; rank ``slow_rank``
-# computes ``slow`` seconds a step, the others 0.1 s
+# every rank "computes", reports its step, then all-reduces; rank ``slow_rank`` is slowed by a
+# busy loop of ``slow`` seconds a step, the others take 0.1 s (asleep: two cores are shared)
 STRAGGLER_CELL = """
 import time
 import torch
@@ -67,9 +67,12 @@ def uneven(steps, slow_rank, slow):
     rank = dist.get_rank()
     t = torch.ones(1)
     for step in range(steps):
-        end = time.perf_counter() + (slow if rank == slow_rank else 0.1)
-        while time.perf_counter() < end:
-            pass
+        if rank == slow_rank:
+            end = time.perf_counter() + slow
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(0.1)
         ktrain.report(step=step, loss=1.0 / (step + 1))
         dist.all_reduce(t)
     dist.destroy_process_group()

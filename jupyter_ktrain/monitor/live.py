@@ -193,10 +193,13 @@ class LogReplay:
         start_time: float | None = None,
         kind: str | None = None,
         backend: str = "",
+        shape: JobShape | None = None,
         **options: Any,
     ) -> None:
-        # the kind says how steps are read: a Ray driver's tasks report at once, out of order
-        shape = JobShape(kind=kind) if kind else JobShape()
+        # the kind says how steps are read: a Ray driver's tasks report at once, out of order;
+        # the whole shape (when known) how many ranks report each step
+        if shape is None:
+            shape = JobShape(kind=kind) if kind else JobShape()
         header = JobHeader(name=name, backend=backend, shape=shape, start_time=start_time)
         self.model = MonitorModel(header, **options)
         self._now = start_time

@@ -373,7 +373,9 @@ class MonitorModel(LogBook):
     def _step_time(self, rank: int, step: int, t: float, now: float) -> None:
         """Each rank's step time once every rank reported ``step`` (a series of its own), and
         the straggler alert (:mod:`.stragglers`)."""
-        for r, seconds in self._step_times.feed(rank, step, t).items():
+        shape = self.header.shape
+        world = shape.nodes * shape.procs_per_node if shape != JobShape() else None
+        for r, seconds in self._step_times.feed(rank, step, t, world).items():
             series = self.metrics.get((r, STEP_TIME))
             if series is None:
                 series = self.metrics[(r, STEP_TIME)] = StreamingDownsampler(self.plot_points)
@@ -386,7 +388,6 @@ class MonitorModel(LogBook):
         if slow is None or key is None or key in self._alerts:
             return
         where = self._where([slow.rank]).get(slow.rank)
-        shape = self.header.shape
         if where is not None and shape.gpus_per_node and shape.procs_per_node:
             where += f", GPU {slow.rank % shape.procs_per_node}"
         named = f"rank {slow.rank}" + (f" ({where})" if where else "")

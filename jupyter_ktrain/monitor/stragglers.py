@@ -24,7 +24,7 @@ from dataclasses import dataclass
 __all__ = ["STEP_TIME", "StepTimes", "Straggler"]
 
 STEP_TIME = "step time (s)"  # the metric name of the per-rank estimates
-_KEEP = 64  # steps whose report times are kept
+_KEEP = 4096  # steps whose report times are kept (a reader may get one rank's steps first)
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,21 @@ class StepTimes:
         self._streak = (None, 0)
         self.straggler = None
 
-    def feed(self, rank: int, step: int, t: float) -> dict[int, float]:
+    def feed(self, rank: int, step: int, t: float, world: int | None = None) -> dict[int, float]:
         """Rank ``rank`` reported ``step`` at ``t``; returns the step time estimates that are
-        now known (rank -> seconds), for this step when every rank has reported it."""
+        now known (rank -> seconds), for this step when every rank has reported it: the
+        job's ``world`` ranks, when known, else every rank seen so far (a reader that gets the
+        lines node by node needs the first: it sees one node's ranks before the others')."""
         self._ranks.add(rank)
         self._times.setdefault(step, {}).setdefault(rank, t)
         if len(self._times) > _KEEP:
             del self._times[min(self._times)]
+        ranks = max(world or 0, len(self._ranks))
         now = self._times[step]
         before = self._times.get(step - 1)
-        if len(self._ranks) < 2 or step in self._done or len(now) < len(self._ranks) or not before:
+        if ranks < 2 or step in self._done or len(now) < ranks or not before:
             return {}
-        if len(before) < len(self._ranks):
+        if len(before) < ranks:
             return {}
         self._done.add(step)
         start = max(before.values())

@@ -26,7 +26,7 @@ from ..backends.capabilities import job_shape
 from ..backends.registry import get_backend
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..jobs import CANCELLED, DELETED_REASON, FAILED
+from ..jobs import CANCELLED, DELETED_REASON, FAILED, JobShape
 from ..monitor.fold import RepeatFold, shown_ranks, shown_text
 from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
@@ -345,7 +345,7 @@ class PanelCore:
         if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
             shape = job_shape(self._backend(backend), name)
             kind = shape.kind if shape else None
-            fresh = _MetricFeed(name, started, kind, self.plot_points, backend)
+            fresh = _MetricFeed(name, started, kind, self.plot_points, backend, shape)
         with self._lock:
             feed = self._feeds.pop(key, None)
             if feed is None or feed.started != started:
@@ -404,6 +404,7 @@ class _MetricFeed:
         kind: str | None,
         plot_points: int,
         backend: str = "",
+        shape: JobShape | None = None,
     ) -> None:
         self.started = started
         self.replay = LogReplay(
@@ -411,6 +412,7 @@ class _MetricFeed:
             started,
             kind,
             backend,
+            shape,
             plot_points=max(plot_points, 500),
             max_lines=1,
             max_lines_per_rank=1,

@@ -108,16 +108,16 @@ def straggler_named_in_cell_and_panel(
     panel: PanelCore,
     where: str,
 ) -> None:
-    """Run ``uneven(40, 1, 0.3)`` (:data:`STRAGGLER_CELL`: rank 1 computes 0.3 s a step, rank 0
-    0.1 s) with ``flags``: the cell names rank 1 as the slowest (``where``: its place) with its
-    step time against the median, and plots each rank's step time; the panel's API says and
-    plots the same."""
-    assert shell.run_cell_magic("ktrain", f"{flags} --name {name}", "r = uneven(40, 1, 0.3)\n")
+    """Run ``uneven(30, 3, 0.3)`` (:data:`STRAGGLER_CELL`: rank 3 of 4 computes 0.3 s a step in
+    a busy loop, the others 0.1 s) with ``flags`` (2 nodes x 2 ranks): the cell names rank 3
+    as the slowest (``where``: its place) with its step time against the median, and plots
+    each rank's step time; the panel's API says and plots the same."""
+    assert shell.run_cell_magic("ktrain", f"{flags} --name {name}", "r = uneven(30, 3, 0.3)\n")
     out = capsys.readouterr().out
     said = [line for line in out.splitlines() if "is the slowest" in line]
     assert len(said) == 1, out  # said once, when it was seen
     found = re.search(
-        rf"\[ktrain\] warning: rank 1 \({where}\) is the slowest: its steps take ([\d.]+) s "
+        rf"\[ktrain\] warning: rank 3 \({where}\) is the slowest: its steps take ([\d.]+) s "
         r"against a median of ([\d.]+) s \(([\d.]+)x\) for 20 steps in a row, up to step (\d+); "
         "every other rank waits for it",
         said[0],
@@ -133,8 +133,8 @@ def straggler_named_in_cell_and_panel(
     ]
     [chart] = [p for p in payload["panels"] if p["name"] == STEP_TIME]
     by_rank = {t["label"]: t["y"] for t in chart["traces"]}
-    assert sorted(by_rank) == ["rank 0", "rank 1"], by_rank
-    # rank 1's steps took longer than rank 0's at every step but the first few
-    late = [(a, b) for a, b in zip(by_rank["rank 0"], by_rank["rank 1"], strict=False)][5:]
+    assert sorted(by_rank) == [f"rank {r}" for r in range(4)], by_rank
+    # rank 3's steps took longer than rank 0's at every step but the first few
+    late = [(a, b) for a, b in zip(by_rank["rank 0"], by_rank["rank 3"], strict=False)][5:]
     assert late, by_rank
     assert all(b > a for a, b in late), late

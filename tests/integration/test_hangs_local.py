@@ -3,9 +3,9 @@ a step after every all-reduce; at step 5 rank 1 sleeps before the all-reduce, so
 inside it and neither makes progress. With ``--hang-after 4s`` the cell names rank 1 (not rank
 0, which only waits), says where it waits (its stack, taken once automatically: ``sleep <-
 steps_then_hang (cell [N], line 12)``), and the side panel's job tab says the same, with the
-stacks; both forget it once the job ends. A straggler: rank 1 of 2 computes 0.3 s a step in a
-busy loop, rank 0 0.1 s; the cell and the panel name rank 1 and plot each rank's step time. Bad
-``--hang-after`` is one line, before anything starts."""
+stacks; both forget it once the job ends. A straggler: rank 3 of 2x2 computes 0.3 s a step in a
+busy loop, the others 0.1 s; the cell and the panel name rank 3 and plot each rank's step time.
+Bad ``--hang-after`` is one line, before anything starts."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_a_rank_slowed_by_a_busy_loop_is_named_the_straggler_and_each_ranks_step
     straggler_named_in_cell_and_panel(
         shell,
         capsys,
-        flags="--nodes 2 --procs-per-node 1",
+        flags="--nodes 2 --procs-per-node 2",
         name="straggler-local",
         panel=PanelCore({"local": LocalBackend}),
         where="node 1",

@@ -2,8 +2,8 @@
 --hang-after 4s`` (gloo over the pods' network), rank 1 asleep before an all-reduce while rank 0
 waits inside it. The cell names rank 1 and its pod, with the stack taken in its pod
 (``pods/exec``, as ``%ktrain stacks``); the side panel's API says the same, with the stacks
-(:mod:`tests.integration.hang_checks`). A straggler: rank 1 computes 3x longer a step; the cell
-and the panel name it with its pod and plot each rank's step time."""
+(:mod:`tests.integration.hang_checks`). A straggler: rank 3 of 2x2 computes 3x longer a step;
+the cell and the panel name it with its pod and plot each rank's step time."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_a_rank_slowed_by_a_busy_loop_is_named_the_straggler_with_its_pod(k8s_sh
     straggler_named_in_cell_and_panel(
         k8s_shell,
         capsys,
-        flags="--nodes 2 --procs-per-node 1 --image local/python",
+        flags="--nodes 2 --procs-per-node 2 --image local/python",
         name="straggler",
         panel=PanelCore({"kubernetes": lambda: KubernetesBackend(load_config())}),
         where="pod straggler-worker-0",

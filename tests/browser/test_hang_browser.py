@@ -1,0 +1,107 @@
+"""A hang named in a real JupyterLab + Chromium: a notebook runs a 2-node local job with
+``--hang-after 3s`` whose rank 1 sleeps before an all-reduce at step 5 (rank 0 waits inside it).
+The cell's widget names rank 1 and where it waits; its "Open in side panel" button opens the
+job's tab, which shows the same warning and, folded under it, the stacks taken then (rank 0
+inside ``all_reduce``). Screenshot: test-artifacts/hang-panel.png."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_ktrain.backends.local import LocalBackend
+from tests.jupyter_process import jupyter_app
+from tests.notebook_cells import HANG_CELL, HANG_SLEEP_LINE
+
+from .test_widget_browser import (
+    ARTIFACTS,
+    BUILT,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    KERNEL_IDLE,
+    ROOT,
+    Lab,
+    lab_env,
+    require_panel_browser,
+    screenshot,
+)
+
+pytestmark = pytest.mark.slow
+
+JOB = "hang-browser"
+WAITS = f"rank 1 waits in sleep <- steps_then_hang (cell [2], line {HANG_SLEEP_LINE})"
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    require_panel_browser()
+    home = tmp_path / "ktrain-home"
+    token = secrets.token_hex(16)
+    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
+    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
+        yield Lab(url, token, root, home)
+
+
+def _notebook(path: Path) -> None:
+    cells = [
+        new_code_cell("%load_ext jupyter_ktrain"),
+        new_code_cell(HANG_CELL),
+        new_code_cell(
+            f"%%ktrain --nodes 2 --procs-per-node 1 --hang-after 3s --name {JOB}\n"
+            "steps_then_hang(5, 1)"
+        ),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+def test_the_widget_and_the_panel_name_the_hung_rank_with_its_stacks(lab: Lab) -> None:
+    from playwright.sync_api import sync_playwright
+
+    _notebook(lab.root / "hang.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        try:
+            page.goto(f"{lab.url}/lab/tree/hang.ipynb?reset&token={lab.token}")
+            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            # the widget: the warning, then where rank 1 waits (its stack, taken once)
+            page.wait_for_function(
+                f"() => document.body.innerText.includes({WAITS!r})", timeout=90_000
+            )
+            text = page.locator(".jp-OutputArea-output", has_text=WAITS).first.inner_text()
+            assert "⚠ rank 1 (node 1) has made no progress for " in text, text
+            assert "the others inside a collective, it is not" in text, text
+            # the job's tab in the side panel says the same, with the stacks under it
+            page.locator(f".ktrain-open-panel.ktrain-job-{JOB}").click()
+            warning = page.locator(f"#ktrain-job-{JOB} .ktrain-Warning", has_text=WAITS)
+            warning.wait_for(timeout=30_000)
+            said = warning.inner_text()
+            assert said.startswith("⚠ rank 1 (node 1) has made no progress for "), said
+            stacks = page.locator(f"#ktrain-job-{JOB} .ktrain-HangStacks")
+            stacks.locator("summary").click()
+            whole = stacks.locator("pre").inner_text()
+            assert whole.startswith(f"Stacks of {JOB!r}, 2 ranks"), whole
+            rank0 = whole.split("\nrank 1, pid ")[0]
+            assert "in all_reduce" in rank0, whole
+            screenshot(page, "hang-panel.png")
+        except Exception:
+            screenshot(page, "hang-failed.png")
+            raise
+        finally:
+            browser.close()
+            if (lab.home / "jobs" / JOB).exists():
+                LocalBackend(lab.home).cancel(JOB)
