@@ -10,14 +10,13 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_ktrain.backends.local import LocalBackend
 from tests.jupyter_process import jupyter_app
 from tests.notebook_cells import HANG_CELL, HANG_SLEEP_LINE
 
+from ..integration.widget_notebook import save_notebook
 from .test_widget_browser import (
     ARTIFACTS,
     BUILT,
@@ -49,21 +48,13 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
 
 
 def _notebook(path: Path) -> None:
-    cells = [
-        new_code_cell("%load_ext jupyter_ktrain"),
-        new_code_cell(HANG_CELL),
-        new_code_cell(
-            f"%%ktrain --nodes 2 --procs-per-node 1 --hang-after 3s --name {JOB}\n"
-            "steps_then_hang(5, 1)"
-        ),
-    ]
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, path)
+    save_notebook(
+        path,
+        "%load_ext jupyter_ktrain",
+        HANG_CELL,
+        f"%%ktrain --nodes 2 --procs-per-node 1 --hang-after 3s --name {JOB}\n"
+        "steps_then_hang(5, 1)",
+    )
 
 
 def test_the_widget_and_the_panel_name_the_hung_rank_with_its_stacks(lab: Lab) -> None:

@@ -17,13 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_ktrain.backends.local import LocalBackend
 from tests.jupyter_process import jupyter_app
 
+from ..integration.widget_notebook import save_notebook
 from ..panel_failed import FAILED, LAST_LINE, write_failed_job
 from ..panel_jobs import TRAIN, run_job
 from .test_widget_browser import (
@@ -69,20 +68,12 @@ def panel_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 
 def _notebook(path: Path) -> None:
-    cells = [
-        new_code_cell("%load_ext jupyter_ktrain"),
-        new_code_cell(TRAIN),
-        new_code_cell(
-            f"%%ktrain --nodes 2 --procs-per-node 1 --name {CELL_JOB}\nr = train(400, 0.3)"
-        ),
-    ]
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, path)
+    save_notebook(
+        path,
+        "%load_ext jupyter_ktrain",
+        TRAIN,
+        f"%%ktrain --nodes 2 --procs-per-node 1 --name {CELL_JOB}\nr = train(400, 0.3)",
+    )
 
 
 ROWS = """() => [...document.querySelectorAll('#ktrain-jobs-panel .ktrain-JobRow')]
@@ -230,7 +221,10 @@ def _steps(page: Any) -> None:
     assert text.index("[rank1] rank 1 step 1 hello") < text.index("[rank0] rank 0 step 4 hello")
     assert text.index("[rank0] rank 0 step 1 hello") < text.index("[rank1] rank 1 step 4 hello")
     page.wait_for_selector(f"#ktrain-job-{EARLIER} .ktrain-Chart polyline", timeout=15_000)
-    chart = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart")
+    # the loss chart (each rank's step time has one too: checked below)
+    charts = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart")
+    assert charts.evaluate_all("cs => cs.map(c => c.dataset.metric)") == ["loss", "step time (s)"]
+    chart = page.locator(f"#ktrain-job-{EARLIER} .ktrain-Chart[data-metric='loss']")
     labels = chart.locator("polyline").evaluate_all(
         "ps => ps.map(p => p.dataset.label + '=' + p.dataset.points)"
     )
@@ -238,7 +232,7 @@ def _steps(page: Any) -> None:
     # readable ticks (round values, more than the two ends) and one legend per chart
     assert chart.locator(".ktrain-XTick").count() >= 3
     assert chart.locator(".ktrain-YTick").count() >= 3
-    assert chart.locator(".ktrain-ChartLegend").count() == chart.count()
+    assert charts.locator(".ktrain-ChartLegend").count() == charts.count()
     # one colour per rank: its log label's colour is its line's colour
     for rank in (0, 1):
         stroke = chart.locator(f"polyline[data-label='rank {rank}']").get_attribute("stroke")

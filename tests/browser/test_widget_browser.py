@@ -124,8 +124,12 @@ KERNEL_IDLE = """() => {
 }"""
 LOSS_POINTS = """() => {
   let n = 0;
-  for (const line of document.querySelectorAll('.ktrain-WidgetChart polyline')) {
-    if ((line.dataset.label || '').startsWith('rank')) n += Number(line.dataset.points);
+  for (const panel of document.querySelectorAll('.ktrain-WidgetChart .ktrain-WidgetPanel')) {
+    const title = panel.querySelector('.ktrain-WidgetPanelTitle');
+    if (!title || title.textContent !== 'loss') continue;  // not each rank's step time
+    for (const line of panel.querySelectorAll('polyline')) {
+      if ((line.dataset.label || '').startsWith('rank')) n += Number(line.dataset.points);
+    }
   }
   return n;
 }"""

@@ -37,17 +37,9 @@ print("MONITOR " + json.dumps({
 """
 
 
-def write_notebook(path: Path, name: str, steps: int = 16, pause: float = 0.25) -> Path:
-    cells = [
-        new_code_cell("%load_ext jupyter_ktrain"),
-        new_code_cell(TRAIN),
-        new_code_cell(
-            f"%%ktrain --nodes 2 --procs-per-node 2 --name {name}\nr = train({steps}, {pause})"
-        ),
-        new_code_cell('print(f"RESULT r={r}")'),
-        new_code_cell(REPORT),
-    ]
-    nb = new_notebook(cells=cells)
+def save_notebook(path: Path, *sources: str) -> Path:
+    """A notebook of one code cell per source, on the python3 kernel, written to ``path``."""
+    nb = new_notebook(cells=[new_code_cell(source) for source in sources])
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -55,3 +47,14 @@ def write_notebook(path: Path, name: str, steps: int = 16, pause: float = 0.25) 
     }
     nbformat.write(nb, path)
     return path
+
+
+def write_notebook(path: Path, name: str, steps: int = 16, pause: float = 0.25) -> Path:
+    return save_notebook(
+        path,
+        "%load_ext jupyter_ktrain",
+        TRAIN,
+        f"%%ktrain --nodes 2 --procs-per-node 2 --name {name}\nr = train({steps}, {pause})",
+        'print(f"RESULT r={r}")',
+        REPORT,
+    )
