@@ -11,7 +11,8 @@ median gap between its lines when it reports no steps). Only a rank that used to
 Who is named:
 
 - some ranks stopped, the others go on: the stopped ones, with the step they are at and the
-  step the others reached;
+  step the others reached (while the others are no further on, nothing is said yet: the lines
+  of ranks that stop together arrive a little apart);
 - every rank stopped (they all wait on one collective): the ranks at the lowest step, when the
   steps differ (the others reached the next one and wait there); when every rank is at the
   same step, the stacks tell (:func:`stuck_outside_collectives`): the ranks that are not inside
@@ -134,6 +135,9 @@ class HangWatch:
             return Hang(tuple(ranks), _quiet(stopped, ranks, now),
                         min(self.limit(r) for r in ranks), True, steps, low)  # fmt: skip
         going = [s for r, s in steps.items() if r not in stopped and s is not None]
+        mine = [s for r in stopped if (s := steps[r]) is not None]
+        if going and mine and max(going) <= min(mine):
+            return None  # the others are no further on: they may be stopping too (wait and see)
         ranks = sorted(stopped)
         return Hang(tuple(ranks), _quiet(stopped, ranks, now),
                     min(self.limit(r) for r in ranks), False, steps,

@@ -106,3 +106,15 @@ def test_the_model_names_the_hung_rank_with_its_pod_and_its_stack() -> None:
     ]
     m.feed_text(format_rank_line(1, "awake"), T0 + 50, node=1)
     assert m.alerts() == []  # it moves again
+
+
+def test_a_rank_stopped_at_the_step_the_others_are_at_is_not_named_alone() -> None:
+    """Ranks that stop together at one collective have their last lines read a little apart:
+    the first to cross its limit is not "the hung one" while the others are no further on."""
+    watch = HangWatch(after=4)
+    _steps(watch, 0, 0, 4, 0.2, T0 + 0.5)  # rank 0's lines come 0.5 s later
+    _steps(watch, 1, 0, 4, 0.2, T0)
+    assert watch.check(T0 + 0.8 + 4.2) is None  # rank 1 crossed, rank 0 not yet: wait
+    hang = watch.check(T0 + 1.3 + 4.2)
+    assert hang is not None
+    assert (hang.ranks, hang.every) == ((0, 1), True)
