@@ -77,7 +77,6 @@ class ModelSink:
         self.view = view
         self.clock = clock
         self.final: JobStatus | None = None
-        self._nodes: dict[str, int] = {}
         self._folds: dict[str, TorchrunFold] = {}
         # a hang's stacks: taken once per hang (``stacks``: the backend's, every rank), in a
         # thread so the view stays live; the hang said is kept for the side panel (keep_hang)
@@ -90,11 +89,7 @@ class ModelSink:
         self._kept: str | None = None
 
     def _node(self, replica: str) -> int:
-        node = self._nodes.get(replica)
-        if node is None:
-            node = self._nodes[replica] = len(self._nodes)
-            self.model.node_names[node] = replica
-        return node
+        return self.model.node_of(replica)
 
     def lines(self, replica: str, lines: list[LogLine]) -> None:
         fold = self._folds.get(replica)
@@ -203,7 +198,6 @@ class LogReplay:
         header = JobHeader(name=name, backend=backend, shape=shape, start_time=start_time)
         self.model = MonitorModel(header, **options)
         self._now = start_time
-        self._nodes: dict[str, int] = {}
 
     def feed(self, replica: str, raw: str) -> None:
         self.feed_line(replica, parse_line(raw))
@@ -213,11 +207,7 @@ class LogReplay:
         if t is not None:
             self._now = t
         now = self._now if self._now is not None else 0.0
-        node = self._nodes.get(replica)
-        if node is None:
-            node = self._nodes[replica] = len(self._nodes)
-            self.model.node_names[node] = replica
-        self.model.feed(line, now, node)
+        self.model.feed(line, now, self.model.node_of(replica))
 
 
 def model_from_logs(

@@ -155,7 +155,8 @@ class MonitorModel(LogBook):
         self.hang: Hang | None = None  # the ranks named as hung now (check)
         self._hang_stacks: dict[int, Stack] = {}  # their stacks, once taken (hang_stacks)
         self._rank_node: dict[int, int] = {}
-        self.node_names: dict[int, str] = {}  # a node's replica (its pod), as the feeder knows it
+        self.node_names: dict[int, str] = {}  # a node's replica (its pod): see node_of
+        self._nodes: dict[str, int] = {}
         self._step_times = StepTimes()  # per-rank step time, the straggler (.stragglers)
         self._gpu_watch: dict[tuple[int, int], _GpuWatch] = {}
         self._alerts: dict[tuple[str, str], Alert] = {}
@@ -189,6 +190,15 @@ class MonitorModel(LogBook):
         self._keep_line(line, now, node)
         if "NCCL " in line.text:
             self._nccl_line(line, node, now)
+
+    def node_of(self, replica: str) -> int:
+        """The node number of ``replica`` (a pod, a local node): numbered in the order the
+        feeder first names them, and remembered for the views' words ("pod j-worker-0")."""
+        node = self._nodes.get(replica)
+        if node is None:
+            node = self._nodes[replica] = len(self._nodes)
+            self.node_names[node] = replica
+        return node
 
     def set_state(self, state: str, now: float, message: str = "") -> None:
         h = self.header
