@@ -138,6 +138,7 @@ def test_an_elastic_job_with_no_room_for_the_new_pod_goes_on_with_one_worker(
     assert job.state == "Succeeded", out
     text = "resumed from step 5 (checkpoint step-5.pt); the world size changed from 2 to 1"
     assert text in out, out
+    assert "first" in k8s_shell.user_ns, out + job.logs()  # rank 0's results came back
     assert k8s_shell.user_ns["first"] == 6
     steps, _ = _losses()[0]
     assert steps == STEPS  # the survivor's series: each step once

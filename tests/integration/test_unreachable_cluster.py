@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.config import set_config
+from jupyter_ktrain.errors import ClusterError
 from tests.panel_jobs import run_job
 from tests.unreachable import CONTEXT, closed_kubeconfig
 
@@ -58,3 +59,61 @@ def test_list_with_a_dead_cluster_is_one_line_and_keeps_local_jobs(
     assert line in run.stderr
     assert "`ktrain config kubeconfig=PATH context=NAME`" in run.stderr
     assert "%ktrain" not in run.stdout + run.stderr
+
+
+def test_a_server_that_answered_and_drops_for_a_second_is_waited_for(tmp_path: Path) -> None:
+    """An API server that restarts (its port closed for a second, as under a rolling restart
+    or a busy machine's late accept) does not fail a cell that reached it before: a server
+    that never answered is one line within a second, one that did gets seconds to return."""
+    import http.server
+    import json
+    import threading
+
+    from jupyter_ktrain.backends.kubernetes.api import Api
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"kind": "NamespaceList", "items": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def serve(port: int) -> http.server.ThreadingHTTPServer:
+        http.server.ThreadingHTTPServer.allow_reuse_address = True
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    kubeconfig, url = closed_kubeconfig(tmp_path)
+    kubeconfig.write_text(kubeconfig.read_text().replace("https://", "http://"))
+    port = int(url.rsplit(":", 1)[1])
+    server = serve(port)
+    api = Api.connect(str(kubeconfig), CONTEXT)  # it probes the port
+    server.shutdown()
+    server.server_close()
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="connection refused"):
+        api.get("/api/v1/namespaces")  # never answered a request: one line at once
+    assert time.monotonic() - started < 1
+    server = serve(port)
+    assert api.get("/api/v1/namespaces")["kind"] == "NamespaceList"
+    server.shutdown()
+    server.server_close()
+    api.close()  # the pool's kept connection is gone with the server, as on a restart
+    again: list[http.server.ThreadingHTTPServer] = []
+    back = threading.Timer(1.0, lambda: again.append(serve(port)))
+    back.start()
+    started = time.monotonic()
+    try:
+        assert api.get("/api/v1/namespaces")["kind"] == "NamespaceList"
+    finally:
+        back.join()
+        for s in again:
+            s.shutdown()
+            s.server_close()
+    assert 0.9 < time.monotonic() - started < 5

@@ -79,6 +79,7 @@ class Api:
         self.namespace = namespace
         self.where = where  # "kubeconfig PATH, context NAME" or "in-cluster service account"
         self.requests = 0
+        self.answered = False  # the server answered a request: a later drop is a blip
 
     def close(self) -> None:
         """Close this client's connections (the sockets its pool keeps alive); a later
@@ -164,7 +165,7 @@ class Api:
         url = self.client.configuration.host + path
         self.requests += 1
         try:
-            return self.client.rest_client.request(
+            resp = self.client.rest_client.request(
                 method,
                 url,
                 query_params=query_list,
@@ -174,7 +175,10 @@ class Api:
                 _request_timeout=timeout,
             )
         except ApiException as exc:
+            self.answered = self.answered or bool(exc.status)  # an HTTP status is an answer
             raise _failure(exc, f"{method} {path}") from None
+        self.answered = True
+        return resp
 
     def request(
         self,
@@ -196,7 +200,9 @@ class Api:
             return json.loads(data) if data else {}
 
         what = f"{method} {path}"
-        return with_retries(once, what, unreachable=self.unreachable) if retry else once()
+        if not retry:
+            return once()
+        return with_retries(once, what, unreachable=self.unreachable, reached=self.answered)
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.request("GET", path, query)
@@ -230,6 +236,7 @@ class Api:
             ),
             f"GET {path}",
             unreachable=self.unreachable,
+            reached=self.answered,
         )
         if opened is not None:
             opened(lambda: _shutdown(resp))

@@ -46,6 +46,7 @@ class RetryPolicy:
         cap_s: float = 5.0,
         budget_s: float = 20.0,
         connect_budget_s: float = 0.3,
+        reconnect_budget_s: float = 10.0,
     ):
         self.attempts = attempts
         self.base_s = base_s
@@ -54,6 +55,10 @@ class RetryPolicy:
         # a server that refuses or drops connections is answered within seconds, not after
         # the whole budget: a user waiting on `%ktrain list` needs the one line quickly
         self.connect_budget_s = connect_budget_s
+        # ...but one that answered before and drops now (it restarts, its load balancer fails
+        # over, or the machine is too busy to accept in time) is given seconds to come back: a
+        # cell following a job for an hour must not fail on a blip
+        self.reconnect_budget_s = reconnect_budget_s
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -70,11 +75,13 @@ def with_retries(
     policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Callable[[float], None] = time.sleep,
     unreachable: Callable[[BaseException], str] | None = None,
+    reached: bool = False,
 ) -> T:
     """Run ``call``; retry 429 (after Retry-After), 5xx and connection errors, bounded.
 
-    A connection error that outlasts ``policy.connect_budget_s`` becomes one ClusterError
-    line: ``unreachable(error)`` when given (the server, kubeconfig and context)."""
+    A connection error that outlasts ``policy.connect_budget_s`` (``reconnect_budget_s`` when
+    the server ``reached`` answered this client before) becomes one ClusterError line:
+    ``unreachable(error)`` when given (the server, kubeconfig and context)."""
     waited = 0.0
     for attempt in range(policy.attempts):
         budget = policy.budget_s
@@ -87,7 +94,7 @@ def with_retries(
             error: Exception = exc
         except (OSError, connection_errors()) as exc:
             retry_after, error = None, exc
-            budget = policy.connect_budget_s
+            budget = policy.reconnect_budget_s if reached else policy.connect_budget_s
         delay = policy.delay(attempt, retry_after)
         if attempt == policy.attempts - 1 or waited + delay > budget:
             break
