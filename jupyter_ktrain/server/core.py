@@ -34,6 +34,7 @@ from ..monitor.text import failure_summary
 from ..monitor.torchrun import fold_stored
 from ..pod.protocol import RECORD_MARK, LogLine
 from ..spec import check_job_name
+from ..stacks import show_stacks
 from ..store.records import read_hang
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
@@ -47,6 +48,7 @@ from .payloads import (
     LogLinePayload,
     LogsPayload,
     MetricsPayload,
+    StacksPayload,
 )
 from .tracking import ServerTracking
 
@@ -367,6 +369,14 @@ class PanelCore:
             )
         b = found.pop() if found else (backend or next(iter(self._factories)))
         return compare_payload(b, self._backend(b), names, metric, self.plot_points)
+
+    def stacks(
+        self, name: str, rank: int | None = None, backend: str | None = None
+    ) -> StacksPayload:
+        """Every running rank's stack now (or one rank's), as ``%ktrain stacks`` shows them;
+        an ended job, a rank it does not have: one line (400)."""
+        b, _status = self._find(name, backend)
+        return {"text": show_stacks(self._backend(b), name, rank), "t": time.time()}
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""

@@ -78,17 +78,26 @@ class JobHandler(_BaseHandler):
         await self._reply(self.core.job, name, self._backend())
 
 
+def _rank(arg: str | None) -> int | str | None:
+    """A ``rank=`` query argument: its number, None when absent, else the one line (400)."""
+    if arg is None:
+        return None
+    if not arg.isdigit():
+        return f"rank={arg!r} is not a rank number: pass rank=0, rank=1, ..."
+    return int(arg)
+
+
 class LogsHandler(_BaseHandler):
     @tornado.web.authenticated
     async def get(self, name: str) -> None:
-        rank = self.get_query_argument("rank", "") or None
-        if rank is not None and not rank.isdigit():
-            self._error(400, f"rank={rank!r} is not a rank number: pass rank=0, rank=1, ...")
+        rank = _rank(self.get_query_argument("rank", "") or None)
+        if isinstance(rank, str):
+            self._error(400, rank)
             return
         await self._reply(
             self.core.logs,
             name,
-            rank=None if rank is None else int(rank),
+            rank=rank,
             grep=self.get_query_argument("grep", "") or None,
             offset=self.get_query_argument("offset", "") or None,
             backend=self._backend(),
@@ -111,6 +120,18 @@ class CompareHandler(_BaseHandler):
         await self._reply(self.core.compare, names, metric, self._backend())
 
 
+class StacksHandler(_BaseHandler):
+    """``GET /ktrain/api/jobs/NAME/stacks[?rank=R]``: every running rank's stack, taken now."""
+
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        rank = _rank(self.get_query_argument("rank", "") or None)
+        if isinstance(rank, str):
+            self._error(400, rank)
+            return
+        await self._reply(self.core.stacks, name, rank=rank, backend=self._backend())
+
+
 class CancelHandler(_BaseHandler):
     @tornado.web.authenticated
     async def post(self, name: str) -> None:
@@ -126,6 +147,7 @@ def setup_handlers(web_app: Any, core: PanelCore) -> None:
         (rf"/jobs/{_NAME}/?", JobHandler),
         (rf"/jobs/{_NAME}/logs/?", LogsHandler),
         (rf"/jobs/{_NAME}/metrics/?", MetricsHandler),
+        (rf"/jobs/{_NAME}/stacks/?", StacksHandler),
         (rf"/jobs/{_NAME}/cancel/?", CancelHandler),
     ]
     web_app.add_handlers(".*$", [(base + path, h, {"core": core}) for path, h in routes])

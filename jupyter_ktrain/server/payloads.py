@@ -30,6 +30,7 @@ __all__ = [
     "MetricsPayload",
     "ProgressPayload",
     "ReplicaPayload",
+    "StacksPayload",
     "SummaryPayload",
     "WarmPayload",
 ]
@@ -224,3 +225,11 @@ class ComparePayload(TypedDict):
     jobs: list[str]
     curves: list[CompareCurve]
     differ: list[CompareParam]
+
+
+class StacksPayload(TypedDict):
+    """Every running rank's Python stack, taken when asked (the job tab's Stacks button): the
+    text ``%ktrain stacks NAME`` prints; ``t`` when it was taken (seconds since the epoch)."""
+
+    text: str
+    t: float

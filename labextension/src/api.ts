@@ -6,7 +6,14 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { ComparePayload, JobDetail, JobsPayload, LogsPayload, MetricsPayload } from './payloads';
+import {
+  ComparePayload,
+  JobDetail,
+  JobsPayload,
+  LogsPayload,
+  MetricsPayload,
+  StacksPayload
+} from './payloads';
 
 export const API_ROOT = 'ktrain/api';
 export const NOT_INSTALLED =
@@ -77,6 +84,8 @@ export const api = {
   logs: (name: string, p: { rank?: number | null; grep?: string; offset?: string }) =>
     requestAPI<LogsPayload>(`${job(name)}/logs${query(p)}`),
   metrics: (name: string) => requestAPI<MetricsPayload>(`${job(name)}/metrics`),
+  stacks: (name: string, rank: number | null = null) =>
+    requestAPI<StacksPayload>(`${job(name)}/stacks${query({ rank })}`),
   cancel: (name: string) => requestAPI<JobDetail>(`${job(name)}/cancel`, { method: 'POST' }),
   compare: (jobs: string[], metric: string | null, backend: string) =>
     requestAPI<ComparePayload>(`compare${query({ jobs: jobs.join(','), metric, backend })}`)

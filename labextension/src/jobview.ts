@@ -1,6 +1,6 @@
 /**
  * A job's main-area tab, put together from its parts: the status (jobstatus.ts: header,
- * failure, replicas), Cancel (jobactions.ts), the log pane (logview.ts) and the plots
+ * failure, replicas), Cancel and Stacks (jobactions.ts), the log pane (logview.ts) and the plots
  * (metricsview.ts). This class owns the polling: every LOG_POLL_MS until the job ended, new
  * log lines and, in the same poll, the metrics (the server feeds its per-job model only the new
  * lines, so the charts and the log are of the same moment); the status is read on its own,
@@ -10,7 +10,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { api, KtrainApiError } from './api';
-import { CancelButton } from './jobactions';
+import { CancelButton, StacksButton } from './jobactions';
 import { JobStatusView } from './jobstatus';
 import { LogView } from './logview';
 import { MetricsView } from './metricsview';
@@ -27,6 +27,7 @@ export const STATUS_POLL_MS = 250;
 export class JobView extends Widget {
   private status = new JobStatusView();
   private cancelButton = new CancelButton(() => void this.cancel());
+  private stacksButton = new StacksButton(() => void this.takeStacks());
   private logs: LogView;
   private metrics = new MetricsView();
   private errorBox = document.createElement('div');
@@ -54,12 +55,13 @@ export class JobView extends Widget {
     });
     const top = document.createElement('div');
     top.className = 'ktrain-JobBar';
-    top.append(this.status.header, this.cancelButton.node);
+    top.append(this.status.header, this.stacksButton.node, this.cancelButton.node);
     // a failed job's tab opens with why it failed, before anything else
     this.node.append(
       top,
       this.status.failure,
       this.errorBox,
+      this.stacksButton.box,
       this.status.replicas,
       this.metrics.notices,
       this.logs.controls,
@@ -80,6 +82,15 @@ export class JobView extends Widget {
     void this.tick();
   }
 
+  private async takeStacks(): Promise<void> {
+    this.stacksButton.pending();
+    try {
+      this.stacksButton.shown(await api.stacks(this.jobName));
+    } catch (error) {
+      this.stacksButton.failed(error instanceof KtrainApiError ? error.message : String(error));
+    }
+  }
+
   private showError(error: unknown): void {
     this.errorBox.textContent = error instanceof KtrainApiError ? error.message : String(error);
   }
@@ -88,6 +99,7 @@ export class JobView extends Widget {
     this.terminal = d.terminal;
     publish(d); // the job list shows the same progress (the header is drawn through it)
     this.cancelButton.update(d);
+    this.stacksButton.update(d);
     this.status.renderDetail(d);
   }
 

@@ -182,6 +182,15 @@ export interface ReplicaPayload {
 }
 
 /**
+ * Every running rank's Python stack, taken when asked (the job tab's Stacks button): the
+ * text `%ktrain stacks NAME` prints; `t` when it was taken (seconds since the epoch).
+ */
+export interface StacksPayload {
+  text: string;
+  t: number;
+}
+
+/**
  * A metric reported once so far (a run's closing `train_runtime`...): a value.
  */
 export interface SummaryPayload {

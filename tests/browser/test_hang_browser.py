@@ -2,7 +2,8 @@
 ``--hang-after 3s`` whose rank 1 sleeps before an all-reduce at step 5 (rank 0 waits inside it).
 The cell's widget names rank 1 and where it waits; its "Open in side panel" button opens the
 job's tab, which shows the same warning and, folded under it, the stacks taken then (rank 0
-inside ``all_reduce``). Screenshot: test-artifacts/hang-panel.png."""
+inside ``all_reduce``); its Stacks button takes every rank's stack again, and is disabled once
+the job was cancelled. Screenshot: test-artifacts/hang-panel.png."""
 
 from __future__ import annotations
 
@@ -89,6 +90,26 @@ def test_the_widget_and_the_panel_name_the_hung_rank_with_its_stacks(lab: Lab) -
             rank0 = whole.split("\nrank 1, pid ")[0]
             assert "in all_reduce" in rank0, whole
             screenshot(page, "hang-panel.png")
+            # the tab's Stacks button: every rank's stack now, rank 1 still in the cell's sleep
+            tab = page.locator(f"#ktrain-job-{JOB}")
+            tab.locator(".ktrain-StacksButton").click()
+            taken = tab.locator(".ktrain-TakenStacks pre")
+            taken.wait_for(timeout=30_000)
+            now = taken.inner_text()
+            assert now.startswith(f"Stacks of {JOB!r}, 2 ranks"), now
+            rank1 = now.split("\nrank 1, pid ")[1]
+            assert f'File "cell [2]", line {HANG_SLEEP_LINE}, in steps_then_hang' in rank1, now
+            assert (
+                tab.locator(".ktrain-TakenStacks summary")
+                .inner_text()
+                .startswith("stacks taken at ")
+            )
+            # once the job ended there are none to take: the button says so by being disabled
+            tab.locator(".ktrain-Cancel").click()
+            page.wait_for_function(
+                f"() => document.querySelector('#ktrain-job-{JOB} .ktrain-StacksButton').disabled",
+                timeout=30_000,
+            )
         except Exception:
             screenshot(page, "hang-failed.png")
             raise

@@ -69,11 +69,17 @@ def test_errors_are_json_with_the_right_status(server: Server) -> None:
         assert bad.status_code == 400
         assert "rank" in bad.json()["error"]
         assert c.get("jobs/Bad_Name").status_code == 400
+        assert c.get("jobs/no-such-job/stacks").status_code == 404
+        ended = c.get(f"jobs/{DONE}/stacks")  # the tab's Stacks button on an ended job
+        assert ended.status_code == 400
+        assert ended.json()["error"].startswith(f"{DONE!r} has ended (Succeeded)")
+        assert c.get(f"jobs/{DONE}/stacks", params={"rank": "x"}).status_code == 400
 
 
 def test_without_token_every_call_is_refused(server: Server) -> None:
     with server.client(token=False) as c:
-        for path in ("jobs", f"jobs/{DONE}", f"jobs/{DONE}/logs", f"jobs/{DONE}/metrics"):
+        paths = ("jobs", f"jobs/{DONE}", f"jobs/{DONE}/logs", f"jobs/{DONE}/metrics")
+        for path in (*paths, f"jobs/{DONE}/stacks"):
             assert c.get(path).status_code in (401, 403), path
         refused = c.post(f"jobs/{DONE}/cancel")
         assert refused.status_code in (401, 403)
@@ -89,6 +95,22 @@ def test_cancel_over_http_stops_a_running_job(server: Server) -> None:
             while c.get("jobs/api-running").json()["state"] != "Running":
                 assert time.monotonic() < deadline
                 time.sleep(0.3)
+            # the tab's Stacks button: every rank's stack, taken now; a rank it lacks refused
+            # (the job runs before its ranks do: until they started, none has a stack)
+            while (
+                not (stacks := c.get("jobs/api-running/stacks"))
+                .json()["text"]
+                .startswith("Stacks of 'api-running', 2 ranks")
+            ):
+                assert stacks.status_code == 200, stacks.text
+                said = stacks.json()["text"]
+                assert "nothing to show yet" in said or said.startswith("Stacks of"), said
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+            assert abs(stacks.json()["t"] - time.time()) < 60
+            beyond = c.get("jobs/api-running/stacks", params={"rank": 2})
+            assert beyond.status_code == 400
+            assert "there is no rank 2" in beyond.json()["error"]
             r = c.post("jobs/api-running/cancel")
             assert r.status_code == 200, r.text
             assert r.json()["terminal"] is True
