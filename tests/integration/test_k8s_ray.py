@@ -1,6 +1,8 @@
 """A cell as a RayJob on the real KubeRay operator: a head and two workers; the program is the
 driver (submitted by KubeRay's submitter pod, whose log is the driver's output), its tasks
-spread over the Ray nodes and report from inside them; the driver's result comes back."""
+spread over the Ray nodes and report from inside them; the driver's result comes back. The
+test cluster runs it as a cluster does: each pod its own network (the workers bind the same
+fixed ports) and address, Ready by KubeRay's own probes, KubeRay's submitter Job."""
 
 from __future__ import annotations
 
@@ -42,14 +44,20 @@ def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, ca
     assert job.state == "Succeeded", (out, state)
     hosts = k8s_shell.user_ns.get("hosts")
     assert hosts is not None, out  # the driver's result, from the submitter's log
-    pods = json.loads(
-        test_cluster.kubectl("get", "pods", "-l", "ktrain.io/job=ray", "-o", "json").stdout
-    )["items"]
+    pods = json.loads(test_cluster.kubectl("get", "pods", "-o", "json").stdout)["items"]
     ray_pods = sorted(
         p["metadata"]["name"] for p in pods if "ray.io/node-type" in p["metadata"]["labels"]
     )
     assert len(set(hosts)) >= 2, (hosts, out)  # the tasks ran on more than one Ray node
     assert set(hosts) <= set(ray_pods), (hosts, ray_pods)
+    # the test cluster runs KubeRay as a cluster does: a head and two workers, each pod its
+    # own address and Ready by KubeRay's own probes, and KubeRay's submitter Job ran the driver
+    ray = [p for p in pods if p["metadata"]["name"] in ray_pods]
+    types = sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray)
+    assert types == ["head", "worker", "worker"], types
+    assert all(p["status"]["containerStatuses"][0]["ready"] for p in ray), ray_pods
+    assert len({p["status"]["podIP"] for p in ray}) == 3, [p["status"] for p in ray]
+    assert any("job-name" in p["metadata"]["labels"] for p in pods), [p["metadata"] for p in pods]
     for i in range(3):
         assert f"task {i} on " in out, out  # each task's line, forwarded by Ray to the driver
     assert "Ray dashboard: http://ray-" in out, out  # the head Service's dashboard, as KubeRay says
