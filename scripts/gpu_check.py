@@ -13,7 +13,9 @@ DeepSpeed for the ZeRO-3 check), within 10 minutes:
 3. ``nccl_1x1``: a 1 x 1 NCCL all-reduce through ``%%ktrain``, its result back in the kernel;
 4. ``nccl_transport``: the transport parsed from that job's real NCCL_DEBUG=INFO log;
 5. ``deepspeed_zero3_bf16``: a DeepSpeed ZeRO-3 bf16 job through ``%%ktrain``, losses back;
-6. ``failures``: the classes of an OOM, a device-side assert and two ranks on one GPU.
+6. ``failures``: the classes of an OOM, a device-side assert and two ranks on one GPU;
+7. ``stuck_nccl``: a rank stuck in an NCCL all-reduce named (the cell's warning, where it
+   waits) within ``--hang-after`` plus seconds, long before NCCL's 10-minute watchdog.
 
 Progress goes to stderr; the last stdout line is one JSON object with ``ok`` and each
 check's figures. Exit 0 when every check passes, 1 when one fails, 2 when there is no GPU
@@ -252,6 +254,26 @@ def device_assert():
     t = torch.zeros(3, device="cuda")
     return t[torch.tensor([5], device="cuda")].sum().item()
 
+def stuck_in_nccl(stuck_at=10):
+    # each step an all-reduce; at step `stuck_at` one rank stops: with two GPUs rank 1 never
+    # enters the next all-reduce (rank 0 waits inside NCCL); with one, the GPU spins in a
+    # kernel the all-reduce queues behind, so the rank waits in NCCL's synchronize
+    import time
+    import jupyter_ktrain as ktrain
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    t = torch.ones(1, device="cuda")
+    for step in range(1000):
+        if step == stuck_at:
+            if dist.get_world_size() == 1:
+                torch.cuda._sleep(1 << 62)
+            elif dist.get_rank() == 1:
+                time.sleep(3600)
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        ktrain.report(step=step, total=1000)
+        time.sleep(0.1)
+
 def two_ranks_one_gpu():
     dist.init_process_group("nccl")  # no set_device(LOCAL_RANK): both ranks on cuda:0
     t = torch.ones(1, device="cuda")
@@ -275,10 +297,19 @@ class Kernel:
         if not self.shell.run_cell(CELLS, store_history=True).success:
             raise RuntimeError("the check's notebook cell did not run")
 
-    def run(self, name: str, flags: str, cell: str, timeout: float, failing: bool = False) -> Any:
+    def run(
+        self,
+        name: str,
+        flags: str,
+        cell: str,
+        timeout: float,
+        failing: bool = False,
+        out: Any = None,
+    ) -> Any:
         """``%%ktrain --name NAME FLAGS`` following the job; cancelled after ``timeout``. A job
         meant to fail (``failing``): the cell raises ``JobFailed`` as it should, and the job
-        comes back as attached after its end, to be judged by its status and logs."""
+        comes back as attached after its end, to be judged by its status and logs. The cell's
+        output goes to ``out`` (default: stderr; stdout is the JSON line)."""
         from jupyter_ktrain.backends.local import LocalBackend
         from jupyter_ktrain.errors import JobFailed
 
@@ -288,7 +319,7 @@ class Kernel:
         watchdog = threading.Timer(timeout, lambda: LocalBackend().cancel(name))
         watchdog.start()
         try:  # the job's output goes to stderr: stdout is the JSON line
-            with contextlib.redirect_stdout(sys.stderr):
+            with contextlib.redirect_stdout(out or sys.stderr):
                 return self.shell.run_cell_magic("ktrain", f"--name {name} {flags}", cell)
         except JobFailed:
             if not failing:
@@ -380,6 +411,67 @@ def check_failures(kernel: Kernel) -> dict[str, Any]:
     return out
 
 
+class _Tee:
+    """A cell's output, to stderr as it comes and kept to be searched."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        sys.stderr.write(text)
+        with self.lock:
+            self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def check_stuck_nccl(kernel: Kernel, hang_after: float = 30.0) -> dict[str, Any]:
+    """A rank stuck in an NCCL all-reduce is named, with where it waits, long before NCCL's
+    own watchdog (10 min by default) would end the job: two ranks on two GPUs (rank 1 never
+    enters the collective), else one rank whose GPU spins ahead of it."""
+    import torch
+
+    from jupyter_ktrain.backends.local import LocalBackend
+
+    gpus = min(2, torch.cuda.device_count())
+    flags = f"--nodes 1 --procs-per-node {gpus} --gpus-per-node {gpus}"
+    flags += f" --hang-after {hang_after:.0f}s"
+    tee, done = _Tee(), threading.Event()
+
+    def cell() -> None:
+        try:
+            kernel.run("gc-stuck", flags, "stuck_in_nccl()\n", 300, failing=True, out=tee)
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=cell, daemon=True).start()
+    named_after = None
+    while not done.wait(1.0):
+        if "has made no progress" in tee.text:
+            named_after = time.monotonic() - started
+            break
+        if time.monotonic() - started > 240:
+            break
+    LocalBackend().cancel("gc-stuck")
+    done.wait(60)
+    text = tee.text
+    line = next((ln for ln in text.splitlines() if "has made no progress" in ln), "")
+    stuck = "rank 1" if gpus == 2 else "rank 0"
+    return {
+        "ok": named_after is not None and stuck in line and named_after < 600,
+        "ranks": gpus,
+        "hang_after_s": hang_after,
+        "named_after_s": round(named_after, 1) if named_after is not None else None,
+        "nccl_watchdog_s": 600,
+        "said": line.strip(),
+        "where": next((ln.strip() for ln in text.splitlines() if " waits in " in ln), ""),
+    }
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -432,8 +524,9 @@ def main() -> None:
                 result["nccl_1x1"] = result["nccl_transport"] = nccl
             result["deepspeed_zero3_bf16"] = guarded("deepspeed", lambda: check_deepspeed(kernel))
             result["failures"] = guarded("failures", lambda: check_failures(kernel))
+            result["stuck_nccl"] = guarded("stuck_nccl", lambda: check_stuck_nccl(kernel))
     names = ("sampling", "overhead", "nccl_1x1", "nccl_transport", "deepspeed_zero3_bf16",
-             "failures")  # fmt: skip
+             "failures", "stuck_nccl")  # fmt: skip
     failed = [n for n in names if not _ok(result.get(n, {}))]
     result["failed"] = failed
     result["ok"] = not failed and time.monotonic() - STARTED < BUDGET_S
