@@ -85,6 +85,10 @@ class LogsHandler(_BaseHandler):
         if rank is not None and not rank.isdigit():
             self._error(400, f"rank={rank!r} is not a rank number: pass rank=0, rank=1, ...")
             return
+        ranks = self.get_query_argument("ranks", None)
+        if ranks is not None and not all(r.isdigit() for r in ranks.split(",") if r):
+            self._error(400, f"ranks={ranks!r} is not a list of ranks: pass ranks=0,3,5")
+            return
         await self._reply(
             self.core.logs,
             name,
@@ -92,6 +96,7 @@ class LogsHandler(_BaseHandler):
             grep=self.get_query_argument("grep", "") or None,
             offset=self.get_query_argument("offset", "") or None,
             backend=self._backend(),
+            ranks=None if ranks is None else {int(r) for r in ranks.split(",") if r},
         )
 
 
