@@ -98,7 +98,7 @@ class LogBook:
         self.line_count += 1
         entry = LogEntry(self._seq, now, shown_text(line.text), line.source, line.rank, node)
         if line.rank is not None:
-            self._flag(line.rank, entry.text)
+            self.note_rank(line.rank, entry.text)
         if self._fold.repeat(line.rank, line.text, now):
             self.repeats_folded += 1
         else:
@@ -114,8 +114,10 @@ class LogBook:
             self._rank_left[entry.label] = (count + 1, buf[0].seq)
         buf.append(entry)
 
-    def _flag(self, rank: int, text: str) -> None:
-        """Note ``rank`` and whether it said an error or a warning (an error stays one)."""
+    def note_rank(self, rank: int, text: str) -> None:
+        """Note that ``rank`` printed ``text`` and whether it said an error or a warning (an
+        error stays one); every kept line is noted (a reader that keeps no lines notes them
+        here: the panel's metrics)."""
         self.ranks.add(rank)
         if self.flagged.get(rank) == "error":
             return

@@ -32,7 +32,7 @@ from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
 from ..monitor.text import failure_summary
 from ..monitor.torchrun import fold_stored
-from ..pod.protocol import RECORD_MARK, LogLine
+from ..pod.protocol import RECORD_MARK, LogLine, parse_line
 from ..spec import check_job_name
 from ..store.records import read_hang
 from ..words import ended_by_user
@@ -317,6 +317,10 @@ class PanelCore:
                 for _t, index, raw in lines:
                     if RECORD_MARK in raw:  # plain lines add nothing to the charts
                         feed.replay.feed(replica, raw)
+                    else:  # but their ranks start a big job's log (a warning, an error)
+                        line = parse_line(raw)
+                        if line.rank is not None:
+                            feed.replay.model.note_rank(line.rank, line.text)
                     seen[replica] = index + 1
                 feed.counts = seen
             payload = metrics_payload(feed.replay.model, self.plot_points)
