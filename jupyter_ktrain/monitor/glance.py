@@ -208,6 +208,8 @@ _ERROR = re.compile(
     r"Traceback \(most recent call last\)|(Error|Exception)\b|\bERROR\b|\bFATAL\b"
     r"|^[EF]\d{4} |\berror:"
 )
+_GLOG = re.compile(r"[EFW]\d{4} ")
+_WORDS = ("error", "exception", "traceback", "fatal", "warn")
 _WARNING = re.compile(r"Warning\b|\bWARN\b|^W\d{4} ", re.IGNORECASE)
 
 
@@ -215,6 +217,9 @@ def line_level(text: str) -> Level | None:
     """``error`` for a line that says an error (a traceback, ``ValueError: ...``, a log's
     ``ERROR``, glog's ``E0101 ...``), ``warning`` for a warning (``UserWarning: ...``,
     ``WARNING``, ``NCCL WARN``, glog's ``W0101 ...``), else None."""
+    low = text.lower()  # most lines say neither: a cheap look first
+    if not (_GLOG.match(text) or any(word in low for word in _WORDS)):
+        return None
     if _ERROR.search(text):
         return "error"
     if _WARNING.search(text):
