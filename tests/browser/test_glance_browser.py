@@ -180,6 +180,12 @@ def test_a_32_rank_job_is_one_heatmap_and_a_filtered_log_in_the_widget_and_the_p
                 timeout=180_000,
             )
             t1 = page.evaluate("() => performance.now()")
+            # a rank filter that is not one: one line, what to pass instead
+            bad = page.request.get(
+                f"{lab.url}/ktrain/api/jobs/{JOB}/logs?ranks=0,x&token={lab.token}"
+            )
+            assert bad.status == 400
+            assert bad.json() == {"error": "ranks='0,x' is not a list of ranks: pass ranks=0,3,5"}
             screenshot(page, "glance.png")
             long_tasks = page.evaluate("() => window.__ktrainLong")
             frames = page.evaluate("() => window.__ktrainFrames")
