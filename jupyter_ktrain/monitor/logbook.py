@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..pod.protocol import LogLine
 from .fold import RepeatFold, shown_text
+from .glance import Level, line_level
 
 __all__ = ["LogBook", "LogEntry", "log_label"]
 
@@ -59,6 +60,8 @@ class LogBook:
         self._rank_left: dict[str, tuple[int, int]] = {}  # label -> (lines left, newest seq)
         self.lines_left = 0  # lines that left the all-ranks view (its buffer was full)
         self._left_seq = 0  # the newest of those
+        self.ranks: set[int] = set()  # the ranks that printed a line
+        self.flagged: dict[int, Level] = {}  # ranks that printed an error (or a warning)
 
     def labels(self) -> list[str]:
         """Log sources seen so far, ranks first in rank order."""
@@ -94,6 +97,8 @@ class LogBook:
         self._seq += 1
         self.line_count += 1
         entry = LogEntry(self._seq, now, shown_text(line.text), line.source, line.rank, node)
+        if line.rank is not None:
+            self.note_rank(line.rank, entry.text)
         if self._fold.repeat(line.rank, line.text, now):
             self.repeats_folded += 1
         else:
@@ -108,6 +113,17 @@ class LogBook:
             count = self._rank_left.get(entry.label, (0, 0))[0]
             self._rank_left[entry.label] = (count + 1, buf[0].seq)
         buf.append(entry)
+
+    def note_rank(self, rank: int, text: str) -> None:
+        """Note that ``rank`` printed ``text`` and whether it said an error or a warning (an
+        error stays one); every kept line is noted (a reader that keeps no lines notes them
+        here: the panel's metrics)."""
+        self.ranks.add(rank)
+        if self.flagged.get(rank) == "error":
+            return
+        level = line_level(text)
+        if level is not None:
+            self.flagged[rank] = level
 
 
 def _tail_after(buf: deque[LogEntry], seq: int) -> Iterator[LogEntry]:

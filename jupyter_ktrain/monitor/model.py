@@ -52,6 +52,7 @@ from ..pod.protocol import (
 )
 from ..words import replica_restart_text
 from .downsample import StreamingDownsampler
+from .glance import GpuGrid, gpu_grids, start_ranks
 from .hangs import Hang, HangWatch, hang_text, stack_summary, stuck_outside_collectives
 from .logbook import LogBook
 from .nccl import NcclTransportParser, Transport
@@ -319,6 +320,18 @@ class MonitorModel(LogBook):
             return self._live_progress
         return self._progress.progress
 
+    def gpu_grids(self) -> list[GpuGrid]:
+        """The GPUs' heatmaps, one per field, from 8 GPUs up (:mod:`.glance`; none below)."""
+        names = {node: self.node_word(node) for node, _ in self.gpu_last}
+        return gpu_grids(self.gpu_last, names, self.low_util_pct)
+
+    def start_ranks(self) -> tuple[int, ...] | None:
+        """The ranks a log view starts with, from 16 ranks up (:func:`.glance.start_ranks`):
+        rank 0 and those that printed a warning or an error; None for a smaller job."""
+        shape = self.header.shape
+        world = shape.nodes * shape.procs_per_node if shape != JobShape() else 0
+        return start_ranks(self.ranks | set(range(world)), self.flagged)
+
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
 
@@ -556,14 +569,17 @@ class MonitorModel(LogBook):
         out = {}
         for rank in ranks:
             node = self._rank_node.get(rank)
-            if node is None:
-                continue
-            name = self.node_names.get(node, "")
-            if not name and node < len(self.replicas):
-                name = self.replicas[node].name
-            local = self.header.backend == "local" or not name
-            out[rank] = f"node {node}" if local else f"pod {name}"
+            if node is not None:
+                out[rank] = self.node_word(node)
         return out
+
+    def node_word(self, node: int) -> str:
+        """Node ``node`` as the views name it: its pod, or ``node N`` on the local backend."""
+        name = self.node_names.get(node, "")
+        if not name and node < len(self.replicas):
+            name = self.replicas[node].name
+        local = self.header.backend == "local" or not name
+        return f"node {node}" if local else f"pod {name}"
 
 
 def _num(value: Any, default: float) -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ..jobs import CANCELLED, DELETED, FAILED, JOB_STATES, RUNNING, SUCCEEDED, JobState
+from .glance import HEATMAP_GPUS, gpu_count
 
 if TYPE_CHECKING:
     from .downsample import StreamingDownsampler
@@ -206,10 +207,14 @@ def _charted(series: list[tuple[int, StreamingDownsampler]]) -> bool:
     return any(s.count > 1 for _, s in series)
 
 
-def plot_panels(model: MonitorModel, ranks: set[int] | None = None) -> list[PanelView]:
+def plot_panels(
+    model: MonitorModel, ranks: set[int] | None = None, gpu_lines: bool | None = None
+) -> list[PanelView]:
     """Every panel in display order: metrics by name (a trace per rank, only ``ranks`` when
-    given), then GPU fields (a trace per node/GPU). A metric with one point is no panel (see
-    :func:`summary_values`)."""
+    given), then GPU fields (a trace per node/GPU) while the job has fewer GPUs than
+    :data:`~.glance.HEATMAP_GPUS` (from there on the views show the heatmaps of
+    :mod:`.glance`; ``gpu_lines`` True or False decides instead). A metric with one point is
+    no panel (see :func:`summary_values`)."""
     panels: list[PanelView] = []
     for name, series in _metric_groups(model).items():
         if not _charted(series):
@@ -217,8 +222,10 @@ def plot_panels(model: MonitorModel, ranks: set[int] | None = None) -> list[Pane
         traces = tuple(TraceView(r, s) for r, s in series if ranks is None or r in ranks)
         if traces:
             panels.append(PanelView(PanelKey("metric", name), traces, tuple(model.markers)))
+    if gpu_lines is None:
+        gpu_lines = gpu_count(model.gpu_last) < HEATMAP_GPUS
     fields: dict[str, list[TraceView]] = {}
-    for (node, gpu, field), s in sorted(model.gpus.items()):
+    for (node, gpu, field), s in sorted(model.gpus.items()) if gpu_lines else ():
         fields.setdefault(field, []).append(TraceView((node, gpu), s))
     for field, gpu_traces in sorted(fields.items()):
         panels.append(PanelView(PanelKey("gpu", field), tuple(gpu_traces)))

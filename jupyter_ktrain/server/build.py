@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .. import words
 from ..monitor.viewmodel import NOTICES, fmt_value, job_state, plot_panels, summary_values
 from .payloads import (
+    GpuHeatmap,
     JobDetail,
     JobSummary,
     MetricPanel,
@@ -27,10 +28,12 @@ from .payloads import (
 
 if TYPE_CHECKING:
     from ..jobs import JobStatus, ReplicaStatus
+    from ..monitor.glance import GpuGrid
     from ..monitor.model import MonitorModel
     from ..words import StatusWords
 
 __all__ = [
+    "heatmap_payload",
     "job_detail",
     "job_summary",
     "metrics_payload",
@@ -142,14 +145,49 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         {"name": v.name, "value": v.value, "text": fmt_value(v.value), "rank": v.rank}
         for v in summary_values(model)
     ]
+    start = model.start_ranks()
     alerts = model.alerts()
     notices = [a.message for a in alerts if a.code in NOTICES]
     warnings = [a.message for a in alerts if a.code not in NOTICES]
     return {
         "panels": panels,
+        "heatmaps": [heatmap_payload(g) for g in model.gpu_grids()],
+        "log_ranks": sorted(model.ranks),
+        "log_start": None if start is None else list(start),
+        "log_flagged": {str(r): level for r, level in sorted(model.flagged.items())},
         "values": values,
         "notices": notices,
         "warnings": warnings,
         "stacks": "",
         "version": model.version,
+    }
+
+
+def heatmap_payload(grid: GpuGrid) -> GpuHeatmap:
+    """One field's heatmap (:func:`~jupyter_ktrain.monitor.glance.gpu_grid`) on the wire."""
+    return {
+        "field": grid.field,
+        "title": grid.title,
+        "gpus": list(grid.gpus),
+        "rows": [
+            {
+                "node": row.node,
+                "name": row.name,
+                "cells": [
+                    {
+                        "gpu": c.gpu,
+                        "value": c.value,
+                        "label": c.label,
+                        "colour": c.colour,
+                        "mark": c.mark,
+                        "title": c.title,
+                    }
+                    for c in row.cells
+                ],
+            }
+            for row in grid.rows
+        ],
+        "top": grid.top,
+        "idle": grid.idle,
+        "hot": grid.hot,
     }

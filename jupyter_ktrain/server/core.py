@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
 from ..monitor.text import failure_summary
 from ..monitor.torchrun import fold_stored
-from ..pod.protocol import RECORD_MARK, LogLine
+from ..pod.protocol import RECORD_MARK, LogLine, parse_line
 from ..spec import check_job_name
 from ..stacks import show_stacks
 from ..store.records import read_hang
@@ -228,10 +228,13 @@ class PanelCore:
         grep: str | None = None,
         offset: str | None = None,
         backend: str | None = None,
+        ranks: Collection[int] | None = None,
     ) -> LogsPayload:
         """Lines after ``offset`` (a cursor from a previous call), filtered by ``rank`` and
         ``grep`` (a plain substring, case-sensitive, like ``%ktrain logs --grep``), shown as
-        the widget shows them: torchrun's reports and tear-down noise folded to one line each
+        the widget shows them (``ranks``: only those ranks' lines and the lines of no rank,
+        the agent's and the launcher's: a big job's rank filter): torchrun's reports and
+        tear-down noise folded to one line each
         (:func:`~jupyter_ktrain.monitor.torchrun.fold_stored`), a Trainer line several ranks
         printed shown once, under the lowest of them.
 
@@ -259,8 +262,9 @@ class PanelCore:
         # like one log); a backend without times keeps each replica's lines together
         merged = list(heapq.merge(*streams, key=_line_time))
         last = {s[-1][4]: s[-1][2] for s in streams if s and s[-1][4] in cut}
-        fold = self._fold(b, name, status.started) if rank is None else None
-        labels = self._labels(merged) if rank is None else {}
+        whole = rank is None and ranks is None  # every rank: a line several printed, once
+        fold = self._fold(b, name, status.started) if whole else None
+        labels = self._labels(merged) if whole else {}
         out: list[LogLinePayload] = []
         more = False
         for i, (t, node, cursor, closes, replica, line) in enumerate(merged):
@@ -271,6 +275,8 @@ class PanelCore:
                 # a replica read only in part: its unread lines may come before the others'
                 more = last.get(replica) == cursor
             if line is None or line.record is not None or (rank is not None and line.rank != rank):
+                continue
+            if ranks is not None and line.rank is not None and line.rank not in ranks:
                 continue
             # the widget's fold: a line several ranks printed alike is shown once
             when = t if t is not None else self.clock()
@@ -313,6 +319,10 @@ class PanelCore:
                 for _t, index, raw in lines:
                     if RECORD_MARK in raw:  # plain lines add nothing to the charts
                         feed.replay.feed(replica, raw)
+                    else:  # but their ranks start a big job's log (a warning, an error)
+                        line = parse_line(raw)
+                        if line.rank is not None:
+                            feed.replay.model.note_rank(line.rank, line.text)
                     seen[replica] = index + 1
                 feed.counts = seen
             payload = metrics_payload(feed.replay.model, self.plot_points)

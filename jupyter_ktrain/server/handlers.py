@@ -94,6 +94,10 @@ class LogsHandler(_BaseHandler):
         if isinstance(rank, str):
             self._error(400, rank)
             return
+        ranks = self.get_query_argument("ranks", None)
+        if ranks is not None and not all(r.isdigit() for r in ranks.split(",") if r):
+            self._error(400, f"ranks={ranks!r} is not a list of ranks: pass ranks=0,3,5")
+            return
         await self._reply(
             self.core.logs,
             name,
@@ -101,6 +105,7 @@ class LogsHandler(_BaseHandler):
             grep=self.get_query_argument("grep", "") or None,
             offset=self.get_query_argument("offset", "") or None,
             backend=self._backend(),
+            ranks=None if ranks is None else {int(r) for r in ranks.split(",") if r},
         )
 
 

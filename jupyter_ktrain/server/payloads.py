@@ -12,6 +12,7 @@ from typing import TypedDict
 
 # imported at run time: scripts/gen_ts.py writes each Literal alias here as a TypeScript union
 from ..jobs import JobState
+from ..monitor.glance import Level, Mark
 
 __all__ = [
     "BackendProblem",
@@ -19,6 +20,9 @@ __all__ = [
     "CompareParam",
     "ComparePayload",
     "ErrorPayload",
+    "GpuHeatmap",
+    "GpuRowPayload",
+    "HeatCellPayload",
     "JobDetail",
     "JobSummary",
     "JobsPayload",
@@ -180,16 +184,58 @@ class SummaryPayload(TypedDict):
     rank: int
 
 
+class HeatCellPayload(TypedDict):
+    """One GPU of a heatmap: its index, the field's latest value (None: no reading), the
+    value as shown, its colour, ``mark`` (``idle``, ``hot`` or ``""``) and every reading in
+    words (the hover)."""
+
+    gpu: int
+    value: float | None
+    label: str
+    colour: str
+    mark: Mark
+    title: str
+
+
+class GpuRowPayload(TypedDict):
+    """One node's row of a heatmap: ``name`` as the views say it (``pod j-worker-1``)."""
+
+    node: int
+    name: str
+    cells: list[HeatCellPayload]
+
+
+class GpuHeatmap(TypedDict):
+    """From 8 GPUs up, one field's heatmap (``util``, ``mem_used``, ``power``): a row per
+    node, a column per GPU index (``gpus``), colours on a scale up to ``top``; ``idle`` and
+    ``hot`` count the GPUs marked so."""
+
+    field: str
+    title: str
+    gpus: list[int]
+    rows: list[GpuRowPayload]
+    top: float
+    idle: int
+    hot: int
+
+
 class MetricsPayload(TypedDict):
     """``GET /ktrain/api/jobs/NAME/metrics``: one panel per metric reported more than once
     (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
     downsampled; ``values``: metrics reported once; ``notices``: what the job's records said
     happened (``resumed from step 40 (checkpoint step-40.pt)``), oldest first; ``warnings``:
     what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); ``stacks``:
-    the stacks taken when a rank was named hung ("" when none). ``version`` changes when
-    anything does."""
+    the stacks taken when a rank was named hung ("" when none). From 8 GPUs up the GPU
+    fields are ``heatmaps`` (one per field), not panels. ``log_ranks``: the ranks that printed
+    lines; from 16 ranks up ``log_start`` is the ranks the log view starts with (rank 0 and
+    those in ``log_flagged``, which printed an ``error`` or a ``warning``), else None (every
+    rank). ``version`` changes when anything does."""
 
     panels: list[MetricPanel]
+    heatmaps: list[GpuHeatmap]
+    log_ranks: list[int]
+    log_start: list[int] | None
+    log_flagged: dict[str, Level]
     values: list[SummaryPayload]
     notices: list[str]
     warnings: list[str]

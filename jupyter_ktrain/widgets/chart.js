@@ -1,7 +1,8 @@
 // The cell monitor's charts (an anywidget module): one SVG line chart per panel, as wide as
 // the output area, no plotting library. The kernel sends every panel's traces (already
 // downsampled; x float64 and y float32 as binary buffers) in one trait, `panels`; a change
-// or a new width redraws once, in the next animation frame. A hover shows the values at the
+// or a new width redraws once, in the next animation frame. From 8 GPUs up the GPUs are one
+// heatmap (trait `heatmaps`, a table), not a line each. A hover shows the values at the
 // nearest step; a click on a legend entry hides or shows that trace.
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -219,6 +220,54 @@ function drawPanel(panel, width, hidden, redraw) {
   return box;
 }
 
+/** From 8 GPUs up: one field's heatmap (rows: nodes, columns: GPU indexes), a selector for
+ * the field; the kernel sends each cell's colour, mark and words (jupyter_ktrain.monitor.glance). */
+function drawHeatmap(grids, state, redraw) {
+  const grid = grids.find(g => g.field === state.field) || grids[0];
+  const box = document.createElement('div');
+  box.className = 'ktrain-WidgetPanel ktrain-WidgetHeatmap';
+  box.dataset.field = grid.field;
+  const head = document.createElement('div');
+  head.className = 'ktrain-WidgetPanelTitle';
+  const select = document.createElement('select');
+  select.className = 'ktrain-HeatField';
+  for (const g of grids) select.add(new Option(g.title, g.field));
+  select.value = grid.field;
+  select.addEventListener('change', () => {
+    state.field = select.value;
+    redraw();
+  });
+  const count = document.createElement('span');
+  count.className = 'ktrain-HeatCount';
+  count.textContent = ` ${grid.idle} idle · ${grid.hot} hot`;
+  head.append(select, count);
+  const table = document.createElement('table');
+  table.className = 'ktrain-HeatTable';
+  const top = table.insertRow();
+  top.appendChild(document.createElement('th'));
+  for (const g of grid.gpus) {
+    const th = document.createElement('th');
+    th.textContent = `GPU ${g}`;
+    top.appendChild(th);
+  }
+  for (const row of grid.rows) {
+    const tr = table.insertRow();
+    const th = document.createElement('th');
+    th.textContent = row.name;
+    tr.appendChild(th);
+    for (const c of row.cells) {
+      const td = tr.insertCell();
+      td.textContent = c.label;
+      td.title = c.title;
+      td.style.background = c.colour;
+      td.dataset.mark = c.mark;
+      td.dataset.gpu = String(c.gpu);
+    }
+  }
+  box.append(head, table);
+  return box;
+}
+
 const CSS = `
 .ktrain-WidgetChart { display: block; width: 100%; min-width: 0; box-sizing: border-box; }
 .ktrain-WidgetPanel { margin: 4px 0 10px; }
@@ -230,6 +279,15 @@ const CSS = `
 .ktrain-WidgetPlot .ktrain-Axis { fill: #444; font-size: 11px; }
 .ktrain-WidgetLegend { display: flex; flex-wrap: wrap; gap: 2px 12px; font-size: 11px;
   margin-left: ${M.l}px; cursor: pointer; user-select: none; }
+.ktrain-WidgetHeatmap .ktrain-WidgetPanelTitle { margin-left: 0; }
+.ktrain-HeatCount { font-weight: normal; margin-left: 6px; }
+.ktrain-HeatTable { border-collapse: collapse; font-size: 11px; margin-top: 4px; }
+.ktrain-HeatTable th { font-weight: normal; padding: 1px 6px; text-align: right; }
+.ktrain-HeatTable td { min-width: 34px; padding: 3px 4px; text-align: center;
+  border: 1px solid #fff; text-shadow: 0 0 2px #fff; }
+.ktrain-HeatTable td[data-mark='idle'] { color: #fff; text-shadow: none; }
+.ktrain-HeatTable td[data-mark='hot'] { font-weight: bold; outline: 2px solid #000;
+  outline-offset: -2px; }
 .ktrain-WidgetTip { position: absolute; pointer-events: none; font-size: 11px; padding: 3px 6px;
   background: rgba(255, 255, 255, 0.92); border: 1px solid #ccc; border-radius: 3px;
   white-space: nowrap; }
@@ -243,6 +301,7 @@ function render({ model, el }) {
   const body = document.createElement('div');
   el.appendChild(body);
   const hidden = new Set(); // "panel\nlabel" of the traces the user hid
+  const heat = { field: null }; // the heatmap's field the user chose
   let frame = 0;
   let width = -1;
   let stale = true;
@@ -253,7 +312,9 @@ function render({ model, el }) {
     width = now;
     stale = false;
     const panels = model.get('panels') || [];
-    body.replaceChildren(...panels.map(p => drawPanel(p, now, hidden, redraw)));
+    const grids = model.get('heatmaps') || [];
+    const heatmap = grids.length ? [drawHeatmap(grids, heat, redraw)] : [];
+    body.replaceChildren(...heatmap, ...panels.map(p => drawPanel(p, now, hidden, redraw)));
   };
   const schedule = () => {
     if (!frame) frame = requestAnimationFrame(draw);
@@ -263,6 +324,7 @@ function render({ model, el }) {
     schedule();
   };
   model.on('change:panels', redraw);
+  model.on('change:heatmaps', redraw);
   const resize = new ResizeObserver(schedule);
   resize.observe(el);
   redraw();
@@ -270,6 +332,7 @@ function render({ model, el }) {
     resize.disconnect();
     if (frame) cancelAnimationFrame(frame);
     model.off('change:panels', redraw);
+    model.off('change:heatmaps', redraw);
   };
 }
 

@@ -23,7 +23,10 @@ __all__ = ["ChartWidget"]
 
 class ChartWidget(anywidget.AnyWidget):
     """``panels``: ``[{"id", "title", "x_title", "markers": [{"x", "text"}], "traces":
-    [{"label", "colour", "x": bytes, "y": bytes}]}]``, top to bottom."""
+    [{"label", "colour", "x": bytes, "y": bytes}]}]``, top to bottom; ``heatmaps``: from 8
+    GPUs up, one grid per GPU field (:class:`~jupyter_ktrain.monitor.glance.GpuGrid` as a
+    dict), drawn above them as one table with a selector for the field."""
 
     _esm = Path(__file__).with_name("chart.js")
     panels: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    heatmaps: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)

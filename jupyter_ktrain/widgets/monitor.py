@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import IO, Any
 
 from ..jobs import CANCELLED, View
@@ -48,6 +49,7 @@ from ..monitor.viewmodel import (
 )
 from .html import log_line_html, notice_html, replica_table, strip_tags
 from .plots import FigureAside
+from .rankfilter import RankFilter
 
 __all__ = [
     "PANEL_BUTTON_CLASS",
@@ -63,8 +65,8 @@ PANEL_BUTTON_CLASS = "ktrain-open-panel"
 Callback = Callable[[], None]
 
 
-def _matches(entry: LogEntry, needle: str) -> bool:
-    return not needle or needle in entry.text.lower()
+def _matches(entry: LogEntry, needle: str, ranks: RankFilter | None) -> bool:
+    return (not needle or needle in entry.text.lower()) and (ranks is None or ranks.shows(entry))
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,6 +131,7 @@ class MonitorView:
         self.replicas = w.HTML()
         self.rank_select = w.Dropdown(options=[("all ranks", "")], value="", description="Show")
         self.filter_text = w.Text(placeholder="filter lines…", continuous_update=False)
+        self.rank_filter = RankFilter(w, self._on_view_change)  # from 16 ranks up
         self.follow = w.ToggleButton(value=True, description="Follow", icon="play")
         self.log_status = w.HTML()
         self.log_box = w.Box(
@@ -150,6 +153,7 @@ class MonitorView:
                 self.alerts,
                 self.replicas,
                 w.HBox([self.rank_select, self.filter_text, self.follow, self.log_status]),
+                self.rank_filter.widget,
                 self.log_box,
                 self.summary,
                 self.plots,
@@ -177,6 +181,7 @@ class MonitorView:
         self._pushed: dict[tuple[str, Who], tuple[int, int]] = {}  # (revision, points)
         self._markers: tuple[list[tuple[float, str]], list[str]] = ([], [])
         self._summary_seen = -1
+        self._grids: list[dict[str, Any]] = []  # the GPU heatmaps last drawn
         self._closed = False
         # (time, points drawn per metric) at each plot redraw: how the plots grew
         self.plot_history: deque[tuple[float, dict[str, int]]] = deque(maxlen=1000)
@@ -191,7 +196,7 @@ class MonitorView:
     def controls(self) -> list[Any]:
         """The widgets whose frontend messages must be handled while the cell blocks."""
         return [self.cancel_button, self.panel_button, self.rank_select, self.filter_text,
-                self.follow]  # fmt: skip
+                self.follow, self.rank_filter.widget]  # fmt: skip
 
     # -- public -------------------------------------------------------------------------
     def show(self) -> None:
@@ -270,11 +275,13 @@ class MonitorView:
 
     # -- logs ---------------------------------------------------------------------------
     def _update_logs(self) -> None:
-        if self._rebuild:
+        ranks_changed = self.rank_filter.update(self.model)
+        if self._rebuild or ranks_changed:
             self._rebuild = False
             label, needle = self.rank_select.value or "", self.filter_text.value.lower()
             following = bool(self.follow.value)
-            if (label, needle) != (self._label, self._needle) or following != self._following:
+            new = (label, needle) != (self._label, self._needle) or ranks_changed
+            if new or following != self._following:
                 self._label, self._needle, self._following = label, needle, following
                 self._reset_logs()
         if not self._following:
@@ -298,7 +305,7 @@ class MonitorView:
                 size += len(entries[start].text) + 24
             lines.append(notice_html(f"{start} lines skipped to keep up (see the log files)"))
         for e in entries[start:]:
-            if _matches(e, self._needle):
+            if _matches(e, self._needle, self._ranks):
                 lines.append(log_line_html(e))
         self._seq = entries[-1].seq
         self._append(lines)
@@ -307,6 +314,11 @@ class MonitorView:
             f" · {folded} Trainer log line(s) other ranks repeated shown once"
         )  # fmt: skip
         self.log_status.value = f"{self.model.line_count} line(s){same}"
+
+    @property
+    def _ranks(self) -> RankFilter | None:
+        """The rank filter while every rank is selected (a big job's), else None."""
+        return None if self._label else self.rank_filter
 
     def _reset_logs(self) -> None:
         self._chunks = []
@@ -317,7 +329,7 @@ class MonitorView:
         tail: list[str] = []
         size = 0
         for e in reversed(buf):
-            if not _matches(e, self._needle):
+            if not _matches(e, self._needle, self._ranks):
                 continue
             line = log_line_html(e)
             if size + len(line) > self.max_flush_bytes:
@@ -367,9 +379,10 @@ class MonitorView:
     def _update_plots(self, now: float) -> None:
         self._update_summary()
         dirty = self._dirty_series()
-        if not dirty:
+        grids = [asdict(g) for g in self.model.gpu_grids()]  # from 8 GPUs up (.glance)
+        if not dirty and grids == self._grids:
             return
-        per_trace = max(100, min(self.plot_points, self.max_plot_points // len(dirty)))
+        per_trace = max(100, min(self.plot_points, self.max_plot_points // max(1, len(dirty))))
         if self._plot is None:
             figure = self._figure.ready(wait=self._closing)
             if figure is None:
@@ -383,6 +396,9 @@ class MonitorView:
             plot.set_trace(key.id, t.who, t.label, t.colour, xs, ys)
             self._pushed[(key.id, t.who)] = (t.series.revision, t.series.count)
         self._update_markers()
+        if grids != self._grids:
+            self._grids = grids
+            plot.set_heatmaps(grids)
         plot.draw()  # one message: the browser draws it in its next frame
         drawn: dict[str, int] = {}
         for (panel, _who), (_rev, n) in self._pushed.items():
@@ -433,6 +449,10 @@ class MonitorView:
             return []
         traces: list[Any] = self._plot.traces(PanelKey.parse(name).id)
         return traces
+
+    def heatmaps(self) -> list[dict[str, Any]]:
+        """The GPU heatmaps drawn (from 8 GPUs up), one per field."""
+        return self._plot.heatmaps if self._plot is not None else []
 
 
 # ---------------------------------------------------------------------------------------

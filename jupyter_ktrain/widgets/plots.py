@@ -54,6 +54,7 @@ class PanelFigure:
         self._traces: dict[tuple[str, Hashable], Trace] = {}
         self._wired: dict[tuple[str, Hashable], dict[str, Any]] = {}
         self._markers: dict[str, list[tuple[float, str]]] = {}
+        self.heatmaps: list[dict[str, Any]] = []
 
     def panel(self, name: str, title: str, x_title: str) -> int:
         """Index of panel ``name``, adding it below the others if new."""
@@ -89,8 +90,25 @@ class PanelFigure:
         text shows on hover. Sent with the next :meth:`draw`."""
         self._markers = {name: list(marks) for name, marks in markers.items()}
 
+    def set_heatmaps(self, grids: list[dict[str, Any]]) -> None:
+        """The GPUs' heatmaps (one per field, as dicts of
+        :class:`~jupyter_ktrain.monitor.glance.GpuGrid`); once there are some, the GPU line
+        panels leave. Sent with the next :meth:`draw`."""
+        self.heatmaps = grids
+        gone = [p for p in self.panels if grids and p.startswith("gpu:")]
+        for name in gone:
+            self.panels.remove(name)
+        self._traces = {k: t for k, t in self._traces.items() if k[0] not in gone}
+        self._wired = {k: w for k, w in self._wired.items() if k[0] not in gone}
+
     def draw(self) -> None:
-        """Every panel, its traces and markers to the browser, in one message."""
+        """Every panel, its traces and markers, and the heatmaps to the browser, in one
+        message."""
+        with self.fig.hold_sync():
+            self.fig.heatmaps = self.heatmaps
+            self._draw_panels()
+
+    def _draw_panels(self) -> None:
         self.fig.panels = [
             {
                 "id": name,
@@ -150,7 +168,7 @@ def metrics_figure(model: Any, title: str | None = None) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    panels = plot_panels(model)
+    panels = plot_panels(model, gpu_lines=True)  # a saved notebook keeps every GPU's line
     if not panels:
         return None
     fig = make_subplots(rows=len(panels), cols=1, subplot_titles=[p.key.title for p in panels])

@@ -81,8 +81,10 @@ export const api = {
   ping: () => requestAPI<{ version: string }>(''),
   jobs: () => requestAPI<JobsPayload>('jobs'),
   job: (name: string) => requestAPI<JobDetail>(job(name)),
-  logs: (name: string, p: { rank?: number | null; grep?: string; offset?: string }) =>
-    requestAPI<LogsPayload>(`${job(name)}/logs${query(p)}`),
+  logs: (
+    name: string,
+    p: { rank?: number | null; ranks?: string; grep?: string; offset?: string }
+  ) => requestAPI<LogsPayload>(`${job(name)}/logs${query(p)}`),
   metrics: (name: string) => requestAPI<MetricsPayload>(`${job(name)}/metrics`),
   stacks: (name: string, rank: number | null = null) =>
     requestAPI<StacksPayload>(`${job(name)}/stacks${query({ rank })}`),

@@ -132,7 +132,9 @@ export class JobView extends Widget {
       if (now - this.lastMetrics >= METRIC_POLL_MS || this.terminal) {
         if (!(this.terminal && this.lastMetrics < 0)) {
           this.lastMetrics = this.terminal ? -1 : now;
-          this.metrics.render(await api.metrics(this.jobName));
+          const metrics = await api.metrics(this.jobName);
+          this.metrics.render(metrics);
+          this.logs.setRanks(metrics); // a big job's log starts with the ranks that matter
         }
       }
       this.errorBox.textContent = '';

@@ -3,11 +3,13 @@
  * incrementally (GET .../logs?offset=, the previous response's next_offset); changing the rank
  * or filter starts again from offset "" (the server filters). Each line's label is in its
  * rank's colour; the pane keeps the last MAX_SHOWN_LINES and follows the end while scrolled
- * there.
+ * there. From 16 ranks up a rank filter (a multiple choice) shows, with rank 0 and every rank
+ * that printed a warning or an error chosen (the server says which: the metrics payload's
+ * log_start), until the user chooses; lines of no rank (the agent's) always show.
  */
 import { api } from './api';
 import { rankColour } from './colours';
-import { LogLinePayload } from './payloads';
+import { LogLinePayload, MetricsPayload } from './payloads';
 
 const MAX_SHOWN_LINES = 20000;
 const PAGES_PER_READ = 20;
@@ -17,6 +19,12 @@ export class LogView {
   readonly box = document.createElement('pre');
   private rankSelect = document.createElement('select');
   private grepInput = document.createElement('input');
+  private rankFilter = document.createElement('select');
+  private allRanks = document.createElement('button');
+  private filterBox = document.createElement('div');
+  private chosen: Set<number> | null = null; // null: every rank
+  private touched = false; // the user chose: new warning ranks no longer join
+  private filterKey = '';
   private offset = '';
   private ranks = new Set<number>();
   private shown = 0;
@@ -39,9 +47,59 @@ export class LogView {
     };
     this.rankSelect.onchange = changed;
     this.grepInput.onchange = changed;
+    this.rankFilter.className = 'ktrain-RankFilter';
+    this.rankFilter.multiple = true;
+    this.rankFilter.size = 6;
+    this.rankFilter.onchange = () => {
+      this.touched = true;
+      this.chosen = new Set(Array.from(this.rankFilter.selectedOptions, o => Number(o.value)));
+      changed();
+    };
+    this.allRanks.textContent = 'all ranks';
+    this.allRanks.className = 'ktrain-AllRanks';
+    this.allRanks.onclick = () => {
+      for (const o of Array.from(this.rankFilter.options)) {
+        o.selected = true;
+      }
+      this.rankFilter.onchange?.(new Event('change'));
+    };
+    this.filterBox.className = 'ktrain-RankFilterBox';
+    this.filterBox.hidden = true;
+    this.filterBox.append('Ranks ', this.rankFilter, this.allRanks);
     this.box.className = 'ktrain-Logs';
     this.controls.className = 'ktrain-LogControls';
-    this.controls.append('Show ', this.rankSelect, this.grepInput);
+    this.controls.append('Show ', this.rankSelect, this.grepInput, this.filterBox);
+  }
+
+  /** A big job's rank filter from the metrics payload: every rank that printed a line, and
+   * until the user chose, the starting ranks (the pane is read again when they change). */
+  setRanks(m: MetricsPayload): void {
+    const start = m.log_start ?? null;
+    if (start === null) {
+      return;
+    }
+    const ranks = Array.from(new Set([...(m.log_ranks ?? []), ...start])).sort((a, b) => a - b);
+    const chosen = this.touched ? (this.chosen ?? new Set(ranks)) : new Set(start);
+    const flagged = m.log_flagged ?? {};
+    const key = JSON.stringify([ranks, [...chosen].sort((a, b) => a - b), flagged]);
+    if (key === this.filterKey) {
+      return;
+    }
+    this.filterKey = key;
+    this.rankFilter.replaceChildren(
+      ...ranks.map(r => {
+        const level = flagged[String(r)];
+        const option = new Option(level ? `rank ${r} (${level})` : `rank ${r}`, String(r));
+        option.selected = chosen.has(r);
+        return option;
+      })
+    );
+    this.filterBox.hidden = false;
+    const before = this.chosen === null ? '' : [...this.chosen].sort((a, b) => a - b).join(',');
+    this.chosen = chosen;
+    if ([...chosen].sort((a, b) => a - b).join(',') !== before) {
+      this.restart(); // the next poll reads the chosen ranks' lines from the start
+    }
   }
 
   /** Every line of the ended job was read: nothing more will come. */
@@ -54,9 +112,13 @@ export class LogView {
   async read(): Promise<void> {
     const generation = this.generation;
     const rank = this.rankSelect.value === '' ? null : Number(this.rankSelect.value);
+    // a big job's chosen ranks, while every rank is selected (none chosen: every rank)
+    const ranks =
+      rank === null && this.chosen !== null ? [...this.chosen].sort((a, b) => a - b).join(',') : '';
     for (let page = 0; page < PAGES_PER_READ && !this.ended; page++) {
       const r = await api.logs(this.jobName, {
         rank,
+        ranks,
         grep: this.grepInput.value,
         offset: this.offset
       });

@@ -1,9 +1,10 @@
 /**
- * A job tab's plots: the metric and GPU charts, the values reported once, and the notices of
+ * A job tab's plots: the metric and GPU charts (from 8 GPUs up a heatmap of the GPUs), the values reported once, and the notices of
  * what the job's records said happened ("resumed from step 40 (checkpoint step-40.pt)"). Drawn
  * only when the payload's version changed, so a hover on a chart survives the polls.
  */
 import { renderChart, renderValues } from './chart';
+import { renderHeatmap } from './heatmap';
 import { MetricsPayload } from './payloads';
 
 /** The width a chart in ``box`` is drawn at: the box's, up to ``most`` (``most`` while the
@@ -20,6 +21,7 @@ export class MetricsView {
   private version = -1;
   private payload: MetricsPayload | null = null;
   private width = 0;
+  private heatField: string | null = null; // the heatmap's field the user chose
   // the charts are as wide as the tab: drawn again when its width changes
   private resize = new ResizeObserver(() => {
     if (this.payload && fitWidth(this.charts) !== this.width) {
@@ -68,7 +70,17 @@ export class MetricsView {
   private drawCharts(payload: MetricsPayload): void {
     this.payload = payload;
     this.width = fitWidth(this.charts);
-    this.charts.replaceChildren(...payload.panels.map(p => renderChart(p, this.width)));
+    // from 8 GPUs up the GPUs are one heatmap, above the charts
+    const heatmaps = payload.heatmaps ?? [];
+    const heat = heatmaps.length
+      ? [
+          renderHeatmap(heatmaps, this.heatField, field => {
+            this.heatField = field;
+            this.drawCharts(payload);
+          })
+        ]
+      : [];
+    this.charts.replaceChildren(...heat, ...payload.panels.map(p => renderChart(p, this.width)));
   }
 
   dispose(): void {

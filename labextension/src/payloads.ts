@@ -2,6 +2,10 @@
 
 export type JobState = "Pending" | "Queued" | "Running" | "Succeeded" | "Failed" | "Cancelled" | "Deleted";
 
+export type Level = "error" | "warning";
+
+export type Mark = "idle" | "hot" | "";
+
 export interface BackendProblem {
   backend: string;
   error: string;
@@ -42,6 +46,44 @@ export interface ComparePayload {
 
 export interface ErrorPayload {
   error: string;
+}
+
+/**
+ * From 8 GPUs up, one field's heatmap (`util`, `mem_used`, `power`): a row per
+ * node, a column per GPU index (`gpus`), colours on a scale up to `top`; `idle` and
+ * `hot` count the GPUs marked so.
+ */
+export interface GpuHeatmap {
+  field: string;
+  title: string;
+  gpus: number[];
+  rows: GpuRowPayload[];
+  top: number;
+  idle: number;
+  hot: number;
+}
+
+/**
+ * One node's row of a heatmap: `name` as the views say it (`pod j-worker-1`).
+ */
+export interface GpuRowPayload {
+  node: number;
+  name: string;
+  cells: HeatCellPayload[];
+}
+
+/**
+ * One GPU of a heatmap: its index, the field's latest value (None: no reading), the
+ * value as shown, its colour, `mark` (`idle`, `hot` or `""`) and every reading in
+ * words (the hover).
+ */
+export interface HeatCellPayload {
+  gpu: number;
+  value: number | null;
+  label: string;
+  colour: string;
+  mark: Mark;
+  title: string;
 }
 
 /**
@@ -144,11 +186,18 @@ export interface MetricTrace {
  * downsampled; `values`: metrics reported once; `notices`: what the job's records said
  * happened (`resumed from step 40 (checkpoint step-40.pt)`), oldest first; `warnings`:
  * what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); `stacks`:
- * the stacks taken when a rank was named hung ("" when none). `version` changes when
- * anything does.
+ * the stacks taken when a rank was named hung ("" when none). From 8 GPUs up the GPU
+ * fields are `heatmaps` (one per field), not panels. `log_ranks`: the ranks that printed
+ * lines; from 16 ranks up `log_start` is the ranks the log view starts with (rank 0 and
+ * those in `log_flagged`, which printed an `error` or a `warning`), else None (every
+ * rank). `version` changes when anything does.
  */
 export interface MetricsPayload {
   panels: MetricPanel[];
+  heatmaps: GpuHeatmap[];
+  log_ranks: number[];
+  log_start: number[] | null;
+  log_flagged: { [key: string]: Level };
   values: SummaryPayload[];
   notices: string[];
   warnings: string[];

@@ -1,0 +1,212 @@
+"""A 32-rank job at a glance in a real JupyterLab (Chromium): a notebook runs
+:data:`~tests.integration.glance_checks.GLANCE_CELL` as a 4 x 8 local job (4 nodes of 8 GPUs'
+samples). The cell's widget and the job's tab in the side panel each show the GPUs as one
+heatmap (4 rows of 8, the idle and hot GPUs marked, the field chosen in a selector) instead of
+32 lines, and start the log with rank 0 and the ranks that warned or failed; choosing rank 7 in
+the rank filter brings its lines. The Long Tasks API (as in test_page_stalls_browser.py)
+records every main-thread task while both views redraw the running job: none may take
+100 ms (the Long Animation Frames API says which scripts ran in a long one). Numbers:
+test-artifacts/glance.json; screenshot: test-artifacts/glance.png."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_ktrain.backends.local import LocalBackend
+from tests.integration.glance_checks import (
+    FAILS,
+    GLANCE_CELL,
+    GPUS,
+    HOT_GPU,
+    IDLE_GPU,
+    WARNING,
+    WARNS,
+)
+from tests.jupyter_process import jupyter_app
+
+from ..integration.widget_notebook import save_notebook
+from .test_page_stalls_browser import LONG_TASKS
+from .test_widget_browser import (
+    ARTIFACTS,
+    BUILT,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    KERNEL_IDLE,
+    ROOT,
+    Lab,
+    lab_env,
+    require_panel_browser,
+    screenshot,
+)
+
+pytestmark = pytest.mark.slow
+
+JOB = "glance-browser"
+NODES, PER_NODE = 4, 8
+REDRAW_MS = 100  # the longest main-thread task allowed while the views redraw the job
+WIDGET = ".jp-OutputArea-output .ktrain-WidgetHeatmap"
+TAB = f"#ktrain-job-{JOB}"
+
+
+LONG_FRAMES = """
+window.__ktrainFrames = [];
+new PerformanceObserver(list => {
+  for (const e of list.getEntries()) window.__ktrainFrames.push({start: e.startTime,
+    duration: e.duration, blocking: e.blockingDuration, render: e.renderStart,
+    layout: e.styleAndLayoutStart,
+    scripts: e.scripts.map(s => [s.invoker, s.sourceURL.slice(-60), s.sourceFunctionName,
+      Math.round(s.duration), Math.round(s.forcedStyleAndLayoutDuration)])});
+}).observe({type: 'long-animation-frame', buffered: true});
+"""
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    require_panel_browser()
+    home = tmp_path / "ktrain-home"
+    token = secrets.token_hex(16)
+    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
+    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
+        yield Lab(url, token, root, home)
+        if (home / "jobs" / JOB).exists():
+            LocalBackend(home).cancel(JOB)
+
+
+def _marks(page: object, heatmap: str, mark: str) -> list[str]:
+    return page.eval_on_selector_all(  # type: ignore[attr-defined, no-any-return]
+        f"{heatmap} td[data-mark='{mark}']", "tds => tds.map(td => td.dataset.gpu)"
+    )
+
+
+def test_a_32_rank_job_is_one_heatmap_and_a_filtered_log_in_the_widget_and_the_panel(
+    lab: Lab,
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    save_notebook(
+        lab.root / "glance.ipynb",
+        "%load_ext jupyter_ktrain",
+        GLANCE_CELL,
+        f"%%ktrain --nodes {NODES} --procs-per-node {PER_NODE} --name {JOB}\n"
+        "rank = glance(60, 0.5)",
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.add_init_script(LONG_TASKS)
+        page.add_init_script(LONG_FRAMES)
+        try:
+            page.goto(f"{lab.url}/lab/tree/glance.ipynb?reset&token={lab.token}")
+            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            # the widget: one heatmap of 4 nodes x 8 GPUs, no line per GPU
+            cells = f"{WIDGET} td"
+            page.wait_for_function(
+                f"() => document.querySelectorAll({cells!r}).length === {NODES * GPUS}",
+                timeout=180_000,
+            )
+            assert page.locator(".jp-OutputArea-output [data-panel^='gpu:']").count() == 0
+            page.evaluate(
+                f"() => {{ window.jupyterapp.commands.execute('ktrain:open-job', "
+                f"{{name: '{JOB}', mode: 'split-right'}}); }}"
+            )
+            page.wait_for_function(
+                f"() => document.querySelectorAll('{TAB} .ktrain-Heatmap td').length "
+                f"=== {NODES * GPUS}",
+                timeout=60_000,
+            )
+            # from here the views redraw the running job: every task counts
+            t0 = page.evaluate("() => performance.now()")
+            for heatmap in (WIDGET, f"{TAB} .ktrain-Heatmap"):
+                assert _marks(page, heatmap, "idle") == [str(IDLE_GPU)] * NODES, heatmap
+                assert _marks(page, heatmap, "hot") == [str(HOT_GPU)] * NODES, heatmap
+                title = page.locator(f"{heatmap} td[data-mark='idle']").first.get_attribute("title")
+                assert title is not None
+                assert f"GPU {IDLE_GPU} (idle): utilisation 0 %" in title
+                page.locator(f"{heatmap} select.ktrain-HeatField").select_option("power")
+                page.wait_for_function(
+                    f"() => document.querySelector({heatmap!r}).dataset.field === 'power'"
+                )
+            assert page.locator(".ktrain-Heatmap td[data-mark='idle']").first.inner_text() == "60"
+            # the logs start with rank 0 and the ranks that warned or failed
+            out = page.locator(".jp-OutputArea-output", has_text=JOB).last
+            logs = f"{TAB} .ktrain-Logs"
+            page.wait_for_function(
+                f"() => document.querySelector({logs!r}).textContent.includes({WARNING!r})",
+                timeout=60_000,
+            )
+            page.wait_for_function(
+                f"() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                f".some(o => o.innerText.includes('[rank{WARNS}] {WARNING}'))",
+                timeout=60_000,
+            )
+            for text in (out.inner_text(), page.locator(logs).inner_text()):
+                assert "rank 0 at step" in text
+                assert f"rank {FAILS} at step" in text
+                assert "rank 7 at step" not in text
+            start = [f"rank {r}" for r in (0, WARNS, FAILS)]
+            # (ipywidgets writes an option's spaces as no-break spaces)
+            chosen = (
+                "s => [...s.selectedOptions]"
+                ".map(o => o.textContent.replace(/\\u00a0/g, ' ').split(' (')[0])"
+            )
+            tab_filter = page.locator(f"{TAB} select.ktrain-RankFilter")
+            widget_filter = out.locator(".widget-select-multiple select")
+            assert tab_filter.evaluate(chosen) == start
+            assert widget_filter.evaluate(chosen) == start
+            # nothing lost: rank 7 chosen, its lines come
+            tab_filter.select_option(label="rank 7")
+            widget_filter.select_option(label="rank\u00a07")
+            page.wait_for_function(
+                f"() => document.querySelector({logs!r}).textContent.includes('rank 7 at step')",
+                timeout=30_000,
+            )
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(o => o.innerText.includes('[rank7] rank 7 at step'))",
+                timeout=30_000,
+            )
+            assert "rank 0 at step" not in page.locator(logs).inner_text()
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.widget-html-content')].some(e => "
+                f"e.textContent.includes('{JOB}') && e.textContent.includes('Succeeded'))",
+                timeout=180_000,
+            )
+            t1 = page.evaluate("() => performance.now()")
+            # a rank filter that is not one: one line, what to pass instead
+            bad = page.request.get(
+                f"{lab.url}/ktrain/api/jobs/{JOB}/logs?ranks=0,x&token={lab.token}"
+            )
+            assert bad.status == 400
+            assert bad.json() == {"error": "ranks='0,x' is not a list of ranks: pass ranks=0,3,5"}
+            screenshot(page, "glance.png")
+            long_tasks = page.evaluate("() => window.__ktrainLong")
+            frames = page.evaluate("() => window.__ktrainFrames")
+        except Exception:
+            screenshot(page, "glance-failed.png")
+            raise
+        finally:
+            browser.close()
+    assert long_tasks is not None, "no Long Tasks API"
+    during = [[round(s - t0), round(d)] for s, d in long_tasks if t0 <= s <= t1]
+    report = {
+        "streamed_ms": round(t1 - t0),
+        "long_tasks_ms": during,
+        "frames": [f for f in frames if t0 <= f["start"] <= t1],
+    }
+    (ARTIFACTS / "glance.json").write_text(json.dumps(report, indent=0))
+    print(f"{round(t1 - t0)} ms of redraws; long tasks [start ms, ms]: {during}")
+    assert t1 - t0 > 5_000, "the job ended before the views redrew it a while"
+    slow = [t for t in during if t[1] >= REDRAW_MS]
+    said = [f for f in report["frames"] if f["duration"] >= REDRAW_MS]  # what ran in them
+    assert not slow, (
+        f"tasks of {REDRAW_MS} ms or more (start, ms) while the views redrew: {slow}; "
+        f"the long animation frames, with their scripts: {said}"
+    )
