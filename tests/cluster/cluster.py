@@ -216,14 +216,16 @@ class Cluster:
         token = self.plane.token(namespace, "default-editor")
         return self.plane.write_kubeconfig(Path(path), self.url, token, namespace)
 
-    def delete_namespace(self, namespace: str, timeout: float = 60) -> None:
-        """Delete the namespace and wait until its pods are gone: every pod shares this
-        machine's network, so the next test's master port is free only once the kubelet has
-        stopped them (it deletes a pod only after its processes ended)."""
+    def delete_namespace(self, namespace: str, timeout: float = 60, wait: bool = True) -> None:
+        """Delete the namespace and, with ``wait``, wait until its pods are gone (the kubelet
+        deletes a pod only after its processes ended): where pods share this machine's
+        network, the next test's master port is free only then."""
         self.admin.delete(
             f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/ktrain-notebook-{namespace}"
         )
         self.admin.delete(f"/api/v1/namespaces/{namespace}")
+        if not wait:
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
