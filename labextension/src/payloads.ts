@@ -144,7 +144,8 @@ export interface MetricTrace {
  * downsampled; `values`: metrics reported once; `notices`: what the job's records said
  * happened (`resumed from step 40 (checkpoint step-40.pt)`), oldest first; `warnings`:
  * what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); `stacks`:
- * the stacks taken when a rank was named hung ("" when none). `version` changes when
+ * the stacks taken when a rank was named hung ("" when none); `profile`: the last
+ * `%ktrain profile`'s table and traces (None when none). `version` changes when
  * anything does.
  */
 export interface MetricsPayload {
@@ -153,7 +154,17 @@ export interface MetricsPayload {
   notices: string[];
   warnings: string[];
   stacks: string;
+  profile: ProfileShown | null;
   version: number;
+}
+
+/**
+ * The job's last `%ktrain profile`: its table's text, when it was taken, the traces.
+ */
+export interface ProfileShown {
+  text: string;
+  t: number;
+  traces: TraceLink[];
 }
 
 /**
@@ -189,6 +200,14 @@ export interface SummaryPayload {
   value: number;
   text: string;
   rank: number;
+}
+
+/**
+ * A rank's Chrome trace of the job's last profile: `path` under the API's root.
+ */
+export interface TraceLink {
+  rank: number;
+  path: string;
 }
 
 /**
