@@ -41,6 +41,7 @@ STEPS_TIMEOUT_S = 300.0  # the N steps must end within this, from the request
 MAX_TRACE_BYTES = 8 << 20  # a trace kept: gzipped, at most this (it travels in the record)
 MAX_RAW_BYTES = 512 << 20  # a trace over this is neither read nor kept
 _LOOK_S = 0.05
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
 _busy = threading.Lock()
 
 
@@ -84,6 +85,9 @@ def _profiler() -> Any:
     """A profiler of CPU operators, and of CUDA kernels where the rank has a GPU (torch is the
     program's: :func:`take` asks only of a program that imported it)."""
     torch = sys.modules["torch"]
+    # Kineto's own log lines (profiler_start/stop, a CPU machine's "gpuGetDeviceCount failed")
+    # would land in the job's output as the rank's: off, unless the job chose a level
+    os.environ.setdefault(KINETO_LOG_LEVEL, "6")
     profiling: Any = importlib.import_module("torch.profiler")
     activities = [profiling.ProfilerActivity.CPU]
     if torch.cuda.is_available():

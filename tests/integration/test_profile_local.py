@@ -89,6 +89,9 @@ def test_profile_of_a_running_job_in_the_cell_and_the_console_script(
         assert re.search(r"^  aten::(addmm|mm) ", ops, re.M), ops  # the model's matmuls
         assert re.search(r"^  gloo:all_reduce +\d+ ", ops, re.M), ops
     assert took < 60, took
+    logs = job.logs()
+    assert "profiler_start" not in logs  # Kineto's own lines stay out of the job's output
+    assert "gpuGetDeviceCount" not in logs
     kept = read_profile("local", job.name)
     assert kept is not None
     assert (kept["steps"], kept["text"]) == (3, out.rstrip("\n"))
