@@ -157,7 +157,7 @@ def _answer(rank: int | None, pid: int, armed: _Armed) -> Profile:
         trace = ""
         note = (
             f"trace not kept: {len(packed) / 2**20:.1f} MiB gzipped, over "
-            f"{MAX_TRACE_BYTES >> 20} MiB (profile fewer steps)"
+            f"{MAX_TRACE_BYTES / 2**20:.0f} MiB (profile fewer steps)"
         )
     return Profile(
         rank, pid, armed.first, armed.last, summary.device, summary.window, summary.compute,

@@ -183,9 +183,15 @@ def test_a_real_profiler_armed_on_the_steps_of_this_process(
     loop.start()
     try:
         got = profiler.take(0, 3, wait_s=5, timeout_s=60)
+        monkeypatch.setattr(profiler, "MAX_TRACE_BYTES", 64)
+        bounded = profiler.take(0, 1, wait_s=5, timeout_s=60)
     finally:
         stop.set()
         loop.join()
+    assert bounded.trace == ""  # over the bound: the figures come, the trace does not
+    assert bounded.note.startswith("trace not kept: ")
+    assert bounded.note.endswith(" MiB gzipped, over 0 MiB (profile fewer steps)")
+    assert "aten::mm" in [name for name, _, _ in bounded.ops]
     assert got.why == ""
     assert got.first is not None
     assert got.last == got.first + 3
