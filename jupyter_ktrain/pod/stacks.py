@@ -199,12 +199,14 @@ def ask_profile(
     """The profile of the next ``steps`` steps of every rank with a socket in ``folder`` (of
     ``ranks`` only), by rank, as :func:`ask` asks for stacks."""
     got = _ask_all(folder, ranks, f"profile {steps}", timeout)
-    return [
-        r
-        if isinstance(r, Profile)
-        else Profile(rank, why=why or f"no answer within {timeout:.0f} s")
-        for rank, r, why in got
-    ]
+    return [r if isinstance(r, Profile) else Profile(rank, why=_no_profile(r, why, timeout))
+            for rank, r, why in got]  # fmt: skip
+
+
+def _no_profile(answer: object, why: str, timeout: float) -> str:
+    if isinstance(answer, Stack):  # a rank of an older jupyter-ktrain answers every ask so
+        return "its jupyter-ktrain is older: it shows its stack but takes no profile"
+    return why or f"no answer within {timeout:.0f} s"
 
 
 def _silent(why: str, timeout: float) -> str:

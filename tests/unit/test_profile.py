@@ -225,3 +225,54 @@ def test_the_gpu_checks_verdict_on_a_gpu_jobs_table() -> None:
     cpu = profile_text("gc-profile", 3, [("", _profile(0))], None)
     assert judge(cpu)["ok"] is False  # CPU time: the job never reached the GPU
     assert judge("")["ok"] is False
+
+
+def test_asked_on_the_ranks_socket_and_an_older_rank_says_it_takes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    import torch
+
+    from jupyter_ktrain.pod import stacks as pod_stacks
+    from jupyter_ktrain.pod.protocol import Stack
+
+    monkeypatch.setattr(steps, "_last", None)
+    monkeypatch.setattr(steps, "_hooks", [])
+    folder = tmp_path / "s"
+    server = pod_stacks.serve(0, __file__, {pod_stacks.STACKS_DIR_ENV: str(folder)})
+    assert server is not None
+    older = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a rank from before `profile`:
+    older.bind(str(folder / "rank1.sock"))  # it answers its stack at once, whatever is asked
+    older.listen(1)
+
+    def answer_stack() -> None:
+        conn, _ = older.accept()
+        with conn:
+            conn.sendall(Stack(1, 99).format().encode() + b"\n")
+
+    threading.Thread(target=answer_stack, daemon=True).start()
+    stop = threading.Event()
+
+    def train() -> None:
+        step = 0
+        while not stop.is_set():
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+            step += 1
+            steps.mark(step)
+            stop.wait(0.005)
+
+    loop = threading.Thread(target=train)
+    loop.start()
+    try:
+        got = pod_stacks.ask_profile(str(folder), 2, timeout=60)
+    finally:
+        stop.set()
+        loop.join()
+        server.close()
+        older.close()
+    assert [p.rank for p in got] == [0, 1]
+    assert got[0].why == ""
+    assert got[0].last == got[0].first + 2  # type: ignore[operator]
+    assert "aten::mm" in [name for name, _, _ in got[0].ops]
+    assert got[1].why == "its jupyter-ktrain is older: it shows its stack but takes no profile"
