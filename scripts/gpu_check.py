@@ -412,7 +412,7 @@ def check_profile(kernel: Kernel) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 return {"ok": False, "error": "the job did not start its steps in time"}
             time.sleep(0.5)
-        text = run_command(["profile", name, "--steps", "3"]).text
+        text = run_command(["profile", name, "--steps", "3", "--backend", "local"]).text
     finally:
         LocalBackend().cancel(name)
     log(text)

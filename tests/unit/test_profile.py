@@ -208,7 +208,10 @@ def test_a_real_profiler_armed_on_the_steps_of_this_process(
 
 
 def test_the_gpu_checks_verdict_on_a_gpu_jobs_table() -> None:
-    judge = _gpu_check().judge_profile
+    module = _gpu_check()
+    compile(module.CELLS, "CELLS", "exec")  # its notebook cell, with the profiled loop
+    assert "def gpu_steps(steps, pause):" in module.CELLS
+    judge = module.judge_profile
     gpu = profile_text(
         "gc-profile", 3,
         [("", _profile(0, device="cuda", ops=(("ampere_sgemm_128x64_nn", 6, 0.03),
