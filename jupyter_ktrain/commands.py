@@ -27,6 +27,7 @@ from .backends.registry import get_backend, listed_backends
 from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import JobStatus
 from .monitor.torchrun import job_logs
+from .profile import show_profile
 from .spec import check_job_name
 from .spec_values import parse_duration
 from .stacks import show_stacks
@@ -299,6 +300,18 @@ def stacks(target: Target, name: str, rank: int | None) -> Reply:
     return Reply(show_stacks(target.open(), name, rank))
 
 
+def profile(target: Target, name: str, steps: int, rank: int | None) -> Reply:
+    return Reply(show_profile(target.open(), name, steps, rank))
+
+
+def _steps(text: str) -> int:
+    if not re.fullmatch(r"-?\d+", text.strip()) or int(text) < 1:
+        raise SpecError(
+            f"--steps {text!r} is not a number of steps (1 or more): use e.g. --steps 3."
+        )
+    return int(text)
+
+
 def config(settings: Sequence[str]) -> Reply:
     from .config import load_config, set_config
 
@@ -339,6 +352,20 @@ COMMANDS: tuple[Command, ...] = (
         "where each running rank is now: its Python stack, every\n"
         "thread (--rank R: that rank only; a warm job: its run)",
         stacks,
+    ),
+    Command(
+        "profile",
+        (
+            NAME,
+            Arg(
+                "--steps", "N", "a number of steps (e.g. --steps 3)", convert=_steps, required=True
+            ),
+            RANK,
+        ),
+        "torch.profiler on every running rank for its next N\n"
+        "steps: top operators, compute/communication/waiting;\n"
+        "the Chrome traces kept in the job store (--rank R: one)",
+        profile,
     ),
     Command(
         "cancel",

@@ -16,15 +16,16 @@ from .backends.capabilities import WarmCapable, job_shape, stacks_shown
 from .errors import SpecError
 from .pod.protocol import Stack
 
-__all__ = ["show_stacks", "stacks_text"]
+__all__ = ["check_rank", "refuse_ended", "show_stacks", "stacks_text"]
 
 
-def _refuse_ended(backend: Backend, name: str) -> None:
-    """A job (or a warm job's last run) that runs no rank now: one line saying so."""
+def refuse_ended(backend: Backend, name: str, what: str = "stacks to show") -> None:
+    """A job (or a warm job's last run) that runs no rank now: one line saying so (it has no
+    ``what``)."""
     status = backend.status(name)  # JobNotFound: one line naming the job
     if status.terminal:
         raise SpecError(
-            f"{name!r} has ended ({status.state}): it has no stacks to show. "
+            f"{name!r} has ended ({status.state}): it has no {what}. "
             f"`%ktrain logs {name}` shows what it printed."
         )
     if isinstance(backend, WarmCapable):
@@ -33,11 +34,12 @@ def _refuse_ended(backend: Backend, name: str) -> None:
             ended = backend.run_status(name, run).state
             raise SpecError(
                 f"The warm job {name!r} runs nothing now (its last run, {run}, ended "
-                f"{ended}): there are no stacks to show. Run a %%ktrain cell on it first."
+                f"{ended}): there are no {what}. Run a %%ktrain cell on it first."
             )
 
 
-def _check_rank(backend: Backend, name: str, rank: int | None) -> None:
+def check_rank(backend: Backend, name: str, rank: int | None) -> None:
+    """A rank the job does not have: one line saying which it has."""
     shape = job_shape(backend, name)
     if rank is None or shape is None:
         return
@@ -51,8 +53,8 @@ def _check_rank(backend: Backend, name: str, rank: int | None) -> None:
 
 def show_stacks(backend: Backend, name: str, rank: int | None) -> str:
     """The text of ``%ktrain stacks NAME [--rank R]`` on ``backend``."""
-    _refuse_ended(backend, name)
-    _check_rank(backend, name, rank)
+    refuse_ended(backend, name)
+    check_rank(backend, name, rank)
     got = stacks_shown(backend, name).stacks(name, rank)
     if got:
         return stacks_text(name, got)

@@ -15,7 +15,9 @@ DeepSpeed for the ZeRO-3 check), within 10 minutes:
 5. ``deepspeed_zero3_bf16``: a DeepSpeed ZeRO-3 bf16 job through ``%%ktrain``, losses back;
 6. ``failures``: the classes of an OOM, a device-side assert and two ranks on one GPU;
 7. ``stuck_nccl``: a rank stuck in an NCCL all-reduce named (the cell's warning, where it
-   waits) within ``--hang-after`` plus seconds, long before NCCL's 10-minute watchdog.
+   waits) within ``--hang-after`` plus seconds, long before NCCL's 10-minute watchdog;
+8. ``profile``: ``%ktrain profile`` of a running GPU job: its table in CUDA time, with CUDA
+   kernels (a GEMM, NCCL's) among the top rows and a share of compute.
 
 Progress goes to stderr; the last stdout line is one JSON object with ``ok`` and each
 check's figures. Exit 0 when every check passes, 1 when one fails, 2 when there is no GPU
@@ -215,7 +217,7 @@ def check_overhead() -> dict[str, Any]:
 # -- 3-6. jobs through %%ktrain ---------------------------------------------------------------
 
 CELLS = r"""
-import json, os, torch
+import json, os, time, torch
 import torch.distributed as dist
 
 def nccl_sum():
@@ -273,6 +275,20 @@ def stuck_in_nccl(stuck_at=10):
         torch.cuda.synchronize()
         ktrain.report(step=step, total=1000)
         time.sleep(0.1)
+
+def gpu_steps(steps, pause):
+    import jupyter_ktrain as ktrain
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    model = torch.nn.Linear(2048, 2048).cuda()
+    x = torch.randn(512, 2048, device="cuda")
+    print("gpu steps up", flush=True)
+    for step in range(steps):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        dist.all_reduce(model.weight.grad)
+        ktrain.report(step=step, loss=loss.item())
+        time.sleep(pause)
 
 def two_ranks_one_gpu():
     dist.init_process_group("nccl")  # no set_device(LOCAL_RANK): both ranks on cuda:0
@@ -472,6 +488,45 @@ def check_stuck_nccl(kernel: Kernel, hang_after: float = 30.0) -> dict[str, Any]
     }
 
 
+def check_profile(kernel: Kernel) -> dict[str, Any]:
+    """``%ktrain profile`` of a running GPU job: the table in CUDA time, CUDA kernels in it."""
+    from jupyter_ktrain.backends.local import LocalBackend
+    from jupyter_ktrain.commands import run as run_command
+
+    name = "gc-profile"
+    with contextlib.redirect_stdout(sys.stderr):
+        kernel.shell.run_cell_magic(
+            "ktrain", f"--name {name} {ONE_GPU} --detach", "gpu_steps(1_000_000, 0.01)\n"
+        )
+    try:
+        deadline = time.monotonic() + min(120.0, remaining(reserve=60))
+        while "gpu steps up" not in LocalBackend().attach(name).logs():
+            if time.monotonic() > deadline:
+                return {"ok": False, "error": "the job did not start its steps in time"}
+            time.sleep(0.5)
+        text = run_command(["profile", name, "--steps", "3", "--backend", "local"]).text
+    finally:
+        LocalBackend().cancel(name)
+    log(text)
+    return judge_profile(text)
+
+
+def judge_profile(text: str) -> dict[str, Any]:
+    """The profile table of a GPU job: in CUDA time, rank 0's top rows CUDA kernels, a share
+    of compute; the kernels it named."""
+    kernels = re.findall(r"^  (\S.*?) +\d+ +[\d.]+ m?s +\d+%$", text, re.M)
+    row = re.search(r"^  rank 0 +\S+ +[\d.]+ m?s +(\d+)% +(\d+)% +(\d+)%$", text, re.M)
+    compute = int(row.group(1)) if row else None
+    cuda = "(CUDA time)" in text and "top CUDA kernels" in text
+    known = [k for k in kernels if re.search(r"gemm|kernel|nccl|elementwise|reduce", k, re.I)]
+    return {
+        "ok": cuda and bool(known) and (compute or 0) > 0,
+        "cuda_time": cuda,
+        "compute_percent": compute,
+        "kernels": kernels[:5],
+    }
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -525,8 +580,9 @@ def main() -> None:
             result["deepspeed_zero3_bf16"] = guarded("deepspeed", lambda: check_deepspeed(kernel))
             result["failures"] = guarded("failures", lambda: check_failures(kernel))
             result["stuck_nccl"] = guarded("stuck_nccl", lambda: check_stuck_nccl(kernel))
+            result["profile"] = guarded("profile", lambda: check_profile(kernel))
     names = ("sampling", "overhead", "nccl_1x1", "nccl_transport", "deepspeed_zero3_bf16",
-             "failures", "stuck_nccl")  # fmt: skip
+             "failures", "stuck_nccl", "profile")  # fmt: skip
     failed = [n for n in names if not _ok(result.get(n, {}))]
     result["failed"] = failed
     result["ok"] = not failed and time.monotonic() - STARTED < BUDGET_S

@@ -163,3 +163,32 @@ STACKS_WAIT_HERE = re.compile(
     r'File "cell \[(\d+)\]", line 4, in wait_here\n +time\.sleep\(seconds\)'
 )
 STACKS_STALL = re.compile(r'File "cell \[(\d+)\]", line 12, in stall\n +time\.sleep\(600\)')
+
+# every rank trains a small DDP model on gloo, all-reduces, and reports each step: what
+# ``%ktrain profile`` profiles (real aten ops, a real gloo all-reduce)
+PROFILE_CELL = """
+import time
+import torch
+import torch.distributed as dist
+import jupyter_ktrain as ktrain
+
+def train_steps(steps, pause):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256)
+    print(f"rank {rank} up", flush=True)
+    for step in range(steps):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = torch.ones(16384)
+        dist.all_reduce(t)
+        ktrain.report(step=step, loss=loss.item())
+        time.sleep(pause)
+    dist.destroy_process_group()
+    return steps
+"""

@@ -6,7 +6,8 @@ check it by type, as torchx does with its scheduler mixins.
   to what keeps them (a :class:`WarmRuns`), and the mixin hands the calls on;
 - :class:`ShapeKnown`: stored the shape a job was started with (what a monitor attached later,
   the side panel and ``compare`` show);
-- :class:`StacksShown`: asks a running job's ranks for their Python stacks (``stacks``).
+- :class:`StacksShown`: asks a running job's ranks for their Python stacks (``stacks``), and
+  for a profile of their next steps (``profile``) the same way.
 
 A caller that needs a capability asks :func:`warm_capable` or :func:`stacks_shown` (the backend
 as that capability, or one :class:`~jupyter_ktrain.errors.BackendError` saying it lacks it) or
@@ -25,7 +26,7 @@ from ..errors import BackendError
 
 if TYPE_CHECKING:
     from ..jobs import JobShape, JobStatus
-    from ..pod.protocol import Stack
+    from ..pod.protocol import Profile, Stack
     from .logsource import LogSource
 
 __all__ = [
@@ -109,6 +110,13 @@ class StacksShown(ABC):
         rank; ``where`` names the rank's pod where there is one (else ""). A rank that could
         not answer is a :class:`~jupyter_ktrain.pod.protocol.Stack` saying why; a job with no
         rank running gives []."""
+
+    @abstractmethod
+    def profile(self, name: str, steps: int, rank: int | None = None) -> list[tuple[str, Profile]]:
+        """(where, profile) of the next ``steps`` steps of each rank of job ``name`` that runs
+        now (of ``rank`` only), asked as :meth:`stacks` asks (:mod:`jupyter_ktrain.pod.
+        profiler`); a rank that took none is a :class:`~jupyter_ktrain.pod.protocol.Profile`
+        saying why."""
 
 
 def stacks_shown(backend: Named, name: str) -> StacksShown:

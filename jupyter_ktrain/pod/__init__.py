@@ -12,7 +12,11 @@ runner_files`).
     cell.py            ``run_cell``, the program's last line: rank 0's results record
     tracebacks.py      tracebacks and warnings pointing at the notebook's cells
     stacks.py          every thread's stack of a running rank, on demand (``ktrain stacks``):
-                       a thread of each rank answers on a socket of its node
+                       a thread of each rank answers on a socket of its node (a profile too)
+    steps.py           a rank's step boundaries, from what it reports (``report``, Trainers)
+    profiler.py        ``ktrain profile``: torch.profiler over the rank's next N steps
+    profile_summary.py a profile's figures from its trace: top operators, compute,
+                       communication and waiting
     integrations.py    Transformers / Lightning report by themselves (import hooks)
     trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
     progress.py        percent done and time left from ``step``/``total``; the one fold of a

@@ -11,7 +11,8 @@ hook. This package imports none of these libraries itself: without them nothing 
   own logging steps (loss, learning_rate, grad_norm, epoch, eval metrics, speed) with
   ``step=global_step`` and ``total=max_steps``, plus progress at most once a second in
   between. Each metric is reported once per step (Trainer's closing summary repeats ``epoch``
-  at the last step: the repeat is dropped).
+  at the last step: the repeat is dropped). Every rank marks each step's end
+  (:mod:`.steps`), where ``ktrain profile`` starts and stops.
 - ``lightning.pytorch`` / ``pytorch_lightning`` (``trainer.trainer``): every ``Trainer``
   gets a logger beside the user's, so what Lightning logs reaches the monitor at Lightning's
   own logging steps (its loggers write from global rank 0), and a callback for progress
@@ -45,6 +46,7 @@ from typing import Any
 from .protocol import RESERVED_KEYS
 from .ranks import global_rank
 from .report import report
+from .steps import mark as mark_step
 
 __all__ = ["PROGRESS_EVERY_S", "TARGETS", "install", "lightning_classes", "trainer_callback_class"]
 
@@ -91,6 +93,7 @@ def trainer_callback_class(base: type) -> type:
                 self._progress(state, force=True)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            mark_step(state.global_step)  # on every rank: `ktrain profile` starts at steps
             if state.is_world_process_zero:
                 self._progress(state)
 
@@ -210,6 +213,7 @@ def lightning_classes(package: str) -> tuple[type, type]:
             self._progress(trainer, force=True)
 
         def on_train_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+            mark_step(trainer.global_step)  # on every rank: `ktrain profile` starts at steps
             self._progress(trainer)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:

@@ -24,9 +24,10 @@ and the rest of such a line keeps Ray's prefix as its text.
 The record vocabulary lives here and nowhere else: one frozen dataclass per record type
 (:class:`Metric`, :class:`Gpu`, :class:`Result`, :class:`Exit`, :class:`Restart`,
 :class:`Checkpoint`, :class:`Resume`, a warm job's :class:`Ready`, :class:`Run`, :class:`RunEnd`,
-and :class:`Stack`), each with ``to_dict``/``format`` (the wire form, one line) and ``from_dict``
-(None for a record that is not one); :func:`parse_record` reads any record into its class
-(None for an unknown or malformed one, so an older or newer job's log still reads). To add a
+:class:`Stack` and :class:`Profile`), each with ``to_dict``/``format`` (the wire form, one line)
+and ``from_dict`` (None for a record that is not one); :func:`parse_record` reads any record
+into its class (None for an unknown or malformed one, so an older or newer job's log still
+reads). To add a
 record: write its dataclass here (its ``TYPE``, who writes it, its fields), add it to
 :data:`RECORD_CLASSES`, write it with ``.format()``, and read it where the readers dispatch on
 :func:`parse_record` (``MonitorModel._record`` in :mod:`jupyter_ktrain.monitor.model`).
@@ -46,6 +47,7 @@ __all__ = [
     "EXIT",
     "GPU",
     "METRIC",
+    "PROFILE",
     "READY",
     "RECORD_CLASSES",
     "RECORD_MARK",
@@ -63,6 +65,7 @@ __all__ = [
     "Gpu",
     "LogLine",
     "Metric",
+    "Profile",
     "Ready",
     "Record",
     "Restart",
@@ -99,10 +102,11 @@ RUN = "run"  # a warm node's agent starts run N of its job (pod.agent.warm): run
 RUN_END = "run_end"  # a warm node's run ended (pod.agent.warm): run, node, code, why, aborted
 READY = "ready"  # a warm node's agent holds a ready interpreter (pod.agent.warm): node, s
 STACK = "stack"  # a rank's stacks, asked by `ktrain stacks` (pod.stacks): rank, pid, threads
+PROFILE = "profile"  # a rank's profile of N steps, asked by `ktrain profile` (pod.profiler)
 CHECKPOINT = "checkpoint"  # a rank saved a checkpoint (pod.checkpoint): step, bytes, seconds...
 RESUME = "resume"  # rank 0 loaded a checkpoint (pod.checkpoint): step, file, world_size
 RECORD_TYPES = (METRIC, GPU, RESULT, EXIT, RESTART, CHECKPOINT, RESUME, RUN, RUN_END, READY,
-                STACK)  # fmt: skip
+                STACK, PROFILE)  # fmt: skip
 
 # The keys of a metric record that are not metrics: ktrain.report refuses them as names, and
 # no reader (the monitor, the Prometheus endpoint, trainerStatus) plots or exports them.
@@ -477,9 +481,53 @@ class Stack(_Record):
         return cls(_int(raw, "rank"), _int(raw, "pid"), threads, _str(raw, "why"), _num(raw, "t"))
 
 
-Record = Metric | Gpu | Result | Exit | Restart | Checkpoint | Resume | Run | RunEnd | Ready | Stack
+@dataclass(frozen=True)
+class Profile(_Record):
+    """A rank's profile of steps ``first`` to ``last`` (:mod:`.profiler`, figures from
+    :mod:`.profile_summary`): seconds of the ``window``, of ``compute``, ``communication`` and
+    ``waiting``; the top ``ops`` (name, calls, seconds of CUDA time on ``device`` "cuda", else
+    CPU time); ``trace``: its Chrome trace, gzip then base64 ("" when left out: ``note`` says
+    why). ``why``: a rank that took none says why; ``no_steps``: because it marks no steps."""
+
+    TYPE: ClassVar[str] = PROFILE
+    rank: int | None
+    pid: int | None = None
+    first: int | None = None
+    last: int | None = None
+    device: str = ""
+    window: float = 0.0
+    compute: float = 0.0
+    communication: float = 0.0
+    waiting: float = 0.0
+    ops: tuple[tuple[str, int, float], ...] = ()
+    trace: str = ""
+    note: str = ""
+    why: str = ""
+    no_steps: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {TYPE: PROFILE, **{f: getattr(self, f) for f in _PROFILE_FIELDS},
+                "ops": [list(op) for op in self.ops]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Profile | None:
+        try:
+            ops = tuple((str(n), int(c), float(s)) for n, c, s in raw.get("ops") or ())
+        except (TypeError, ValueError):
+            return None
+        n = [_num(raw, k) or 0.0 for k in ("window", "compute", "communication", "waiting")]
+        return cls(_int(raw, "rank"), _int(raw, "pid"), _int(raw, "first"), _int(raw, "last"),
+                   _str(raw, "device"), n[0], n[1], n[2], n[3], ops, _str(raw, "trace"),
+                   _str(raw, "note"), _str(raw, "why"), raw.get("no_steps") is True)  # fmt: skip
+
+
+_PROFILE_FIELDS = ("rank", "pid", "first", "last", "device", "window", "compute",
+                   "communication", "waiting", "trace", "note", "why", "no_steps")  # fmt: skip
+
+Record = (Metric | Gpu | Result | Exit | Restart | Checkpoint | Resume | Run | RunEnd | Ready
+          | Stack | Profile)  # fmt: skip
 RECORD_CLASSES: tuple[type[Record], ...] = (
-    Metric, Gpu, Result, Exit, Restart, Checkpoint, Resume, Run, RunEnd, Ready, Stack
+    Metric, Gpu, Result, Exit, Restart, Checkpoint, Resume, Run, RunEnd, Ready, Stack, Profile
 )  # fmt: skip
 _BY_TYPE: dict[str, type[Record]] = {cls.TYPE: cls for cls in RECORD_CLASSES}
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from .protocol import RECORD_MARK, RESERVED_KEYS, Checkpoint, Metric, Resume, format_record
 from .ranks import global_rank
+from .steps import mark as mark_step
 
 __all__ = ["FLUSH_BYTES", "FLUSH_S", "add_listener", "emit", "flush", "report"]
 
@@ -175,6 +176,8 @@ def report(step: int | None = None, total: int | None = None, **metrics: float) 
         _write(record)
         for listener in _listeners:
             listener(record)
+        if s is not None:
+            mark_step(s)  # a step boundary (`ktrain profile` starts and stops at them)
     except Exception as exc:
         _warn_once("__error__", f"could not write a metric record ({exc!r})")
 

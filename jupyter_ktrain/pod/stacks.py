@@ -14,6 +14,11 @@ whose rank ended answers nothing and is left out). ``python -m jupyter_ktrain.po
 [--rank R]`` prints the records, one line each, in the protocol's form: what a cluster backend
 runs in each pod through ``pods/exec`` (no API, no token in the pod); the local backend asks
 the sockets itself. Standard library only.
+
+The same socket answers ``ktrain profile`` (:mod:`.profiler`): the asker's first line is the
+request, ``stack`` or ``profile N``; a profile is answered from a thread of its own (it waits
+for the rank's next N steps) with one :class:`~.protocol.Profile` record, and the node asks it
+with ``python -m jupyter_ktrain.pod.stacks --profile N [--rank R]`` (:func:`ask_profile`).
 """
 
 from __future__ import annotations
@@ -31,13 +36,26 @@ from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .protocol import Stack, format_rank_line, parse_line
+from . import profiler
+from .protocol import Profile, Stack, format_rank_line, parse_line
 from .tracebacks import notebook_frames
 
-__all__ = ["ASK_TIMEOUT_S", "STACKS_DIR_ENV", "StackServer", "ask", "serve", "stacks_dir", "take"]
+__all__ = [
+    "ASK_TIMEOUT_S",
+    "PROFILE_TIMEOUT_S",
+    "STACKS_DIR_ENV",
+    "StackServer",
+    "ask",
+    "ask_profile",
+    "serve",
+    "stacks_dir",
+    "take",
+]
 
 STACKS_DIR_ENV = "KTRAIN_STACKS_DIR"
 ASK_TIMEOUT_S = 5.0
+# a profile's answer: the wait for a first step, the steps, exporting and packing the trace
+PROFILE_TIMEOUT_S = profiler.NO_STEP_WAIT_S + profiler.STEPS_TIMEOUT_S + 60.0
 _SOCKET_RE = re.compile(r"^rank(\d+)\.sock$")
 _THREADING = threading.__file__
 
@@ -123,12 +141,40 @@ def _answer(sock: socket.socket, rank: int, program: str) -> None:
             conn, _ = sock.accept()
         except OSError:  # closed: the rank is ending
             return
-        with conn:
-            try:
-                conn.settimeout(ASK_TIMEOUT_S)
-                conn.sendall(take(rank, program, skip={me}).format().encode() + b"\n")
-            except Exception:  # an asker that went away; the next one is answered
+        try:
+            conn.settimeout(ASK_TIMEOUT_S)
+            request = _request(conn)
+            if request[:1] == ["profile"] and len(request) == 2 and request[1].isdigit():
+                threading.Thread(
+                    target=_answer_profile, args=(conn, rank, int(request[1])),
+                    name="ktrain-profile", daemon=True,
+                ).start()  # fmt: skip
                 continue
+            with conn:
+                conn.sendall(take(rank, program, skip={me}).format().encode() + b"\n")
+        except Exception:  # an asker that went away; the next one is answered
+            with contextlib.suppress(OSError):
+                conn.close()
+            continue
+
+
+def _request(conn: socket.socket) -> list[str]:
+    """The asker's first line, split (``stack``, ``profile N``)."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < 256:
+        chunk = conn.recv(256)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("ascii", "replace").split()
+
+
+def _answer_profile(conn: socket.socket, rank: int, steps: int) -> None:
+    with conn:
+        record = profiler.take(rank, steps)
+        with contextlib.suppress(OSError):
+            conn.settimeout(ASK_TIMEOUT_S)
+            conn.sendall(record.format().encode() + b"\n")
 
 
 # -- the asker's side -------------------------------------------------------------------------
@@ -137,6 +183,40 @@ def ask(
 ) -> list[Stack]:
     """The stack of every rank with a socket in ``folder`` (or of ``ranks`` only), by rank: a
     rank that ended is left out; one that gave nothing in ``timeout`` is a record saying so."""
+    got = _ask_all(folder, ranks, "stack", timeout)
+    return [
+        r if isinstance(r, Stack) else Stack(rank, why=_silent(why, timeout))
+        for rank, r, why in got
+    ]
+
+
+def ask_profile(
+    folder: str,
+    steps: int,
+    ranks: Collection[int] | None = None,
+    timeout: float = PROFILE_TIMEOUT_S,
+) -> list[Profile]:
+    """The profile of the next ``steps`` steps of every rank with a socket in ``folder`` (of
+    ``ranks`` only), by rank, as :func:`ask` asks for stacks."""
+    got = _ask_all(folder, ranks, f"profile {steps}", timeout)
+    return [r if isinstance(r, Profile) else Profile(rank, why=_no_profile(r, why, timeout))
+            for rank, r, why in got]  # fmt: skip
+
+
+def _no_profile(answer: object, why: str, timeout: float) -> str:
+    if isinstance(answer, Stack):  # a rank of an older jupyter-ktrain answers every ask so
+        return "its jupyter-ktrain is older: it shows its stack but takes no profile"
+    return why or f"no answer within {timeout:.0f} s"
+
+
+def _silent(why: str, timeout: float) -> str:
+    return why or f"no answer within {timeout:.0f} s (its process holds the GIL?)"
+
+
+def _ask_all(
+    folder: str, ranks: Collection[int] | None, request: str, timeout: float
+) -> list[tuple[int, object, str]]:
+    """(rank, the record it answered or None, why not) of each rank asked, by rank."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -146,11 +226,11 @@ def ask(
     if not wanted:
         return []
     with ThreadPoolExecutor(max_workers=min(len(wanted), 64)) as pool:
-        got = pool.map(lambda r: _ask_one(_socket_path(folder, r), r, timeout), wanted)
-        return [s for s in got if s is not None]
+        got = pool.map(lambda r: _ask_one(_socket_path(folder, r), r, request, timeout), wanted)
+        return [answer for answer in got if answer is not None]
 
 
-def _ask_one(path: str, rank: int, timeout: float) -> Stack | None:
+def _ask_one(path: str, rank: int, request: str, timeout: float) -> tuple[int, object, str] | None:
     deadline = time.monotonic() + timeout
     data = b""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -160,33 +240,39 @@ def _ask_one(path: str, rank: int, timeout: float) -> Stack | None:
         except (ConnectionRefusedError, FileNotFoundError):
             return None  # its rank ended (or a newer run's rank took the name meanwhile)
         except OSError as exc:
-            return Stack(rank, why=f"its socket could not be reached ({exc})")
+            return rank, None, f"its socket could not be reached ({exc})"
         try:
+            sock.sendall(request.encode() + b"\n")
             while not data.endswith(b"\n") and time.monotonic() < deadline:
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
-                chunk = sock.recv(65536)
+                chunk = sock.recv(1 << 20)
                 if not chunk:
                     break
                 data += chunk
         except OSError:
             pass
-    record = parse_line(data.decode("utf-8", "replace").strip()).typed
-    if isinstance(record, Stack):
-        return record
-    return Stack(rank, why=f"no answer within {timeout:.0f} s (its process holds the GIL?)")
+    return rank, parse_line(data.decode("utf-8", "replace").strip()).typed, ""
 
 
 def main(argv: list[str]) -> int:
-    """``python -m jupyter_ktrain.pod.stacks [--rank R]``: this node's ranks' stacks, one
-    ``[rankN]: @@ktrain {"type": "stack", ...}`` line each."""
-    ranks = None
-    if argv[:1] == ["--rank"] and len(argv) == 2 and argv[1].isdigit():
-        ranks = {int(argv[1])}
-    elif argv:
-        sys.stderr.write("usage: python -m jupyter_ktrain.pod.stacks [--rank R]\n")
+    """``python -m jupyter_ktrain.pod.stacks [--rank R] [--profile N]``: this node's ranks'
+    stacks (or profiles of their next N steps), one ``[rankN]: @@ktrain {...}`` line each."""
+    options = dict(zip(argv[::2], argv[1::2], strict=False))
+    if (
+        len(argv) % 2
+        or set(options) - {"--rank", "--profile"}
+        or not all(v.isdigit() for v in options.values())
+    ):
+        sys.stderr.write("usage: python -m jupyter_ktrain.pod.stacks [--rank R] [--profile N]\n")
         return 2
-    for stack in ask(stacks_dir(os.environ), ranks):
-        sys.stdout.write(format_rank_line(stack.rank or 0, stack.format()) + "\n")
+    ranks = {int(options["--rank"])} if "--rank" in options else None
+    folder = stacks_dir(os.environ)
+    if "--profile" in options:
+        records: list[Stack | Profile] = [*ask_profile(folder, int(options["--profile"]), ranks)]
+    else:
+        records = [*ask(folder, ranks)]
+    for record in records:
+        sys.stdout.write(format_rank_line(record.rank or 0, record.format()) + "\n")
     sys.stdout.flush()
     return 0
 

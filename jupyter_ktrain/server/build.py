@@ -159,6 +159,7 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         "notices": notices,
         "warnings": warnings,
         "stacks": "",
+        "profile": None,
         "version": model.version,
     }
 

@@ -19,7 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from ..backends.base import Job
 from ..backends.capabilities import job_shape
@@ -35,6 +37,7 @@ from ..monitor.torchrun import fold_stored
 from ..pod.protocol import RECORD_MARK, LogLine, parse_line
 from ..spec import check_job_name
 from ..stacks import show_stacks
+from ..store.profiles import read_profile, trace_file, trace_name
 from ..store.records import read_hang
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
@@ -48,6 +51,7 @@ from .payloads import (
     LogLinePayload,
     LogsPayload,
     MetricsPayload,
+    ProfileShown,
     StacksPayload,
 )
 from .tracking import ServerTracking
@@ -62,6 +66,7 @@ __all__ = [
     "decode_offset",
     "encode_offset",
     "http_status",
+    "profile_shown",
 ]
 
 _LOG = logging.getLogger("jupyter_ktrain.tracking")
@@ -332,11 +337,26 @@ class PanelCore:
             payload["warnings"].append(str(hang.get("text", "")))
             payload["stacks"] = str(hang.get("stacks", ""))
             payload["version"] = hash((payload["version"], payload["stacks"], hang.get("t")))
+        payload["profile"] = profile_shown(b, name)
+        if payload["profile"] is not None:
+            payload["version"] = hash((payload["version"], payload["profile"]["t"]))
         try:  # a tracked job no kernel follows goes to MLflow from here; never the panel's fault
             self.tracking.poll(self._backend(b), name, status)
         except Exception:
             _LOG.warning("MLflow logging of %r from the server failed", name, exc_info=True)
         return payload
+
+    def trace(self, name: str, rank: int, backend: str | None = None) -> Path:
+        """Rank ``rank``'s Chrome trace of job ``name``'s last profile (the file to serve);
+        JobNotFound when it has none."""
+        b, _ = self._find(name, backend)
+        path = trace_file(b, name, rank)
+        if path is None:
+            raise JobNotFound(
+                f"{name!r} has no kept trace of rank {rank}: `%ktrain profile {name} --steps 3` "
+                "takes one."
+            )
+        return path
 
     def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
         """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
@@ -477,3 +497,19 @@ def _closed(
 def _line_time(item: _Shown) -> float:
     """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
     return item[0] if item[0] is not None else float("-inf")
+
+
+def profile_shown(backend: str, name: str) -> ProfileShown | None:
+    """The job's last profile as the panel shows it (:mod:`..store.profiles`); None: none."""
+    kept = read_profile(backend, name)
+    if kept is None:
+        return None
+    ranks = [r for r in kept.get("traces") or () if isinstance(r, int)]
+    where = f"jobs/{quote(name)}/profile/"
+    return {
+        "text": str(kept.get("text", "")),
+        "t": float(kept.get("t") or 0.0),
+        "traces": [
+            {"rank": r, "path": f"{where}{trace_name(r)}?backend={quote(backend)}"} for r in ranks
+        ],
+    }

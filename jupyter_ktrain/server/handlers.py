@@ -137,6 +137,30 @@ class StacksHandler(_BaseHandler):
         await self._reply(self.core.stacks, name, rank=rank, backend=self._backend())
 
 
+class TraceHandler(_BaseHandler):
+    """``GET /ktrain/api/jobs/NAME/profile/rankR.trace.json.gz``: a rank's Chrome trace of the
+    job's last ``%ktrain profile``, as a download."""
+
+    @tornado.web.authenticated
+    async def get(self, name: str, rank: str) -> None:
+        try:
+            path = await IOLoop.current().run_in_executor(
+                None, lambda: self.core.trace(name, int(rank), self._backend())
+            )
+            data = await IOLoop.current().run_in_executor(None, path.read_bytes)
+        except KtrainError as exc:
+            self._error(http_status(exc), str(exc))
+            return
+        except OSError as exc:  # removed meanwhile (a newer profile, the job deleted)
+            self._error(404, f"{name!r}'s trace of rank {rank} is gone ({exc.strerror}).")
+            return
+        self.set_header("Content-Type", "application/gzip")
+        self.set_header(
+            "Content-Disposition", f'attachment; filename="{name}-rank{rank}.trace.json.gz"'
+        )
+        self.finish(data)
+
+
 class CancelHandler(_BaseHandler):
     @tornado.web.authenticated
     async def post(self, name: str) -> None:
@@ -154,5 +178,6 @@ def setup_handlers(web_app: Any, core: PanelCore) -> None:
         (rf"/jobs/{_NAME}/metrics/?", MetricsHandler),
         (rf"/jobs/{_NAME}/stacks/?", StacksHandler),
         (rf"/jobs/{_NAME}/cancel/?", CancelHandler),
+        (rf"/jobs/{_NAME}/profile/rank(?P<rank>\d+)\.trace\.json\.gz", TraceHandler),
     ]
     web_app.add_handlers(".*$", [(base + path, h, {"core": core}) for path, h in routes])

@@ -32,10 +32,12 @@ __all__ = [
     "MetricPanel",
     "MetricTrace",
     "MetricsPayload",
+    "ProfileShown",
     "ProgressPayload",
     "ReplicaPayload",
     "StacksPayload",
     "SummaryPayload",
+    "TraceLink",
     "WarmPayload",
 ]
 
@@ -219,14 +221,30 @@ class GpuHeatmap(TypedDict):
     hot: int
 
 
+class TraceLink(TypedDict):
+    """A rank's Chrome trace of the job's last profile: ``path`` under the API's root."""
+
+    rank: int
+    path: str
+
+
+class ProfileShown(TypedDict):
+    """The job's last ``%ktrain profile``: its table's text, when it was taken, the traces."""
+
+    text: str
+    t: float
+    traces: list[TraceLink]
+
+
 class MetricsPayload(TypedDict):
     """``GET /ktrain/api/jobs/NAME/metrics``: one panel per metric reported more than once
     (a trace per rank, x = step) and per GPU field (a trace per node/GPU, x = seconds),
     downsampled; ``values``: metrics reported once; ``notices``: what the job's records said
     happened (``resumed from step 40 (checkpoint step-40.pt)``), oldest first; ``warnings``:
     what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); ``stacks``:
-    the stacks taken when a rank was named hung ("" when none). From 8 GPUs up the GPU
-    fields are ``heatmaps`` (one per field), not panels. ``log_ranks``: the ranks that printed
+    the stacks taken when a rank was named hung ("" when none); ``profile``: the last
+    ``%ktrain profile``'s table and traces (None when none). From 8 GPUs up the GPU fields
+    are ``heatmaps`` (one per field), not panels. ``log_ranks``: the ranks that printed
     lines; from 16 ranks up ``log_start`` is the ranks the log view starts with (rank 0 and
     those in ``log_flagged``, which printed an ``error`` or a ``warning``), else None (every
     rank). ``version`` changes when anything does."""
@@ -240,6 +258,7 @@ class MetricsPayload(TypedDict):
     notices: list[str]
     warnings: list[str]
     stacks: str
+    profile: ProfileShown | None
     version: int
 
 

@@ -3,15 +3,43 @@
  * what the job's records said happened ("resumed from step 40 (checkpoint step-40.pt)"). Drawn
  * only when the payload's version changed, so a hover on a chart survives the polls.
  */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { API_ROOT } from './api';
 import { renderChart, renderValues } from './chart';
 import { renderHeatmap } from './heatmap';
-import { MetricsPayload } from './payloads';
+import { MetricsPayload, ProfileShown } from './payloads';
 
 /** The width a chart in ``box`` is drawn at: the box's, up to ``most`` (``most`` while the
  * box is not laid out: a hidden tab). A chart is never wider than its container. */
 export function fitWidth(box: HTMLElement, most = 520): number {
   const room = box.clientWidth;
   return room > 0 ? Math.min(most, room) : most;
+}
+
+/** The job's last `%ktrain profile`, folded: its table, and a download link per rank's
+ * Chrome trace (served from the job store). */
+function renderProfile(profile: ProfileShown): HTMLElement {
+  const details = document.createElement('details');
+  details.className = 'ktrain-Profile';
+  const summary = document.createElement('summary');
+  const when = new Date(profile.t * 1000).toLocaleTimeString();
+  summary.textContent = `last profile (%ktrain profile, ${when})`;
+  const pre = document.createElement('pre');
+  pre.textContent = profile.text;
+  const links = document.createElement('div');
+  const base = ServerConnection.makeSettings().baseUrl;
+  for (const trace of profile.traces) {
+    const a = document.createElement('a');
+    a.className = 'ktrain-TraceLink';
+    a.href = URLExt.join(base, API_ROOT, trace.path);
+    a.download = '';
+    a.textContent = `Chrome trace, rank ${trace.rank}`;
+    links.append(a, ' ');
+  }
+  details.append(summary, links, pre);
+  return details;
 }
 
 export class MetricsView {
@@ -62,6 +90,18 @@ export class MetricsView {
       pre.textContent = payload.stacks;
       details.append(summary, pre);
       shown.push(details);
+    }
+    if (payload.profile) {
+      shown.push(renderProfile(payload.profile));
+    }
+    // what the user unfolded stays unfolded through the polls that redraw it
+    const open = new Set(
+      Array.from(this.notices.querySelectorAll('details[open]'), d => d.className)
+    );
+    for (const node of shown) {
+      if (node instanceof HTMLDetailsElement && open.has(node.className)) {
+        node.open = true;
+      }
     }
     this.notices.replaceChildren(...shown);
     this.drawCharts(payload);

@@ -186,8 +186,9 @@ export interface MetricTrace {
  * downsampled; `values`: metrics reported once; `notices`: what the job's records said
  * happened (`resumed from step 40 (checkpoint step-40.pt)`), oldest first; `warnings`:
  * what is wrong while it runs (a rank named hung, RDMA not used, an idle GPU); `stacks`:
- * the stacks taken when a rank was named hung ("" when none). From 8 GPUs up the GPU
- * fields are `heatmaps` (one per field), not panels. `log_ranks`: the ranks that printed
+ * the stacks taken when a rank was named hung ("" when none); `profile`: the last
+ * `%ktrain profile`'s table and traces (None when none). From 8 GPUs up the GPU fields
+ * are `heatmaps` (one per field), not panels. `log_ranks`: the ranks that printed
  * lines; from 16 ranks up `log_start` is the ranks the log view starts with (rank 0 and
  * those in `log_flagged`, which printed an `error` or a `warning`), else None (every
  * rank). `version` changes when anything does.
@@ -202,7 +203,17 @@ export interface MetricsPayload {
   notices: string[];
   warnings: string[];
   stacks: string;
+  profile: ProfileShown | null;
   version: number;
+}
+
+/**
+ * The job's last `%ktrain profile`: its table's text, when it was taken, the traces.
+ */
+export interface ProfileShown {
+  text: string;
+  t: number;
+  traces: TraceLink[];
 }
 
 /**
@@ -247,6 +258,14 @@ export interface SummaryPayload {
   value: number;
   text: string;
   rank: number;
+}
+
+/**
+ * A rank's Chrome trace of the job's last profile: `path` under the API's root.
+ */
+export interface TraceLink {
+  rank: number;
+  path: string;
 }
 
 /**

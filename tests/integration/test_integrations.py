@@ -34,8 +34,12 @@ args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_st
                          logging_steps=2, use_cpu=True, report_to="none", save_strategy="no",
                          disable_tqdm=True)
 trainer = Trainer(model=model, args=args, train_dataset=Tokens())
+from jupyter_ktrain.pod import steps
+marks = []
+steps.on_boundary(lambda step: marks.append(step) is not None)  # every step boundary
 trainer.train()
 print("LOG_HISTORY " + __import__("json").dumps(trainer.state.log_history))
+print("MARKS " + __import__("json").dumps(marks))
 """
 
 
@@ -80,6 +84,10 @@ def test_a_trainer_in_the_program_reports_its_logging_steps_and_progress(tmp_pat
     assert {r["total"] for r in records} == {6}
     assert records[0]["step"] == 0  # progress from the first moment: 0 of 6
     assert records[-1]["step"] == 6
+    # every step is a step boundary (where `ktrain profile` starts and stops), not only the
+    # steps it reports
+    marks = next(ln.text for ln in lines if ln.text.startswith("MARKS "))
+    assert json.loads(marks[len("MARKS ") :]) == [0, 1, 2, 3, 4, 5, 6]
 
 
 LIGHTNING_PROGRAM = """

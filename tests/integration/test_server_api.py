@@ -151,3 +151,34 @@ def test_panel_reads_the_users_config_at_each_request_and_survives_a_dead_cluste
         assert "HTTPSConnectionPool" not in error
         assert took < 5, took
         assert c.get("jobs").json()["problems"] == []  # and back, without a restart
+
+
+def test_the_last_profile_in_the_metrics_and_its_traces_as_downloads(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    from jupyter_ktrain.store.profiles import keep_profile
+
+    monkeypatch.setenv("KTRAIN_HOME", str(server.home))
+    trace = gzip.compress(b'{"traceEvents": []}')
+    said = {"t": 1234.5, "steps": 3, "text": "Profile of 'api-done': 2 ranks", "ranks": []}
+    keep_profile("local", DONE, said, {0: trace, 1: trace})
+    with server.client() as c:
+        shown = c.get(f"jobs/{DONE}/metrics").json()["profile"]
+        assert shown["text"] == "Profile of 'api-done': 2 ranks"
+        assert shown["t"] == 1234.5
+        assert [t["rank"] for t in shown["traces"]] == [0, 1]
+        r = c.get(shown["traces"][1]["path"])
+        assert r.status_code == 200, r.text
+        assert r.content == trace
+        assert r.headers["content-disposition"] == (
+            f'attachment; filename="{DONE}-rank1.trace.json.gz"'
+        )
+        missing = c.get(f"jobs/{DONE}/profile/rank7.trace.json.gz")
+        assert missing.status_code == 404
+        assert missing.json()["error"] == (
+            f"{DONE!r} has no kept trace of rank 7: `%ktrain profile {DONE} --steps 3` takes one."
+        )
+    with server.client(token=False) as c:
+        assert c.get(shown["traces"][0]["path"]).status_code == 403

@@ -13,6 +13,7 @@ from jupyter_ktrain.pod.protocol import (
     Exit,
     Gpu,
     Metric,
+    Profile,
     Ready,
     Restart,
     Result,
@@ -37,6 +38,7 @@ SAMPLES = [
     RunEnd(2, 1, 143, "rank 1 failed", "", 11.0),
     Ready(0, 1.25),
     Stack(1, 42, (("MainThread", (("cell [4]", 31, "train", "dist.all_reduce(t)"),)),), t=4.0),
+    Profile(1, 42, 5, 8, "cpu", 0.3, 0.2, 0.06, 0.04, (("aten::mm", 3, 0.1),), "H4sI", "", ""),
 ]
 
 

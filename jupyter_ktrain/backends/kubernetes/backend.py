@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ...config import Config, load_config
 from ...jobs import JobShape, JobStatus
-from ...pod.protocol import Stack
+from ...pod.protocol import Profile, Stack
 from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
@@ -124,6 +124,9 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
         return self.job_stacks.stacks(name, rank)
+
+    def profile(self, name: str, steps: int, rank: int | None = None) -> list[tuple[str, Profile]]:
+        return self.job_stacks.profile(name, steps, rank)
 
     def cancel(self, name: str) -> None:
         self.removal.cancel(name)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ...jobs import CANCELLED, CANCELLED_REASON, TERMINAL_STATES, JobShape, JobStatus
-from ...pod.protocol import Stack
-from ...pod.stacks import STACKS_DIR_ENV, ask
+from ...pod.protocol import Profile, Stack
+from ...pod.stacks import STACKS_DIR_ENV, ask, ask_profile
 from ...spec import check_job_name
 from ...store.files import make_private_dirs, open_append, store_error, write_private
 from ...store.home import jobs_dir, ktrain_home
@@ -230,6 +230,16 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
     def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
         """Asked of the ranks' sockets (:mod:`jupyter_ktrain.pod.stacks`), in the folder the
         job's plan gave its nodes."""
+        folder = self._stacks_dir(name)
+        return [("", stack) for stack in ask(folder, None if rank is None else {rank})]
+
+    def profile(self, name: str, steps: int, rank: int | None = None) -> list[tuple[str, Profile]]:
+        """Asked of the ranks' sockets, as :meth:`stacks`."""
+        folder = self._stacks_dir(name)
+        return [("", p) for p in ask_profile(folder, steps, None if rank is None else {rank})]
+
+    def _stacks_dir(self, name: str) -> str:
+        """The folder of the job's rank sockets, from its plan."""
         self.folders.state(name)  # JobNotFound
         try:
             folder = read_plan(self.job_dir(name)).nodes[0].env.get(STACKS_DIR_ENV)
@@ -242,7 +252,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
                 f"{name!r} was started by an older jupyter-ktrain, whose ranks do not answer "
                 "`stacks`; a job started now does."
             )
-        return [("", stack) for stack in ask(folder, None if rank is None else {rank})]
+        return folder
 
     def log_sources(self, name: str) -> list[LogSource]:
         nodes = self.folders.meta(name)["nodes"]
