@@ -241,8 +241,11 @@ def _ask_one(path: str, rank: int, request: str, timeout: float) -> tuple[int, o
             return None  # its rank ended (or a newer run's rank took the name meanwhile)
         except OSError as exc:
             return rank, None, f"its socket could not be reached ({exc})"
-        try:
+        # a rank of an older jupyter-ktrain reads no request: it sends its stack and closes at
+        # once, and the write may then fail (its end is closed) with the answer already here
+        with contextlib.suppress(OSError):
             sock.sendall(request.encode() + b"\n")
+        try:
             while not data.endswith(b"\n") and time.monotonic() < deadline:
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 chunk = sock.recv(1 << 20)
