@@ -300,8 +300,12 @@ def stacks(target: Target, name: str, rank: int | None) -> Reply:
     return Reply(show_stacks(target.open(), name, rank))
 
 
-def profile(target: Target, name: str, steps: int, rank: int | None) -> Reply:
-    return Reply(show_profile(target.open(), name, steps, rank))
+PROFILE_STEPS = 3  # what `%ktrain profile NAME` profiles without --steps
+
+
+def profile(target: Target, name: str, steps: int | None, rank: int | None) -> Reply:
+    chosen = PROFILE_STEPS if steps is None else steps
+    return Reply(show_profile(target.open(), name, chosen, rank))
 
 
 def _steps(text: str) -> int:
@@ -357,13 +361,11 @@ COMMANDS: tuple[Command, ...] = (
         "profile",
         (
             NAME,
-            Arg(
-                "--steps", "N", "a number of steps (e.g. --steps 3)", convert=_steps, required=True
-            ),
+            Arg("--steps", "N", "a number of steps (default 3)", convert=_steps),
             RANK,
         ),
         "torch.profiler on every running rank for its next N\n"
-        "steps: top operators, compute/communication/waiting;\n"
+        "steps (3): top operators, compute/communication/waiting;\n"
         "the Chrome traces kept in the job store (--rank R: one)",
         profile,
     ),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "EXIT_DIR_ENV",
@@ -32,12 +32,14 @@ __all__ = [
     "PEER_FAILED",
     "PEER_LOST",
     "describe_exit",
+    "is_bug",
     "node_exit",
     "peer_lost",
     "peer_lost_words",
     "read_rank_codes",
     "restart_cause",
     "retryable",
+    "stopped_node_exit",
     "write_rank_code",
 ]
 
@@ -61,6 +63,27 @@ _PEER_TEXT = re.compile(
 def retryable(code: int) -> bool:
     """Whether a replica's exit code is a fault to restart (the operator's ExitCode rule)."""
     return code >= 128
+
+
+def is_bug(code: int | None) -> bool:
+    """Whether an exit code (a rank's own, or a node's) is a bug: 1-127, the program's own
+    error. A bug fails the job at once: no grace (it is the cause whatever comes next), no
+    restart (it fails again). A code >= 128 is a fault (a signal, a lost peer)."""
+    return code is not None and code > 0 and not retryable(code)
+
+
+def stopped_node_exit(code: int, ranks: Sequence[int | None]) -> int:
+    """The exit code a node stopped from outside (its supervisor, after a bug elsewhere; its
+    pod deleted as the job ended) reads as
+    (``code``: its own; ``ranks``: its ranks' codes, None for one that never said): killed by
+    the stop (>= 128) after every rank of it had ended, it reads as its ranks did (a bug's code
+    first, else any other, else 0: they had finished, none of them was killed); otherwise its
+    own code stands."""
+    said = [c for c in ranks if c is not None]
+    if not retryable(code) or not said or len(said) < len(ranks):
+        return code
+    bugs = [c for c in said if is_bug(c)]
+    return bugs[0] if bugs else next((c for c in said if c), 0)
 
 
 def peer_lost(exc: BaseException) -> bool:

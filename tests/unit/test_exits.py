@@ -3,13 +3,19 @@ the pure rule, then the real agent running real torchrun ranks that raise or get
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
+from jupyter_ktrain.pod.agent.runner import _verdict
 from jupyter_ktrain.pod.exits import (
+    EXIT_DIR_ENV,
     KILLED,
     PEER_LOST,
     describe_exit,
     node_exit,
     peer_lost,
     restart_cause,
+    write_rank_code,
 )
 
 
@@ -52,3 +58,31 @@ def test_a_restart_says_how_the_replica_ended_before() -> None:
 
 
 # -- an MPIJob launcher's mpirun: run again after a fault, never after a bug ----------------
+
+
+def test_a_node_stopped_from_outside_after_its_ranks_finished_reads_as_finished(
+    tmp_path: Path,
+) -> None:
+    """A worker whose pod is deleted as the master's success ends the job (cleanPodPolicy
+    Running) while it tears down: its ranks had all said 0, so the replica exits 0, not 143;
+    one with a rank still running was stopped (restartable); a bug stays the bug."""
+
+    def node(*codes: int | None) -> str:
+        folder = tmp_path / f"exits-{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        for rank, code in enumerate(codes):
+            write_rank_code(rank, code, {EXIT_DIR_ENV: str(folder)})
+        return str(folder)
+
+    sigterm = [signal.SIGTERM]
+    assert _verdict(-signal.SIGTERM, node(0, 0), sigterm)[0] == 0
+    assert _verdict(143, node(0, 0), sigterm) == (
+        0,
+        "stopped from outside after its ranks had all finished (exit 0)",
+    )
+    code, why = _verdict(-signal.SIGTERM, node(0, None), sigterm)
+    assert code == 143
+    assert "stopped from outside by SIGTERM" in why
+    assert _verdict(143, node(1, 0), sigterm)[0] == 1  # its own rank's bug
+    assert _verdict(-signal.SIGTERM, node(), sigterm)[0] == 143  # no rank had started
+    assert _verdict(0, node(0), [])[0] == 0

@@ -9,15 +9,14 @@ from jupyter_ktrain.backends.local.causes import (
     cause_node,
     cause_rank,
     first_cause,
-    is_bug,
     killed_rank,
     out_of_restarts,
     outweighs,
     rank_codes,
-    stopped_node_exit,
 )
 from jupyter_ktrain.backends.local.procs import NodeKill
 from jupyter_ktrain.failures import WorkerExit
+from jupyter_ktrain.pod.exits import is_bug, stopped_node_exit
 
 
 def test_a_bug_reported_within_the_grace_period_outweighs_a_lost_peer() -> None:

@@ -2,8 +2,9 @@
 and nodes report (pure: times are given). A rank killed by a signal did not choose to fail, and
 the ranks that lost it fail a moment later; a bug (codes 1-127) outweighs a lost peer; so the
 first failure seen is not always the cause, and these say which is. A bug needs no such wait:
-it fails the job at once (:func:`is_bug`), and the nodes stopped for it read as what their ranks
-said (:func:`stopped_node_exit`)."""
+it fails the job at once (:func:`~jupyter_ktrain.pod.exits.is_bug`), and the nodes stopped for it
+read as what their ranks said (:func:`~jupyter_ktrain.pod.exits.stopped_node_exit`, the rule a
+pod's agent applies too)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,10 @@ __all__ = [
     "cause_node",
     "cause_rank",
     "first_cause",
-    "is_bug",
     "killed_rank",
     "out_of_restarts",
     "outweighs",
     "rank_codes",
-    "stopped_node_exit",
     "weight",
 ]
 
@@ -34,29 +33,9 @@ GRACE_AFTER_FAILURE_S = 5.0
 First = tuple[float, int] | None  # (when, rank) of the job's first failure so far
 
 
-def is_bug(code: int | None) -> bool:
-    """Whether an exit code (a rank's own, or a node's) is a bug: 1-127, the program's own
-    error. A bug fails the job at once: no grace (it is the cause whatever comes next), no
-    restart (it fails again). A code >= 128 is a fault (a signal, a lost peer)."""
-    return code is not None and code > 0 and not retryable(code)
-
-
 def rank_codes(exit_codes: Mapping[int, int], node: int, nproc: int) -> list[int | None]:
     """The exit codes node ``node``'s ranks reported so far (None: not yet)."""
     return [exit_codes.get(r) for r in range(node * nproc, (node + 1) * nproc)]
-
-
-def stopped_node_exit(code: int, ranks: Sequence[int | None]) -> int:
-    """The exit code a node that its supervisor stopped after a bug elsewhere reads as
-    (``code``: its own; ``ranks``: its ranks' codes, None for one that never said): killed by
-    the stop (>= 128) after every rank of it had ended, it reads as its ranks did (a bug's code
-    first, else any other, else 0: they had finished, none of them was killed); otherwise its
-    own code stands."""
-    said = [c for c in ranks if c is not None]
-    if not retryable(code) or not said or len(said) < len(ranks):
-        return code
-    bugs = [c for c in said if is_bug(c)]
-    return bugs[0] if bugs else next((c for c in said if c), 0)
 
 
 @dataclass(frozen=True)

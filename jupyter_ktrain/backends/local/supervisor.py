@@ -45,7 +45,7 @@ from typing import IO, Any
 from ...failures import TorchrunReport, WorkerExit
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
 from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
-from ...pod.exits import KILLED, describe_exit, restart_cause
+from ...pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, Resume, format_agent_line, parse_line
 from ...store.jobdirs import release_reserve
@@ -55,12 +55,10 @@ from .causes import (
     cause_node,
     cause_rank,
     first_cause,
-    is_bug,
     killed_rank,
     out_of_restarts,
     outweighs,
     rank_codes,
-    stopped_node_exit,
 )
 from .joblog import JobLog, copy_error_text, tell_nodes
 from .plan import free_port, port_free

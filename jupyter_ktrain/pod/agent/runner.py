@@ -40,7 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import mpi
-from ..exits import EXIT_DIR_ENV, PEER_FAILED, PEER_LOST, node_exit, read_rank_codes
+from ..exits import (
+    EXIT_DIR_ENV,
+    PEER_FAILED,
+    PEER_LOST,
+    node_exit,
+    read_rank_codes,
+    stopped_node_exit,
+)
 from ..protocol import format_agent_line
 from ..ranks import node_index
 from ..report import METRICS_UDP_ENV
@@ -317,8 +324,13 @@ def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> tuple[int, s
     shutil.rmtree(exit_dir, ignore_errors=True)
     code, why = node_exit(child_code, ranks)
     if stopped and code:
+        outside = 128 + stopped[0]
+        code = stopped_node_exit(outside, list(ranks.values()))
+        if code == 0:  # the master's success ended the job while this node tore down
+            return 0, "stopped from outside after its ranks had all finished (exit 0)"
+        if code != outside:  # its ranks had all ended: a bug's code reads as the bug
+            return code, why
         name = signal.Signals(stopped[0]).name
-        code = 128 + stopped[0]
         why = f"stopped from outside by {name} (its pod deleted, preempted or evicted, or the "
         why += "job cancelled): restartable"
     return code, why
