@@ -49,11 +49,12 @@ def parse_objective(text: str) -> Objective:
 
 
 def as_number(value: object) -> float | None:
-    """A finite float of a reported or returned value; None when it is not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # type: ignore[arg-type]  # a numpy or torch scalar
-        except (TypeError, ValueError):
-            return None
-    number = float(value)
+    """A finite float of a reported or returned value (a number, or a numpy or torch scalar);
+    None for anything else (a bool, a string, NaN)."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):  # a tensor of more than one value
+        return None
     return number if math.isfinite(number) else None

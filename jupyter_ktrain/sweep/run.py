@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import inspect
 import queue
 import threading
 from collections import ChainMap
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, Job
 from ..backends.capabilities import warm_capable
@@ -35,8 +36,10 @@ from ..spec import default_name
 from ..tracking import session as tracking
 from .follow import Board, follow_trial
 from .options import SweepOptions
-from .search import Search
 from .trials import CANCELLED, FAILED, Sweep, Trial, best_of, params_text
+
+if TYPE_CHECKING:
+    from .search import Search
 
 __all__ = ["SLOT_ENV", "check_call", "run_sweep"]
 
@@ -51,7 +54,9 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
     if sweep is None:
         raise SpecError("run_sweep needs the sweep's options (--sweep).")
     name, backend = _prepare(source, options, sweep)
-    runner = _Runner(source, options, sweep, name, backend)
+    from .search import Search  # Optuna, an optional extra: loaded when a sweep runs
+
+    runner = _Runner(source, options, sweep, name, backend, Search(sweep))
     front.say(runner.opening())
     try:
         runner.go(front)
@@ -76,7 +81,13 @@ def _probe(param: Any) -> Any:
 def _prepare(source: Source, options: RunOptions, sweep: SweepOptions) -> tuple[str, Backend]:
     """Every check of the sweep, before any job: the cell captures with the swept names bound
     and reads each of them, the trials' jobs can be made (names, --warm), no job of their
-    names exists (unless --replace: then they are deleted now). The sweep's name, the backend."""
+    names exists (unless --replace: then they are deleted now), Optuna is installed. The
+    sweep's name, the backend."""
+    if importlib.util.find_spec("optuna") is None:
+        raise SpecError(
+            "A sweep searches with Optuna, which is not installed in this kernel: "
+            "`pip install 'jupyter-ktrain[sweep]'`."
+        )
     probe = {p.name: _probe(p) for p in sweep.params}
     program = _bound(source, probe).capture(options.allow_secrets, options.by_reference)
     use = name_use(source.cell)
@@ -164,12 +175,18 @@ class _Runner:
     """The trials of one sweep, run from ``parallel`` slot threads."""
 
     def __init__(
-        self, source: Source, options: RunOptions, sweep: SweepOptions, name: str, backend: Backend
+        self,
+        source: Source,
+        options: RunOptions,
+        sweep: SweepOptions,
+        name: str,
+        backend: Backend,
+        search: Search,
     ) -> None:
         self.source, self.options, self.sweep = source, options, sweep
         self.name, self.backend = name, backend
         self.warm = bool(options.values.get("warm"))
-        self.search = Search(sweep)
+        self.search = search
         self.board = Board(sweep.objective, sweep.prune_after)
         self.lock = threading.Lock()
         self.messages: queue.Queue[str] = queue.Queue()

@@ -4,11 +4,14 @@ the sweep's real warm jobs), their objectives read from what they reported."""
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.errors import KtrainError
 from jupyter_ktrain.sweep.trials import Sweep
 from tests.notebook_cells import extension_shell
 
@@ -43,6 +47,11 @@ def graded(x):
         ktrain.report(step=step, loss=loss)
         time.sleep(pause)
     return x
+
+def slow(x):
+    for step in range(1200):
+        ktrain.report(step=step, loss=float(x))
+        time.sleep(0.05)
 """
 
 ONE = "--nodes 1 --procs-per-node 1"
@@ -65,6 +74,7 @@ def _floor(lr: float, batch: int) -> float:
 def test_a_warm_sweep_runs_its_trials_on_two_warm_jobs_and_binds_the_best(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert shell.run_cell("lr = 0.5\n", store_history=True).success  # the notebook's own lr
     flags = (
         f'{ONE} --warm --name sw --sweep "lr=loguniform(1e-3,1e-1)" --sweep "batch=choice(16,32)"'
         " --trials 4 --parallel 2 --objective loss:min --search random --no-prune"
@@ -89,6 +99,7 @@ def test_a_warm_sweep_runs_its_trials_on_two_warm_jobs_and_binds_the_best(
     assert sweep.best is not None
     assert sweep.best.number == best.number
     assert shell.user_ns["r"] == {**best.params, "loss": pytest.approx(best.objective)}
+    assert shell.user_ns["lr"] == 0.5  # a trial's values are bound for its job alone
     out = capsys.readouterr().out
     assert "Sweep 'sw': 4 trial(s), 2 at a time on 2 warm job(s)" in out
     assert out.count("trial 3 started on 'sw-w") == 1
@@ -125,6 +136,53 @@ def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
     assert "ValueError: x=3 is refused" in out
     assert f"trial {by_x[4].number} Pruned, loss=10" in out
     assert "2 succeeded, 1 pruned, 1 failed" in out
+
+
+def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = (
+        f'{ONE} --warm --name sf --sweep "x=choice(3,1,2)" --objective loss:min --stop-on-failure'
+    )
+    sweep = shell.run_cell_magic("ktrain", flags, "y = graded(x)\n")
+    *before, last = sweep.trials  # one at a time, in the grid's order, up to x=3's failure
+    assert (last.params["x"], last.state) == (3, "Failed")
+    assert [t.state for t in before] == ["Succeeded"] * len(before)
+    assert "Stopping the sweep: trial" in capsys.readouterr().out
+
+
+def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = LocalBackend()
+
+    def both_running() -> bool:
+        try:
+            return all(
+                (s := backend.status(f"ci-w{k}")).warm is not None and s.warm.active is not None
+                for k in (0, 1)
+            )
+        except KtrainError:
+            return False
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 120
+        while not both_running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _thread.interrupt_main()
+
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    flags = f'{ONE} --warm --name ci --sweep "x=choice(1,2,3)" --parallel 2 --objective loss:min'
+    sweep = shell.run_cell_magic("ktrain", flags, "slow(x)\n")
+    thread.join()
+    assert time.monotonic() - started < 60  # a trial alone runs a minute
+    assert [t.state for t in sweep.trials] == ["Cancelled", "Cancelled"]  # no third started
+    out = capsys.readouterr().out
+    assert "Sweep 'ci' interrupted: its running trials were cancelled." in out
+    for k in (0, 1):
+        assert backend.status(f"ci-w{k}").terminal  # its warm jobs ended
 
 
 @pytest.mark.parametrize(
