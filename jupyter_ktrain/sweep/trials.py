@@ -89,7 +89,13 @@ class Sweep:
         return "\n".join([f"Sweep {self.name!r}: {tally or 'no trial'}; {end}", *lines])
 
     def __repr__(self) -> str:
-        return self.table()
+        best = self.best
+        told = (
+            f"best trial {best.number}, {self.objective.name}={_value(best.objective)}"
+            if best is not None
+            else "no trial succeeded"
+        )
+        return f"<ktrain Sweep {self.name!r}: {len(self.trials)} trial(s), {told}; .table()>"
 
 
 def _cell(value: Any) -> str:
@@ -101,6 +107,10 @@ def best_of(trials: Sequence[Trial], objective: Objective) -> Trial | None:
     for trial in trials:
         if trial.state != SUCCEEDED or trial.objective is None:
             continue
-        if best is None or objective.better(trial.objective, best.objective or 0.0):
+        if (
+            best is None
+            or best.objective is None
+            or objective.better(trial.objective, best.objective)
+        ):
             best = trial
     return best

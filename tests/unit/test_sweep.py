@@ -173,7 +173,8 @@ def test_the_table_lists_every_trial_and_the_best() -> None:
     assert sweep.best is trials[2]
     assert Sweep("s", Objective("loss", False), trials).best is trials[0]
     assert Sweep("s", Objective("loss", True), trials[1:2]).best is None
-    assert repr(sweep).split("\n") == [
+    assert repr(sweep) == "<ktrain Sweep 's': 4 trial(s), best trial 2, loss=0.25; .table()>"
+    assert sweep.table().split("\n") == [
         "Sweep 's': 2 succeeded, 1 pruned, 1 failed; best: trial 2, loss=0.25 (lr=0.1, b=16)",
         "trial  lr     b   loss:min  state      job",
         "0      0.001  16  0.5       Succeeded  s-t0",
