@@ -222,8 +222,8 @@ def train(lr, layers=1):
 
 if __name__ == "__main__":
     sweep = ktrain.sweep(
-        train, {"lr": "choice(1, 2, 3)"}, objective="acc:max", kwargs={"layers": 2},
-        parallel=2, nodes=1, procs_per_node=1, name="plain",
+        train, {"lr": "choice(1, 2, 3)"}, objective="result:max", kwargs={"layers": 2},
+        parallel=2, nodes=1, procs_per_node=1, name="plain", warm=True,
     )
     best = sweep.best
     print(json.dumps({"best": best.params, "value": best.handle.result,
@@ -251,7 +251,8 @@ def test_ktrain_sweep_from_a_plain_python_script(tmp_path: Path) -> None:
         "best": {"lr": 3},
         "value": 23,
         "states": ["Succeeded"] * 3,
-        "objectives": [23.0, 24.0, 25.0],
+        "objectives": [21.0, 22.0, 23.0],  # the function's value: its result
     }
     assert any(line.startswith("Sweep 'plain': 3 trial(s), 2 at a time") for line in lines)
-    assert any("best: trial" in line and "acc=25" in line for line in lines)
+    assert any("best: trial" in line and "result=23" in line for line in lines)
+    assert any("Ended the sweep's warm job(s) plain-w0, plain-w1." in line for line in lines)
