@@ -149,6 +149,11 @@ def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
     assert (last.params["x"], last.state) == (3, "Failed")
     assert [t.state for t in before] == ["Succeeded"] * len(before)
     assert "Stopping the sweep: trial" in capsys.readouterr().out
+    with pytest.raises(UsageError) as caught:  # the same sweep again: its jobs exist
+        shell.run_cell_magic("ktrain", flags, "y = graded(x)\n")
+    assert "A job 'sf-w0' exists (an earlier sweep of this name?): add --replace" in str(
+        caught.value
+    )
 
 
 def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
