@@ -18,7 +18,6 @@ import importlib.util
 import inspect
 import queue
 import threading
-from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,9 +129,11 @@ def _job_names(name: str, sweep: SweepOptions, options: RunOptions) -> list[str]
 
 def _bound(source: Source, params: Mapping[str, Any]) -> Source:
     """``source`` with the swept names bound over its namespace: the capture ships them as
-    the notebook's values (``lr = 0.0003`` ahead of the cell), the user's own untouched."""
-    namespace: dict[str, Any] = dict(params)
-    return dataclasses.replace(source, namespace=ChainMap(namespace, source.namespace))  # type: ignore[arg-type]
+    the notebook's values (``lr = 0.0003`` ahead of the cell), the user's own untouched (and
+    a name IPython keeps for itself is the trial's here)."""
+    namespace = {**source.namespace, **params}  # a shallow copy: the same objects
+    hidden = [name for name in source.hidden if name not in params]
+    return dataclasses.replace(source, namespace=namespace, hidden=hidden)
 
 
 def check_call(func: Callable[..., Any], args: Any, kwargs: Mapping[str, Any], names: Any) -> None:

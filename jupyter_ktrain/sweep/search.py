@@ -8,6 +8,7 @@ tell from their own threads.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 import optuna
@@ -51,7 +52,9 @@ def _sampler(options: SweepOptions, seed: int | None) -> optuna.samplers.BaseSam
     if options.search == "random":
         return optuna.samplers.RandomSampler(seed)
     startup = max(2, min(10, options.trials // 3))  # random trials before the model guides
-    return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, constant_liar=True)
+    with warnings.catch_warnings():  # experimental in Optuna 4, the default in 5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, constant_liar=True)
 
 
 class Search:
