@@ -205,6 +205,8 @@ def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
         ('--sweep "lr=choice(1,2)" --objective loss:min --detach', "--detach does not go with"),
         ('--sweep "lr=uniform(1,2)" --search grid --objective loss:min', "lr is continuous"),
         ("--trials 3", "--trials only apply to a sweep"),
+        ('--sweep "lr=choice(1,2)" --objective loss:min --mlflow http://127.0.0.1:9',
+         "A sweep's trials are not tracked in MLflow yet"),
     ],
 )  # fmt: skip
 def test_bad_sweep_input_is_one_error_before_anything_runs(
