@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["SLOT_ENV", "check_call", "run_sweep"]
 
 SLOT_ENV = "KTRAIN_SWEEP_SLOT"  # a warm slot's job name, in its processes (and its shape)
+IDLE_WAIT_S = 30.0  # the most a slot waits for its warm job to record its last run's end
 
 
 def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
@@ -282,6 +284,8 @@ class _Runner:
         )
         front = _TrialFront(self.messages.put, self.seen)
         try:
+            if self.warm:
+                _idle(self.backend, job_name)
             job = run(_bound(self.source, params), options, front)
         except KtrainError as exc:
             return Trial(number, params, FAILED, job=job_name, error=str(exc).split("\n")[0])
@@ -299,6 +303,21 @@ class _Runner:
         finally:
             with self.lock:
                 self.running.pop(number, None)
+
+
+def _idle(backend: Backend, name: str, timeout: float = IDLE_WAIT_S) -> None:
+    """Wait until the slot's warm job ``name`` says its last run ended: a run's own state
+    says so a moment before the job's does, and a run ordered between the two is refused as
+    busy. A job not made yet, or ended, is idle."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = backend.status(name)
+        except JobNotFound:
+            return
+        if status.terminal or status.warm is None or status.warm.active is None:
+            return
+        time.sleep(0.05)
 
 
 def _ended(trial: Trial, best: Trial | None, metric: str) -> str:

@@ -235,22 +235,27 @@ if __name__ == "__main__":
     best = sweep.best
     print(json.dumps({"best": best.params, "value": best.handle.result,
                       "states": sorted(t.state for t in sweep.trials),
-                      "objectives": sorted(t.objective for t in sweep.trials)}))
+                      "errors": [t.error for t in sweep.trials if t.error],
+                      "objectives": sorted(t.objective or 0 for t in sweep.trials)}))
 """
 
 
 def test_ktrain_sweep_from_a_plain_python_script(tmp_path: Path) -> None:
     script = tmp_path / "sweep_script.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "KTRAIN_MONITOR": "text"},
-        cwd=tmp_path,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, "KTRAIN_MONITOR": "text"},
+            cwd=tmp_path,
+            check=False,
+        )
+    finally:
+        for status in LocalBackend().list_jobs():  # the script's jobs, in this test's store
+            LocalBackend().delete(status.name)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     found = json.loads(lines[-1])
@@ -258,6 +263,7 @@ def test_ktrain_sweep_from_a_plain_python_script(tmp_path: Path) -> None:
         "best": {"lr": 3},
         "value": 23,
         "states": ["Succeeded"] * 3,
+        "errors": [],
         "objectives": [21.0, 22.0, 23.0],  # the function's value: its result
     }
     assert any(line.startswith("Sweep 'plain': 3 trial(s), 2 at a time") for line in lines)
