@@ -8,8 +8,9 @@ In a notebook::
     result = train(epochs=3)
 
 or from plain Python, ``jupyter_ktrain.run(train, args=(3,), nodes=2)`` (``submit`` returns at
-once). Inside ``train()``, ``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live
-and ``jupyter_ktrain.checkpoint()`` saves and resumes training state across restarts.
+once; ``sweep`` runs many trials). Inside ``train()``,
+``jupyter_ktrain.report(step=step, loss=loss)`` plots metrics live and
+``jupyter_ktrain.checkpoint()`` saves and resumes training state across restarts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .pod.checkpoint import Checkpoints, checkpoint
 from .pod.report import report
 
 if TYPE_CHECKING:
-    from .api import run, submit
+    from .api import run, submit, sweep
     from .backends.base import Job
     from .errors import (
         BackendError,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         SpecError,
     )
     from .spec import JobSpec, Resources
+    from .sweep.trials import Sweep
 
 # The notebook side, on first use (PEP 562): name -> its module
 _LAZY = {
@@ -63,6 +65,8 @@ _LAZY = {
     "JobFailed": "errors",
     "run": "api",
     "submit": "api",
+    "sweep": "api",
+    "Sweep": "sweep.trials",
 }
 
 __version__ = "0.1.0"
@@ -83,12 +87,14 @@ __all__ = [
     "Resources",
     "SecretError",
     "SpecError",
+    "Sweep",
     "__version__",
     "checkpoint",
     "load_ipython_extension",
     "report",
     "run",
     "submit",
+    "sweep",
 ]
 
 

@@ -13,20 +13,29 @@ cell captures a call: its helpers, globals, classes, imports and local modules t
 are refused. Works in a plain ``python script.py``, in papermill and in a notebook (there the
 job shows in the widget monitor, as a cell's does). Same runner as the magic
 (:mod:`jupyter_ktrain.runner`), so the same plan, the same MLflow run fields.
+
+``ktrain.sweep(train, {"lr": "loguniform(1e-5,1e-3)"}, trials=8, parallel=2,
+objective="loss:min", warm=True)`` runs many trials of ``train``, each swept name passed as
+its keyword argument (:mod:`jupyter_ktrain.sweep`), and returns the :class:`Sweep`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .backends.base import Job
+from .errors import SpecError
 from .runner.front import Front, TextFront, in_kernel, shell_words
 from .runner.options import RunOptions
 from .runner.run import run as run_job
 from .runner.source import call_source
+from .sweep.options import SweepOptions, space_texts
+from .sweep.run import check_call, run_sweep
+from .sweep.trials import Sweep
 
-__all__ = ["run", "submit"]
+__all__ = ["run", "submit", "sweep"]
 
 
 def run(
@@ -55,6 +64,41 @@ def submit(
     """As :func:`run`, but return the :class:`Job` as soon as it is started (``job.wait()``,
     ``job.logs()``, ``job.result`` once it ended, ``ktrain attach NAME`` to follow it)."""
     return run(func, args, kwargs, **{**options, "detach": True})
+
+
+def sweep(
+    func: Callable[..., Any],
+    space: Mapping[str, str] | Sequence[str],
+    *,
+    objective: str,
+    trials: int | None = None,
+    parallel: int | None = None,
+    search: str | None = None,
+    prune_after: int | None = None,
+    no_prune: bool = False,
+    stop_on_failure: bool = False,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Sweep:
+    """Run trials of ``func(*args, **kwargs, NAME=value...)``, each swept name of ``space``
+    (``{"lr": "loguniform(1e-5,1e-3)", "batch": "choice(16,32)"}``) passed as a keyword
+    argument, and return the :class:`~jupyter_ktrain.sweep.trials.Sweep` (``.trials``,
+    ``.best``; ``.best.handle.result`` is the best trial's value). The sweep's arguments are
+    the ``%%ktrain`` sweep flags (``objective="loss:min"``, ``trials=16``, ``parallel=2``,
+    ``search="tpe"``, ``prune_after=5``, ``no_prune=True``, ``stop_on_failure=True``);
+    ``options``, the job flags, as :func:`run` takes them (``warm=True``, ``nodes=2``, ...).
+    Bad input raises one :class:`~jupyter_ktrain.errors.SpecError` before anything runs."""
+    plan = SweepOptions.create(
+        space_texts(space), objective, trials, parallel, search, prune_after, no_prune,
+        stop_on_failure,
+    )  # fmt: skip
+    check_call(func, args, kwargs or {}, plan.names)
+    run_options = dataclasses.replace(RunOptions.from_keywords(**options), sweep=plan)
+    if run_options.detach or run_options.dry_run:
+        raise SpecError("ktrain.sweep follows its trials: drop detach=/dry_run=.")
+    source = call_source(func, args, kwargs, by_name=plan.names)
+    return run_sweep(source, run_options, _front())
 
 
 def _front() -> Front:

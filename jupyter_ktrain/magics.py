@@ -23,6 +23,8 @@ from .runner.front import in_kernel
 from .runner.options import RunOptions
 from .runner.run import run
 from .runner.source import cell_source
+from .sweep.run import run_sweep
+from .sweep.trials import Sweep
 from .widgets.controls import kernel_busy
 
 __all__ = [
@@ -47,14 +49,17 @@ def join_continued(line: str, cell: str) -> tuple[str, str]:
     return line, "\n".join(body)
 
 
-def run_job_cell(line: str, cell: str, shell: Any) -> Job | None:
+def run_job_cell(line: str, cell: str, shell: Any) -> Job | Sweep | None:
     """The whole ``%%ktrain`` cell: its flags parsed once into the runner's options, the
-    cell's body over the kernel's namespace, the notebook as the front."""
+    cell's body over the kernel's namespace, the notebook as the front; with ``--sweep``,
+    many runs of it (:func:`~jupyter_ktrain.sweep.run.run_sweep`)."""
     line, cell = join_continued(line, cell)
     options = RunOptions.from_line(line)
     if options.help:
         say(build_parser().format_help())
         return None
+    if options.sweep is not None:
+        return run_sweep(cell_source(cell, shell), options, NotebookFront(shell))
     return run(cell_source(cell, shell), options, NotebookFront(shell))
 
 
@@ -81,7 +86,7 @@ class KtrainMagics(Magics):
     :meth:`KtrainError.render`). Other errors are one ``UsageError`` line: no traceback."""
 
     @cell_magic
-    def ktrain(self, line: str, cell: str) -> Job | None:
+    def ktrain(self, line: str, cell: str) -> Job | Sweep | None:
         """Run this cell as a distributed job. `%%ktrain --help` lists the flags."""
         with kernel_busy():
             try:

@@ -444,7 +444,41 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
         action="store_true",
         help="delete an earlier job of the same --name first (re-running a named cell)",
     )
+    _add_sweep_flags(p.add_argument_group("sweep (many trials of the cell; README: Sweeps)"))
     return p
+
+
+def _add_sweep_flags(g: argparse._ArgumentGroup) -> None:
+    """The sweep's flags (read by :func:`jupyter_ktrain.sweep.options.sweep_options`)."""
+    g.add_argument(
+        "--sweep",
+        action="append",
+        metavar="NAME=DIST",
+        help="a name the cell reads, bound per trial: uniform(a,b), loguniform(a,b), "
+        "intuniform(a,b), choice(v1,v2,...); repeat for each name",
+    )
+    g.add_argument("--trials", type=int, metavar="N", help="trials (default 10; grid: all)")
+    g.add_argument("--parallel", type=int, metavar="P", help="trials at once (default 1)")
+    g.add_argument(
+        "--objective",
+        metavar="NAME:min|max",
+        help="the reported metric's last value (ktrain.report), or result:max (the cell's value)",
+    )
+    g.add_argument(
+        "--search",
+        choices=("grid", "random", "tpe"),
+        help="Optuna's sampler (default tpe; grid when every name is a choice)",
+    )
+    g.add_argument(
+        "--prune-after",
+        type=int,
+        metavar="STEPS",
+        help="stop a trial worse than the median of the others at a step after this (default 5)",
+    )
+    g.add_argument("--no-prune", action="store_true", help="run every trial to its end")
+    g.add_argument(
+        "--stop-on-failure", action="store_true", help="end the sweep at the first failed trial"
+    )
 
 
 def parse_flags(line: str, prog: str = "%%ktrain") -> argparse.Namespace:

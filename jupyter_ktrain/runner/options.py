@@ -19,10 +19,12 @@ from typing import Any
 from ..errors import SpecError
 from ..options import build_parser, env_names, parse_flags, spec_from_values, values_from_args
 from ..spec import JobSpec
+from ..sweep.options import SWEEP_DESTS, SweepOptions, sweep_options
 
 __all__ = ["RunOptions"]
 
-_NOT_KEYWORDS = frozenset({"help"})  # flags of the cell that are no job option
+_SWEEP_KEYWORDS = frozenset({"sweep", *SWEEP_DESTS})  # ktrain.sweep's own arguments
+_NOT_KEYWORDS = frozenset({"help"}) | _SWEEP_KEYWORDS  # flags of the cell that are no job option
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class RunOptions:
     how the run goes: where (``backend``, None for the configured one), whether it only
     prints the plan (``dry_run``), returns at once (``detach``), replaces an earlier job of its
     name first (``replace``); which secrets may travel anyway (``allow_secrets``) and which
-    variables the job gets by reference (``by_reference``: ``--env NAME``, ``--secret-env``)."""
+    variables the job gets by reference (``by_reference``: ``--env NAME``, ``--secret-env``);
+    ``sweep``: the sweep the cell's flags ask for (``--sweep``), None for one run."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
     backend: str | None = None
@@ -42,10 +45,18 @@ class RunOptions:
     allow_secrets: tuple[str, ...] = ()
     by_reference: frozenset[str] = frozenset()
     help: bool = False
+    sweep: SweepOptions | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
         """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.options.build_parser`)."""
+        sweep = sweep_options(ns)
+        if sweep is not None and (ns.detach or ns.dry_run):
+            flag = "--detach" if ns.detach else "--dry-run"
+            raise SpecError(
+                f"{flag} does not go with --sweep: a sweep follows its trials to pick the next "
+                f"ones. Drop {flag} (or --sweep, to {flag[2:]} one run of the cell)."
+            )
         return cls(
             values=values_from_args(ns),
             backend=ns.backend,
@@ -55,6 +66,7 @@ class RunOptions:
             allow_secrets=tuple(ns.allow_secret or ()),
             by_reference=frozenset(env_names(ns)),
             help=bool(ns.help),
+            sweep=sweep,
         )
 
     @classmethod
@@ -132,6 +144,11 @@ def _text(key: str, value: Any) -> str:
 
 
 def _unknown(key: str, actions: Mapping[str, argparse.Action]) -> str:
+    if key in _SWEEP_KEYWORDS:
+        return (
+            f"{key}= is an argument of a sweep: call ktrain.sweep(func, space, trials=..., "
+            f"objective=...) to run many trials; ktrain.run runs one."
+        )
     near = difflib.get_close_matches(key, list(actions), n=1)
     hint = f" Did you mean {near[0]}=?" if near else ""
     return (

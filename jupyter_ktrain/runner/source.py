@@ -93,11 +93,16 @@ def cell_source(cell: str, shell: Any) -> Source:
 
 
 def call_source(
-    func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    func: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    by_name: Sequence[str] = (),
 ) -> Source:
     """``func(*args, **kwargs)`` as a cell over ``func``'s globals: plain literal arguments
     written into the call, the others bound to names the capture ships like any value. In a
-    notebook the kernel's history finds the definitions; in a script, the script itself."""
+    notebook the kernel's history finds the definitions; in a script, the script itself.
+    ``by_name``: keyword arguments passed by the variable of their name (``lr=lr``), bound
+    later over the namespace (a sweep's names, per trial)."""
     if not callable(func):
         raise SpecError(
             f"ktrain.run takes the function to run first, got {type(func).__name__}: "
@@ -116,6 +121,7 @@ def call_source(
     namespace[name] = func
     parts = [_argument(f"{ARG}{i}", value, namespace) for i, value in enumerate(args)]
     parts += [f"{key}={_argument(f'{ARG}_{key}', v, namespace)}" for key, v in kwargs.items()]
+    parts += [f"{key}={key}" for key in by_name if key not in kwargs]
     cell = f"{name}({', '.join(parts)})\n"
     return Source(cell, namespace, *_history(func))
 
