@@ -24,6 +24,7 @@ KINDS = {
     "PyTorchJob": "",
     "TFJob": "--kind TFJob",
     "MPIJob": "--kind MPIJob",
+    "XGBoostJob": "--kind XGBoostJob",  # its nodes stop each other too (cleanPodPolicy None)
     "TrainJob": "--kind TrainJob --runtime torch-distributed",
 }
 CELLS = """

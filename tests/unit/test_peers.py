@@ -1,7 +1,8 @@
 """The nodes' word (:mod:`jupyter_ktrain.pod.agent.peers`): a node's bug stops every other
-node, which then exits PEER_FAILED (not restarted); and the PyTorchJob that relies on it is
-made with cleanPodPolicy None (no pod, no log, deleted as the job ends), the other kinds with
-Running (a failed job keeps no pod running). Loopback sockets and threads, no processes."""
+node, which then exits PEER_FAILED (not restarted); and the PyTorchJob and XGBoostJob that rely
+on it are made with cleanPodPolicy None (no pod, no log, deleted as the job ends), the other
+kinds with Running (a failed job keeps no pod running). Loopback sockets and threads, no
+processes."""
 
 from __future__ import annotations
 
@@ -152,17 +153,19 @@ def test_the_word_is_on_only_where_the_builder_turned_it_on() -> None:
     assert parse_word(b"failed x 1") is None
 
 
-def _env(job: dict) -> dict[str, str]:  # type: ignore[type-arg]
-    replicas = job["spec"]["pytorchReplicaSpecs"]
-    container = replicas["Master"]["template"]["spec"]["containers"][0]
+def _env(job: dict, replica: str = "Master") -> dict[str, str]:  # type: ignore[type-arg]
+    key = "xgbReplicaSpecs" if job["kind"] == "XGBoostJob" else "pytorchReplicaSpecs"
+    container = job["spec"][key][replica]["template"]["spec"]["containers"][0]
     return {e["name"]: e.get("value", "") for e in container.get("env", [])}
 
 
-def test_a_pytorchjob_keeps_its_pods_and_its_nodes_stop_each_other() -> None:
-    spec = JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3")
+@pytest.mark.parametrize("kind", ["PyTorchJob", "XGBoostJob"])
+def test_a_job_with_a_master_keeps_its_pods_and_its_nodes_stop_each_other(kind: str) -> None:
+    spec = JobSpec(name="k", kind=kind, nodes=2, backend="kubernetes", image="py:3")
     job = render(spec, CodeSource()).objects[-1]
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
     assert _env(job)[PEERS_ENV] == "1"
+    assert _env(job, "Worker")[PEERS_ENV] == "1"
     # what the user asks for wins
     asked = spec.evolve(run_policy=replace(spec.run_policy, clean_pod_policy="Running"))
     assert clean_pod_policy(asked) == "Running"
@@ -172,7 +175,6 @@ def test_a_pytorchjob_keeps_its_pods_and_its_nodes_stop_each_other() -> None:
     "spec",
     [
         JobSpec(name="k", kind="TFJob", nodes=2, backend="kubernetes", image="py:3"),
-        JobSpec(name="k", kind="XGBoostJob", nodes=2, backend="kubernetes", image="py:3"),
         JobSpec(name="k", kind="MPIJob", nodes=2, backend="kubernetes", image="py:3"),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", elastic=Elastic(1, 2)),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", warm=True),
@@ -184,7 +186,7 @@ def test_a_pytorchjob_keeps_its_pods_and_its_nodes_stop_each_other() -> None:
             run_policy=RunPolicy(restart_policy="OnFailure"),
         ),
     ],
-    ids=["tfjob", "xgboostjob", "mpijob", "elastic", "warm", "on-failure"],
+    ids=["tfjob", "mpijob", "elastic", "warm", "on-failure"],
 )
 def test_other_jobs_keep_running_as_their_clean_up(spec: JobSpec) -> None:
     assert not stops_itself(spec)

@@ -102,13 +102,15 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
 
 
 # The operator deletes the pods still running (or pending) when a job ends under ``Running``,
-# and none under ``None``. Under ``Running`` a PyTorchJob loses logs at every ending: the
-# master's success ends the job while a worker is still tearing down (its pod deleted, its
-# lines with it), and a bug's failure ends it while the other nodes still run. A PyTorchJob's
-# nodes stop themselves when one fails (``jupyter_ktrain.pod.agent.peers``), so it is made with
-# ``None`` and every pod, with its log, stays until the job is deleted. The other kinds keep
-# ``Running``: their replicas have no such word (a TFJob's parameter servers never end by
-# themselves, an MPIJob's workers idle until deleted) and a failed job must keep no pod running.
+# and none under ``None``. Under ``Running`` a PyTorchJob or an XGBoostJob loses logs at every
+# ending: the master's success ends the job while a worker is still tearing down (its pod
+# deleted, its lines with it, its rank killed in XGBoost's collective shutdown), and a bug's
+# failure ends it while the other nodes still run. Their nodes stop themselves when one fails
+# (``jupyter_ktrain.pod.agent.peers``: node 0 is the Master at ``MASTER_ADDR``, a node's index
+# its ``RANK``), so they are made with ``None`` and every pod, with its log, stays until the job
+# is deleted. The other kinds keep ``Running``: their replicas have no such word (a TFJob's
+# parameter servers never end by themselves, an MPIJob's workers idle until deleted) and a
+# failed job must keep no pod running.
 CLEAN_POD_POLICY = "Running"
 SELF_STOPPING = "None"
 
@@ -123,12 +125,12 @@ def clean_pod_policy(spec: JobSpec) -> str:
 
 def stops_itself(spec: JobSpec) -> bool:
     """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
-    ``KTRAIN_PEERS``): a PyTorchJob with a Master (node 0 at ``MASTER_ADDR``), not a warm one
-    (its agents outlive runs) nor an elastic one (no Master; its workers come and go), whose
-    replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure`` or ``Always``
-    the operator restarts a stopped node, deleting its pod)."""
+    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``),
+    not a warm one (its agents outlive runs) nor an elastic one (no Master; its workers come
+    and go), whose replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure``
+    or ``Always`` the operator restarts a stopped node, deleting its pod)."""
     return (
-        spec.kind == "PyTorchJob"
+        spec.kind in ("PyTorchJob", "XGBoostJob")
         and spec.elastic is None
         and not spec.warm
         and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
@@ -285,7 +287,10 @@ def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     ``MASTER_ADDR``/``MASTER_PORT`` (the Master's Service and its ``xgboostjob-port``, 9999 by
     default), ``WORLD_SIZE`` and ``RANK``, where rank 0 starts XGBoost's collective tracker."""
     kind = KIND_TABLE[spec.kind]
-    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (cleanPodPolicy None)
+    role = PodRole(
+        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+    )
     replicas = _head_and_workers(spec, "Master", pod_template(spec, code, role, labels))
     body = _with_run_policy({}, spec, spec.nodes)
     body[str(kind.replica_key)] = replicas

@@ -1,6 +1,6 @@
 """The nodes of a job tell each other that one failed, so every node ends by itself.
 
-A PyTorchJob is made with ``cleanPodPolicy: None`` (see
+A PyTorchJob or an XGBoostJob is made with ``cleanPodPolicy: None`` (see
 ``jupyter_ktrain.backends.kubernetes.kinds``): the operator deletes no pod when the job ends,
 so every replica's log stays readable after a success (a worker still tearing down as the
 master's success ends the job) and after a failure. What ``Running`` did, stopping the pods
@@ -252,8 +252,9 @@ class Peers:
 
 
 def start_peers(on_stop: Stop, env: Mapping[str, str] = os.environ) -> Peers | None:
-    """This node's :class:`Peers`, started; None when the word is off (not a PyTorchJob made
-    by ktrain, no ``MASTER_ADDR``) or node 0 cannot listen (the job runs as before)."""
+    """This node's :class:`Peers`, started; None when the word is off (not a PyTorchJob or an
+    XGBoostJob made by ktrain, no ``MASTER_ADDR``) or node 0 cannot listen (the job runs as
+    before)."""
     address = peers_address(env)
     if address is None:
         return None
