@@ -202,6 +202,9 @@ class CellResult:
         return self.error is None and self.status == "ok"
 
 
+CONNECT_S = 120.0  # the kernel's websocket: the kernel started and ready
+
+
 class KernelSession:
     """A notebook's kernel session on a Jupyter server, run cell by cell over its websocket
     (the Jupyter messaging protocol, v5, in JSON)."""
@@ -224,9 +227,12 @@ class KernelSession:
         self.kernel_id = got.json()["kernel"]["id"]
         ws_base = pod.base.replace("http://", "ws://", 1)
         url = f"{ws_base}/api/kernels/{self.kernel_id}/channels?session_id={self.session}"
+        # the server answers the upgrade once the kernel it just started is ready: on a busy
+        # machine that takes longer than a read; then reads wait 5 s at a time (run's loop)
         self.ws = websocket.create_connection(
-            url, header=[f"Authorization: token {pod.token}"], timeout=5
+            url, header=[f"Authorization: token {pod.token}"], timeout=CONNECT_S
         )
+        self.ws.settimeout(5)
 
     def run(self, code: str, timeout: float = 240) -> CellResult:
         """Execute ``code``; what it printed and its error, once the kernel is idle again."""

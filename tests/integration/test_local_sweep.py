@@ -161,12 +161,13 @@ def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
 ) -> None:
     backend = LocalBackend()
 
+    def running(name: str) -> bool:  # a run of the warm job started and not ended
+        run = backend.latest_run(name)
+        return run is not None and not backend.run_status(name, run).terminal
+
     def both_running() -> bool:
         try:
-            return all(
-                (s := backend.status(f"ci-w{k}")).warm is not None and s.warm.active is not None
-                for k in (0, 1)
-            )
+            return all(running(f"ci-w{k}") for k in (0, 1))
         except KtrainError:
             return False
 
