@@ -5,25 +5,19 @@ the metrics they reported. Screenshot: test-artifacts/compare.png."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.jupyter_process import jupyter_app
-
 from ..panel_jobs import run_job
 from .test_panel_browser import PANEL_VISIBLE, ROWS
 from .test_widget_browser import (
     ARTIFACTS,
-    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
-    ROOT,
     Lab,
-    lab_env,
-    require_panel_browser,
+    panel_lab,
     screenshot,
 )
 
@@ -36,15 +30,11 @@ CURVES = """() => [...document.querySelectorAll('.ktrain-CompareView polyline')]
 
 @pytest.fixture
 def compare_lab(tmp_path: Path) -> Iterator[Lab]:
-    require_panel_browser()
     home = tmp_path / "ktrain-home"
     run_job(home, TWO, nodes=2, steps=5)
     run_job(home, ONE, nodes=1, steps=8)
-    token = secrets.token_hex(16)
-    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
-    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")  # the server extension
-    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
-        yield Lab(url, token, root, home)
+    with panel_lab(tmp_path, home) as lab:
+        yield lab
 
 
 def test_two_finished_jobs_compared_in_the_panel(compare_lab: Lab) -> None:

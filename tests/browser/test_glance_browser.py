@@ -12,7 +12,6 @@ test-artifacts/glance.json; screenshot: test-artifacts/glance.png."""
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,20 +27,16 @@ from tests.integration.glance_checks import (
     WARNING,
     WARNS,
 )
-from tests.jupyter_process import jupyter_app
 
 from ..integration.widget_notebook import save_notebook
 from .test_page_stalls_browser import LONG_TASKS
 from .test_widget_browser import (
     ARTIFACTS,
-    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
-    ROOT,
     Lab,
-    lab_env,
-    require_panel_browser,
+    panel_lab,
     screenshot,
 )
 
@@ -70,15 +65,10 @@ new PerformanceObserver(list => {
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
-    require_panel_browser()
-    home = tmp_path / "ktrain-home"
-    token = secrets.token_hex(16)
-    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
-    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
-        yield Lab(url, token, root, home)
-        if (home / "jobs" / JOB).exists():
-            LocalBackend(home).cancel(JOB)
+    with panel_lab(tmp_path) as lab:
+        yield lab
+        if (lab.home / "jobs" / JOB).exists():
+            LocalBackend(lab.home).cancel(JOB)
 
 
 def _marks(page: object, heatmap: str, mark: str) -> list[str]:

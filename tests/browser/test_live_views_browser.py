@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import signal
 import time
 from collections.abc import Iterator
@@ -35,18 +34,14 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_ktrain.backends.local import LocalBackend
-from tests.jupyter_process import jupyter_app
 
 from .test_widget_browser import (
     ARTIFACTS,
-    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
-    ROOT,
     Lab,
-    lab_env,
-    require_panel_browser,
+    panel_lab,
     screenshot,
 )
 
@@ -123,13 +118,8 @@ ZERO_LEFT = re.compile(r"(?<!\d)0s left")  # not 10s, 1m 00s
 
 @pytest.fixture
 def live_lab(tmp_path: Path) -> Iterator[Lab]:
-    """JupyterLab with this checkout's labextension and server extension, its own job store."""
-    require_panel_browser()
-    home, token = tmp_path / "ktrain-home", secrets.token_hex(16)
-    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
-    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
-        yield Lab(url, token, root, home)
+    with panel_lab(tmp_path) as lab:
+        yield lab
 
 
 def _notebook(path: Path, name: str) -> None:

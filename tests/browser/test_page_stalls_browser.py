@@ -21,7 +21,6 @@ labextension.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,19 +31,16 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from tests.jupyter_process import jupyter_app
 
 from .test_live_views_browser import disagreements
 from .test_widget_browser import (
     ARTIFACTS,
-    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
     ROOT,
     Lab,
-    lab_env,
-    require_panel_browser,
+    panel_lab,
     screenshot,
 )
 
@@ -118,15 +114,10 @@ OUTPUT_WIDTH = """() => {
 
 @pytest.fixture
 def page_lab(tmp_path: Path) -> Iterator[Lab]:
-    """JupyterLab with this checkout's labextension and server extension, its own job store."""
-    require_panel_browser()
-    home, token = tmp_path / "ktrain-home", secrets.token_hex(16)
-    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
-    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
-        yield Lab(url, token, root, home)
-        for status in LocalBackend(home).list_jobs():  # no warm node outlives the test
-            LocalBackend(home).delete(status.name)
+    with panel_lab(tmp_path) as lab:
+        yield lab
+        for status in LocalBackend(lab.home).list_jobs():  # no warm node outlives the test
+            LocalBackend(lab.home).delete(status.name)
 
 
 def _notebook(path: Path) -> None:

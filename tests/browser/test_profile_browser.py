@@ -7,27 +7,22 @@ from __future__ import annotations
 
 import gzip
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from jupyter_ktrain.backends.local import LocalBackend
-from tests.jupyter_process import jupyter_app
 from tests.notebook_cells import PROFILE_CELL
 
 from ..integration.widget_notebook import save_notebook
 from .test_widget_browser import (
     ARTIFACTS,
-    BUILT,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
-    ROOT,
     Lab,
-    lab_env,
-    require_panel_browser,
+    panel_lab,
     screenshot,
 )
 
@@ -39,13 +34,8 @@ HEAD = f"Profile of {JOB!r}: 2 ranks, 2 steps each (CPU time):"
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
-    require_panel_browser()
-    home = tmp_path / "ktrain-home"
-    token = secrets.token_hex(16)
-    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
-    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
-        yield Lab(url, token, root, home)
+    with panel_lab(tmp_path) as lab:
+        yield lab
 
 
 def _notebook(path: Path) -> None:

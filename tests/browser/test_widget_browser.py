@@ -6,6 +6,7 @@ request's idle must not leave it reading Idle). A screenshot goes to test-artifa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -104,6 +105,20 @@ def lab_env(
         (data / "labextensions" / "jupyter-ktrain").symlink_to(labextension)
         env["JUPYTER_PATH"] = str(data)
     return root, config, env
+
+
+@contextlib.contextmanager
+def panel_lab(tmp_path: Path, home: Path | None = None) -> Iterator[Lab]:
+    """JupyterLab with this checkout's labextension and its server extension (enabled by the
+    config file the package installs), jobs in its own store (``home``, default under
+    ``tmp_path``)."""
+    require_panel_browser()
+    home = home or tmp_path / "ktrain-home"
+    token = secrets.token_hex(16)
+    root, _config, env = lab_env(tmp_path, home, labextension=BUILT)
+    env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    with jupyter_app("lab", root, env, tmp_path / "lab.log", token) as url:
+        yield Lab(url, token, root, home)
 
 
 @pytest.fixture
