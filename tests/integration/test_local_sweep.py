@@ -4,14 +4,11 @@ the sweep's real warm jobs), their objectives read from what they reported."""
 
 from __future__ import annotations
 
-import _thread
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,6 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.errors import KtrainError
 from jupyter_ktrain.sweep.trials import Sweep
 from tests.notebook_cells import extension_shell
 
@@ -154,41 +150,6 @@ def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
     assert "A job 'sf-w0' exists (an earlier sweep of this name?): add --replace" in str(
         caught.value
     )
-
-
-def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
-    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
-) -> None:
-    backend = LocalBackend()
-
-    def running(name: str) -> bool:  # a run of the warm job started and not ended
-        run = backend.latest_run(name)
-        return run is not None and not backend.run_status(name, run).terminal
-
-    def both_running() -> bool:
-        try:
-            return all(running(f"ci-w{k}") for k in (0, 1))
-        except KtrainError:
-            return False
-
-    def interrupt() -> None:
-        deadline = time.monotonic() + 120
-        while not both_running() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        _thread.interrupt_main()
-
-    thread = threading.Thread(target=interrupt, daemon=True)
-    thread.start()
-    started = time.monotonic()
-    flags = f'{ONE} --warm --name ci --sweep "x=choice(1,2,3)" --parallel 2 --objective loss:min'
-    sweep = shell.run_cell_magic("ktrain", flags, "slow(x)\n")
-    thread.join()
-    assert time.monotonic() - started < 60  # a trial alone runs a minute
-    assert [t.state for t in sweep.trials] == ["Cancelled", "Cancelled"]  # no third started
-    out = capsys.readouterr().out
-    assert "Sweep 'ci' interrupted: its running trials were cancelled." in out
-    for k in (0, 1):
-        assert backend.status(f"ci-w{k}").terminal  # its warm jobs ended
 
 
 @pytest.mark.parametrize(
