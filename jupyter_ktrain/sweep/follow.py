@@ -46,6 +46,11 @@ class Board:
             mine = self.values.get(trial)
             return mine[max(mine)] if mine else None
 
+    def curves(self) -> dict[int, dict[int, float]]:
+        """Every trial's objective by step, a copy."""
+        with self.lock:
+            return {trial: dict(values) for trial, values in self.values.items()}
+
     def steps(self, trial: int) -> int:
         with self.lock:
             return len(self.values.get(trial, ()))

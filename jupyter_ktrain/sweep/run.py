@@ -12,7 +12,6 @@ end with it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -33,9 +32,11 @@ from ..runner.options import RunOptions
 from ..runner.run import run
 from ..runner.source import Source
 from ..spec import default_name
+from ..store.sweeps import keep_sweep
 from ..tracking import session as tracking
 from .follow import Board, follow_trial
 from .options import SweepOptions
+from .record import DONE, INTERRUPTED, RUNNING, STOPPED, make_record, row_of, running_row
 from .trials import CANCELLED, FAILED, Sweep, Trial, best_of, params_text
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = ["SLOT_ENV", "check_call", "run_sweep"]
 
 SLOT_ENV = "KTRAIN_SWEEP_SLOT"  # a warm slot's job name, in its processes (and its shape)
 IDLE_WAIT_S = 30.0  # the most a slot waits for its warm job to record its last run's end
+KEEP_EVERY_S = 1.0  # the sweep's record is written at most this often while trials report
 
 
 def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
@@ -59,6 +61,7 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
 
     runner = _Runner(source, options, sweep, name, backend, Search(sweep))
     front.say(runner.opening())
+    runner.keep()
     try:
         runner.go(front)
     except KeyboardInterrupt:
@@ -67,6 +70,7 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
         front.say(f"Sweep {name!r} interrupted: its running trials were cancelled.")
     finally:
         runner.end_warm(front)
+        runner.keep(ended=True)
     result = Sweep(name, sweep.objective, tuple(sorted(runner.trials, key=lambda t: t.number)))
     front.say(result.table())
     best = result.best
@@ -201,6 +205,34 @@ class _Runner:
         self.interrupted = False
         self.seen: set[str] = set()
         self.threads: list[threading.Thread] = []
+        self.started = time.time()
+        self.live: dict[int, dict[str, Any]] = {}  # each running trial's row
+        self.rows: list[dict[str, Any]] = []  # each ended trial's row
+        self.kept_at = 0.0
+        self.failed_stop = False
+
+    def keep(self, ended: bool = False) -> None:
+        """Write the sweep's record as it stands (the job store's): what the views read."""
+        with self.lock:
+            rows = [*self.rows]
+            rows += [
+                {**row, "objective": self.board.last(number)} for number, row in self.live.items()
+            ]
+        curves = self.board.curves()
+        state = RUNNING
+        if ended:
+            state = INTERRUPTED if self.interrupted else STOPPED if self.failed_stop else DONE
+        record = make_record(
+            self.name, self.backend.name, self.sweep, self.warm, self.started, state, rows,
+            curves, time.time() if ended else None,
+        )  # fmt: skip
+        self.kept_at = time.monotonic()
+        try:
+            keep_sweep(record)
+        except KtrainError as exc:  # the sweep goes on: its record is a view, said once
+            if "record" not in self.seen:
+                self.seen.add("record")
+                self.messages.put(f"warning: the sweep's record could not be written: {exc}")
 
     def opening(self) -> str:
         s = self.sweep
@@ -231,8 +263,13 @@ class _Runner:
     def wait(self, front: Front) -> None:
         """Say what the slots tell, until every slot ended."""
         while any(t.is_alive() for t in self.threads) or not self.messages.empty():
-            with contextlib.suppress(queue.Empty):
+            try:
                 front.say(self.messages.get(timeout=0.1))
+            except queue.Empty:
+                if time.monotonic() - self.kept_at >= KEEP_EVERY_S:
+                    self.keep()
+            else:
+                self.keep()  # a trial started or ended
 
     def stop(self, why: str) -> None:
         """No next trial; every running one cancelled."""
@@ -264,14 +301,18 @@ class _Runner:
                     return
                 self.asked += 1
             number, params = self.search.ask()
+            started = time.time()
             trial = self._trial(number, params, slot)
             self.search.tell(number, trial.state, trial.objective)
             with self.lock:
                 self.trials.append(trial)
+                self.live.pop(number, None)
+                self.rows.append(row_of(trial, started, time.time()))
                 best = best_of(self.trials, self.sweep.objective)
             self.messages.put(_ended(trial, best, self.sweep.objective.name))
             if trial.state == FAILED and self.sweep.stop_on_failure:
                 self.messages.put(f"Stopping the sweep: trial {number} failed (--stop-on-failure).")
+                self.failed_stop = True
                 self.stop("a trial failed")
 
     def _trial(self, number: int, params: dict[str, Any], slot: int) -> Trial:
@@ -293,6 +334,7 @@ class _Runner:
             if self.warm:
                 self.started_warm.add(job_name)
             self.running[number] = job
+            self.live[number] = running_row(number, params, job.name, job.run, time.time(), None)
             stopped = self.stopped.is_set()
         if stopped:
             job.cancel()

@@ -29,13 +29,14 @@ from tests.integration.glance_checks import (
 )
 
 from ..integration.widget_notebook import save_notebook
-from .test_page_stalls_browser import LONG_TASKS
+from .test_page_stalls_browser import LONG_FRAMES, LONG_TASKS
 from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
     Lab,
+    favour_browser,
     panel_lab,
     screenshot,
 )
@@ -49,18 +50,6 @@ REDRAW_MS = 100  # the longest redraw allowed, in either view
 REDRAWS = ("ktrain-widget-redraw", "ktrain-panel-redraw")
 WIDGET = ".jp-OutputArea-output .ktrain-WidgetHeatmap"
 TAB = f"#ktrain-job-{JOB}"
-
-
-LONG_FRAMES = """
-window.__ktrainFrames = [];
-new PerformanceObserver(list => {
-  for (const e of list.getEntries()) window.__ktrainFrames.push({start: e.startTime,
-    duration: e.duration, blocking: e.blockingDuration, render: e.renderStart,
-    layout: e.styleAndLayoutStart,
-    scripts: e.scripts.map(s => [s.invoker, s.sourceURL.slice(-60), s.sourceFunctionName,
-      Math.round(s.duration), Math.round(s.forcedStyleAndLayoutDuration)])});
-}).observe({type: 'long-animation-frame', buffered: true});
-"""
 
 
 @pytest.fixture
@@ -98,6 +87,7 @@ def test_a_32_rank_job_is_one_heatmap_and_a_filtered_log_in_the_widget_and_the_p
         try:
             page.goto(f"{lab.url}/lab/tree/glance.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            favour_browser()
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             # the widget: one heatmap of 4 nodes x 8 GPUs, no line per GPU
             cells = f"{WIDGET} td"

@@ -40,6 +40,7 @@ from .test_widget_browser import (
     KERNEL_IDLE,
     ROOT,
     Lab,
+    favour_browser,
     panel_lab,
     screenshot,
 )
@@ -69,6 +70,17 @@ try {
     for (const e of list.getEntries()) window.__ktrainLong.push([e.startTime, e.duration]);
   }).observe({type: 'longtask', buffered: true});
 } catch (e) { window.__ktrainLong = null; }
+"""
+# every frame's scripts (Long Animation Frames): what ran in a long task, said when one is too long
+LONG_FRAMES = """
+window.__ktrainFrames = [];
+new PerformanceObserver(list => {
+  for (const e of list.getEntries()) window.__ktrainFrames.push({start: e.startTime,
+    duration: e.duration, blocking: e.blockingDuration, render: e.renderStart,
+    layout: e.styleAndLayoutStart,
+    scripts: e.scripts.map(s => [s.invoker, s.sourceURL.slice(-60), s.sourceFunctionName,
+      Math.round(s.duration), Math.round(s.forcedStyleAndLayoutDuration)])});
+}).observe({type: 'long-animation-frame', buffered: true});
 """
 # every 200 ms: [ms, widget header, alerts, tab header, tab replicas, list row, charts], the
 # widget's header the newest cell's of the job (a warm job shows one per run)
@@ -146,9 +158,11 @@ def test_no_long_task_charts_fit_and_the_panel_keeps_up(page_lab: Lab) -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=NARROW)
         page.add_init_script(LONG_TASKS)
+        page.add_init_script(LONG_FRAMES)
         try:
             page.goto(f"{lab.url}/lab/tree/page.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            favour_browser()
             assert page.evaluate("() => window.__ktrainLong !== null"), "no Long Tasks API"
             # no command's result comes back: Playwright would serialize the panel's widget
             # in the page, a long task of its own (1.7 s here)
@@ -194,17 +208,24 @@ def test_no_long_task_charts_fit_and_the_panel_keeps_up(page_lab: Lab) -> None:
             )
             screenshot(page, "page-stalls-narrower.png")
             long_tasks = page.evaluate("() => window.__ktrainLong")
+            frames = page.evaluate("() => window.__ktrainFrames")
         except Exception:
             screenshot(page, "page-stalls-failed.png")
             raise
         finally:
             browser.close()
     during = [[round(s - t0), round(d)] for s, d in long_tasks if t0 <= s <= t1]
+    # the frames of 100 ms or more, their start in ms after run-all
+    frames = [{**f, "start": round(f["start"] - t0)} for f in frames
+              if t0 <= f["start"] <= t1 and f["duration"] >= 100]  # fmt: skip
     # the samples' times are epoch ms: the tasks' starts are ms after run_all_ms
     report = {"output_px": output_px, "run_all_ms": origin + t0, "long_tasks_ms": during,
-              "samples": samples, "warm": warm, "narrower": narrower}  # fmt: skip
+              "long_frames": frames, "samples": samples, "warm": warm,
+              "narrower": narrower}  # fmt: skip
     (ARTIFACTS / "page-stalls.json").write_text(json.dumps(report, indent=0))
     print(f"output area {output_px} px; long tasks [start ms, ms] while jobs ran: {during}")
+    for f in frames:  # what ran in each (a task over LONG_MS fails below)
+        print(f"frame at {f['start']} ms, {round(f['duration'])} ms: {f['scripts']}")
     _check(samples, warm, narrower, during, output_px)
 
 

@@ -17,6 +17,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.store.sweeps import read_sweep
+from jupyter_ktrain.sweep.record import seen_state, sweep_of
 from jupyter_ktrain.sweep.trials import Sweep
 from tests.notebook_cells import extension_shell
 
@@ -132,6 +134,19 @@ def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
     assert "ValueError: x=3 is refused" in out
     assert f"trial {by_x[4].number} Pruned, loss=10" in out
     assert "2 succeeded, 1 pruned, 1 failed" in out
+    # the record every view reads says the same as the cell
+    record = read_sweep("gs")
+    assert record is not None
+    assert (seen_state(record), record["objective"], record["trials"]) == ("Done", "loss:min", 4)
+    kept = sweep_of(record)
+    assert [(t.number, t.state, t.objective, t.job) for t in kept.trials] == [
+        (t.number, t.state, t.objective, t.job) for t in sweep.trials
+    ]
+    assert record["best"] == sweep.best.number
+    assert all(r["started"] <= r["ended"] for r in record["rows"])
+    pruned_curve = record["curves"][str(by_x[4].number)]  # its loss as it reported it
+    assert len(pruned_curve) >= 3
+    assert pruned_curve[-1][1] == 10.0
 
 
 def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(

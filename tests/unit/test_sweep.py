@@ -4,7 +4,9 @@ samplers asked and told as the sweep does."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,16 @@ from jupyter_ktrain.runner.source import call_source
 from jupyter_ktrain.sweep.objective import Objective, as_number, parse_objective
 from jupyter_ktrain.sweep.options import SweepOptions
 from jupyter_ktrain.sweep.prune import Pruned, prune_at
+from jupyter_ktrain.sweep.record import (
+    DONE,
+    INTERRUPTED,
+    RUNNING,
+    make_record,
+    row_of,
+    running_row,
+    seen_state,
+    sweep_of,
+)
 from jupyter_ktrain.sweep.run import check_call
 from jupyter_ktrain.sweep.search import Search
 from jupyter_ktrain.sweep.space import Param, parse_param
@@ -215,3 +227,34 @@ def test_random_and_tpe_ask_within_the_space_and_learn_from_what_they_are_told(
         found.tell(number, state, params["lr"] * 1000 if state == "Succeeded" else None)
     states = [t.state.name for t in found.study.trials]
     assert states == ["COMPLETE", "PRUNED", "FAIL", "FAIL"] * 3
+
+
+def test_the_record_holds_every_trial_in_order_the_best_and_each_curve() -> None:
+    options = SweepOptions.create(["x=choice(1,2,3)"], "loss:min", parallel=2)
+    ended = [
+        row_of(Trial(2, {"x": 3}, "Succeeded", 0.5, "s-t2"), 10.0, 12.0),
+        row_of(Trial(0, {"x": 1}, "Failed", None, "s-t0", error="ValueError: no"), 10.0, 11.0),
+    ]
+    live = running_row(1, {"x": 2}, "s-t1", None, 11.0, 0.25)
+    record = make_record("s", "local", options, False, 9.0, RUNNING, [*ended, live],
+                         {1: {0: 1.0, 1: 0.25}})  # fmt: skip
+    assert [(r["number"], r["state"]) for r in record["rows"]] == [
+        (0, "Failed"), (1, "Running"), (2, "Succeeded")
+    ]  # fmt: skip
+    assert record["best"] == 2  # a running trial's value so far is no result yet
+    assert record["curves"] == {"1": [[0, 1.0], [1, 0.25]]}
+    assert record["space"] == ["x=choice(1, 2, 3)"]
+    kept = sweep_of(json.loads(json.dumps(record)))  # as a reader gets it from the store
+    assert [t.state for t in kept.trials] == ["Failed", "Running", "Succeeded"]
+    assert kept.best is not None
+    assert kept.best.number == 2
+    assert seen_state(record) == RUNNING  # its writer (this process) lives
+
+
+def test_a_record_whose_writer_is_gone_reads_interrupted() -> None:
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text())  # no process has it: pids are below
+    options = SweepOptions.create(["x=choice(1,2)"], "loss:min")
+    record = {**make_record("s", "local", options, False, 1.0, RUNNING, [], {}), "pid": gone}
+    assert seen_state(record) == INTERRUPTED
+    assert seen_state({**record, "host": "another-host"}) == RUNNING  # not ours to tell
+    assert seen_state({**record, "state": DONE}) == DONE
