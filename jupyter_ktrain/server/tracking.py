@@ -117,8 +117,11 @@ class ServerTracking:
         key = (backend.name, name)
         with self._lock:
             followed = self._jobs.get(key)
+            if followed is not None and followed.started is None:
+                followed.started = status.started  # first polled before it started
             if followed is not None and (followed.done or followed.started != status.started):
                 del self._jobs[key]  # ended, or a new job of the name
+                followed.let_go()  # what was read is sent, and the job given back
                 followed = None
             if followed is None:
                 if not self._mlflow or time.monotonic() - self._tried.get(key, -RETRY_S) < RETRY_S:

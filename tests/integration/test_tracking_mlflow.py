@@ -5,6 +5,7 @@ are caused for real: a rank kills itself (SIGKILL), the tracking server is kille
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from jupyter_ktrain.backends.local import LocalBackend
 from tests.mlflow_server import MlflowServer
 from tests.notebook_cells import extension_shell
 
@@ -222,6 +224,11 @@ def test_a_detached_job_the_side_panel_follows_is_logged_by_the_server_once(
     )
     assert shell.run_cell(cell).success
     cores = [PanelCore.from_names(("local",)) for _ in range(2)]
+    # each server's first poll saw it not started yet (as on a busy machine): no start time
+    backend = LocalBackend()
+    unstarted = dataclasses.replace(backend.status("panel-tracked"), state="Pending", started=None)
+    for core in cores:
+        core.tracking.poll(backend, "panel-tracked", unstarted)
     deadline = time.monotonic() + 240
     while not cores[0].job("panel-tracked")["terminal"]:
         assert time.monotonic() < deadline, "the job did not end"
