@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..errors import JobCancelled, JobFailed
 from ..failures import Failure, classify, ranks_text, signal_failure
 from ..jobs import CANCELLED, CANCELLED_BY_USER
-from ..pod.exits import describe_exit
+from ..pod.exits import describe_exit, is_bug
 
 if TYPE_CHECKING:
     from ..backends.base import Job
@@ -60,14 +60,20 @@ def raised_at(code: int | None, lines: Sequence[str]) -> int | None:
 
 
 def failure_headline(
-    rank: int, code: int | None, lines: Sequence[str], others: Iterable[int] = ()
+    rank: int,
+    code: int | None,
+    lines: Sequence[str],
+    others: Iterable[int] = (),
+    stopped: Iterable[int] = (),
 ) -> str:
-    """How the first failing rank ended, and which other ranks ended with an error too: the one
-    sentence the cell's error, the widget and the side panel all say.
+    """How the first failing rank ended, and which other ranks ended with an error too or were
+    stopped: the one sentence the cell's error, the widget and the side panel all say.
 
-    ``rank 1 raised ValueError: bad shard; rank 0 ended with an error too``, ``rank 2 was
-    killed by signal 9 (SIGKILL)``, ``rank 3 failed first (exit code 3, OOM)``. ``lines`` are
-    the rank's own last lines; ``others`` the other ranks whose exit code was not 0."""
+    ``rank 1 raised ValueError: bad shard; rank 0 ended with an error too``, ``rank 1 raised
+    ValueError: bad shard; rank 0 was stopped``, ``rank 2 was killed by signal 9 (SIGKILL)``,
+    ``rank 3 failed first (exit code 3, OOM)``. ``lines`` are the rank's own last lines;
+    ``others`` the other ranks that ended with an error of their own (an exit code 1-127);
+    ``stopped`` those a signal ended (>= 128: the job stopped them once it had failed)."""
     at = raised_at(code, lines)
     if at is not None:
         how = f"rank {rank} raised {_clip(lines[at])}"
@@ -81,6 +87,9 @@ def failure_headline(
     rest = sorted(set(others) - {rank})
     if rest:
         how += f"; {ranks_text(rest)} ended with an error too"
+    gone = sorted(set(stopped) - {rank} - set(rest))
+    if gone:
+        how += f"; {ranks_text(gone)} {'was' if len(gone) == 1 else 'were'} stopped"
     return how
 
 
@@ -92,8 +101,9 @@ def _clip(text: str) -> str:
 def _rank_failure(job: Job, status: JobStatus, rank: int, tail: int) -> JobFailed:
     code = status.exit_codes.get(rank)
     lines = job.logs(rank=rank).splitlines()
-    others = [r for r, c in status.exit_codes.items() if c != 0]
-    headline = failure_headline(rank, code, lines, others)
+    others = [r for r, c in status.exit_codes.items() if is_bug(c)]
+    stopped = [r for r, c in status.exit_codes.items() if c != 0 and not is_bug(c)]
+    headline = failure_headline(rank, code, lines, others, stopped)
     said = _explanation(code, lines)
     notes = [str(said)] if said is not None and said.explanation not in status.message else []
     if status.message and status.message not in headline:

@@ -85,11 +85,10 @@ def test_failed_job_stops_run_all_with_one_error(kernel_env: Path) -> None:
     assert error.evalue.startswith("Job 'loader' failed: rank 1 raised FileNotFoundError")
     shown = ANSI.sub("", "\n".join(error.traceback))  # what JupyterLab renders
     lines = shown.splitlines()
-    # the one headline the cell, the widget and the panel say; the ranks torchrun stopped
-    # after rank 1 failed ended with an error code too
+    # the one headline the cell, the widget and the panel say; the ranks stopped after rank 1
+    # failed read as stopped (a signal's code), not as errors of their own
     assert lines[0] == (
-        "JobFailed: rank 1 raised FileNotFoundError: /data/shard-1; "
-        "ranks 0, 2 and 3 ended with an error too"
+        "JobFailed: rank 1 raised FileNotFoundError: /data/shard-1; ranks 0, 2 and 3 were stopped"
     )
     # the header, the line that raised it, and the traceback's own end (as the panel shows it)
     assert shown.count("/data/shard-1") == 3

@@ -155,3 +155,41 @@ def test_ktrain_run_raises_at_once(tmp_path: Path) -> None:
     assert message.startswith(f"Job 'bug-run' failed: rank 1 raised {EXCEPTION}"), message
     assert f"    {EXCEPTION}" in _last_lines(message), message
     _the_finished_node_reads_finished("bug-run")
+
+
+WARM_BUG = """
+def bug_in_warm_rank_1(mark):
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        time.sleep(3)
+        open(mark, "w").write(repr(time.time()))
+        raise ValueError("bad batch 7")
+    time.sleep(60)  # rank 0 waits: only the bug's stop ends it
+    return rank
+"""
+
+
+def test_a_bug_fails_a_warm_run_at_once_and_the_warm_job_takes_the_next_run(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A warm run's bug gets no grace either: the other node's rank is stopped at once."""
+    assert shell.run_cell(WARM_BUG).success
+    mark = tmp_path / "raised"
+    warm = "%%ktrain --warm --nodes 2 --name bug-warm\n"
+    try:
+        result = shell.run_cell(f"{warm}bug_in_warm_rank_1({str(mark)!r})\n")
+        returned = time.time()
+        out = capsys.readouterr().out
+        error = result.error_in_exec
+        assert isinstance(error, JobFailed), out
+        # rank 0 was still waiting: stopped by the failure, not an error of its own
+        assert error.headline == f"rank 1 raised {EXCEPTION}; rank 0 was stopped", str(error)
+        raised = float(mark.read_text())
+        assert returned - raised <= AT_ONCE_S, returned - raised
+        # the warm job lives on: the next run goes on the same nodes
+        again = shell.run_cell(f"{warm}r = 1 + 1\n")
+        assert again.error_in_exec is None, capsys.readouterr().out
+        assert shell.user_ns["r"] == 2
+    finally:
+        with contextlib.suppress(Exception):
+            LocalBackend().delete("bug-warm")

@@ -76,7 +76,7 @@ def test_failing_rank_fails_the_cell_with_one_message_naming_it(
     assert out.count("JobFailed: ") == 1, out
     error = out[out.index("JobFailed: ") :]
     assert error.startswith(
-        "JobFailed: rank 3 failed first (exit code 3); ranks 0, 1 and 2 ended with an error too\n"
+        "JobFailed: rank 3 failed first (exit code 3); ranks 0, 1 and 2 were stopped\n"
     )
     assert "Traceback" not in error
     assert "about to fail: the loader found no data" in error

@@ -65,7 +65,7 @@ def test_a_failed_jobs_detail_starts_with_why(tmp_path: Path) -> None:
     failure = detail["failure"]
     assert failure is not None
     assert failure.startswith(
-        f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 ended with an error too."
+        f"Job {FAILED!r} failed: rank 1 raised {LAST_LINE}; rank 0 was stopped."
     )
     assert LAST_LINE in failure
     # the cell's error, word for word: one text (its last lines end with the exception line)

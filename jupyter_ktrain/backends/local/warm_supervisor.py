@@ -10,7 +10,8 @@ node's ``run`` record; once every node ended the run, Succeeded, Failed (a node'
 first failing rank) or Cancelled (``runs/N/abort`` says ``cancelled by the user``).
 
 When one node's run fails, the others get :data:`FAIL_GRACE_S` to end theirs (their ranks lose
-the peer and say so), then the run is aborted on every node (``runs/N/abort``), so a rank
+the peer and say so; none when it failed with a bug, as a job that is not warm), then the run
+is aborted on every node (``runs/N/abort``), so a rank
 blocked in a collective cannot hold the job. The job itself (``state.json``) stays Running
 while its agents live, with a ``warm`` entry: the last run, the run in progress, since when it
 is idle, its idle limit. After ``idle_limit_s`` (``warm.json``, changed by ``%ktrain warm NAME
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ...pod.exits import is_bug
 from ...pod.progress import JobProgress, fmt_duration
 from ...pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
 from ...store.files import make_private_dirs, replace_private, write_private
@@ -273,7 +275,11 @@ class WarmSupervisor(Supervisor):
 
     def _abort_failed_runs(self) -> None:
         for run in list(self.runs.values()):
-            late = run.failed_at is not None and time.monotonic() - run.failed_at > FAIL_GRACE_S
+            # a bug gets no grace, as in a job that is not warm: the other nodes stop at once
+            bug = any(is_bug(c) for c in run.node_codes.values())
+            late = run.failed_at is not None and (
+                bug or time.monotonic() - run.failed_at > FAIL_GRACE_S
+            )
             if late and not run.ended:
                 failed = next(k for k, c in run.node_codes.items() if c)
                 abort_run(self.dir, run.number, f"node {failed} failed")

@@ -14,8 +14,9 @@ touches CUDA: each rank initialises CUDA and NCCL itself, after the fork.
 
 A run is framed in the node's stream by a ``run`` record and a ``run_end`` record (the node's
 code for the run, and why), so the monitor splits a warm job's logs by run. A run ends on
-every rank's exit; when a rank fails, the others of this node get
-:data:`FAIL_GRACE_S` to end by themselves (a lost peer reports itself), then SIGTERM, then
+every rank's exit; when a rank fails with a signal's code, the others of this node get
+:data:`FAIL_GRACE_S` to end by themselves (a lost peer reports itself; a rank that raised, a
+bug, gets them no grace: they are stopped at once), then SIGTERM, then
 SIGKILL after :data:`KILL_AFTER_S` (a hung rank). Each rank leads its own process group, so
 whatever it started goes with it. The control can abort a run (a cancel, or another node's
 failure): the same stop. After a run nothing of it is left: every rank reaped, its process
@@ -46,7 +47,7 @@ from types import FrameType
 from typing import Protocol
 
 from .. import program  # imported once here, not in every rank
-from ..exits import EXIT_DIR_ENV, node_exit, read_rank_codes
+from ..exits import EXIT_DIR_ENV, is_bug, node_exit, read_rank_codes
 from ..launch import CODE_DIR, PROGRAM_FILE
 from ..protocol import READY, RUN, RUN_END, TYPE, format_agent_line, format_record
 from ..stacks import STACKS_DIR_ENV, stacks_dir
@@ -297,7 +298,10 @@ class WarmNode:
                 aborted = self.control.abort_reason(run)
                 if aborted is None and self.stopped:
                     aborted = f"the node was stopped ({signal.Signals(self.stopped[0]).name})"
-            late = failed_at is not None and now - failed_at > FAIL_GRACE_S
+            # a bug gets no grace: it is the cause, whatever its peers do next
+            late = failed_at is not None and (
+                any(is_bug(c) for c in codes) or now - failed_at > FAIL_GRACE_S
+            )
             if stop_at is None and alive and (aborted or late):
                 stop_at = now
                 _signal_groups(alive, signal.SIGTERM)
