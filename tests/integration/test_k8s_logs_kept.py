@@ -145,3 +145,54 @@ def test_a_failed_job_keeps_no_pod_running_and_every_ranks_log(  # type: ignore[
     ours = get_backend("kubernetes").attach(name).logs()
     assert "rank 0 starting" in ours
     assert "about to fail: the loader found no data" in ours
+
+
+def test_a_failed_trainjob_keeps_every_nodes_pod_and_log(k8s_shell, test_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A TrainJob's JobSet deletes every Job still active when it fails, and a Job that fails
+    at once has its running pods deleted: node 1's bug fails only its node, node 0 is told and
+    stops by itself, and the Job fails once both ended, so both pods and logs stay."""
+    import time
+
+    from jupyter_ktrain.pod.exits import PEER_FAILED
+
+    name = "kept-tj"
+    flags = f"{FLAGS} --kind TrainJob --runtime torch-distributed --name {name}"
+    k8s_shell.run_cell_magic("ktrain", flags, "fail_on(1, 'exit')\n")
+    assert _ended(name) == "Failed"
+    failed_at = time.monotonic()
+
+    def pods() -> dict[str, dict[str, Any]]:
+        r = test_cluster.kubectl("get", "pods", "-l", f"ktrain.io/job={name}", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        return {p["metadata"]["name"]: p for p in json.loads(r.stdout)["items"]}
+
+    ended = wait_for(
+        lambda: (
+            (p := pods())
+            and not {"Running", "Pending"} & {x["status"].get("phase") for x in p.values()}
+            and p
+        ),
+        30,
+    )
+    assert time.monotonic() - failed_at < 10, "a node outlived the failed job"
+    by_node = {
+        int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]): n
+        for n, p in ended.items()
+    }
+    assert sorted(by_node) == [0, 1], sorted(ended)  # no pod deleted
+    codes = {
+        k: ended[n]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+        for k, n in by_node.items()
+    }
+    assert codes == {0: PEER_FAILED, 1: 1}, codes
+    node0 = test_cluster.kubectl("logs", by_node[0])
+    node1 = test_cluster.kubectl("logs", by_node[1])
+    assert node0.returncode == node1.returncode == 0, node0.stderr + node1.stderr
+    assert "[rank0]: rank 0 starting" in node0.stdout, node0.stdout
+    assert "node 1 failed with exit code 1" in node0.stdout, node0.stdout
+    assert "[rank1]: about to fail: the loader found no data" in node1.stdout, node1.stdout
+    status = get_backend("kubernetes").attach(name).status()
+    assert status.failed_rank == 1, status
+    ours = get_backend("kubernetes").attach(name).logs()
+    assert "rank 0 starting" in ours
+    assert "about to fail: the loader found no data" in ours

@@ -46,8 +46,29 @@ def _spec(**kw: object) -> JobSpec:
     )
 
 
-def test_a_bug_fails_the_job_and_a_fault_restarts_the_jobset_up_to_the_limit() -> None:
+def test_a_bug_fails_its_node_the_others_stop_and_the_job_fails_with_every_pod_kept() -> None:
+    """The default: the nodes stop each other (KTRAIN_PEERS), so a bug fails its node's index
+    only and the Job fails once every node ended, none deleted; a fault fails it at once."""
     rt = fault_runtime(_spec(run_policy=RunPolicy(backoff_limit=5)), CLUSTER_RUNTIME, {"a": "b"})
+    validate_objects([rt])
+    spec = rt["spec"]["template"]["spec"]
+    assert spec["failurePolicy"]["maxRestarts"] == 5
+    (rule,) = spec["failurePolicy"]["rules"]
+    assert (rule["action"], rule["onJobFailureReasons"]) == ("FailJobSet", ["FailedIndexes"])
+    (job,) = spec["replicatedJobs"]
+    body = job["template"]["spec"]
+    assert "backoffLimit" not in body
+    assert body["backoffLimitPerIndex"] == 0
+    disrupted, fault, bug = body["podFailurePolicy"]["rules"]
+    assert disrupted == {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert (fault["action"], fault["onExitCodes"]["values"]) == ("FailJob", list(range(128, 256)))
+    assert bug == {"action": "FailIndex", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+    assert body["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_a_job_whose_nodes_do_not_stop_each_other_fails_at_once_on_a_bug() -> None:
+    warm = _spec(run_policy=RunPolicy(backoff_limit=5), warm=True)  # its agents outlive runs
+    rt = fault_runtime(warm, CLUSTER_RUNTIME, {"a": "b"})
     validate_objects([rt])  # what the API server's schema for TrainingRuntime accepts
     assert (rt["kind"], rt["metadata"]["name"], rt["metadata"]["namespace"]) == (
         "TrainingRuntime",

@@ -125,12 +125,14 @@ def clean_pod_policy(spec: JobSpec) -> str:
 
 def stops_itself(spec: JobSpec) -> bool:
     """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
-    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``),
-    not a warm one (its agents outlive runs) nor an elastic one (no Master; its workers come
-    and go), whose replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure``
-    or ``Always`` the operator restarts a stopped node, deleting its pod)."""
+    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``)
+    or a TrainJob (node 0 at ``PET_MASTER_ADDR``; its JobSet fails it once every node ended,
+    :mod:`.fault_runtime`), not a warm one (its agents outlive runs) nor an elastic one (no
+    Master; its workers come and go), whose replicas a bug fails for good (``ExitCode``,
+    ``Never``; under ``OnFailure`` or ``Always`` the operator restarts a stopped node, deleting
+    its pod)."""
     return (
-        spec.kind in ("PyTorchJob", "XGBoostJob")
+        spec.kind in ("PyTorchJob", "XGBoostJob", "TrainJob")
         and spec.elastic is None
         and not spec.warm
         and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
@@ -430,7 +432,10 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     ``podSpecOverrides`` and ``labels`` are gone).
     """
     kind = KIND_TABLE[spec.kind]
-    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (fault_runtime: per node)
+    role = PodRole(
+        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+    )
     template = pod_template(spec, code, role, labels)
     ps = template["spec"]
     container = ps.pop("containers")[0]
