@@ -5,6 +5,7 @@ pod runs them), killed for real and resumed bit-identically."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -113,9 +115,23 @@ if __name__ == "__main__":
 """
 
 
+def _whole_and_killed(
+    tmp: Path, script: str, steps: int, kill_at: int
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """The run to its end (into ``a``, ``whole.pt``) and the run whose rank 1 is killed after
+    step ``kill_at`` (into ``b``), side by side: each waits on its ranks' start-up, most of
+    its time (DeepSpeed's import, its writer processes'), and neither reads the other's."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        whole = pool.submit(_torchrun, tmp, script, steps, -1, tmp / "a", tmp / "whole.pt")
+        killed = pool.submit(_torchrun, tmp, script, steps, kill_at, tmp / "b", tmp / "killed.pt")
+        return whole.result(), killed.result()
+
+
 def _torchrun(tmp: Path, script: str, *args: object) -> subprocess.CompletedProcess[str]:
     """Two ranks under torchrun under the node's agent, as in a pod (the agent stops what a
-    killed rank leaves running, its DeepSpeed writer process)."""
+    killed rank leaves running, its DeepSpeed writer process); its files in a folder of its
+    own, so two run at once."""
+    tmp = Path(tempfile.mkdtemp(dir=tmp, prefix="run-"))
     path = tmp / "train.py"
     path.write_text(textwrap.dedent(script))
     env = {
@@ -168,7 +184,7 @@ def _same(a: Path, b: Path) -> bool:
 def test_sharded_state_is_written_by_every_rank_in_the_background_and_resumes_bit_identically(
     tmp_path: Path,
 ) -> None:
-    whole = _torchrun(tmp_path, SHARDED, 9, -1, tmp_path / "a", tmp_path / "whole.pt")
+    whole, killed = _whole_and_killed(tmp_path, SHARDED, 9, 5)
     assert whole.returncode == 0, whole.stderr[-3000:]
     saved = [r for r in _records(whole.stdout) if r["type"] == "checkpoint"]
     assert [(r["step"], r["file"]) for r in saved] == [
@@ -186,7 +202,6 @@ def test_sharded_state_is_written_by_every_rank_in_the_background_and_resumes_bi
     assert sorted(os.listdir(dcp / "step-8")) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
 
     # rank 1 SIGKILLed right after the save of step 5 returned (its write in flight or done)
-    killed = _torchrun(tmp_path, SHARDED, 9, 5, tmp_path / "b", tmp_path / "killed.pt")
     assert killed.returncode != 0
     latest = (tmp_path / "b" / "dcp" / "latest").read_text()
     assert latest in ("step-2", "step-5")
@@ -200,12 +215,14 @@ def test_sharded_state_is_written_by_every_rank_in_the_background_and_resumes_bi
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # three DeepSpeed runs, each importing it and starting its writers
+@pytest.mark.timeout(
+    900
+)  # three DeepSpeed runs (two at once), each importing it and starting its writers
 def test_a_deepspeed_engine_with_the_decoupled_writer_commits_latest_only_when_written(
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("deepspeed")
-    whole = _torchrun(tmp_path, DEEPSPEED, 8, -1, tmp_path / "a", tmp_path / "whole.pt")
+    whole, killed = _whole_and_killed(tmp_path, DEEPSPEED, 8, 6)
     assert whole.returncode == 0, whole.stderr[-3000:]
     saved = [r for r in _records(whole.stdout) if r["type"] == "checkpoint"]
     assert [(r["step"], r["file"]) for r in saved] == [(2, "deepspeed/step-2"),
@@ -218,7 +235,6 @@ def test_a_deepspeed_engine_with_the_decoupled_writer_commits_latest_only_when_w
 
     # killed after step 6: step 5 was queued but is committed only at the next save or the
     # end, so "latest" still names step 2, which is whole
-    killed = _torchrun(tmp_path, DEEPSPEED, 8, 6, tmp_path / "b", tmp_path / "killed.pt")
     assert killed.returncode != 0
     # the killed rank's writer process did not outlive it (torchrun signals only live ranks)
     writer = re.search(r"global_rank=1 +self.ckpt_process.pid=(\d+)", killed.stdout)
