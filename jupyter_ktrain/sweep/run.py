@@ -12,6 +12,7 @@ end with it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -342,6 +343,11 @@ class _Runner:
         self.messages.put(f"trial {number} started on {where}: {params_text(params)}")
         try:
             return follow_trial(number, params, job, self.board, self.sweep.objective)
+        except (KtrainError, OSError) as exc:  # the job went from under it: this trial failed
+            with contextlib.suppress(KtrainError, OSError):
+                job.cancel()
+            why = f"it could not be followed: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+            return Trial(number, params, FAILED, self.board.last(number), job.name, job.run, why)
         finally:
             with self.lock:
                 self.running.pop(number, None)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,6 +149,55 @@ def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
     pruned_curve = record["curves"][str(by_x[4].number)]  # its loss as it reported it
     assert len(pruned_curve) >= 3
     assert pruned_curve[-1][1] == 10.0
+
+
+PACED = """
+def paced(x):
+    for step in range(12 if x == 1 else 1200):
+        ktrain.report(step=step, loss=float(x))
+        time.sleep(0.05)
+    return x
+"""
+
+
+def test_a_trial_whose_job_is_deleted_under_it_is_failed_and_the_sweep_goes_on(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``%ktrain delete`` of a running trial's job (from another kernel, say): that trial is
+    recorded Failed with why, the slot lives on, and the sweep ends with every trial."""
+    assert shell.run_cell(PACED).success
+
+    def delete_the_long_trial() -> None:
+        def running_job() -> str | None:
+            record = read_sweep("dl") or {}
+            for row in record.get("rows", []):
+                if row["params"] == {"x": 2} and row["state"] == "Running" and row["objective"]:
+                    return str(row["job"])
+            return None
+
+        deadline = time.monotonic() + 120
+        while (job := running_job()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if job is not None:
+            LocalBackend().delete(job)
+
+    deleter = threading.Thread(target=delete_the_long_trial, daemon=True)
+    deleter.start()
+    flags = f'{ONE} --name dl --sweep "x=choice(1,2)" --parallel 2 --objective loss:min --no-prune'
+    started = time.monotonic()
+    sweep = shell.run_cell_magic("ktrain", flags, "y = paced(x)\n")
+    deleter.join(timeout=5)
+    assert time.monotonic() - started < 50  # not the 60 s the deleted trial would have run
+    by_x = {t.params["x"]: t for t in sweep.trials}
+    assert len(sweep.trials) == 2  # the grid's two points, each once
+    assert by_x[1].state == "Succeeded"
+    assert by_x[2].state in ("Failed", "Cancelled"), by_x[2]
+    assert by_x[2].error, by_x[2]
+    assert shell.user_ns["y"] == 1
+    record = read_sweep("dl")
+    assert record is not None
+    assert [r["state"] for r in record["rows"]] == [t.state for t in sweep.trials]
+    assert f"trial {by_x[2].number} {by_x[2].state}" in capsys.readouterr().out
 
 
 def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
