@@ -1,0 +1,137 @@
+"""The sweep's view in its cell: one live widget drawn from the sweep's record (the job
+store's, :mod:`jupyter_ktrain.sweep.record`) each time the sweep writes it: a header (name,
+state, n of N trials done, the best so far with its values), the trials' table (each value,
+state, objective so far, job and run; the best row marked; a failed or pruned trial's reason)
+and one chart of every trial's objective over steps (the monitor's small SVG chart widget).
+The lines the sweep says while it runs go into a log under the table, folded, its title the
+last line.
+
+Cheap to redraw: the table is one HTML string, sent only when it changed; the chart only
+when a curve changed, in one message (the browser draws it in its next frame).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+from ..monitor.viewmodel import state_colour
+from ..sweep.record import RUNNING
+from ..sweep.view import CurveView, SweepView, sweep_view
+from .plots import FigureAside, PanelFigure
+
+__all__ = ["SweepWidget", "header_html", "table_html"]
+
+PANEL = "objective"
+LOG_LINES = 500  # the most lines the folded log keeps
+
+
+def header_html(view: SweepView) -> str:
+    """The header: the sweep's state in its colour, then what :attr:`SweepView.header` says."""
+    colour = state_colour("Succeeded" if view.state == "Done" else view.state)
+    return (
+        f'<div class="ktrain-SweepHeader" data-state="{html.escape(view.state)}">'
+        f'<b style="color:{colour}">●</b> {html.escape(view.header)}</div>'
+    )
+
+
+def table_html(view: SweepView) -> str:
+    """The trials' table: one row per trial (``data-number``, ``data-state``; the best row's
+    class ``ktrain-mod-best``), a failed or pruned trial's reason in its last cell."""
+    cell = 'style="padding:1px 10px 1px 0;text-align:left"'
+    heads = ["trial", *view.names, "state", f"{view.objective} so far", "job", ""]
+    head = "".join(f"<th {cell}>{html.escape(h)}</th>" for h in heads)
+    rows = []
+    for r in view.rows:
+        mark = "★ " if r.best else ""
+        tds = [
+            f'<td {cell}><span style="color:{r.colour}">■</span> {mark}{r.number}</td>',
+            *(f"<td {cell}>{html.escape(v)}</td>" for v in r.params),
+            f'<td {cell} class="ktrain-SweepState" style="color:{state_colour(r.state)}">'
+            f"{html.escape(r.state)}</td>",
+            f'<td {cell} class="ktrain-SweepObjective">{html.escape(r.objective)}</td>',
+            f"<td {cell}>{html.escape(r.where)}</td>",
+            f'<td {cell} class="ktrain-SweepReason" style="color:#b35900">'
+            f"{html.escape(r.reason)}</td>",
+        ]
+        best = ' class="ktrain-SweepRow ktrain-mod-best" style="font-weight:bold"'
+        attrs = best if r.best else ' class="ktrain-SweepRow"'
+        rows.append(
+            f'<tr{attrs} data-number="{r.number}" data-state="{html.escape(r.state)}">'
+            f"{''.join(tds)}</tr>"
+        )
+    return (
+        f'<table class="ktrain-SweepTable" style="font-size:12px;border-collapse:collapse">'
+        f"<tr>{head}</tr>{''.join(rows)}</table>"
+    )
+
+
+class SweepWidget:
+    """The live sweep view (see the module docstring); ``widget`` is its VBox. ``update`` and
+    ``say`` from the thread that runs the sweep."""
+
+    def __init__(self) -> None:
+        import ipywidgets as w
+
+        self.header = w.HTML()
+        self.table = w.HTML()
+        self.chart = w.Box(layout=w.Layout(display="block", width="100%"))
+        self.log = w.HTML()
+        self.log_box = w.Accordion(children=[self.log], selected_index=None)
+        self.widget = w.VBox([self.header, self.table, self.log_box, self.chart])
+        self.widget.add_class("ktrain-SweepWidget")
+        self.view: SweepView | None = None
+        self.lines: list[str] = []
+        self._figure = FigureAside()
+        self._plot: PanelFigure | None = None
+        self._drawn: dict[int, CurveView] = {}
+
+    @property
+    def live(self) -> bool:
+        """Whether the sweep is still running (its lines go into the log)."""
+        return self.view is None or self.view.state == RUNNING
+
+    def show(self) -> None:
+        from IPython import display
+
+        display.display(self.widget)  # type: ignore[no-untyped-call]
+        self._figure.start()
+
+    def update(self, record: Mapping[str, Any]) -> None:
+        """Draw the sweep as ``record`` says it stands."""
+        view = sweep_view(record)
+        self.view = view
+        header, table = header_html(view), table_html(view)
+        if self.header.value != header:
+            self.header.value = header
+        if self.table.value != table:
+            self.table.value = table
+        self._draw(view, wait=view.state != RUNNING)
+
+    def say(self, text: str) -> None:
+        """A line the sweep says: into the folded log, its title the last line."""
+        self.lines = [*self.lines, *text.rstrip("\n").split("\n")][-LOG_LINES:]
+        self.log.value = (
+            '<pre class="ktrain-SweepLog" style="font-size:11px;margin:0">'
+            f"{html.escape(chr(10).join(self.lines))}</pre>"
+        )
+        last = self.lines[-1] if self.lines else ""
+        self.log_box.set_title(0, f"log ({len(self.lines)} lines): {last[:120]}")
+
+    def _draw(self, view: SweepView, wait: bool) -> None:
+        changed = [c for c in view.curves if self._drawn.get(c.trial) != c]
+        if not changed:
+            return
+        if self._plot is None:
+            figure = self._figure.ready(wait=wait)
+            if figure is None:
+                return  # still being made: the next update draws every curve
+            self._plot = figure
+            self.chart.children = (figure.fig,)
+        plot = self._plot
+        plot.panel(PANEL, view.metric, "step")
+        for c in changed:
+            plot.set_trace(PANEL, c.trial, c.label, c.colour, c.x, c.y)
+            self._drawn[c.trial] = c
+        plot.draw()
