@@ -310,11 +310,12 @@ class SweepSummary(TypedDict):
     job store: ``state`` Running, Done, Stopped or Interrupted (Running only while the process
     that runs it lives), ``done`` of ``total`` trials ended, ``best`` the best trial's number,
     ``best_objective`` its value, ``best_text`` the two in words (``trial 2, loss=0.05
-    (lr=0.001)``)."""
+    (lr=0.001)``); ``state_colour`` the state's, as in the cell."""
 
     name: str
     backend: str
     state: str
+    state_colour: str
     objective: str
     done: int
     total: int
@@ -335,11 +336,13 @@ class SweepsPayload(TypedDict):
 class SweepRowPayload(TypedDict):
     """One trial: ``params`` its values as text, in the sweep's ``names`` order; ``objective``
     its value so far as text (``value`` the number); ``where`` its job (and run on a warm
-    job); ``reason`` why it failed or was pruned (one line); ``colour`` its curve's."""
+    job); ``reason`` why it failed or was pruned (one line); ``colour`` its curve's,
+    ``state_colour`` its state's."""
 
     number: int
     params: list[str]
     state: str
+    state_colour: str
     objective: str
     value: float | None
     job: str

@@ -23,6 +23,7 @@ def sweep_summary(record: Mapping[str, Any], view: SweepView | None = None) -> S
     best = view.best
     return {
         "name": view.name, "backend": str(record.get("backend") or ""), "state": view.state,
+        "state_colour": view.state_colour,
         "objective": view.objective, "done": view.done, "total": view.total,
         "running": view.running, "best": best.number if best else None,
         "best_objective": best.value if best else None, "best_text": view.best_text,
@@ -33,6 +34,7 @@ def sweep_summary(record: Mapping[str, Any], view: SweepView | None = None) -> S
 def _row(r: RowView) -> SweepRowPayload:
     return {
         "number": r.number, "params": list(r.params), "state": r.state,
+        "state_colour": r.state_colour,
         "objective": r.objective, "value": r.value, "job": r.job, "run": r.run,
         "where": r.where, "reason": r.reason, "best": r.best, "colour": r.colour,
     }  # fmt: skip

@@ -12,12 +12,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..monitor.downsample import minmax_lttb
-from ..monitor.viewmodel import rank_colour
+from ..monitor.viewmodel import rank_colour, state_colour
 from .record import INTERRUPTED, RUNNING, seen_state
 
-__all__ = ["CURVE_POINTS", "CurveView", "RowView", "SweepView", "sweep_view", "value_text"]
+__all__ = [
+    "CURVE_POINTS",
+    "CurveView",
+    "RowView",
+    "SweepView",
+    "sweep_colour",
+    "sweep_view",
+    "value_text",
+]
 
 CURVE_POINTS = 500  # the most points of one trial's curve a view draws
+_AS_JOB = {"Done": "Succeeded", "Stopped": "Failed", "Interrupted": "Failed"}
+
+
+def sweep_colour(state: str) -> str:
+    """A sweep's or a trial's state in a job state's colour (Done as Succeeded; Stopped and
+    Interrupted, ended short, as Failed; Pruned as Pending)."""
+    return state_colour(_AS_JOB.get(state, state))
 
 
 @dataclass(frozen=True)
@@ -25,7 +40,7 @@ class RowView:
     """Trial ``number``'s row: ``params`` its values as text (in the view's ``names`` order),
     ``objective`` its value so far as text (``value`` the number), ``where`` its job (and run),
     ``reason`` why it failed or was pruned (one line), ``best`` whether it is the best so far,
-    ``colour`` its curve's."""
+    ``colour`` its curve's, ``state_colour`` its state's."""
 
     number: int
     params: tuple[str, ...]
@@ -38,6 +53,7 @@ class RowView:
     reason: str
     best: bool
     colour: str
+    state_colour: str
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,10 @@ class SweepView:
     running: int
     rows: tuple[RowView, ...]
     curves: tuple[CurveView, ...]
+
+    @property
+    def state_colour(self) -> str:
+        return sweep_colour(self.state)
 
     @property
     def best(self) -> RowView | None:
@@ -117,7 +137,7 @@ def _row(row: Mapping[str, Any], names: tuple[str, ...], best: Any, ended: bool)
         number, tuple(value_text(params.get(n)) for n in names), state, value_text(value),
         value, job, run, f"{job} run {run}" if run is not None else job,
         _reason(error) if state not in (RUNNING, "Succeeded") else "", number == best,
-        rank_colour(number),
+        rank_colour(number), sweep_colour(state),
     )  # fmt: skip
 
 

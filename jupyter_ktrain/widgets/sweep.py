@@ -16,7 +16,6 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from ..monitor.viewmodel import state_colour
 from ..sweep.record import RUNNING
 from ..sweep.view import CurveView, SweepView, sweep_view
 from .plots import FigureAside, PanelFigure
@@ -29,30 +28,29 @@ LOG_LINES = 500  # the most lines the folded log keeps
 
 def header_html(view: SweepView) -> str:
     """The header: the sweep's state in its colour, then what :attr:`SweepView.header` says."""
-    colour = state_colour("Succeeded" if view.state == "Done" else view.state)
     return (
         f'<div class="ktrain-SweepHeader" data-state="{html.escape(view.state)}">'
-        f'<b style="color:{colour}">●</b> {html.escape(view.header)}</div>'
+        f'<b style="color:{view.state_colour}">●</b> {html.escape(view.header)}</div>'
     )
 
 
 def table_html(view: SweepView) -> str:
     """The trials' table: one row per trial (``data-number``, ``data-state``; the best row's
     class ``ktrain-mod-best``), a failed or pruned trial's reason in its last cell."""
-    cell = 'style="padding:1px 10px 1px 0;text-align:left"'
+    pad = "padding:1px 10px 1px 0;text-align:left"
     heads = ["trial", *view.names, "state", f"{view.objective} so far", "job", ""]
-    head = "".join(f"<th {cell}>{html.escape(h)}</th>" for h in heads)
+    head = "".join(f'<th style="{pad}">{html.escape(h)}</th>' for h in heads)
     rows = []
     for r in view.rows:
         mark = "★ " if r.best else ""
         tds = [
-            f'<td {cell}><span style="color:{r.colour}">■</span> {mark}{r.number}</td>',
-            *(f"<td {cell}>{html.escape(v)}</td>" for v in r.params),
-            f'<td {cell} class="ktrain-SweepState" style="color:{state_colour(r.state)}">'
+            f'<td style="{pad}"><span style="color:{r.colour}">■</span> {mark}{r.number}</td>',
+            *(f'<td style="{pad}">{html.escape(v)}</td>' for v in r.params),
+            f'<td class="ktrain-SweepState" style="{pad};color:{r.state_colour}">'
             f"{html.escape(r.state)}</td>",
-            f'<td {cell} class="ktrain-SweepObjective">{html.escape(r.objective)}</td>',
-            f"<td {cell}>{html.escape(r.where)}</td>",
-            f'<td {cell} class="ktrain-SweepReason" style="color:#b35900">'
+            f'<td class="ktrain-SweepObjective" style="{pad}">{html.escape(r.objective)}</td>',
+            f'<td style="{pad}">{html.escape(r.where)}</td>',
+            f'<td class="ktrain-SweepReason" style="{pad};color:#b35900">'
             f"{html.escape(r.reason)}</td>",
         ]
         best = ' class="ktrain-SweepRow ktrain-mod-best" style="font-weight:bold"'

@@ -1,8 +1,8 @@
 /**
  * jupyter-ktrain's JupyterLab extension: the "ktrain jobs" side panel (left sidebar), the job
  * tab (`ktrain:open-job`, args {name, mode?}: mode is where a new tab goes, e.g. 'split-right'
- * beside the notebook, whose widget then shows the same job), and the bridge from the cell widget's
- * "Open in side panel" button.
+ * beside the notebook, whose widget then shows the same job), a sweep's tab (`ktrain:open-sweep`,
+ * args {name}), and the bridge from the cell widget's "Open in side panel" button.
  *
  * The button bridge: the kernel cannot run JupyterLab commands, and while the %%ktrain cell
  * runs the kernel is busy, so the click is handled here in the browser. The widget's button
@@ -20,8 +20,10 @@ import { api, KtrainApiError } from './api';
 import { CompareView } from './compareview';
 import { JobView } from './jobview';
 import { JobsPanel } from './panel';
+import { SweepView } from './sweepview';
 
 export const OPEN_JOB = 'ktrain:open-job';
+export const OPEN_SWEEP = 'ktrain:open-sweep';
 export const OPEN_PANEL = 'ktrain:open-panel';
 export const BUTTON_CLASS = 'ktrain-open-panel';
 const JOB_CLASS_PREFIX = 'ktrain-job-';
@@ -78,7 +80,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.shell.add(tab, 'main');
       app.shell.activateById(tab.id);
     };
-    const panel = new JobsPanel(name => void app.commands.execute(OPEN_JOB, { name }), openCompare);
+    const sweepTabs = new Map<string, MainAreaWidget<SweepView>>();
+    const openSweep = (name: string) => {
+      let tab = sweepTabs.get(name);
+      if (!tab || tab.isDisposed) {
+        const view = new SweepView(name, job => void app.commands.execute(OPEN_JOB, { name: job }));
+        tab = new MainAreaWidget({ content: view });
+        tab.id = `ktrain-sweep-tab-${name}`;
+        tab.title.label = `ktrain sweep: ${name}`;
+        tab.title.icon = ktrainIcon;
+        sweepTabs.set(name, tab);
+        app.shell.add(tab, 'main');
+      }
+      app.shell.activateById(tab.id);
+      return tab;
+    };
+    const panel = new JobsPanel(
+      name => void app.commands.execute(OPEN_JOB, { name }),
+      openCompare,
+      name => void app.commands.execute(OPEN_SWEEP, { name })
+    );
     panel.title.icon = ktrainIcon;
     app.shell.add(panel, 'left', { rank: 650 });
 
@@ -92,6 +113,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
         panel.highlight(name);
         const mode = textArg(args.mode);
         return openJob(name, mode ? (mode as DockLayout.InsertMode) : undefined);
+      }
+    });
+    app.commands.addCommand(OPEN_SWEEP, {
+      label: args => `Open ktrain sweep ${textArg(args.name)}`.trim(),
+      execute: args => {
+        const name = textArg(args.name);
+        if (!name) {
+          throw new KtrainApiError('ktrain:open-sweep needs a sweep name: {name: "my-sweep"}', 400);
+        }
+        return openSweep(name);
       }
     });
     app.commands.addCommand(OPEN_PANEL, {

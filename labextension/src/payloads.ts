@@ -291,12 +291,14 @@ export interface SweepDetail extends SweepSummary {
 /**
  * One trial: `params` its values as text, in the sweep's `names` order; `objective`
  * its value so far as text (`value` the number); `where` its job (and run on a warm
- * job); `reason` why it failed or was pruned (one line); `colour` its curve's.
+ * job); `reason` why it failed or was pruned (one line); `colour` its curve's,
+ * `state_colour` its state's.
  */
 export interface SweepRowPayload {
   number: number;
   params: string[];
   state: string;
+  state_colour: string;
   objective: string;
   value: number | null;
   job: string;
@@ -312,12 +314,13 @@ export interface SweepRowPayload {
  * job store: `state` Running, Done, Stopped or Interrupted (Running only while the process
  * that runs it lives), `done` of `total` trials ended, `best` the best trial's number,
  * `best_objective` its value, `best_text` the two in words (`trial 2, loss=0.05
- * (lr=0.001)`).
+ * (lr=0.001)`); `state_colour` the state's, as in the cell.
  */
 export interface SweepSummary {
   name: string;
   backend: string;
   state: string;
+  state_colour: string;
   objective: string;
   done: number;
   total: number;

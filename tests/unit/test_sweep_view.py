@@ -4,6 +4,7 @@ payloads (the same rows, states and best), the widget itself fed record after re
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,14 @@ def test_the_panels_payloads_say_what_the_cells_table_says() -> None:
     assert [c["trial"] for c in detail["curves"]] == [0, 3]
     assert len(detail["curves"][0]["x"]) == 50
     # the cell's table: the same rows, states, values and best, in the same words
-    text = strip_tags(table_html(sweep_view(record)))
+    table = table_html(sweep_view(record))
+    text = strip_tags(table)
     for row in detail["rows"]:
         assert f"{row['state']}{row['objective']}{row['where']}{row['reason']}" in text
     assert text.count("★") == 1
+    for row in detail["rows"]:  # each state in its colour, the panel's
+        assert f';color:{row["state_colour"]}">{row["state"]}</td>' in table
+    assert all(tag.count("style=") <= 1 for tag in re.findall(r"<[^>]+>", table))
     assert "★ 0" in text
 
 
