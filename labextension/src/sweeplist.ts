@@ -17,7 +17,7 @@ export class SweepList {
     const heading = document.createElement('div');
     heading.className = 'ktrain-PanelTitle ktrain-SweepsTitle';
     heading.textContent = 'Sweeps';
-    this.status.className = 'ktrain-PanelStatus';
+    this.status.className = 'ktrain-Error ktrain-SweepsStatus';
     this.table.className = 'ktrain-JobTable ktrain-SweepList';
     this.node.append(heading, this.status, this.table);
     this.node.hidden = true; // until there is a sweep
@@ -34,8 +34,8 @@ export class SweepList {
       this.node.hidden = !payload.sweeps.length;
       this.table.replaceChildren(this.headerRow(), ...payload.sweeps.map(s => this.row(s)));
     } catch (error) {
+      // shown once sweeps were listed; before, the job list above says what the server said
       this.status.textContent = error instanceof KtrainApiError ? error.message : String(error);
-      this.status.classList.add('ktrain-mod-error');
     } finally {
       this.inFlight = false;
     }
