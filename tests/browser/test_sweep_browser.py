@@ -3,7 +3,9 @@ a real local sweep (a grid of 4 trials of a ~3 s function, 2 at a time, 1 node x
 one trial failing); its cell shows one live sweep widget (the header, a row per trial with its
 state, the best marked, one chart of every trial's objective), and the side panel's Sweeps
 section and the sweep's tab show the same trials, states and best; a trial's row opens its
-job's tab. Screenshots: test-artifacts/sweep-tab.png, sweep-cell.png."""
+job's tab. No main-thread task takes over 200 ms while the widget, then the polled tab, redraw
+(the Long Tasks API; the panel's and the tab's opening left out). Screenshots:
+test-artifacts/sweep-tab.png, sweep-cell.png."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ import pytest
 from jupyter_ktrain.backends.local import LocalBackend
 
 from ..integration.widget_notebook import save_notebook
+from .test_page_stalls_browser import LONG_MS, LONG_TASKS
 from .test_panel_browser import PANEL_VISIBLE
 from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
     KERNEL_IDLE,
+    favour_browser,
     panel_lab,
     screenshot,
 )
@@ -74,9 +78,11 @@ def test_a_sweep_in_its_cell_and_in_the_side_panel(tmp_path: Path) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1200})
+        page.add_init_script(LONG_TASKS)
         try:
             page.goto(f"{lab.url}/lab/tree/sweep.ipynb?reset&token={lab.token}")
             page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            favour_browser()
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             _check(page)
         except Exception:
@@ -88,23 +94,47 @@ def test_a_sweep_in_its_cell_and_in_the_side_panel(tmp_path: Path) -> None:
                 LocalBackend(lab.home).delete(status.name)
 
 
+def _now(page: Any) -> float:
+    return float(page.evaluate("() => performance.now()"))
+
+
+def _long_tasks(page: Any, windows: list[tuple[float, float]]) -> list[float]:
+    """The main-thread tasks over LONG_MS that began in one of ``windows`` (ms); the longest
+    task of any length in them, and the windows' lengths, said."""
+    tasks = page.evaluate("() => window.__ktrainLong")
+    assert tasks is not None, "this Chromium has no Long Tasks API"
+    inside = [d for t, d in tasks if any(a <= t <= b for a, b in windows)]
+    spans = ", ".join(f"{(b - a) / 1000:.1f} s" for a, b in windows)
+    print(f"sweep views: longest task {max(inside, default=0):.0f} ms in {spans}")
+    return [d for d in inside if d > LONG_MS]
+
+
 def _check(page: Any) -> None:
-    # the cell's widget while the sweep runs: its header, a trial running
+    # the cell's widget while the sweep runs: its header, a trial running, then one ended
     running = f"""() => {{ const s = ({ROWS})('{WIDGET}');
       return !!s && s.state === 'Running' && s.rows.some(r => r.endsWith(':Running')); }}"""
     page.wait_for_function(running, timeout=60_000)
+    began = _now(page)
     assert NAME in _seen(page, WIDGET)["header"]
+    succeeded = f"""() => {{ const s = ({ROWS})('{WIDGET}');
+      return s.rows.some(r => r.endsWith(':Succeeded')) && s.curves > 0; }}"""
+    page.wait_for_function(succeeded, timeout=60_000)
+    windows = [(began, _now(page))]  # the widget's redraws, in sight
     # the side panel lists the sweep; its row opens the sweep's tab
     page.evaluate("() => window.jupyterapp.commands.execute('ktrain:open-panel')")
     page.wait_for_function(PANEL_VISIBLE, timeout=10_000)
     row = page.locator(f"#ktrain-jobs-panel .ktrain-SweepListRow[data-name='{NAME}']")
     row.wait_for(timeout=15_000)
     row.click()
-    page.wait_for_function(f"() => ({ROWS})('{TAB}') !== null", timeout=15_000)
+    page.wait_for_function(f"() => (({ROWS})('{TAB}') || {{rows: []}}).rows.length", timeout=15_000)
+    opened = _now(page)
     # both end as the sweep did: the widget drawn from the cell's record, the tab polled
     ended = "() => {{ const s = ({rows})('{root}'); return !!s && s.state === 'Done'; }}"
     page.wait_for_function(ended.format(rows=ROWS, root=WIDGET), timeout=90_000)
     page.wait_for_function(ended.format(rows=ROWS, root=TAB), timeout=15_000)
+    windows.append((opened, _now(page)))  # the tab's polls while the sweep ran
+    long = _long_tasks(page, windows)
+    assert not long, f"main-thread tasks over {LONG_MS} ms while the views redrew: {long}"
     cell, tab = _seen(page, WIDGET), _seen(page, TAB)
     states = sorted(r.split(":")[1] for r in cell["rows"])
     assert states == ["Failed", "Succeeded", "Succeeded", "Succeeded"], cell
