@@ -61,7 +61,7 @@ class NotebookFront(TextFront):
         if self.sweep is None:
             if not _prefer_widgets() or not widgets_available():
                 return
-            self.sweep = SweepWidget()
+            self.sweep = SweepWidget(str(record["name"]))
             self.sweep.show()
         self.sweep.update(record)
 

@@ -20,7 +20,9 @@ from ..sweep.record import RUNNING
 from ..sweep.view import CurveView, SweepView, sweep_view
 from .plots import FigureAside, PanelFigure
 
-__all__ = ["SweepWidget", "header_html", "table_html"]
+__all__ = ["SWEEP_BUTTON_CLASS", "SweepWidget", "header_html", "table_html"]
+
+SWEEP_BUTTON_CLASS = "ktrain-open-sweep"  # what the JupyterLab extension's click listener reads
 
 PANEL = "objective"
 LOG_LINES = 500  # the most lines the folded log keeps
@@ -66,18 +68,31 @@ def table_html(view: SweepView) -> str:
 
 
 class SweepWidget:
-    """The live sweep view (see the module docstring); ``widget`` is its VBox. ``update`` and
-    ``say`` from the thread that runs the sweep."""
+    """Sweep ``name``'s live view (see the module docstring); ``widget`` is its VBox.
+    ``update`` and ``say`` from the thread that runs the sweep. Its "Open in side panel"
+    button needs nothing of the kernel (busy while the sweep runs): it carries the DOM classes
+    ``ktrain-open-sweep`` and ``ktrain-sweep-NAME``, and the JupyterLab extension's click
+    listener opens the sweep's tab (as the job monitor's, see
+    :func:`~.monitor.open_in_panel`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         import ipywidgets as w
 
         self.header = w.HTML()
+        self.panel_button = w.Button(
+            description="Open in side panel",
+            icon="external-link",
+            tooltip="Show this sweep in a tab of JupyterLab's ktrain panel",
+            layout=w.Layout(width="auto", min_width="max-content"),
+        )
+        self.panel_button.add_class(SWEEP_BUTTON_CLASS)
+        self.panel_button.add_class(f"ktrain-sweep-{name}")
         self.table = w.HTML()
         self.chart = w.Box(layout=w.Layout(display="block", width="100%"))
         self.log = w.HTML()
         self.log_box = w.Accordion(children=[self.log], selected_index=None)
-        self.widget = w.VBox([self.header, self.table, self.log_box, self.chart])
+        top = w.HBox([self.header, self.panel_button])
+        self.widget = w.VBox([top, self.table, self.log_box, self.chart])
         self.widget.add_class("ktrain-SweepWidget")
         self.view: SweepView | None = None
         self.lines: list[str] = []

@@ -9,7 +9,8 @@
  * carries the DOM classes `ktrain-open-panel` and `ktrain-job-NAME` (job names are DNS labels,
  * so they are valid class names); a capturing click listener on the document sees the click on
  * such a button, reveals the panel, highlights the job and opens its tab. Nothing has to reach
- * the kernel for it to work.
+ * the kernel for it to work. A sweep's widget has such a button too (`ktrain-open-sweep`,
+ * `ktrain-sweep-NAME`): it opens the sweep's tab.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
@@ -27,6 +28,8 @@ export const OPEN_SWEEP = 'ktrain:open-sweep';
 export const OPEN_PANEL = 'ktrain:open-panel';
 export const BUTTON_CLASS = 'ktrain-open-panel';
 const JOB_CLASS_PREFIX = 'ktrain-job-';
+export const SWEEP_BUTTON_CLASS = 'ktrain-open-sweep';
+const SWEEP_CLASS_PREFIX = 'ktrain-sweep-';
 
 const ktrainIcon = new LabIcon({
   name: 'jupyter-ktrain:jobs',
@@ -36,14 +39,25 @@ const ktrainIcon = new LabIcon({
     '<rect x="3" y="17" width="12" height="3" rx="1"/></g></svg>'
 });
 
-/** The job named by a clicked "Open in side panel" button, or null for any other click. */
-export function jobOfButton(target: EventTarget | null): string | null {
-  const button = target instanceof Element ? target.closest(`.${BUTTON_CLASS}`) : null;
+/** The name a clicked button of class `buttonClass` carries as its class `prefix + NAME`, or
+ * null for any other click (or a disabled button). */
+function nameOfButton(target: EventTarget | null, buttonClass: string, prefix: string) {
+  const button = target instanceof Element ? target.closest(`.${buttonClass}`) : null;
   if (!button || (button as HTMLButtonElement).disabled) {
     return null;
   }
-  const cls = Array.from(button.classList).find(c => c.startsWith(JOB_CLASS_PREFIX));
-  return cls ? cls.slice(JOB_CLASS_PREFIX.length) : null;
+  const cls = Array.from(button.classList).find(c => c.startsWith(prefix));
+  return cls ? cls.slice(prefix.length) : null;
+}
+
+/** The job named by a clicked "Open in side panel" button, or null for any other click. */
+export function jobOfButton(target: EventTarget | null): string | null {
+  return nameOfButton(target, BUTTON_CLASS, JOB_CLASS_PREFIX);
+}
+
+/** The sweep named by a clicked sweep widget's "Open in side panel" button, or null. */
+export function sweepOfButton(target: EventTarget | null): string | null {
+  return nameOfButton(target, SWEEP_BUTTON_CLASS, SWEEP_CLASS_PREFIX);
 }
 
 /** A command's string argument (a job name, an insert mode); '' when absent or not a string. */
@@ -140,6 +154,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (name) {
           app.shell.activateById(panel.id);
           void app.commands.execute(OPEN_JOB, { name });
+        }
+        const sweep = sweepOfButton(event.target);
+        if (sweep) {
+          app.shell.activateById(panel.id);
+          void app.commands.execute(OPEN_SWEEP, { name: sweep });
         }
       },
       true

@@ -3,9 +3,10 @@ a real local sweep (a grid of 4 trials of a ~3 s function, 2 at a time, 1 node x
 one trial failing); its cell shows one live sweep widget (the header, a row per trial with its
 state, the best marked, one chart of every trial's objective), and the side panel's Sweeps
 section and the sweep's tab show the same trials, states and best; a trial's row opens its
-job's tab. No main-thread task takes over 200 ms while the widget, then the polled tab, redraw
-(the Long Tasks API; the panel's and the tab's opening left out). Screenshots:
-test-artifacts/sweep-tab.png, sweep-cell.png."""
+job's tab, and the widget's "Open in side panel" button the sweep's. No main-thread task
+takes over 200 ms while the widget, then the polled tab, redraw (the Long Tasks API; the
+panel's and the tab's opening left out). Screenshots: test-artifacts/sweep-tab.png,
+sweep-cell.png."""
 
 from __future__ import annotations
 
@@ -170,3 +171,9 @@ def _check(page: Any) -> None:
     )
     page.locator(WIDGET).scroll_into_view_if_needed()
     screenshot(page, "sweep-cell.png")
+    # the widget's "Open in side panel" button brings the sweep's tab back
+    page.locator(f"{WIDGET} .ktrain-open-sweep").click()
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.id === 'ktrain-sweep-tab-" + NAME + "'",
+        timeout=10_000,
+    )

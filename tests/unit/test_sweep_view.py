@@ -97,7 +97,8 @@ def test_the_panels_payloads_say_what_the_cells_table_says() -> None:
 
 
 def test_the_widget_draws_each_record_and_folds_the_lines_said() -> None:
-    widget = SweepWidget()
+    widget = SweepWidget("s")
+    assert {"ktrain-open-sweep", "ktrain-sweep-s"} <= set(widget.panel_button._dom_classes)
     widget.update(_record())
     assert widget.live
     assert "3 of 5 trials done" in widget.header.value
