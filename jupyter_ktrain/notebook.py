@@ -2,7 +2,9 @@
 ``ktrain.run`` in a cell). Messages are printed into the cell; a followed job is shown in the
 widget monitor (``KTRAIN_MONITOR=text``, or a kernel without widgets: the text view), with its
 controls routed so they work while the cell blocks; the names rank 0 bound are set in the
-kernel.
+kernel. A sweep is one live widget (:class:`~.widgets.sweep.SweepWidget`), drawn from its
+record each time the sweep writes it; the lines it says while it runs go into that widget's
+folded log (the text view: printed, as any message).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import KtrainError
 from .runner.front import TextFront
 from .widgets.controls import control_subshell, route_to_subshell
-from .widgets.monitor import MonitorView, make_view, open_in_panel
+from .widgets.monitor import MonitorView, make_view, open_in_panel, widgets_available
+from .widgets.sweep import SweepWidget
 
 if TYPE_CHECKING:
     from .backends.base import Job
@@ -44,6 +47,23 @@ class NotebookFront(TextFront):
     def __init__(self, shell: Any) -> None:
         super().__init__()
         self.shell = shell
+        self.sweep: SweepWidget | None = None
+
+    def say(self, text: str) -> None:
+        if self.sweep is not None and self.sweep.live:
+            self.sweep.say(text)
+        else:
+            super().say(text)
+
+    def show_sweep(self, record: Mapping[str, Any]) -> None:
+        """The sweep's widget (shown at its first record), drawn as ``record`` says; nothing
+        with the text view (its lines are printed)."""
+        if self.sweep is None:
+            if not _prefer_widgets() or not widgets_available():
+                return
+            self.sweep = SweepWidget(str(record["name"]))
+            self.sweep.show()
+        self.sweep.update(record)
 
     def bind(self, outputs: Mapping[str, Any]) -> None:
         if self.shell is None:
@@ -69,9 +89,8 @@ class NotebookFront(TextFront):
                     shown.cancel_failed()
                 say(f"ktrain: could not cancel {job.name!r}: {exc}")
 
-        prefer = os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"
         view = make_view(
-            model, prefer_widgets=prefer, on_cancel=cancel, on_open_panel=open_in_panel
+            model, prefer_widgets=_prefer_widgets(), on_cancel=cancel, on_open_panel=open_in_panel
         )
         views.append(view)
         if isinstance(view, MonitorView):
@@ -80,3 +99,8 @@ class NotebookFront(TextFront):
                 route_to_subshell(view.controls(), subshell)
         _last_monitor = (model, view)
         return view
+
+
+def _prefer_widgets() -> bool:
+    """Widgets unless ``KTRAIN_MONITOR=text``."""
+    return os.environ.get("KTRAIN_MONITOR", "auto").strip().lower() != "text"

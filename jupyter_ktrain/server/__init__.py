@@ -1,7 +1,7 @@
 """The Jupyter server extension behind the JupyterLab "ktrain jobs" panel.
 
-``/ktrain/api/jobs[/NAME[/logs|/metrics|/cancel]]``: thin tornado handlers
-(:mod:`.handlers`) over a Jupyter-free core (:mod:`.core`). Enabled by
+``/ktrain/api/jobs[/NAME[/logs|/metrics|/cancel]]`` and ``/ktrain/api/sweeps[/NAME]``: thin
+tornado handlers (:mod:`.handlers`) over a Jupyter-free core (:mod:`.core`). Enabled by
 ``jupyter-config/jupyter_server_config.d/jupyter_ktrain.json`` (installed with the package),
 or by hand with ``jupyter server extension enable jupyter_ktrain``.
 """

@@ -53,7 +53,10 @@ from .payloads import (
     MetricsPayload,
     ProfileShown,
     StacksPayload,
+    SweepDetail,
+    SweepsPayload,
 )
+from .sweeps import sweep_payload, sweeps_payload
 from .tracking import ServerTracking
 
 if TYPE_CHECKING:
@@ -407,6 +410,13 @@ class PanelCore:
         an ended job, a rank it does not have: one line (400)."""
         b, _status = self._find(name, backend)
         return {"text": show_stacks(self._backend(b), name, rank), "t": time.time()}
+
+    def sweeps(self) -> SweepsPayload:
+        """Every sweep of the job store (its record, not a backend's)."""
+        return sweeps_payload()
+
+    def sweep(self, name: str) -> SweepDetail:
+        return sweep_payload(name, self.plot_points)
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""

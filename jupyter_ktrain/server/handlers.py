@@ -161,6 +161,22 @@ class TraceHandler(_BaseHandler):
         self.finish(data)
 
 
+class SweepsHandler(_BaseHandler):
+    """``GET /ktrain/api/sweeps``: every sweep of the job store."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self._reply(self.core.sweeps)
+
+
+class SweepHandler(_BaseHandler):
+    """``GET /ktrain/api/sweeps/NAME``: a sweep's trials and curves, as its cell shows them."""
+
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        await self._reply(self.core.sweep, name)
+
+
 class CancelHandler(_BaseHandler):
     @tornado.web.authenticated
     async def post(self, name: str) -> None:
@@ -179,5 +195,7 @@ def setup_handlers(web_app: Any, core: PanelCore) -> None:
         (rf"/jobs/{_NAME}/stacks/?", StacksHandler),
         (rf"/jobs/{_NAME}/cancel/?", CancelHandler),
         (rf"/jobs/{_NAME}/profile/rank(?P<rank>\d+)\.trace\.json\.gz", TraceHandler),
+        (r"/sweeps/?", SweepsHandler),
+        (rf"/sweeps/{_NAME}/?", SweepHandler),
     ]
     web_app.add_handlers(".*$", [(base + path, h, {"core": core}) for path, h in routes])

@@ -37,6 +37,11 @@ __all__ = [
     "ReplicaPayload",
     "StacksPayload",
     "SummaryPayload",
+    "SweepCurve",
+    "SweepDetail",
+    "SweepRowPayload",
+    "SweepSummary",
+    "SweepsPayload",
     "TraceLink",
     "WarmPayload",
 ]
@@ -298,3 +303,77 @@ class StacksPayload(TypedDict):
 
     text: str
     t: float
+
+
+class SweepSummary(TypedDict):
+    """A sweep as the side panel lists it (``GET /ktrain/api/sweeps``), from its record in the
+    job store: ``state`` Running, Done, Stopped or Interrupted (Running only while the process
+    that runs it lives), ``done`` of ``total`` trials ended, ``best`` the best trial's number,
+    ``best_objective`` its value, ``best_text`` the two in words (``trial 2, loss=0.05
+    (lr=0.001)``); ``state_colour`` the state's, as in the cell."""
+
+    name: str
+    backend: str
+    state: str
+    state_colour: str
+    objective: str
+    done: int
+    total: int
+    running: int
+    best: int | None
+    best_objective: float | None
+    best_text: str
+    started: float
+    ended: float | None
+
+
+class SweepsPayload(TypedDict):
+    """``GET /ktrain/api/sweeps``: every sweep of the job store, newest first."""
+
+    sweeps: list[SweepSummary]
+
+
+class SweepRowPayload(TypedDict):
+    """One trial: ``params`` its values as text, in the sweep's ``names`` order; ``objective``
+    its value so far as text (``value`` the number); ``where`` its job (and run on a warm
+    job); ``reason`` why it failed or was pruned (one line); ``colour`` its curve's,
+    ``state_colour`` its state's."""
+
+    number: int
+    params: list[str]
+    state: str
+    state_colour: str
+    objective: str
+    value: float | None
+    job: str
+    run: int | None
+    where: str
+    reason: str
+    best: bool
+    colour: str
+
+
+class SweepCurve(TypedDict):
+    """Trial ``trial``'s objective over steps (downsampled)."""
+
+    trial: int
+    label: str
+    colour: str
+    x: list[float]
+    y: list[float]
+
+
+class SweepDetail(SweepSummary):
+    """``GET /ktrain/api/sweeps/NAME``: the sweep's record as its views show it (the cell's
+    widget draws the same): ``header`` its one line, ``names`` the swept names, a row per
+    trial, running or ended, and every trial's objective over steps."""
+
+    header: str
+    metric: str
+    names: list[str]
+    space: list[str]
+    search: str
+    parallel: int
+    warm: bool
+    rows: list[SweepRowPayload]
+    curves: list[SweepCurve]

@@ -6,7 +6,8 @@ travel as the notebook's values do), and runs as its own job ``NAME-tN``, or, wi
 ``--warm``, as the next run on a free one of the sweep's warm jobs ``NAME-w0``..``NAME-wP-1``
 (one thread per slot). A trial is followed headless (:mod:`.follow`: its objective as it is
 reported, the median rule); the front is spoken to from the calling thread only: a line per
-trial start and end, the table at the end, the best trial's names bound. The sweep's warm jobs
+trial start and end, the sweep's record each time it is written, the table at the end, the
+best trial's names bound. The sweep's warm jobs
 end with it.
 """
 
@@ -62,7 +63,7 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
 
     runner = _Runner(source, options, sweep, name, backend, Search(sweep))
     front.say(runner.opening())
-    runner.keep()
+    runner.keep(front)
     try:
         runner.go(front)
     except KeyboardInterrupt:
@@ -71,7 +72,7 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
         front.say(f"Sweep {name!r} interrupted: its running trials were cancelled.")
     finally:
         runner.end_warm(front)
-        runner.keep(ended=True)
+        runner.keep(front, ended=True)
     result = Sweep(name, sweep.objective, tuple(sorted(runner.trials, key=lambda t: t.number)))
     front.say(result.table())
     best = result.best
@@ -178,6 +179,9 @@ class _TrialFront:
     def bind(self, outputs: Mapping[str, Any]) -> None:
         return None
 
+    def show_sweep(self, record: Mapping[str, Any]) -> None:
+        return None
+
 
 class _Runner:
     """The trials of one sweep, run from ``parallel`` slot threads."""
@@ -212,8 +216,9 @@ class _Runner:
         self.kept_at = 0.0
         self.failed_stop = False
 
-    def keep(self, ended: bool = False) -> None:
-        """Write the sweep's record as it stands (the job store's): what the views read."""
+    def keep(self, front: Front, ended: bool = False) -> None:
+        """Write the sweep's record as it stands (the job store's) and show it (``front``'s
+        sweep view): what the views read."""
         with self.lock:
             rows = [*self.rows]
             rows += [
@@ -234,6 +239,7 @@ class _Runner:
             if "record" not in self.seen:
                 self.seen.add("record")
                 self.messages.put(f"warning: the sweep's record could not be written: {exc}")
+        front.show_sweep(record)
 
     def opening(self) -> str:
         s = self.sweep
@@ -268,9 +274,9 @@ class _Runner:
                 front.say(self.messages.get(timeout=0.1))
             except queue.Empty:
                 if time.monotonic() - self.kept_at >= KEEP_EVERY_S:
-                    self.keep()
+                    self.keep(front)
             else:
-                self.keep()  # a trial started or ended
+                self.keep(front)  # a trial started or ended
 
     def stop(self, why: str) -> None:
         """No next trial; every running one cancelled."""

@@ -12,7 +12,9 @@ import {
   JobsPayload,
   LogsPayload,
   MetricsPayload,
-  StacksPayload
+  StacksPayload,
+  SweepDetail,
+  SweepsPayload
 } from './payloads';
 
 export const API_ROOT = 'ktrain/api';
@@ -90,5 +92,7 @@ export const api = {
     requestAPI<StacksPayload>(`${job(name)}/stacks${query({ rank })}`),
   cancel: (name: string) => requestAPI<JobDetail>(`${job(name)}/cancel`, { method: 'POST' }),
   compare: (jobs: string[], metric: string | null, backend: string) =>
-    requestAPI<ComparePayload>(`compare${query({ jobs: jobs.join(','), metric, backend })}`)
+    requestAPI<ComparePayload>(`compare${query({ jobs: jobs.join(','), metric, backend })}`),
+  sweeps: () => requestAPI<SweepsPayload>('sweeps'),
+  sweep: (name: string) => requestAPI<SweepDetail>(`sweeps/${encodeURIComponent(name)}`)
 };

@@ -4,7 +4,7 @@
  * it becomes visible or the refresh button is pressed). Clicking a row runs `ktrain:open-job`;
  * ticking the boxes of two jobs or more of one backend and pressing Compare opens their
  * comparison (compareview.ts). A cluster job whose objects are gone is shown from its history,
- * marked `deleted`.
+ * marked `deleted`. Under the jobs, the "Sweeps" section (sweeplist.ts), read with them.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -12,6 +12,7 @@ import { api, KtrainApiError } from './api';
 import { stateColour } from './colours';
 import { JobSummary, JobsPayload } from './payloads';
 import { publish, subscribe } from './progress';
+import { SweepList } from './sweeplist';
 
 export const POLL_MS = 3000;
 
@@ -58,10 +59,12 @@ export class JobsPanel extends Widget {
   private unsubscribe: () => void;
   private selected = new Map<string, { name: string; backend: string }>();
   private compareButton = document.createElement('button');
+  private sweeps: SweepList;
 
   constructor(
     private openJob: (name: string) => void,
-    private openCompare: (names: string[], backend: string) => void = () => undefined
+    private openCompare: (names: string[], backend: string) => void = () => undefined,
+    openSweep: (name: string) => void = () => undefined
   ) {
     super();
     this.id = 'ktrain-jobs-panel';
@@ -86,7 +89,8 @@ export class JobsPanel extends Widget {
     this.status.className = 'ktrain-PanelStatus';
     this.list = document.createElement('table');
     this.list.className = 'ktrain-JobTable';
-    this.node.append(bar, this.status, this.list);
+    this.sweeps = new SweepList(openSweep);
+    this.node.append(bar, this.status, this.list, this.sweeps.node);
     // an open job tab polls its job every second: its figures replace the row's at once
     this.unsubscribe = subscribe(job => this.updateRow(job));
   }
@@ -139,6 +143,7 @@ export class JobsPanel extends Widget {
       return;
     }
     this.inFlight = true;
+    void this.sweeps.refresh();
     try {
       this.render(await api.jobs());
     } catch (error) {

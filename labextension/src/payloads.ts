@@ -261,6 +261,85 @@ export interface SummaryPayload {
 }
 
 /**
+ * Trial `trial`'s objective over steps (downsampled).
+ */
+export interface SweepCurve {
+  trial: number;
+  label: string;
+  colour: string;
+  x: number[];
+  y: number[];
+}
+
+/**
+ * `GET /ktrain/api/sweeps/NAME`: the sweep's record as its views show it (the cell's
+ * widget draws the same): `header` its one line, `names` the swept names, a row per
+ * trial, running or ended, and every trial's objective over steps.
+ */
+export interface SweepDetail extends SweepSummary {
+  header: string;
+  metric: string;
+  names: string[];
+  space: string[];
+  search: string;
+  parallel: number;
+  warm: boolean;
+  rows: SweepRowPayload[];
+  curves: SweepCurve[];
+}
+
+/**
+ * One trial: `params` its values as text, in the sweep's `names` order; `objective`
+ * its value so far as text (`value` the number); `where` its job (and run on a warm
+ * job); `reason` why it failed or was pruned (one line); `colour` its curve's,
+ * `state_colour` its state's.
+ */
+export interface SweepRowPayload {
+  number: number;
+  params: string[];
+  state: string;
+  state_colour: string;
+  objective: string;
+  value: number | null;
+  job: string;
+  run: number | null;
+  where: string;
+  reason: string;
+  best: boolean;
+  colour: string;
+}
+
+/**
+ * A sweep as the side panel lists it (`GET /ktrain/api/sweeps`), from its record in the
+ * job store: `state` Running, Done, Stopped or Interrupted (Running only while the process
+ * that runs it lives), `done` of `total` trials ended, `best` the best trial's number,
+ * `best_objective` its value, `best_text` the two in words (`trial 2, loss=0.05
+ * (lr=0.001)`); `state_colour` the state's, as in the cell.
+ */
+export interface SweepSummary {
+  name: string;
+  backend: string;
+  state: string;
+  state_colour: string;
+  objective: string;
+  done: number;
+  total: number;
+  running: number;
+  best: number | null;
+  best_objective: number | null;
+  best_text: string;
+  started: number;
+  ended: number | null;
+}
+
+/**
+ * `GET /ktrain/api/sweeps`: every sweep of the job store, newest first.
+ */
+export interface SweepsPayload {
+  sweeps: SweepSummary[];
+}
+
+/**
  * A rank's Chrome trace of the job's last profile: `path` under the API's root.
  */
 export interface TraceLink {
