@@ -105,6 +105,16 @@ def test_a_warm_sweep_runs_its_trials_on_two_warm_jobs_and_binds_the_best(
     assert "Ended the sweep's warm job(s) sw-w0, sw-w1." in out
     for name in ("sw-w0", "sw-w1"):  # the sweep's warm jobs ended with it
         assert LocalBackend().status(name).terminal
+    # %ktrain compare SWEEP: its trials, each a run of a warm job, with their swept values
+    shell.run_line_magic("ktrain", "compare sw")
+    out = capsys.readouterr().out
+    rows = {line[:24].strip(): line[24:].split() for line in out.splitlines()[1:]}
+    assert "trial 0" in out.splitlines()[0], out
+    losses = [float(v) for v in rows["loss (last)"]]
+    assert losses == [pytest.approx(t.objective, rel=1e-5) for t in sweep.trials], out
+    assert [float(v) for v in rows["lr"]] == [pytest.approx(t.params["lr"], rel=1e-5)
+                                              for t in sweep.trials], out  # fmt: skip
+    assert "state" not in rows  # all succeeded: the same
 
 
 def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
