@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "settings",
     "sink_for",
     "started",
+    "under",
 ]
 
 DEFAULT_EXPERIMENT = "ktrain"
@@ -90,6 +92,18 @@ def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = pri
         write_record(job.backend.name, job.name, record)
     except OSError as exc:
         say(f"warning: cannot keep the job's record ({exc}); it runs on, untracked.")
+
+
+def under(job: Job, tags: Mapping[str, str]) -> None:
+    """Tags the tracked job's run is to carry beside its own, kept in its record before the
+    run is made (a sweep's trial: ``mlflow.parentRunId``, its sweep, its number). An untracked
+    job, or a store that cannot be written: nothing."""
+    record = read_record(job.backend.name, job.name)
+    if record is None or "mlflow" not in record:
+        return
+    record["mlflow"]["tags"] = dict(tags)
+    with contextlib.suppress(OSError):
+        write_record(job.backend.name, job.name, record)
 
 
 class TrackingSink:
@@ -158,7 +172,10 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
         job.name,
         record,
         new_params=record.get("params") or {},
-        tags={"ktrain.code_sha256": str(record.get("code_sha256", ""))},
+        tags={
+            "ktrain.code_sha256": str(record.get("code_sha256", "")),
+            **record["mlflow"].get("tags", {}),
+        },
     )
     if job.plan is not None:
         run.artifact("ktrain/program.py", job.plan.program.source)
