@@ -212,7 +212,10 @@ def _sweep(target: Target, name: str) -> tuple[dict[str, Any], Backend] | None:
     record = read_sweep(name)
     if record is None:
         return None
-    backend = Target(target.backend or record.get("backend"), target.namespace).open()
+    on = record.get("backend")
+    if target.backend not in (None, on) or (target.namespace is not None and on != "kubernetes"):
+        return None  # another backend's job is asked for
+    backend = Target(on, target.namespace).open()
     try:
         backend.status(name)
     except JobNotFound:

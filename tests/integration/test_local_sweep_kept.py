@@ -139,6 +139,12 @@ def test_attach_after_the_sweeps_process_was_killed_shows_it_interrupted(
     assert re.search(r"^ka +local +sweep Interrupted · 2/3 trial\(s\), best trial \d loss=1\.25$",
                      out, re.M), out  # fmt: skip
 
+    ktrain = str(Path(sys.executable).parent / "ktrain")  # the console script says the same
+    cli = subprocess.run([ktrain, "attach", "ka"], capture_output=True, text=True, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert "Sweep 'ka' (local): Interrupted: 2 of 3 trial(s) ended" in cli.stdout, cli.stdout
+    assert f"cancel it with `ktrain cancel {trial.job} --run {trial.run}`" in cli.stdout
+
     shell.run_line_magic("ktrain", "delete ka")
     out = _plain(capsys.readouterr().out)
     assert "Deleted sweep 'ka': its record and its job(s) ka-w0, ka-w1." in out, out
