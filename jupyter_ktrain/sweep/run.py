@@ -113,12 +113,7 @@ def _prepare(
     names = _job_names(name, sweep, options)
     spec = RunOptions({**options.values, "name": names[-1]}, options.backend).spec(program.entry)
     check_warm(spec)
-    where = tracking.check(spec)
-    if where is not None and options.values.get("warm"):
-        raise SpecError(
-            "A warm sweep's trials are not tracked in MLflow (a warm job's runs are not, yet): "
-            'run the sweep without --warm, or with --mlflow off (mlflow="off" in ktrain.sweep).'
-        )
+    where = tracking.check(spec)  # MLflow installed, when the trials are to be tracked
     backend = get_backend(spec.backend)
     for job in names:
         try:

@@ -192,8 +192,6 @@ def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
         ('--sweep "lr=choice(1,2)" --objective loss:min --detach', "--detach does not go with"),
         ('--sweep "lr=uniform(1,2)" --search grid --objective loss:min', "lr is continuous"),
         ("--trials 3", "--trials only apply to a sweep"),
-        ('--sweep "lr=choice(1,2)" --objective loss:min --warm --mlflow http://127.0.0.1:9',
-         "A warm sweep's trials are not tracked in MLflow"),
     ],
 )  # fmt: skip
 def test_bad_sweep_input_is_one_error_before_anything_runs(

@@ -292,25 +292,28 @@ def test_ktrain_run_and_the_cell_make_the_same_mlflow_run_fields(
     )
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["a-job-each", "warm"])
 def test_a_sweep_is_one_parent_run_with_a_child_run_per_trial(
-    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str], warm: bool
 ) -> None:
-    """Two trials, each its own job: each a child run of the sweep's run (tagged
-    ``mlflow.parentRunId``) with its params and points as a plain job's; the parent has what
-    was searched and, at the end, the best trial."""
+    """Two trials, each its own job (or its run of the warm job): each a child run of the
+    sweep's run (tagged ``mlflow.parentRunId``) with its params and points as a plain job's;
+    the parent has what was searched and, at the end, the best trial."""
+    name, experiment = ("swept-warm", "exp-sw") if warm else ("swept", "exp-s")
     flags = (
-        f"--nodes 1 --procs-per-node 1 --name swept --mlflow {server.uri} --experiment exp-s "
-        '--sweep "steps=choice(3,5)" --objective loss:min --no-prune'
+        f"--nodes 1 --procs-per-node 1 --name {name} --mlflow {server.uri} "
+        f'--experiment {experiment} --sweep "steps=choice(3,5)" --objective loss:min --no-prune'
+        + (" --warm" if warm else "")
     )
     sweep = shell.run_cell_magic("ktrain", flags, "r = train(steps)\n")
     out = _plain(capsys.readouterr().out)
     assert [t.state for t in sweep.trials] == ["Succeeded", "Succeeded"], out
-    exp = server.get("experiments/get-by-name", experiment_name="exp-s")["experiment"]
+    exp = server.get("experiments/get-by-name", experiment_name=experiment)["experiment"]
     found = server.post(
         "runs/search",
-        {"experiment_ids": [exp["experiment_id"]], "filter": "tags.`ktrain.sweep` = 'swept'"},
+        {"experiment_ids": [exp["experiment_id"]], "filter": f"tags.`ktrain.sweep` = '{name}'"},
     )["runs"]
-    parents = [r for r in found if r["info"]["run_name"] == "swept"]
+    parents = [r for r in found if r["info"]["run_name"] == name]
     assert len(parents) == 1, found  # one parent
     parent = parents[0]
     parent_id = parent["info"]["run_id"]
@@ -334,7 +337,12 @@ def test_a_sweep_is_one_parent_run_with_a_child_run_per_trial(
         tags = {t["key"]: t["value"] for t in child["data"]["tags"]}
         assert tags["mlflow.parentRunId"] == parent_id
         trial = sweep.trials[int(tags["ktrain.trial"])]
-        assert tags["ktrain.job"] == trial.job == f"swept-t{trial.number}"
+        if warm:  # its run of the warm job
+            assert tags["ktrain.job"] == trial.job == f"{name}-w0"
+            assert tags["ktrain.run"] == str(trial.run)
+            assert child["info"]["run_name"] == f"{name}-w0 run {trial.run}"
+        else:
+            assert tags["ktrain.job"] == trial.job == f"{name}-t{trial.number}"
         assert tags["ktrain.state"] == "Succeeded"
         assert child["info"]["status"] == "FINISHED"
         params = {p["key"]: p["value"] for p in child["data"]["params"]}
