@@ -32,6 +32,8 @@ from .spec import check_job_name
 from .spec_values import parse_duration
 from .stacks import show_stacks
 from .store.records import job_dir
+from .store.sweeps import list_sweeps, read_sweep
+from .sweep import seen as sweeps
 from .tracking import session as tracking
 from .words import cancelled_text, describe, status_text
 
@@ -57,12 +59,14 @@ class Reply:
     """What a command answered. ``text`` is printed first (may be empty); ``figure`` builds a
     figure a front end with a display shows; ``follow`` is a job the front end follows into
     its monitor; ``error`` is raised after ``text`` (an answer that is incomplete, e.g. a
-    list one backend could not give)."""
+    list one backend could not give); ``value`` is what the magic returns (an attached
+    sweep's :class:`~.sweep.trials.Sweep`)."""
 
     text: str = ""
     figure: Callable[[], Any] | None = None
     follow: Job | None = None
     error: KtrainError | None = None
+    value: Any = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,9 @@ def list_jobs(target: Target) -> Reply:
             problems.append(f"{name}: {exc}")
             continue
         rows += [f"{s.name:32} {name:10} {describe(s)}".rstrip() for s in statuses]
+    if target.namespace is None:  # the sweeps' records, of the backends listed
+        shown = [sweeps.list_row(r) for r in list_sweeps() if r.get("backend") in names]
+        rows += [f"{n:32} {b:10} {what}" for n, b, what in shown]
     text = ""
     if rows:
         text = f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows)
@@ -200,7 +207,28 @@ def list_jobs(target: Target) -> Reply:
     return Reply(text, error=ClusterError("\n".join(problems)) if problems else None)
 
 
+def _sweep(target: Target, name: str) -> tuple[dict[str, Any], Backend] | None:
+    """Sweep ``name``'s record and its backend, when there is one and no job of that name."""
+    record = read_sweep(name)
+    if record is None:
+        return None
+    on = record.get("backend")
+    if target.backend not in (None, on) or (target.namespace is not None and on != "kubernetes"):
+        return None  # another backend's job is asked for
+    backend = Target(on, target.namespace).open()
+    try:
+        backend.status(name)
+    except JobNotFound:
+        return record, backend
+    return None
+
+
 def attach(target: Target, name: str) -> Reply:
+    """Follow the job again; a sweep's name: the sweep as it stands (its :class:`Sweep`)."""
+    found = _sweep(target, name)
+    if found is not None:
+        text, sweep = sweeps.attach_text(*found)
+        return Reply(text, value=sweep)
     return Reply(follow=target.open().attach(name))
 
 
@@ -260,7 +288,11 @@ def warm(target: Target, name: str, idle: str) -> Reply:
 
 def delete(target: Target, name: str, history: bool = False) -> Reply:
     """What was removed where. A cluster job's objects are deleted and its history kept
-    (``--history`` removes it too); a local job's folder is its history, so all of it goes."""
+    (``--history`` removes it too); a local job's folder is its history, so all of it goes.
+    A sweep's name: its trials' jobs and its record."""
+    found = _sweep(target, name)
+    if found is not None:
+        return Reply(sweeps.delete_sweep(*found))
     backend = target.open()
     status = backend.status(name)  # JobNotFound: neither objects nor history
     namespace = getattr(backend, "namespace", None) if backend.name == "kubernetes" else None
@@ -289,11 +321,29 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
     """The table always; the plot for a front end that shows figures."""
     from .tracking import compare as comparing
 
+    found = _sweep(target, names[0]) if len(names) == 1 else None
+    if found is not None:  # a sweep: its trials (each its job, or its run of a warm job)
+        record, backend = found
+        entries, objective = sweeps.compare_entries(record)
+        c = comparing.compare_entries(backend, _existing(backend, entries), metric or objective)
+        return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
     backend = target.open()
     for name in names:
         backend.status(name)  # a job that is not there: one error naming it
     c = comparing.comparison(backend, list(names), metric)
     return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
+
+
+def _existing(backend: Backend, entries: list[Any]) -> list[Any]:
+    """The entries whose job is there (a trial that failed to start made none)."""
+    there: list[Any] = []
+    for entry in entries:
+        try:
+            backend.status(entry.job)
+        except JobNotFound:
+            continue
+        there.append(entry)
+    return there
 
 
 def stacks(target: Target, name: str, rank: int | None) -> Reply:
@@ -334,7 +384,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "attach",
         (NAME,),
-        "follow a running job again (e.g. after a kernel restart)",
+        "follow a running job again (e.g. after a kernel restart);\n"
+        "a sweep's name: the sweep as it stands",
         attach,
     ),
     Command(
@@ -396,7 +447,8 @@ COMMANDS: tuple[Command, ...] = (
         (NAME, Arg("--history", "", "", switch=True)),
         "cancel, then remove everything it left (files, objects);\n"
         "a cluster job's history (state, logs, params) is kept\n"
-        "for logs/status/compare unless --history is given",
+        "for logs/status/compare unless --history is given;\n"
+        "a sweep's name: its trials' jobs and its record",
         delete,
     ),
     Command(
@@ -406,7 +458,8 @@ COMMANDS: tuple[Command, ...] = (
             Arg("--metric", "NAME", "a metric name, e.g. loss"),
         ),
         "one metric of several jobs overlaid, with the flags and\n"
-        "constants that differ between them",
+        "constants that differ between them; one sweep's name:\n"
+        "its trials, with their swept values",
         compare,
     ),
     Command(

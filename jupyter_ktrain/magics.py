@@ -111,7 +111,8 @@ class KtrainMagics(Magics):
 def run_line_command(argv: list[str], shell: Any = None) -> Any:
     """``%ktrain COMMAND ...``: the command of :data:`~jupyter_ktrain.commands.COMMANDS`,
     its reply shown in the notebook (a compare's figure in a kernel, a followed job in the
-    monitor, its outputs set in ``shell``); the followed :class:`Job`, else None."""
+    monitor, its outputs set in ``shell``); the followed :class:`Job`, else the reply's value
+    (an attached sweep's :class:`~jupyter_ktrain.sweep.trials.Sweep`), else None."""
     if not argv or argv[0] in commands.HELP_WORDS:  # in a notebook, the cell magic too
         say(commands.help_text("%ktrain ") + _CELL_HELP)
         return None
@@ -125,6 +126,6 @@ def run_line_command(argv: list[str], shell: Any = None) -> Any:
     if reply.error is not None:
         raise reply.error
     if reply.follow is None:
-        return None
+        return reply.value
     follow(reply.follow, NotebookFront(shell))
     return reply.follow

@@ -1,13 +1,14 @@
 """Following one trial's job to its end, headless: the objective as the job reports it
 (``ktrain.report``'s records in its lines, from its lowest reporting rank), the median rule
 against the other trials on the sweep's :class:`Board` at each poll (a trial it names is
-cancelled and ends Pruned), and the :class:`~.trials.Trial` it ended as.
+cancelled and ends Pruned), and the :class:`~.trials.Trial` it ended as. A job tracked in
+MLflow is logged as the cell logs a job it follows (:mod:`~..tracking.session`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KtrainError
@@ -16,6 +17,7 @@ from ..jobs import SUCCEEDED as JOB_SUCCEEDED
 from ..monitor.cell_error import job_error
 from ..monitor.follow import follow
 from ..pod.protocol import LogLine, Metric
+from ..tracking import session as tracking
 from .objective import Objective, as_number
 from .prune import Pruned, prune_at
 from .trials import CANCELLED, FAILED, PRUNED, SUCCEEDED, Trial
@@ -101,11 +103,19 @@ class _TrialSink:
 
 
 def follow_trial(
-    number: int, params: Mapping[str, Any], job: Job, board: Board, objective: Objective
+    number: int,
+    params: Mapping[str, Any],
+    job: Job,
+    board: Board,
+    objective: Objective,
+    say: Callable[[str], None] = print,
 ) -> Trial:
-    """Follow trial ``number``'s ``job`` to its end: the trial as it ended."""
+    """Follow trial ``number``'s ``job`` to its end: the trial as it ended (what tracking
+    has to say goes to ``say``)."""
     sink = _TrialSink(number, job, board)
-    status = follow(job, sink, interval=0.1)
+    tracked = tracking.sink_for(job, sink, say)  # MLflow, when the job's record says so
+    status = follow(job, tracked, interval=0.1)
+    tracking.finished(tracked, job, status, say)
     last = board.last(number)
 
     def ended(state: str, value: float | None, error: str = "") -> Trial:

@@ -39,9 +39,11 @@ from ..tracking import session as tracking
 from .follow import Board, follow_trial
 from .options import SweepOptions
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, make_record, row_of, running_row
+from .tracked import end_parent, start_parent, trial_under
 from .trials import CANCELLED, FAILED, Sweep, Trial, best_of, params_text
 
 if TYPE_CHECKING:
+    from ..tracking.sweep_run import SweepRun
     from .search import Search
 
 __all__ = ["SLOT_ENV", "check_call", "run_sweep"]
@@ -58,11 +60,12 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
     sweep = options.sweep
     if sweep is None:
         raise SpecError("run_sweep needs the sweep's options (--sweep).")
-    name, backend = _prepare(source, options, sweep)
+    name, backend, where = _prepare(source, options, sweep)
     from .search import Search  # Optuna, an optional extra: loaded when a sweep runs
 
     runner = _Runner(source, options, sweep, name, backend, Search(sweep))
     front.say(runner.opening())
+    runner.parent = start_parent(where, name, backend.name, sweep, front.say)
     runner.keep(front)
     try:
         runner.go(front)
@@ -75,6 +78,7 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
         runner.keep(front, ended=True)
     result = Sweep(name, sweep.objective, tuple(sorted(runner.trials, key=lambda t: t.number)))
     front.say(result.table())
+    end_parent(runner.parent, runner.state(ended=True), result, front.say)
     best = result.best
     if best is not None and best.handle is not None and not runner.interrupted:
         front.bind({k: v for k, v in best.handle.outputs.items() if k != "_"})
@@ -85,11 +89,13 @@ def _probe(param: Any) -> Any:
     return param.choices[0] if param.kind == "choice" else param.low
 
 
-def _prepare(source: Source, options: RunOptions, sweep: SweepOptions) -> tuple[str, Backend]:
+def _prepare(
+    source: Source, options: RunOptions, sweep: SweepOptions
+) -> tuple[str, Backend, tuple[str, str] | None]:
     """Every check of the sweep, before any job: the cell captures with the swept names bound
-    and reads each of them, the trials' jobs can be made (names, --warm), no job of their
-    names exists (unless --replace: then they are deleted now), Optuna is installed. The
-    sweep's name, the backend."""
+    and reads each of them, the trials' jobs can be made (names, --warm, MLflow), no job of
+    their names exists (unless --replace: then they are deleted now), Optuna is installed.
+    The sweep's name, the backend, where it is tracked (MLflow's URI and experiment)."""
     if importlib.util.find_spec("optuna") is None:
         raise SpecError(
             "A sweep searches with Optuna, which is not installed in this kernel: "
@@ -109,11 +115,7 @@ def _prepare(source: Source, options: RunOptions, sweep: SweepOptions) -> tuple[
     names = _job_names(name, sweep, options)
     spec = RunOptions({**options.values, "name": names[-1]}, options.backend).spec(program.entry)
     check_warm(spec)
-    if tracking.settings(spec) is not None:
-        raise SpecError(
-            "A sweep's trials are not tracked in MLflow yet: run the sweep with --mlflow off "
-            '(mlflow="off" in ktrain.sweep).'
-        )
+    where = tracking.check(spec)  # MLflow installed, when the trials are to be tracked
     backend = get_backend(spec.backend)
     for job in names:
         try:
@@ -126,7 +128,7 @@ def _prepare(source: Source, options: RunOptions, sweep: SweepOptions) -> tuple[
                 f"delete the sweep's earlier jobs first, or give another --name."
             )
         backend.delete(job)
-    return name, backend
+    return name, backend, where
 
 
 def _job_names(name: str, sweep: SweepOptions, options: RunOptions) -> list[str]:
@@ -215,6 +217,13 @@ class _Runner:
         self.rows: list[dict[str, Any]] = []  # each ended trial's row
         self.kept_at = 0.0
         self.failed_stop = False
+        self.parent: SweepRun | None = None  # the sweep's MLflow run, when it is tracked
+
+    def state(self, ended: bool) -> str:
+        """The sweep's state now (``ended``: as it ended)."""
+        if not ended:
+            return RUNNING
+        return INTERRUPTED if self.interrupted else STOPPED if self.failed_stop else DONE
 
     def keep(self, front: Front, ended: bool = False) -> None:
         """Write the sweep's record as it stands (the job store's) and show it (``front``'s
@@ -225,11 +234,9 @@ class _Runner:
                 {**row, "objective": self.board.last(number)} for number, row in self.live.items()
             ]
         curves = self.board.curves()
-        state = RUNNING
-        if ended:
-            state = INTERRUPTED if self.interrupted else STOPPED if self.failed_stop else DONE
         record = make_record(
-            self.name, self.backend.name, self.sweep, self.warm, self.started, state, rows,
+            self.name, self.backend.name, self.sweep, self.warm, self.started, self.state(ended),
+            rows,
             curves, time.time() if ended else None,
         )  # fmt: skip
         self.kept_at = time.monotonic()
@@ -343,12 +350,13 @@ class _Runner:
             self.running[number] = job
             self.live[number] = running_row(number, params, job.name, job.run, time.time(), None)
             stopped = self.stopped.is_set()
+        trial_under(self.parent, job, self.name, number)
         if stopped:
             job.cancel()
         where = f"{job.name!r} run {job.run}" if job.run is not None else f"{job.name!r}"
         self.messages.put(f"trial {number} started on {where}: {params_text(params)}")
         try:
-            return follow_trial(number, params, job, self.board, self.sweep.objective)
+            return follow_trial(number, params, job, self.board, self.sweep.objective, front.say)
         except (KtrainError, OSError) as exc:  # the job went from under it: this trial failed
             with contextlib.suppress(KtrainError, OSError):
                 job.cancel()

@@ -1,5 +1,7 @@
 """``%ktrain compare A B C``: one metric of several jobs overlaid, and what differed between
-them (the flags and constants whose values are not the same in every job).
+them (the flags and constants whose values are not the same in every job). A column is an
+:class:`Entry`: a job, or one run of a warm job, with its params (a sweep's trials: their
+swept values, ``%ktrain compare SWEEP``).
 
 The curves come from each job's stored lines (``Backend.read_logs``, rebuilt into a monitor
 model as the side panel does: rank 0's series, or the lowest rank that reported the metric);
@@ -9,18 +11,18 @@ data; :func:`text` and :func:`figure` render it (plotly, as the widget's plots).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends.capabilities import job_shape
+from ..backends.capabilities import job_shape, warm_capable
 from ..errors import SpecError
 from ..store.records import read_record
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["Comparison", "comparison", "figure", "text"]
+__all__ = ["Comparison", "Entry", "compare_entries", "comparison", "figure", "text"]
 
 MISSING = "—"
 POINTS = 2_000
@@ -40,13 +42,30 @@ class Comparison:
     metrics: list[str] = field(default_factory=list)  # every metric name any job reported
 
 
-def _series(backend: Backend, name: str) -> dict[str, tuple[list[float], list[float]]]:
-    """Each metric name of the job -> rank 0's (or the lowest rank's) points."""
+@dataclass(frozen=True)
+class Entry:
+    """One column of a comparison: its ``label``, the ``job`` whose stored lines give its
+    curves (``run``: that run of a warm job), its ``params`` (None: the job's record's)."""
+
+    label: str
+    job: str
+    run: int | None = None
+    params: Mapping[str, str] | None = None
+
+
+def _series(backend: Backend, entry: Entry) -> dict[str, tuple[list[float], list[float]]]:
+    """Each metric name of the job (or run) -> rank 0's (or the lowest rank's) points."""
     from ..monitor.live import model_from_logs
 
+    name = entry.job
     shape = job_shape(backend, name)
     kind = shape.kind if shape else None
-    model = model_from_logs(name, backend.read_logs(name), kind=kind, plot_points=POINTS)
+    lines = (
+        warm_capable(backend, name).read_run_logs(name, entry.run)
+        if entry.run is not None
+        else backend.read_logs(name)
+    )
+    model = model_from_logs(name, lines, kind=kind, plot_points=POINTS)
     out: dict[str, tuple[list[float], list[float]]] = {}
     for rank, metric in sorted(model.metrics):
         if metric not in out:
@@ -60,7 +79,15 @@ def comparison(backend: Backend, names: Sequence[str], metric: str | None = None
     ``loss`` when every job has it, else the first name they all reported)."""
     if len(names) < 2:
         raise SpecError("%ktrain compare needs two jobs or more, e.g. %ktrain compare A B.")
-    series = {name: _series(backend, name) for name in names}
+    return compare_entries(backend, [Entry(name, name) for name in names], metric)
+
+
+def compare_entries(
+    backend: Backend, entries: Sequence[Entry], metric: str | None = None
+) -> Comparison:
+    """The comparison of ``entries`` (jobs or runs of ``backend``, labelled) on ``metric``."""
+    names = [e.label for e in entries]
+    series = {e.label: _series(backend, e) for e in entries}
     common = set.intersection(*(set(s) for s in series.values()))
     every = sorted(set().union(*(set(s) for s in series.values())))
     if metric is None:
@@ -77,7 +104,14 @@ def comparison(backend: Backend, names: Sequence[str], metric: str | None = None
             out.last[name] = found[metric][1][-1]
     if not out.curves:
         raise SpecError(f"No job of {', '.join(names)} reported {metric!r}: known {every}.")
-    params = {name: (read_record(backend.name, name) or {}).get("params", {}) for name in names}
+    params = {
+        e.label: (
+            e.params
+            if e.params is not None
+            else (read_record(backend.name, e.job) or {}).get("params", {})
+        )
+        for e in entries
+    }
     for key in sorted(set().union(*(set(p) for p in params.values())) - SELF):
         values = {name: str(params[name].get(key, MISSING)) for name in names}
         if len(set(values.values())) > 1:

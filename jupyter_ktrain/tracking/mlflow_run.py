@@ -55,7 +55,9 @@ def run_link(uri: str, experiment_id: str | None, run_id: str) -> str:
 class MlflowRun:
     """The run of one job (see the module docstring). ``record`` is the job's record in the
     store, whose ``mlflow`` part this keeps current (``run_id``, ``sent``); ``new_params`` are
-    logged when the run is created here (a resumed run has them already)."""
+    logged when the run is created here (a resumed run has them already). ``run``: the
+    job's run, on a warm job (its record is kept under ``NAME/runs/N``; the MLflow run is
+    named ``NAME run N`` and tagged ``ktrain.run``)."""
 
     def __init__(
         self,
@@ -63,6 +65,7 @@ class MlflowRun:
         name: str,
         record: dict[str, Any],
         *,
+        run: int | None = None,
         new_params: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
         client_factory: Callable[[str], Any] = _quiet_client,
@@ -71,6 +74,8 @@ class MlflowRun:
         retry_s: float = 2.0,
     ) -> None:
         self.backend, self.name, self.record = backend, name, record
+        self.run = run
+        self.key = name if run is None else f"{name}/runs/{run}"  # its record's, in the store
         self.state: dict[str, Any] = record["mlflow"]
         self.uri: str = self.state["uri"]
         self.experiment: str = self.state["experiment"]
@@ -259,15 +264,15 @@ class MlflowRun:
     def _create_run(self, client: Any) -> None:
         exp = client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp is not None else client.create_experiment(self.experiment)
+        run_name = self.name if self.run is None else f"{self.name} run {self.run}"
+        tags = {"mlflow.runName": run_name, "ktrain.job": self.name, "ktrain.backend": self.backend}
+        if self.run is not None:
+            tags["ktrain.run"] = str(self.run)
         run = client.create_run(
             exp_id,
             start_time=int(float(self.record.get("started") or time.time()) * 1000),
-            tags={
-                "mlflow.runName": self.name,
-                "ktrain.job": self.name,
-                "ktrain.backend": self.backend,
-            },
-            run_name=self.name,
+            tags=tags,
+            run_name=run_name,
         )
         self.experiment_id = exp_id
         self.state.update(run_id=run.info.run_id, experiment_id=exp_id)
@@ -303,4 +308,4 @@ class MlflowRun:
         self.state["sent"] = self.sent.as_dict()
         # the store is best effort here: a full disk must not stop the sending
         with contextlib.suppress(OSError):
-            write_record(self.backend, self.name, self.record)
+            write_record(self.backend, self.key, self.record)

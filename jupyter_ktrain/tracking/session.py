@@ -4,7 +4,8 @@
   else ``%ktrain config mlflow=URI``), refused with one clear error when MLflow is not
   installed;
 - :func:`started` once the job is scheduled: its record in the job store (params, code hash,
-  where it is tracked), and the code and rendered objects to log as artifacts;
+  where it is tracked), and the code and rendered objects to log as artifacts; a run of a
+  warm job is tracked as a job of its own (its record beside the job's, :func:`record_key`);
 - :func:`sink_for` wraps the follow loop's sink: the lines go to the view as before, and to the
   job's MLflow run (:class:`TrackingSink`); a re-attached kernel resumes the same run;
 - :func:`finished` after the follow loop: result scalars, each rank's log, the final state,
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import time
 from collections.abc import Callable, Mapping
@@ -38,9 +40,11 @@ __all__ = [
     "detached",
     "finished",
     "forget",
+    "record_key",
     "settings",
     "sink_for",
     "started",
+    "under",
 ]
 
 DEFAULT_EXPERIMENT = "ktrain"
@@ -70,11 +74,18 @@ def check(spec: JobSpec) -> tuple[str, str] | None:
     return where
 
 
+def record_key(job: Job) -> str:
+    """Where the job's record is kept: under its name; a warm job's run under
+    ``NAME/runs/N``, each run an MLflow run of its own."""
+    return job.name if job.run is None else f"{job.name}/runs/{job.run}"
+
+
 def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = print) -> None:
-    """Write the record of a job just scheduled (replacing an earlier job's of that name);
-    a store that cannot be written is said, and the job runs on untracked."""
+    """Write the record of a job (or a warm job's run) just scheduled (replacing an earlier
+    job's of that name); a store that cannot be written is said, and the job runs on
+    untracked."""
     plan = job.plan
-    if plan is None or job.run is not None:  # a warm job's runs are not tracked (yet)
+    if plan is None:
         return
     where = check(plan.spec)
     record: dict[str, Any] = {
@@ -84,12 +95,27 @@ def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = pri
         "params": job_params(plan.spec, given, plan.program.source),
         "code_sha256": code_hash(dict(plan.files) or plan.program.files),
     }
+    if job.run is not None:
+        record["run"] = job.run
     if where is not None:
         record["mlflow"] = {"uri": where[0], "experiment": where[1], "sent": {}}
     try:
-        write_record(job.backend.name, job.name, record)
+        write_record(job.backend.name, record_key(job), record)
     except OSError as exc:
         say(f"warning: cannot keep the job's record ({exc}); it runs on, untracked.")
+
+
+def under(job: Job, tags: Mapping[str, str]) -> None:
+    """Tags the tracked job's run is to carry beside its own, kept in its record before the
+    run is made (a sweep's trial: ``mlflow.parentRunId``, its sweep, its number). An untracked
+    job, or a store that cannot be written: nothing."""
+    key = record_key(job)
+    record = read_record(job.backend.name, key)
+    if record is None or "mlflow" not in record:
+        return
+    record["mlflow"]["tags"] = dict(tags)
+    with contextlib.suppress(OSError):
+        write_record(job.backend.name, key, record)
 
 
 class TrackingSink:
@@ -133,21 +159,20 @@ class TrackingSink:
 def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
     """``inner``, wrapped to track the job when its record says where (a job started with
     tracking, also after a kernel restart: the same run, no point twice)."""
-    if job.run is not None:
-        return inner
-    record = read_record(job.backend.name, job.name)
+    key = record_key(job)
+    record = read_record(job.backend.name, key)
     if record is None or "mlflow" not in record:
         return inner
     if record["mlflow"].get("finished"):
         return inner  # everything was sent
-    held = hold(job.backend.name, job.name)
+    held = hold(job.backend.name, key)
     if held is None:
         say(
             f"MLflow: {job.name!r} is being logged by another process (the Jupyter server, "
             "while the side panel follows it, or another kernel); this one does not send it."
         )
         return inner
-    record = read_record(job.backend.name, job.name) or record  # as the last holder left it
+    record = read_record(job.backend.name, key) or record  # as the last holder left it
     if record["mlflow"].get("finished"):
         release(held)
         return inner
@@ -157,8 +182,12 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
         job.backend.name,
         job.name,
         record,
+        run=job.run,
         new_params=record.get("params") or {},
-        tags={"ktrain.code_sha256": str(record.get("code_sha256", ""))},
+        tags={
+            "ktrain.code_sha256": str(record.get("code_sha256", "")),
+            **record["mlflow"].get("tags", {}),
+        },
     )
     if job.plan is not None:
         run.artifact("ktrain/program.py", job.plan.program.source)

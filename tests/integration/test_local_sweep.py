@@ -107,6 +107,16 @@ def test_a_warm_sweep_runs_its_trials_on_two_warm_jobs_and_binds_the_best(
     assert "Ended the sweep's warm job(s) sw-w0, sw-w1." in out
     for name in ("sw-w0", "sw-w1"):  # the sweep's warm jobs ended with it
         assert LocalBackend().status(name).terminal
+    # %ktrain compare SWEEP: its trials, each a run of a warm job, with their swept values
+    shell.run_line_magic("ktrain", "compare sw")
+    out = capsys.readouterr().out
+    rows = {line[:24].strip(): line[24:].split() for line in out.splitlines()[1:]}
+    assert "trial 0" in out.splitlines()[0], out
+    losses = [float(v) for v in rows["loss (last)"]]
+    assert losses == [pytest.approx(t.objective, rel=1e-5) for t in sweep.trials], out
+    assert [float(v) for v in rows["lr"]] == [pytest.approx(t.params["lr"], rel=1e-5)
+                                              for t in sweep.trials], out  # fmt: skip
+    assert "state" not in rows  # all succeeded: the same
 
 
 def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
@@ -233,8 +243,6 @@ def test_stop_on_failure_ends_the_sweep_at_the_first_failed_trial(
         ('--sweep "lr=choice(1,2)" --objective loss:min --detach', "--detach does not go with"),
         ('--sweep "lr=uniform(1,2)" --search grid --objective loss:min', "lr is continuous"),
         ("--trials 3", "--trials only apply to a sweep"),
-        ('--sweep "lr=choice(1,2)" --objective loss:min --mlflow http://127.0.0.1:9',
-         "A sweep's trials are not tracked in MLflow yet"),
     ],
 )  # fmt: skip
 def test_bad_sweep_input_is_one_error_before_anything_runs(

@@ -105,6 +105,35 @@ def test_fault_tolerance_notebook_resumes_after_a_killed_node(tmp_path: Path) ->
     assert "fault-demo-node-1 restarted after exit 137" in shown
 
 
+def test_sweep_notebook_runs_eight_trials_on_two_warm_jobs_and_compares_them(
+    tmp_path: Path,
+) -> None:
+    """The grid of 4 learning rates x 2 batch sizes, two at a time on two warm jobs: which
+    trials are pruned depends on the order the grid is asked in, but the best is always
+    lr=0.1, batch=32 (at most one trial is better at any step, so it is never pruned)."""
+    out = tmp_path / "sweep"
+    done = run_notebook(NOTEBOOKS / "06-sweep.ipynb", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = outputs_text(out / "06-sweep.ipynb")
+    assert "Sweep 'lr-sweep': 8 trial(s), 2 at a time on 2 warm job(s) lr-sweep-w0..w1" in text
+    table = re.findall(r"^(\d)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(\w+)\s+(lr-sweep-w[01]) run \d+$",
+                       text, re.M)  # fmt: skip
+    assert len(table) == 8, text
+    assert {(lr, batch) for _n, lr, batch, *_ in table} == {
+        (lr, batch) for lr in ("0.01", "0.03", "0.1", "0.3") for batch in ("4", "32")
+    }
+    assert {state for *_, state, _job in table} <= {"Succeeded", "Pruned"}, text
+    best = re.findall(r"best trial \d: \{'lr': 0\.1, 'batch': 32\}, loss ([\d.]+)", text)
+    assert best, text
+    assert float(best[0]) == pytest.approx(0.2683, abs=0.01)
+    assert f"final (set from the best trial): {best[0]}" in text
+    assert "Ended the sweep's warm job(s) lr-sweep-w0, lr-sweep-w1." in text
+    compared = {line[:24].strip(): line[24:].split() for line in text.splitlines()}
+    assert len(compared["loss (last)"]) == 8, text  # %ktrain compare lr-sweep: every trial
+    assert sorted(compared["lr"]) == sorted(lr for _n, lr, *_ in table)
+    assert [j.name for j in job_dirs(out)] == ["lr-sweep-w0", "lr-sweep-w1"]
+
+
 def test_run_notebook_fails_when_a_job_fails(tmp_path: Path) -> None:
     nb = new_notebook(
         cells=[

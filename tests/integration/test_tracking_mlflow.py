@@ -297,3 +297,64 @@ def test_ktrain_run_and_the_cell_make_the_same_mlflow_run_fields(
     assert set(server.artifacts(cell["info"]["run_id"])) == set(
         server.artifacts(python["info"]["run_id"])
     )
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["a-job-each", "warm"])
+def test_a_sweep_is_one_parent_run_with_a_child_run_per_trial(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str], warm: bool
+) -> None:
+    """Two trials, each its own job (or its run of the warm job): each a child run of the
+    sweep's run (tagged ``mlflow.parentRunId``) with its params and points as a plain job's;
+    the parent has what was searched and, at the end, the best trial."""
+    name, experiment = ("swept-warm", "exp-sw") if warm else ("swept", "exp-s")
+    flags = (
+        f"--nodes 1 --procs-per-node 1 --name {name} --mlflow {server.uri} "
+        f'--experiment {experiment} --sweep "steps=choice(3,5)" --objective loss:min --no-prune'
+        + (" --warm" if warm else "")
+    )
+    sweep = shell.run_cell_magic("ktrain", flags, "r = train(steps)\n")
+    out = _plain(capsys.readouterr().out)
+    assert [t.state for t in sweep.trials] == ["Succeeded", "Succeeded"], out
+    exp = server.get("experiments/get-by-name", experiment_name=experiment)["experiment"]
+    found = server.post(
+        "runs/search",
+        {"experiment_ids": [exp["experiment_id"]], "filter": f"tags.`ktrain.sweep` = '{name}'"},
+    )["runs"]
+    parents = [r for r in found if r["info"]["run_name"] == name]
+    assert len(parents) == 1, found  # one parent
+    parent = parents[0]
+    parent_id = parent["info"]["run_id"]
+    assert f"MLflow: the sweep's run {server.uri}/#/experiments/" in out, out
+    assert parent_id in out, out
+    assert parent["info"]["status"] == "FINISHED"
+    params = {p["key"]: p["value"] for p in parent["data"]["params"]}
+    assert params == {
+        "space.steps": "choice(3, 5)", "objective": "loss:min", "search": "grid",
+        "trials": "2", "parallel": "1",
+    }  # fmt: skip
+    tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}
+    assert (tags["ktrain.state"], tags["best.steps"]) == ("Done", "5")
+    best = next(t for t in sweep.trials if t.params["steps"] == 5)
+    assert tags["best.trial"] == str(best.number)
+    metrics = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
+    assert metrics == {"best/loss": pytest.approx(0.2)}
+    children = [r for r in found if r["info"]["run_id"] != parent_id]
+    assert len(children) == 2, found
+    for child in children:  # each trial: its job's run, under the parent
+        tags = {t["key"]: t["value"] for t in child["data"]["tags"]}
+        assert tags["mlflow.parentRunId"] == parent_id
+        trial = sweep.trials[int(tags["ktrain.trial"])]
+        if warm:  # its run of the warm job
+            assert tags["ktrain.job"] == trial.job == f"{name}-w0"
+            assert tags["ktrain.run"] == str(trial.run)
+            assert child["info"]["run_name"] == f"{name}-w0 run {trial.run}"
+        else:
+            assert tags["ktrain.job"] == trial.job == f"{name}-t{trial.number}"
+        assert tags["ktrain.state"] == "Succeeded"
+        assert child["info"]["status"] == "FINISHED"
+        params = {p["key"]: p["value"] for p in child["data"]["params"]}
+        steps = trial.params["steps"]
+        assert params["const.steps"] == str(steps)  # its swept value, as the cell's constant
+        assert params["const.LR"] == "0.05"
+        assert params["nodes"] == "1"
+        assert _steps(server, child["info"]["run_id"], "loss") == list(range(steps))

@@ -28,6 +28,7 @@ from jupyter_ktrain.sweep.record import (
 )
 from jupyter_ktrain.sweep.run import check_call
 from jupyter_ktrain.sweep.search import Search
+from jupyter_ktrain.sweep.seen import compare_entries, list_row
 from jupyter_ktrain.sweep.space import Param, parse_param
 from jupyter_ktrain.sweep.trials import Sweep, Trial
 
@@ -258,3 +259,25 @@ def test_a_record_whose_writer_is_gone_reads_interrupted() -> None:
     assert seen_state(record) == INTERRUPTED
     assert seen_state({**record, "host": "another-host"}) == RUNNING  # not ours to tell
     assert seen_state({**record, "state": DONE}) == DONE
+
+
+def test_a_sweeps_list_row_and_compare_columns_come_from_its_record() -> None:
+    options = SweepOptions.create(["lr=choice(0.1,0.2,0.3)"], "loss:min", parallel=2)
+    rows = [
+        row_of(Trial(0, {"lr": 0.1}, "Succeeded", 0.5, "s-w0", 1), 1.0, 2.0),
+        row_of(Trial(1, {"lr": 0.2}, "Pruned", 0.9, "s-w1", 1), 1.0, 2.0),
+        row_of(Trial(2, {"lr": 0.3}, "Failed", None, "s-w0", None, "it could not start"), 2, 2),
+        running_row(3, {"lr": 0.3}, "s-w1", 2, 2.0, 0.7),
+    ]
+    record = make_record("s", "local", options, True, 1.0, DONE, rows, {})
+    assert list_row(record) == ("s", "local", "sweep Done · 3/3 trial(s), best trial 0 loss=0.5")
+    entries, metric = compare_entries(record)
+    assert metric == "loss"
+    # a warm trial is its run of its job; one that never got a run has no lines to compare
+    assert [(e.label, e.job, e.run) for e in entries] == [
+        ("trial 0", "s-w0", 1), ("trial 1", "s-w1", 1), ("trial 3", "s-w1", 2)
+    ]  # fmt: skip
+    assert entries[1].params == {"lr": "0.2", "state": "Pruned"}
+    one = make_record("s", "local", options, True, 1.0, DONE, rows[:1], {})
+    with pytest.raises(SpecError, match="Sweep 's' has 1 trial"):
+        compare_entries(one)
