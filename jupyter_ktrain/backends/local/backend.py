@@ -11,6 +11,7 @@ list and re-attach to it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["LocalBackend"]
 
 CANCEL_TIMEOUT_S = 15.0
+DELETE_WAIT_S = 5.0  # for a job folder that a process of the job wrote in as it was deleted
 
 
 class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
@@ -220,12 +222,19 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         """Cancel if running, then remove the job and its logs from the registry."""
         self.cancel(name)
         job_dir = self.job_dir(name)
-        try:
-            shutil.rmtree(job_dir)
-        except FileNotFoundError:
-            return  # deleted meanwhile by another command
-        except OSError as exc:
-            raise store_error(job_dir, exc, "delete a job from") from None
+        deadline = time.monotonic() + DELETE_WAIT_S
+        while True:
+            try:
+                shutil.rmtree(job_dir)
+                return
+            except FileNotFoundError:
+                return  # deleted meanwhile by another command
+            except OSError as exc:
+                # a file written as the folder was emptied (a process of the job winding
+                # down after its final state): emptied again until it stays empty
+                if exc.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
+                    raise store_error(job_dir, exc, "delete a job from") from None
+                time.sleep(0.05)
 
     def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
         """Asked of the ranks' sockets (:mod:`jupyter_ktrain.pod.stacks`), in the folder the
