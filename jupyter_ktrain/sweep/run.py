@@ -72,10 +72,11 @@ def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
     except KeyboardInterrupt:
         runner.stop("the sweep was interrupted")
         runner.wait(front)
-        front.say(f"Sweep {name!r} interrupted: its running trials were cancelled.")
     finally:
+        runner.keep(front, ended=True)  # its views say it ended: what follows prints under them
         runner.end_warm(front)
-        runner.keep(front, ended=True)
+    if runner.interrupted:
+        front.say(f"Sweep {name!r} interrupted: its running trials were cancelled.")
     result = Sweep(name, sweep.objective, tuple(sorted(runner.trials, key=lambda t: t.number)))
     front.say(result.table())
     end_parent(runner.parent, runner.state(ended=True), result, front.say)
