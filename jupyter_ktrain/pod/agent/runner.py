@@ -28,6 +28,7 @@ Usage: ``python -m jupyter_ktrain.pod.agent [--gpu-sampling on|off|auto] [--inte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,7 @@ from .sampler import Nvml, Sampler
 __all__ = ["METRICS_HOST_ENV", "METRICS_PORT_ENV", "child_env", "main", "parse_args"]
 
 METRICS_PORT_ENV = "KTRAIN_METRICS_PORT"
+STOP_KILL_S = 5.0  # a node told to stop: its command's time to end on SIGTERM
 METRICS_HOST_ENV = "KTRAIN_METRICS_HOST"
 
 _NO_RDMA = ("", "tcp", "off", "none", "false", "0")
@@ -280,7 +283,8 @@ def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
 
 def _stopper(child: subprocess.Popen[bytes]) -> Callable[[int, int], None]:
     """What a node told that another node failed does: end its command (torchrun stops its
-    ranks on SIGTERM)."""
+    ranks on SIGTERM), and kill it :data:`STOP_KILL_S` later if it still runs (a process
+    waiting in C code, as XGBoost's tracker does, may not act on SIGTERM until it returns)."""
 
     def stop(node: int, code: int) -> None:
         if code == 0:
@@ -289,8 +293,18 @@ def _stopper(child: subprocess.Popen[bytes]) -> Callable[[int, int], None]:
             _say(f"node {node} failed with exit code {code}: stopping this node, the job failed")
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
+            timer = threading.Timer(STOP_KILL_S, _kill_if_running, args=(child,))
+            timer.daemon = True
+            timer.start()
 
     return stop
+
+
+def _kill_if_running(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        _say(f"the node's command did not end {STOP_KILL_S:.0f} s after SIGTERM: killing it")
+        with contextlib.suppress(OSError):
+            child.kill()
 
 
 def _told(peers: Peers, code: int, why: str, outside: bool = False) -> tuple[int, str]:
