@@ -7,7 +7,7 @@
  * every STATUS_POLL_MS, so a slow log read cannot hold the header back. The header's state and progress
  * are shared with the job list (progress.ts). Polling pauses while the tab is hidden.
  */
-import { Widget } from '@lumino/widgets';
+import { PolledWidget } from './polled';
 
 import { api, KtrainApiError } from './api';
 import { CancelButton, StacksButton } from './jobactions';
@@ -24,7 +24,7 @@ export const METRIC_POLL_MS = LOG_POLL_MS;
  * small (the job's state file, or its objects' cached watch on a cluster). */
 export const STATUS_POLL_MS = 250;
 
-export class JobView extends Widget {
+export class JobView extends PolledWidget {
   private status = new JobStatusView();
   private cancelButton = new CancelButton(() => void this.cancel());
   private stacksButton = new StacksButton(() => void this.takeStacks());
@@ -145,7 +145,7 @@ export class JobView extends Widget {
     }
   }
 
-  private start(): void {
+  protected start(): void {
     if (this.timer === null) {
       void this.tick();
       this.timer = window.setInterval(() => {
@@ -171,7 +171,7 @@ export class JobView extends Widget {
     });
   }
 
-  private stop(): void {
+  protected stop(): void {
     if (this.timer !== null) {
       window.clearInterval(this.timer);
       this.timer = null;
@@ -183,26 +183,7 @@ export class JobView extends Widget {
     }
   }
 
-  protected onAfterShow(): void {
-    this.start();
-  }
-
-  protected onAfterAttach(): void {
-    if (this.isVisible) {
-      this.start();
-    }
-  }
-
-  protected onBeforeHide(): void {
-    this.stop();
-  }
-
-  protected onBeforeDetach(): void {
-    this.stop();
-  }
-
   dispose(): void {
-    this.stop();
     this.unsubscribe();
     this.metrics.dispose();
     super.dispose();

@@ -6,7 +6,7 @@
  * the same record. Polled every POLL_MS while the sweep runs and the tab is shown. Clicking a
  * trial's row opens its job's tab (`ktrain:open-job`).
  */
-import { Widget } from '@lumino/widgets';
+import { PolledWidget } from './polled';
 
 import { api, KtrainApiError } from './api';
 import { renderChart } from './chart';
@@ -14,7 +14,7 @@ import { SweepDetail, SweepRowPayload } from './payloads';
 
 export const SWEEP_POLL_MS = 1000;
 
-export class SweepView extends Widget {
+export class SweepView extends PolledWidget {
   private readonly header = document.createElement('div');
   private readonly table = document.createElement('table');
   private readonly chart = document.createElement('div');
@@ -131,7 +131,7 @@ export class SweepView extends Widget {
     return tr;
   }
 
-  private start(): void {
+  protected start(): void {
     if (this.timer === null) {
       void this.refresh();
       this.timer = window.setInterval(() => {
@@ -142,33 +142,10 @@ export class SweepView extends Widget {
     }
   }
 
-  private stop(): void {
+  protected stop(): void {
     if (this.timer !== null) {
       window.clearInterval(this.timer);
       this.timer = null;
     }
-  }
-
-  protected onAfterShow(): void {
-    this.start();
-  }
-
-  protected onAfterAttach(): void {
-    if (this.isVisible) {
-      this.start();
-    }
-  }
-
-  protected onBeforeHide(): void {
-    this.stop();
-  }
-
-  protected onBeforeDetach(): void {
-    this.stop();
-  }
-
-  dispose(): void {
-    this.stop();
-    super.dispose();
   }
 }
