@@ -23,6 +23,9 @@ hook. This package imports none of these libraries itself: without them nothing 
   ``TrainingArguments`` made without ``deepspeed=`` gets the job's config
   (``KTRAIN_DEEPSPEED_CONFIG``, written to agree with Trainer: ``"auto"`` values), so the flag
   is never silently ignored. An explicit ``deepspeed=`` wins.
+- ``torch.distributed.distributed_c10d``: ``destroy_process_group`` keeps the groups it
+  destroys referenced until the rank's process ends, so PyTorch's process-group destructor
+  (which can deadlock with gloo's worker thread over the GIL) never runs in the user's code.
 
 Standard library only at import time.
 """
@@ -246,7 +249,41 @@ def _hook_lightning(package: str) -> Callable[[ModuleType], None]:
     return hook
 
 
+# -- torch.distributed ----------------------------------------------------------------------
+# Process groups the program destroyed, kept until the process ends (it ends without teardown).
+_DESTROYED: list[Any] = []
+
+
+def _hook_c10d(module: ModuleType) -> None:
+    """``destroy_process_group`` keeps the groups it destroys referenced, so their C++
+    destructor never runs inside the program. It would run where the user's last reference
+    goes (a DDP model freed as ``train`` returns drops the group with its reducer), and there
+    it can deadlock: it waits, holding the GIL, for gloo's worker thread, which waits for the
+    GIL to free a finished collective's tensors (PyTorch's own race; seen in 1 of 4 warm runs
+    of the quickstart's ``train``, with ``torch._dynamo`` imported ahead). The groups are shut
+    down as before (``shutdown()``), only their memory and idle threads stay, until the rank's
+    process ends."""
+    destroy = getattr(module, "destroy_process_group", None)
+    if destroy is None or getattr(destroy, "_ktrain", False):
+        return
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group: Any = None) -> None:
+        with contextlib.suppress(Exception):  # what torch lists now (private: may move)
+            _DESTROYED.extend(module._world.pg_map)
+        if group is not None:
+            _DESTROYED.append(group)
+        destroy(group)
+
+    destroy_process_group._ktrain = True  # type: ignore[attr-defined]
+    setattr(module, "destroy_process_group", destroy_process_group)  # noqa: B010
+    package = sys.modules.get("torch.distributed")  # its re-export, when imported already
+    if package is not None and getattr(package, "destroy_process_group", None) is destroy:
+        setattr(package, "destroy_process_group", destroy_process_group)  # noqa: B010
+
+
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    "torch.distributed.distributed_c10d": _hook_c10d,
     "lightning.pytorch.trainer.trainer": _hook_lightning("lightning.pytorch"),
     "pytorch_lightning.trainer.trainer": _hook_lightning("pytorch_lightning"),
     "transformers.trainer": _hook_transformers_trainer,

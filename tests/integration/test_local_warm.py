@@ -56,6 +56,22 @@ def sleepy():
     print("sleeping", flush=True)
     time.sleep(600)
 
+def ddp_train(epochs=4):  # the quickstart's: a DDP model, freed once the group is destroyed
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(256, 16, generator=torch.Generator().manual_seed(dist.get_rank()))
+    for _ in range(epochs):
+        for i in range(0, 256, 64):
+            opt.zero_grad()
+            model(x[i : i + 64]).pow(2).mean().backward()
+            opt.step()
+        total = torch.ones(1)
+        dist.all_reduce(total)
+    dist.destroy_process_group()
+    return total.item()
+
 def counted(steps=30):
     import jupyter_ktrain as ktrain
     for step in range(steps):
@@ -136,6 +152,22 @@ def test_three_cells_on_one_warm_job_each_run_the_new_code(
     assert status.warm is not None
     assert status.warm.runs == 3
     _clean(first.name)
+
+
+@pytest.mark.timeout(150)
+def test_twelve_warm_runs_of_a_ddp_model_each_end(shell: InteractiveShell) -> None:
+    """A warm run's rank has torch and ``torch._dynamo`` imported ahead (forked from its warm
+    node), which made PyTorch's process-group destructor deadlock with gloo's worker thread
+    over the GIL as the program freed its DDP model: 1 run in 4 never ended. The runtime keeps
+    destroyed groups alive, so every run ends (a hang is this test's timeout)."""
+    runs = []
+    for _ in range(12):
+        job, took = _run(shell, body="r = ddp_train()\n")
+        assert (job.state, shell.user_ns["r"]) == ("Succeeded", 4.0)
+        runs.append(took)
+    assert job.run == 12
+    assert max(runs[1:]) < 20, runs  # a warm run takes about a second here
+    _clean(job.name)
 
 
 def test_every_view_shows_a_warm_run_s_progress_and_what_its_starting_nodes_do(

@@ -15,12 +15,13 @@ __all__ = ["PREIMPORTS", "PREIMPORT_ENV", "preimport"]
 
 PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 
-# What every rank imports: torch, and sympy, which torch imports on the first optimizer or DDP
-# model (with ``torch._dynamo``: 1.9 s on top of torch's 2.2 s here, paid again by a forked rank
-# at every restart and every warm run). Not ``torch._dynamo`` itself: with it imported in the
-# server, a forked rank's DDP teardown deadlocked once in 3 runs of the quickstart notebook (the
-# gloo process group's destructor joins a worker thread that waits for the GIL it holds).
-PREIMPORTS = ("torch", "sympy")
+# What every rank imports: torch, and ``torch._dynamo`` (with sympy), which torch imports on the
+# first optimizer or DDP model: 0.9 s on top of torch's 1.2 s here, that a forked rank would
+# pay again at every restart and every warm run. (With it imported ahead, a rank's DDP teardown
+# deadlocked in 1 of 4 warm runs: PyTorch's process-group destructor and gloo's worker thread
+# wait for each other over the GIL. The rank's runtime keeps destroyed groups alive so that
+# destructor never runs in the program: :mod:`..integrations`.)
+PREIMPORTS = ("torch", "torch._dynamo")
 
 
 def preimport(env: Mapping[str, str]) -> list[str]:

@@ -1,11 +1,11 @@
 """A warm node: ``python -m jupyter_ktrain.pod.agent.warm``, the agent of a ``--warm`` job.
 
-Where a cold node runs torchrun once and exits, a warm node's agent stays: it imports torch and
-sympy and ``$KTRAIN_WARM_PREIMPORT`` (comma-separated) once (:mod:`.preimport`), says it is
-ready (a ``ready`` record), then waits for runs. Each run is an order from the job's control
-(:class:`RunOrder`: the run's number and the folder that holds its program); the agent installs
-what the run's ``requirements.txt`` pins and the image lacks, then forks one process per local
-rank from its ready interpreter (no new interpreter, no torch import: about 0.1 s to the first
+Where a cold node runs torchrun once and exits, a warm node's agent stays: it imports torch,
+``torch._dynamo`` and ``$KTRAIN_WARM_PREIMPORT`` (comma-separated) once (:mod:`.preimport`),
+says it is ready (a ``ready`` record), then waits for runs. Each run is an order from the job's
+control (:class:`RunOrder`: the run's number and the folder that holds its program); the agent
+installs what the run's ``requirements.txt`` pins and the image lacks, then forks one process per
+local rank from its ready interpreter (no new interpreter, no torch import: about 0.1 s to the first
 line, against seconds for torchrun) and each child runs :func:`jupyter_ktrain.pod.program.main`
 with the environment torchrun would give it. Measured with gloo on 2 x 2 ranks: fork 0.1-0.2 s
 to an all-reduce done, against ~4 s for the torch import alone. A fork is safe here because this
