@@ -15,6 +15,7 @@ from jupyter_ktrain.backends.local.causes import (
     rank_codes,
 )
 from jupyter_ktrain.backends.local.procs import NodeKill
+from jupyter_ktrain.backends.local.supervisor import restart_backoff
 from jupyter_ktrain.failures import WorkerExit
 from jupyter_ktrain.pod.exits import is_bug, stopped_node_exit
 
@@ -89,3 +90,10 @@ def test_the_killed_rank_is_said_with_its_signal_or_its_node() -> None:
         "node 1 exited 137 (killed by signal 9 (SIGKILL)); its ranks 2 and 3 were killed with it"
     )
     assert killed_rank((1.0, 1), {}, [0, 1], {1: 1}) == ""  # a bug: its headline says it
+
+
+def test_the_first_restart_is_at_once_and_later_ones_back_off() -> None:
+    """A killed rank comes back as soon as its nodes are stopped; a fault that repeats waits
+    1 s, then 2 s, then 4 s (the plan's base delay, doubling)."""
+    assert [restart_backoff(n, 1.0) for n in (1, 2, 3, 4)] == [0.0, 1.0, 2.0, 4.0]
+    assert restart_backoff(2, 0.5) == 0.5

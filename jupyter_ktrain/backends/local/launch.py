@@ -45,8 +45,9 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND", "RESTART_DELAY_S", "Planner"]
 
 BACKEND = "local"
-# between stopping every node after a fault and starting them all again: a moment for the
-# machine to settle (the supervisor keeps it, so a cancel in it starts nothing more)
+# between stopping every node after a fault and starting them all again, from the second restart
+# on, doubling each time (the first is at once: supervisor.restart_backoff); a cancel in it
+# starts nothing more
 RESTART_DELAY_S = 1.0
 
 

@@ -403,8 +403,9 @@ class Supervisor:
         return node, codes[node]
 
     def _restart(self, node: int, code: int) -> bool:
-        """Stop what is left of the job, wait a moment, start every node again; False when a
-        cancel came meanwhile or the failed attempt's processes could not be stopped."""
+        """Stop what is left of the job, start every node again (the first restart at once, each
+        later one after a backoff: :func:`restart_backoff`); False when a cancel came meanwhile
+        or the failed attempt's processes could not be stopped."""
         self.restarts += 1
         limit = self.max_restarts
         cause = restart_cause(code)
@@ -431,7 +432,7 @@ class Supervisor:
                 "ignore SIGKILL (stuck in the kernel), so the job could not start again"
             )
             return False
-        deadline = time.monotonic() + self.restart_delay
+        deadline = time.monotonic() + restart_backoff(self.restarts, self.restart_delay)
         while time.monotonic() < deadline and not self.cancelled:
             time.sleep(0.05)
         if self.cancelled:
@@ -489,6 +490,14 @@ class Supervisor:
         release_reserve(self.dir)
         if self.forks is not None:  # once the end is written: its interpreter takes a while
             self.forks.stop()
+
+
+def restart_backoff(restart: int, base: float) -> float:
+    """Seconds to wait before restart number ``restart`` (1, 2, ...): none before the first (a
+    killed rank comes back as soon as its nodes are stopped, as torchrun restarts its workers),
+    then ``base``, doubling, as the kubelet backs off a container that keeps failing: a fault
+    that repeats at once gets the machine time to settle."""
+    return 0.0 if restart <= 1 else base * 2 ** (restart - 2)
 
 
 def _sweep(marker: str) -> list[int]:
