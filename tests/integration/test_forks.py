@@ -142,10 +142,10 @@ def test_without_a_server_the_rank_runs_in_its_own_process(tmp_path: Path) -> No
     assert facts["pid"] == rank.pid
 
 
-def test_a_cold_server_keeps_no_rank_waiting_and_warms_once_asked(tmp_path: Path) -> None:
+def test_a_cold_server_keeps_no_rank_waiting_and_warms_on_idle_cpu(tmp_path: Path) -> None:
     """The server costs the cold start nothing: the first rank finds it cold and runs in its
-    own process at once (it imports torch itself, as it always did), and its start asks the
-    server to warm; the ranks after that fork from it."""
+    own process at once (it imports torch itself, as it always did) while the server imports
+    on CPU time nobody else wants; the ranks after it is warm fork from it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     srv = start_server(sys.executable, env)
     try:
@@ -156,7 +156,7 @@ def test_a_cold_server_keeps_no_rank_waiting_and_warms_once_asked(tmp_path: Path
         assert rank.returncode == 0, out
         facts = _facts(first)
         assert (facts["forked"], facts["torch_at_start"], facts["pid"]) == (None, False, rank.pid)
-        assert srv.warm(timeout=300), "the server did not warm once a rank asked"
+        assert srv.warm(timeout=300), "the server did not warm"
         again = tmp_path / "again"
         again.mkdir()
         rank = _rank(again, srv.path)
@@ -165,6 +165,55 @@ def test_a_cold_server_keeps_no_rank_waiting_and_warms_once_asked(tmp_path: Path
         facts = _facts(again)
         assert facts["forked"] is not None, facts
         assert facts["torch_at_start"] is True, facts
+    finally:
+        srv.stop()
+
+
+def _policies(pid: int) -> dict[int, int]:
+    """Each thread of ``pid``: its scheduling policy (0 normal, 5 ``SCHED_IDLE``)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/sched").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        for line in text.splitlines():
+            if line.startswith("policy"):
+                out[int(tid)] = int(line.split(":")[1])
+    return out
+
+
+def test_the_server_imports_on_idle_cpu_and_forks_ranks_at_normal_priority(
+    tmp_path: Path,
+) -> None:
+    """While it warms, the server's imports run in a thread under ``SCHED_IDLE`` (they take no
+    CPU the job's ranks want), its main thread, which forks the ranks, stays normal; the rank
+    forked once it is warm runs at normal priority."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    srv = start_server(sys.executable, env)
+    try:
+        seen: dict[int, int] = {}
+        deadline = time.monotonic() + 60
+        while 5 not in seen.values() and time.monotonic() < deadline:
+            seen.update(_policies(srv.proc.pid))
+            time.sleep(0.01)
+        assert seen.get(srv.proc.pid) == 0, seen
+        assert 5 in seen.values(), f"no thread of the warming server ran under SCHED_IDLE: {seen}"
+        assert srv.warm(timeout=300), "the server did not warm"
+        folder = tmp_path / "forked"
+        folder.mkdir()
+        rank = _rank(folder, srv.path, HOLD="1")
+        try:
+            deadline = time.monotonic() + 60
+            while not (folder / "facts.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            facts = json.loads((folder / "facts.json").read_text())
+            assert facts["forked"] is not None, facts
+            forked = int(facts["pid"])
+            assert set(_policies(forked).values()) == {0}, _policies(forked)
+        finally:
+            rank.kill()
+            rank.communicate()
     finally:
         srv.stop()
 

@@ -44,7 +44,7 @@ from typing import IO, Any
 
 from ...failures import TorchrunReport, WorkerExit
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
-from ...pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
+from ...pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server, forks_ranks, start_server
 from ...pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, Resume, format_agent_line, parse_line
@@ -281,8 +281,8 @@ class Supervisor:
                 return
 
     def _start_forks(self) -> Server | None:
-        """One fork server for the job, started cold before any thread (it warms once the
-        first rank asks, :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
+        """One fork server for the job, started before any thread (it warms on idle CPU,
+        :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
         torchrun and ranks fork from it and do not import torch again. Unmarked, so no sweep
         of an attempt ends it; it dies with this process. None where the nodes run no
         torchrun, or it cannot start."""
@@ -432,14 +432,17 @@ class Supervisor:
                 "ignore SIGKILL (stuck in the kernel), so the job could not start again"
             )
             return False
-        deadline = time.monotonic() + restart_backoff(self.restarts, self.restart_delay)
-        while time.monotonic() < deadline and not self.cancelled:
-            time.sleep(0.05)
+        now = time.monotonic()
+        deadline = now + restart_backoff(self.restarts, self.restart_delay)
+        warm_by = now + WARM_WAIT_S  # the fork server warms since the job started: soon
+        while not self.cancelled:  # a cancel meanwhile starts nothing more
+            now = time.monotonic()
+            if now >= deadline and (self.forks is None or self.forks.settled() or now > warm_by):
+                break
+            time.sleep(0.02)
         if self.cancelled:
             return False
         self._free_port()
-        if self.forks is not None:  # its ranks' first start asked it to warm: it is, or soon
-            self.forks.warm()
         with self.lock:
             self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
             self.reaped = {}

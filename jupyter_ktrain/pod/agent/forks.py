@@ -6,14 +6,16 @@ whose node lives) would start Python anew and import torch again: seconds per ra
 starts one fork server per node (the local supervisor one per job: ``python -m
 jupyter_ktrain.pod.agent.forks FD``) and gives the node command ``$KTRAIN_FORK_SOCKET``.
 
-The server costs the cold start nothing: it starts *cold*, importing nothing, and listens under
-a name of its own (``cold.sock``). The first rank that starts finds no warm server at
-``$KTRAIN_FORK_SOCKET``, asks the server to warm (one connection to the cold name: a *poke*)
-and runs in its own process as it always did; the server then imports torch and
-``$KTRAIN_WARM_PREIMPORT`` (:mod:`.preimport`) while the job trains, and only then takes the
-name ranks connect to (a rename: a rank never waits on the server's imports). A rank torchrun
-restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) waits for a server still warming, up to
-:data:`WARM_WAIT_S`: it would import the same modules itself, later.
+The server costs the cold start nothing: it imports torch and ``$KTRAIN_WARM_PREIMPORT``
+(:mod:`.preimport`) at once, but on CPU time nobody else wants (a thread under ``SCHED_IDLE``:
+the first ranks' own imports and training are never slowed), listening meanwhile under a name of
+its own (``cold.sock``) that no rank connects to. Once warm it takes the name ranks connect to,
+``$KTRAIN_FORK_SOCKET`` (a rename). A rank that starts before that finds no warm server and runs
+in its own process as it always did (a rank never waits on the server's imports); a rank
+torchrun restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) waits for a server still warming, up to
+:data:`WARM_WAIT_S`: it would import the same modules itself, later. (Measured with the local
+killed-rank benchmark on 2 cores, interleaved: the server warming at normal priority made the
+first start 1.1 s slower, 6.12 s against 4.99 s.)
 
 torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
 process finds the warm server and, instead of importing anything, hands it its standard
@@ -35,8 +37,9 @@ started the rank (torchrun), its parent had it not been forked. Where no warm se
 (none started: another launcher; still cold; it ended; it did not take the request), the
 process runs in its own interpreter as before.
 
-Safe to fork: the server never starts a thread and never touches CUDA (each rank initialises
-CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard library only.
+Safe to fork: the server forks only once its one import thread has ended, and never touches
+CUDA (each rank initialises CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from types import FrameType
 from typing import Any
 
 from .. import program
-from .preimport import preimport
+from .preimport import preimport_when_idle
 
 __all__ = [
     "FORKED_ENV",
@@ -73,7 +76,6 @@ __all__ = [
     "forked_command",
     "forks_ranks",
     "is_warm",
-    "poke",
     "run_module",
     "run_rank",
     "start_server",
@@ -88,7 +90,7 @@ _POLL_S = 0.05
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MODULE = "jupyter_ktrain.pod.agent.forks"
 _READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
-_COLD = "cold.sock"  # its name until then: a connection to it asks the server to warm
+_COLD = "cold.sock"  # its name until then: nothing connects to it
 WARM_WAIT_S = 120.0  # how long a restarted rank (or node) waits for a server still warming
 _RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
@@ -98,19 +100,10 @@ def is_warm(path: str | None) -> bool:
     return bool(path) and os.path.exists(str(path))
 
 
-def poke(path: str) -> None:
-    """Ask the cold server of ``path`` to warm now (a connection to its cold name); nothing
-    when it is warm already, or gone."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.setblocking(False)  # a full backlog: it has been asked already
-        s.connect(os.path.join(os.path.dirname(path), _COLD))
-
-
 def _wait_warm(path: str, timeout: float) -> bool:
-    """Poke the server of ``path`` and wait up to ``timeout`` s until it is warm."""
+    """Wait up to ``timeout`` s until the server of ``path`` is warm."""
     if is_warm(path):
         return True
-    poke(path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and os.path.isdir(os.path.dirname(path)):
         if is_warm(path):
@@ -131,8 +124,8 @@ def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
 
 def run_module(module: str, argv: list[str]) -> int:
     """``python -m module ARGV`` forked from the node's warm fork server (the node command of
-    a node started again), or run here when there is none (a cold server is not asked to warm:
-    its first rank asks); its exit code, as :func:`run_rank`. Either way it ends without
+    a node started again), or run here when there is none or it is still warming (the first
+    start does not wait for it); its exit code, as :func:`run_rank`. Either way it ends without
     interpreter teardown (:func:`..program.exit_now`): a torchrun whose ranks failed is gone
     at once, not a second or two later, and its node starts again that much sooner."""
     return _through_server(argv, lambda args: run_here(module, args), module, None)
@@ -248,10 +241,13 @@ class Server:
     folder: str
     path: str
 
+    def settled(self) -> bool:
+        """Whether it is warm, or will never be (it ended)."""
+        return is_warm(self.path) or self.proc.poll() is not None
+
     def warm(self, timeout: float = WARM_WAIT_S) -> bool:
-        """Ask it to warm (when nothing asked yet) and wait up to ``timeout`` s until it is;
-        False when it is not (it ended, or still imports)."""
-        poke(self.path)
+        """Wait up to ``timeout`` s until it is warm; False when it is not (it ended, or still
+        imports)."""
         deadline = time.monotonic() + timeout
         while not is_warm(self.path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -274,9 +270,8 @@ class Server:
 def start_server(
     python: str, env: Mapping[str, str], preexec_fn: Callable[[], None] | None = None
 ) -> Server:
-    """Start a cold fork server listening on a socket of its own; raises ``OSError``.
-
-    The socket listens before the server starts, so the first rank's poke is never lost."""
+    """Start a fork server listening on a socket of its own (it warms at once, on idle CPU);
+    raises ``OSError``."""
     folder = tempfile.mkdtemp(prefix="ktrain-forks-")  # short: a socket path has 108 bytes
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -311,20 +306,11 @@ class ForkServer:
         self.stopping.append(signum)
 
     def warm_up(self) -> bool:
-        """Wait for the first poke, import what every rank imports, then take the warm name
-        (pokes that came meanwhile are dropped); False when stopped first."""
-        while not self.stopping:
-            with contextlib.suppress(InterruptedError):
-                if select.select([self.listener], [], [], _POLL_S)[0]:
-                    break
+        """Import what every rank imports (on idle CPU), then take the warm name; False when
+        stopped meanwhile."""
+        preimport_when_idle(os.environ)  # the job's own processes come first
         if self.stopping:
             return False
-        preimport(os.environ)
-        self.listener.setblocking(False)
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            while True:
-                self.listener.accept()[0].close()
-        self.listener.setblocking(True)
         cold = self.listener.getsockname()
         os.rename(cold, os.path.join(os.path.dirname(cold), _READY))
         return True
@@ -349,7 +335,7 @@ class ForkServer:
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive(conn)
-        except EOFError:  # a poke that came while the name changed: nothing to start
+        except EOFError:  # connected and closed at once: nothing to start
             conn.close()
             return
         except (OSError, ValueError) as exc:  # its rank starts in its own process (run_rank)
@@ -423,7 +409,7 @@ def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     conn.settimeout(10.0)  # a requester sends everything at once
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, len(_STREAMS))
     if not data and not fds:
-        raise EOFError("a poke, not a request")
+        raise EOFError("a connection, not a request")
     if len(fds) != len(_STREAMS):
         for fd in fds:
             os.close(fd)
@@ -453,7 +439,7 @@ def _threads_as_asked(env: Mapping[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m jupyter_ktrain.pod.agent.forks FD``: warm when first asked, then serve on
+    """``python -m jupyter_ktrain.pod.agent.forks FD``: warm (on idle CPU), then serve on
     the listening socket ``FD``; ``... forks --run MODULE ARGS``: run ``python -m MODULE ARGS``
     forked from the node's warm server (:func:`run_module`)."""
     if argv[:1] == ["--run"]:

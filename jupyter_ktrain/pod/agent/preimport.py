@@ -5,13 +5,16 @@ Standard library only, like the whole pod package.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
+import threading
 from collections.abc import Mapping
 
 from ..protocol import format_agent_line
 
-__all__ = ["PREIMPORTS", "PREIMPORT_ENV", "preimport"]
+__all__ = ["PREIMPORTS", "PREIMPORT_ENV", "preimport", "preimport_when_idle"]
 
 PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 
@@ -39,6 +42,25 @@ def preimport(env: Mapping[str, str]) -> list[str]:
             _say(f"warning: pre-importing {name} failed ({type(exc).__name__}: {exc})")
             continue
         done.append(name)
+    return done
+
+
+def preimport_when_idle(env: Mapping[str, str]) -> list[str]:
+    """:func:`preimport` on a CPU nobody else wants: in a thread of its own under
+    ``SCHED_IDLE`` (Linux), joined before this returns, so the imports never slow the job's
+    own processes (a fork server warms while the job's first ranks import torch and train) and
+    the caller's thread, which forks the ranks, keeps its own policy. Where the policy cannot
+    be set, the imports run as :func:`preimport` would."""
+    done: list[str] = []
+
+    def run() -> None:
+        with contextlib.suppress(AttributeError, OSError):  # this thread only
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        done.extend(preimport(env))
+
+    worker = threading.Thread(target=run, name="ktrain-preimport")
+    worker.start()
+    worker.join()
     return done
 
 
