@@ -13,9 +13,11 @@ its own (``cold.sock``) that no rank connects to. Once warm it takes the name ra
 ``$KTRAIN_FORK_SOCKET`` (a rename). A rank that starts before that finds no warm server and runs
 in its own process as it always did (a rank never waits on the server's imports); a rank
 torchrun restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) waits for a server still warming, up to
-:data:`WARM_WAIT_S`: it would import the same modules itself, later. (Measured with the local
-killed-rank benchmark on 2 cores, interleaved: the server warming at normal priority made the
-first start 1.1 s slower, 6.12 s against 4.99 s.)
+:data:`WARM_WAIT_S`, and then imports them itself. (Measured with the local killed-rank
+benchmark on 2 cores, interleaved: the server warming at normal priority made the first start
+1.1 s slower, 6.12 s against 4.99 s. On a machine kept busy the idle thread may get no CPU at
+all, under two spinning loops none in 150 s: so the wait is short, and a restart there starts
+as it would without a server.)
 
 torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
 process finds the warm server and, instead of importing anything, hands it its standard
@@ -91,7 +93,9 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MODULE = "jupyter_ktrain.pod.agent.forks"
 _READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
 _COLD = "cold.sock"  # its name until then: nothing connects to it
-WARM_WAIT_S = 120.0  # how long a restarted rank (or node) waits for a server still warming
+# how long a restarted rank (or node) waits for a server still warming: its ranks are gone, so
+# on an idle machine it gets their CPU and finishes within a second or two
+WARM_WAIT_S = 3.0
 _RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 
