@@ -383,3 +383,48 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     back = max(a["first_step"] for a in again) - killed
     print(f"killed rank to the restarted job's first step: {back:.2f} s")
     assert not marked_pids(_marker("oom"))
+
+
+def test_a_restart_does_not_wait_long_for_a_fork_server_still_warming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server warms on idle CPU only, and on a machine kept busy gets none (under
+    two spinning loops it was not warm after 150 s). A rank killed while it still warms (here:
+    a pre-import that never ends) restarts without it after a short wait (it waited up to
+    120 s): the restarted ranks start in their own processes and the job ends as without a
+    server."""
+    (tmp_path / "never_imported.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("KTRAIN_WARM_PREIMPORT", "never_imported")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        assert sh.run_cell(READY, store_history=True).success
+        cell = f"n = steady(600, {str(marks)!r})\n"
+        assert sh.run_cell_magic(
+            "ktrain", "--nodes 2 --procs-per-node 1 --name cold --detach", cell
+        )
+        first = marks / "rank-1-1.json"
+        _wait(lambda: first.exists() and (marks / "rank-0-1.json").exists(), 120, "first steps")
+        server = json.loads(first.read_text())["server"]
+        os.kill(json.loads(first.read_text())["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        _wait(lambda: (marks / "rank-1-2.json").exists(), 60, "the restarted rank's first step")
+        back = time.monotonic() - killed
+        result = sh.run_cell("%ktrain attach cold")
+        assert result.error_in_exec is None
+        assert sh.user_ns["n"] == 2
+    finally:
+        sh.reset(new_session=True)
+    assert not os.path.exists(server)  # still warming
+    again = json.loads((marks / "rank-1-2.json").read_text())
+    assert again["forked"] is None, again  # the rank started in its own process
+    assert not again["torch_at_start"], again
+    print(f"killed rank to its restart's first step, the server still warming: {back:.1f} s")
+    assert back < 30, back
+    status = LocalBackend().status("cold")
+    assert (status.state, [r.restarts for r in status.replicas]) == ("Succeeded", [1, 1])
+    assert not marked_pids(_marker("cold"))
