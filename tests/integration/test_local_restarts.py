@@ -422,7 +422,6 @@ def test_a_restart_does_not_wait_long_for_a_fork_server_still_warming(
     assert not os.path.exists(server)  # still warming
     again = json.loads((marks / "rank-1-2.json").read_text())
     assert again["forked"] is None, again  # the rank started in its own process
-    assert not again["torch_at_start"], again
     print(f"killed rank to its restart's first step, the server still warming: {back:.1f} s")
     assert back < 30, back
     status = LocalBackend().status("cold")

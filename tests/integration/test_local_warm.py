@@ -264,10 +264,16 @@ def test_idle_limit_ends_the_job_and_the_next_cell_says_so(
 ) -> None:
     job, _ = _run(shell)
     plan = json.loads((LocalBackend().job_dir(job.name) / "plan.json").read_text())
-    capsys.readouterr()
-    shell.run_line_magic("ktrain", "list --backend local")
-    listed = capsys.readouterr().out
-    assert re.search(rf"{job.name} +local +Running · warm, 1 run\(s\), idle \d+s of 15m", listed)
+    idle = rf"{job.name} +local +Running · warm, 1 run\(s\), idle \d+s of 15m"
+    deadline = time.monotonic() + 5  # the nodes' run ends reach the job's state a moment later
+    while True:
+        capsys.readouterr()
+        shell.run_line_magic("ktrain", "list --backend local")
+        listed = capsys.readouterr().out
+        if re.search(idle, listed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert re.search(idle, listed), listed
     shell.run_line_magic("ktrain", f"warm {job.name} --idle 1s")
     deadline = time.monotonic() + 15
     while not LocalBackend().status(job.name).terminal and time.monotonic() < deadline:
