@@ -327,6 +327,20 @@ def steady(steps, marks):
 """
 
 
+def _steady_job(tmp_path: Path, flags: str) -> tuple[InteractiveShell, Path]:
+    """A fresh shell with :data:`READY` run, and ``steady(600, MARKS)`` submitted detached with
+    ``flags``; the shell and the marks folder its ranks write to."""
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=True)
+    sh.extension_manager.load_extension("jupyter_ktrain")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert sh.run_cell(READY, store_history=True).success
+    cell = f"n = steady(600, {str(marks)!r})\n"
+    assert sh.run_cell_magic("ktrain", f"{flags} --detach", cell)
+    return sh, marks
+
+
 def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -335,15 +349,8 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     with torch imported before their program's first line (no new interpreter); so does the
     restarted nodes' torchrun (no new import of torch before the ranks fork). The first
     start waits for no fork server: its ranks start in their own processes, as without one."""
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    sh, marks = _steady_job(tmp_path, "--nodes 2 --procs-per-node 2 --name oom")
     try:
-        assert sh.run_cell(READY, store_history=True).success
-        cell = f"n = steady(600, {str(marks)!r})\n"
-        assert sh.run_cell_magic("ktrain", "--nodes 2 --procs-per-node 2 --name oom --detach", cell)
         first = marks / "rank-3-1.json"
         every = [marks / f"rank-{r}-1.json" for r in range(4)]
         _wait(lambda: all(p.exists() for p in every), 90, "every rank's first step")
@@ -396,17 +403,8 @@ def test_a_restart_does_not_wait_long_for_a_fork_server_still_warming(
     (tmp_path / "never_imported.py").write_text("import time\ntime.sleep(600)\n")
     monkeypatch.setenv("KTRAIN_WARM_PREIMPORT", "never_imported")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=True)
-    sh.extension_manager.load_extension("jupyter_ktrain")
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    sh, marks = _steady_job(tmp_path, "--nodes 2 --procs-per-node 1 --name cold")
     try:
-        assert sh.run_cell(READY, store_history=True).success
-        cell = f"n = steady(600, {str(marks)!r})\n"
-        assert sh.run_cell_magic(
-            "ktrain", "--nodes 2 --procs-per-node 1 --name cold --detach", cell
-        )
         first = marks / "rank-1-1.json"
         _wait(lambda: first.exists() and (marks / "rank-0-1.json").exists(), 120, "first steps")
         server = json.loads(first.read_text())["server"]

@@ -253,11 +253,9 @@ class Server:
         """Wait up to ``timeout`` s until it is warm; False when it is not (it ended, or still
         imports)."""
         deadline = time.monotonic() + timeout
-        while not is_warm(self.path):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                return False
+        while not self.settled() and time.monotonic() < deadline:
             time.sleep(0.02)
-        return True
+        return is_warm(self.path)
 
     def stop(self) -> None:
         """End it (its ranks' sessions with it) and remove its socket."""
