@@ -97,6 +97,9 @@ class Backend(ABC):
     name: str = "?"
     #: whether ``--rdma`` takes effect here (the monitor then checks NCCL's transport)
     rdma_capable: bool = True
+    #: whether the job's ranks run on this machine's CPUs (its tracking then waits for spare
+    #: CPU while the job runs, :mod:`jupyter_ktrain.tracking.cpu`)
+    ranks_here: bool = False
 
     @abstractmethod
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[Request]:

@@ -1,13 +1,20 @@
 """One job as one MLflow run, sent from the notebook side by a background thread.
 
-The follow loop hands :class:`MlflowRun` what it read (:meth:`add`: points and tags, cheap,
-never blocks on the network); a sender thread creates the run when it first can, logs the
+The follow loop hands :class:`MlflowRun` what it read (:meth:`add`: points and tags), or what
+the sender is to read itself (:meth:`add_later`: the follower's thread only queues it); neither
+blocks on the network. A sender thread creates the run when it first can, logs the
 params and tags once, and sends the points in batches (``MlflowClient.log_batch``, up to 1,000
 points a request, a request at most every ``interval`` seconds). A tracking server that is down
 or refuses is one warning (:meth:`take_warnings`, shown in the cell by the follower); the
 points wait in a bounded buffer (``max_pending``; the oldest are dropped beyond it, and that is
 said) and go out once it answers again. What was sent is kept, per run, in the job's record
 (:mod:`.store`), so a re-attached kernel sends no point twice.
+
+A job whose ranks run on this machine is not to feel its tracking: given ``spare`` (the cores
+idle since it was last asked, :class:`.cpu.SpareCpu`), the sender holds everything (the run's
+creation too) while less than :data:`.cpu.SPARE_CORES` was idle, until the job ends, someone
+waits on the sender (:meth:`wait`, :meth:`close`), half the buffer is full or it held for
+:data:`MAX_HOLD_S`; then it sends what it holds. ``held_s`` says how long it held in all.
 
 MLflow's own HTTP retries would hold the sender for minutes on a server that is down; this
 sender retries by itself (every ``retry_s``), so unless the kernel sets them,
@@ -26,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..store.records import write_record
+from .cpu import SPARE_CORES
 from .points import Point, Reading, SentSteps
 
 __all__ = ["MlflowRun", "run_link"]
@@ -33,6 +41,7 @@ __all__ = ["MlflowRun", "run_link"]
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 PARAMS_PER_BATCH = 100  # and of params, and of tags
 MAX_PENDING = 100_000
+MAX_HOLD_S = 30.0  # the longest the sender waits for spare CPU before it sends anyway
 
 
 def _quiet_client(uri: str) -> Any:
@@ -72,6 +81,7 @@ class MlflowRun:
         max_pending: int = MAX_PENDING,
         interval: float = 0.5,
         retry_s: float = 2.0,
+        spare: Callable[[], float] | None = None,
     ) -> None:
         self.backend, self.name, self.record = backend, name, record
         self.run = run
@@ -86,6 +96,8 @@ class MlflowRun:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pending: deque[Point] = deque()
+        self._unread: deque[tuple[Callable[[], Reading], int]] = deque()  # and their lines
+        self._unread_lines = 0
         self._inflight = 0  # points taken for the request in flight
         self._queued: set[tuple[str, int]] = set()
         self._params = dict(new_params or {}) if not self.state.get("run_id") else {}
@@ -100,6 +112,10 @@ class MlflowRun:
         self.points_sent = 0
         self.experiment_id: str | None = self.state.get("experiment_id")
         self._closed = False
+        self._spare = spare
+        self._waited_on = False  # someone waits for the sender: it holds nothing back
+        self._held_since: float | None = None
+        self.held_s = 0.0  # how long the sender held everything for spare CPU
         self._thread = threading.Thread(target=self._loop, name=f"ktrain-mlflow-{name}",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -122,8 +138,29 @@ class MlflowRun:
                 self._pending.append(p)
                 self._queued.add(key)
             full = len(self._pending) >= BATCH
-        if full:
+        if full and self._held_since is None:  # a holding sender looks again in its time
             self._wake.set()
+
+    def add_later(self, read: Callable[[], Reading], lines: int) -> None:
+        """Queue a reading of ``lines`` lines that the sender makes (``read()``, in its thread,
+        in the order queued) before it next sends: the follower pays nothing for it."""
+        with self._lock:
+            self._unread.append((read, lines))
+            self._unread_lines += lines
+            full = self._unread_lines >= BATCH
+        if full and self._held_since is None:
+            self._wake.set()
+
+    def _read_queued(self) -> None:
+        while True:  # only this thread takes from the queue: its head stays until added
+            with self._lock:
+                if not self._unread:
+                    return
+                read, lines = self._unread[0]
+            self.add(read())
+            with self._lock:
+                self._unread.popleft()
+                self._unread_lines -= lines
 
     def _dropped_one(self) -> None:
         if self.dropped == 0:
@@ -160,12 +197,13 @@ class MlflowRun:
     @property
     def pending(self) -> int:
         with self._lock:
-            queued = len(self._pending) + self._inflight + len(self._artifacts)
+            queued = len(self._pending) + self._inflight + len(self._artifacts) + len(self._unread)
             return queued + (self._end is not None)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s until everything queued is sent; True when it is."""
         deadline = time.monotonic() + timeout
+        self._waited_on = True
         self._wake.set()
         while self.pending and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -191,6 +229,8 @@ class MlflowRun:
             self._wake.clear()
             if self._closed:
                 break
+            if self._holding():
+                continue
             try:
                 while self._send_once():
                     pass
@@ -199,6 +239,28 @@ class MlflowRun:
                 self._wake.wait(self.retry_s)
                 continue
             self._recovered()
+
+    def _holding(self) -> bool:
+        """Whether to wait for spare CPU before the next request (see the module docstring)."""
+        if self._spare is None:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            hurry = (
+                self._end is not None
+                or self._waited_on
+                or len(self._pending) + self._unread_lines >= self.max_pending // 2
+                or (self._held_since is not None and now - self._held_since >= MAX_HOLD_S)
+            )
+        spare = self._spare()  # read at every look: the next one measures from here
+        if not hurry and spare < SPARE_CORES:
+            if self._held_since is None:
+                self._held_since = now
+            return True
+        if self._held_since is not None:
+            self.held_s += now - self._held_since
+            self._held_since = None
+        return False
 
     def _failed(self, exc: BaseException) -> None:
         if self._down_since is not None:
@@ -220,6 +282,7 @@ class MlflowRun:
 
     def _send_once(self) -> bool:
         """One request's worth; True when there may be more to send now."""
+        self._read_queued()
         client = self._client
         if client is None:
             client = self._client = self._client_factory(self.uri)

@@ -18,10 +18,12 @@ import contextlib
 import importlib.util
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
 from ..store.records import hold, read_record, release, remove, write_record
+from .cpu import SpareCpu
 from .params import code_hash, job_params
 from .points import Point, Reading, RecordReader
 from .uri import OFF, check_uri
@@ -134,13 +136,16 @@ class TrackingSink:
     def lines(self, replica: str, lines: list[Any]) -> None:
         self.inner.lines(replica, lines)
         node = self._nodes.setdefault(replica, len(self._nodes))
-        now = time.time()
+        # read by the sender when it sends: on a busy machine, not while the job runs
+        self.run.add_later(partial(self._read, list(lines), time.time(), node), len(lines))
+
+    def _read(self, lines: list[Any], now: float, node: int) -> Reading:
         out = Reading()
         for line in lines:
             got = self.reader.read(line, now, node)
             out.points += got.points
             out.tags.update(got.tags)
-        self.run.add(out)
+        return out
 
     def status(self, status: JobStatus) -> None:
         self.inner.status(status)
@@ -188,6 +193,7 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
             "ktrain.code_sha256": str(record.get("code_sha256", "")),
             **record["mlflow"].get("tags", {}),
         },
+        spare=SpareCpu().spare if job.backend.ranks_here else None,
     )
     if job.plan is not None:
         run.artifact("ktrain/program.py", job.plan.program.source)
@@ -232,7 +238,12 @@ def _finish(
     dropped = f"; {run.dropped:,} points were dropped (buffer full)" if run.dropped else ""
     if done:
         run.close()
-        say(f"MLflow: {run.link} ({run.sent.count():,} points){dropped}")
+        held = (
+            f"; sending waited {run.held_s:.0f} s for spare CPU, not to slow the job"
+            if run.held_s >= 1
+            else ""
+        )
+        say(f"MLflow: {run.link} ({run.sent.count():,} points{held}){dropped}")
         return True
     else:
         say(

@@ -6,6 +6,7 @@ are caused for real: a rank kills itself (SIGKILL), the tracking server is kille
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 import time
@@ -44,6 +45,15 @@ def train(steps, pause=0.0, kill_at=None):
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(pause)
     return steps * LR
+
+def spin(seconds):
+    # keep a core busy for the seconds given, reporting every millisecond or two
+    end, step = time.time() + seconds, 0
+    while time.time() < end:
+        sum(i * i for i in range(20000))
+        ktrain.report(step=step, loss=1.0 / (step + 1))
+        step += 1
+    return step
 """
 
 
@@ -121,6 +131,54 @@ def test_a_2x2_job_is_one_run_with_its_params_every_point_and_its_logs(
     assert {f"logs/rank{r}.log" for r in range(4)} <= files, files
     program = (Path(run["info"]["artifact_uri"]) / "ktrain/program.py").read_text()
     assert "LR = 0.05" in program
+
+
+def test_a_job_that_keeps_every_core_busy_gets_its_points_sent_after_it_not_during_it(
+    server: MlflowServer, shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A local job with a rank on every core of this machine: its tracking takes none of their
+    CPU (no point reaches the server while the job runs), every point arrives after its end,
+    and the cell says why they came late."""
+    cores = len(os.sched_getaffinity(0))
+    if cores > 8:
+        pytest.skip(f"a rank a core: {cores} cores are too many for one test")
+    backend = LocalBackend()
+    seen_running: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # what a user watching the MLflow UI during the job sees
+        while not stop.is_set():
+            try:
+                runs = server.runs("exp-busy")
+            except OSError:
+                runs = []
+            points = sum(len(server.history(r["info"]["run_id"], "loss")) for r in runs)
+            try:
+                running = not backend.status("busy").terminal  # read after the points
+            except Exception:  # not made yet
+                running = False
+            if points and running:
+                seen_running.append(points)
+            time.sleep(0.2)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        result = shell.run_cell(
+            f"%%ktrain --nodes 1 --procs-per-node {cores} --name busy --mlflow {server.uri} "
+            "--experiment exp-busy\nsteps = spin(4)\n"
+        )
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    out = _plain(capsys.readouterr().out)
+    assert result.error_in_exec is None, out
+    assert seen_running == [], f"points reached the server while the job ran: {seen_running}"
+    assert re.search(r"points; sending waited \d+ s for spare CPU, not to slow the job\)", out)
+    run_id = _run(server, "busy", "exp-busy")["info"]["run_id"]
+    steps = shell.user_ns["steps"]  # rank 0's
+    assert steps > 100, steps
+    assert _steps(server, run_id, "loss") == list(range(steps))
 
 
 def test_a_restarted_job_reports_no_step_twice(

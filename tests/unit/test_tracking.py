@@ -1,10 +1,13 @@
-"""Tracking's pure parts: records -> points, the steps-sent memory, params, the URI check; and
-the sender's bounded buffer against a tracking server that refuses (a closed port)."""
+"""Tracking's pure parts: records -> points, the steps-sent memory, params, the URI check, spare
+CPU; and the sender's bounded buffer and its holding for spare CPU against a tracking server
+that refuses (a closed port: a request it tried is its one warning)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ from jupyter_ktrain.pod.protocol import (
     format_record,
     parse_line,
 )
+from jupyter_ktrain.tracking.cpu import Sample, SpareCpu, spare_cores
 from jupyter_ktrain.tracking.params import code_hash, constants, flat
 from jupyter_ktrain.tracking.points import Point, Reading, RecordReader, SentSteps
 from jupyter_ktrain.tracking.uri import check_uri
@@ -121,3 +125,77 @@ def test_a_refusing_server_is_one_warning_and_the_buffer_drops_the_oldest_beyond
         assert run.sent.count() == 0
     finally:
         run.close()
+
+
+def test_spare_cores_are_the_machines_idle_time_narrowed_by_a_containers_quota(
+    tmp_path: Path,
+) -> None:
+    # two idle cores of four for 2 s, then a container of 1.5 cores that used 1 of them
+    assert spare_cores(Sample(10.0, 100.0), Sample(12.0, 104.0)) == pytest.approx(2.0)
+    assert spare_cores(
+        Sample(10.0, 100.0, used=50.0, quota=1.5), Sample(12.0, 104.0, used=52.0, quota=1.5)
+    ) == pytest.approx(0.5)
+    assert spare_cores(Sample(1.0, None), Sample(2.0, None)) == float("inf")  # unknown: spare
+    # read from the files a Linux machine and a cgroup v2 container have
+    (tmp_path / "proc").mkdir()
+    cgroup = tmp_path / "sys/fs/cgroup"
+    cgroup.mkdir(parents=True)
+    ticks = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "proc/stat").write_text(f"cpu  7895 12 1581 {3 * ticks} {ticks} 0 31 0 0 0\n")
+    (cgroup / "cpu.max").write_text("150000 100000\n")
+    (cgroup / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    sample = SpareCpu(tmp_path).sample()
+    assert (sample.idle, sample.used, sample.quota) == (4.0, 2.5, 1.5)
+    (cgroup / "cpu.max").write_text("max 100000\n")  # no quota: the machine's idle time alone
+    assert SpareCpu(tmp_path).sample().quota is None
+
+
+def _refused_uri() -> str:
+    with socket.socket() as s:  # a port nothing listens on: every request is refused
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _tried(run: object, within: float) -> bool:
+    """Whether the sender made a request (to a refused port: its one warning) within the time."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if any("did not take" in w for w in run.take_warnings()):  # type: ignore[attr-defined]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_sender_holds_everything_while_the_cpu_is_busy_until_the_job_ends_or_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("mlflow")
+    from jupyter_ktrain.tracking import mlflow_run
+    from jupyter_ktrain.tracking.mlflow_run import MlflowRun
+
+    def record() -> dict[str, object]:
+        return {"started": time.time(), "mlflow": {"uri": _refused_uri(), "experiment": "x",
+                                                   "sent": {}}}  # fmt: skip
+
+    points = Reading(points=[Point("loss", float(i), i, 0) for i in range(2000)])
+    busy = MlflowRun("local", "busy", record(), interval=0.05, retry_s=0.05, spare=lambda: 0.1)
+    idle = MlflowRun("local", "idle", record(), interval=0.05, retry_s=0.05, spare=lambda: 1.0)
+    try:
+        busy.add(points)
+        idle.add(points)
+        assert _tried(idle, 20)  # spare CPU: it sends at once
+        assert not _tried(busy, 1.5)  # no spare CPU: not even the run is made
+        assert busy.pending == 2000
+        busy.end("Succeeded", time.time())  # the job ended: it cannot be slowed any more
+        assert _tried(busy, 20)
+        assert busy.held_s >= 1.5
+    finally:
+        busy.close()
+        idle.close()
+    monkeypatch.setattr(mlflow_run, "MAX_HOLD_S", 0.5)
+    long = MlflowRun("local", "long", record(), interval=0.05, retry_s=0.05, spare=lambda: 0.0)
+    try:
+        long.add(points)
+        assert _tried(long, 20)  # held for too long: sent while still busy
+    finally:
+        long.close()

@@ -65,6 +65,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     name = BACKEND
     rdma_capable = False  # --rdma is a pod network setting; local nodes talk over loopback
+    ranks_here = True
 
     def __init__(
         self,
