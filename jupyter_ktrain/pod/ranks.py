@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from . import mpi
 
-__all__ = ["RANK_ENV", "TF_ORDER", "global_rank", "node_index"]
+__all__ = ["RANK_ENV", "TF_ORDER", "global_rank", "node_index", "tf_head"]
 
 RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "KTRAIN_RANK")  # the first set wins
 TF_ORDER = ("chief", "master", "worker", "ps")  # TF_CONFIG task types in rank order
@@ -38,6 +38,19 @@ def global_rank(env: Mapping[str, str] | None = None) -> int | None:
             return int(value)
     raw = env.get("TF_CONFIG")
     return _tf_rank(raw) if raw else None
+
+
+def tf_head(env: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """A TFJob's rank 0 (its chief, else its master, else worker 0) as ``(host, port)`` from
+    ``TF_CONFIG``'s cluster; None without one."""
+    env = os.environ if env is None else env
+    try:
+        cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster") or {}
+        head = next(cluster[name][0] for name in TF_ORDER if cluster.get(name))
+        host, port = str(head).rsplit(":", 1)
+        return host, int(port)
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration, IndexError):
+        return None
 
 
 def _tf_rank(raw: str) -> int | None:

@@ -57,7 +57,7 @@ def report_tf_task():
     config = json.loads(os.environ["TF_CONFIG"])  # all a TFJob gives its replicas
     task = config["task"]
     ktrain.report(step=1, index=float(task["index"]))
-    # the chief's success ends a TFJob (and cleanPodPolicy Running stops what still runs):
+    # the chief's success ends a TFJob (a worker still running 30 s later is stopped):
     # the chief waits for its worker's word, at the worker's address in TF_CONFIG
     host, port = config["cluster"]["worker"][0].rsplit(":", 1)
     if task["type"] == "worker":

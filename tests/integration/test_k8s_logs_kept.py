@@ -1,5 +1,5 @@
-"""No line lost at any ending: a detached 2-node PyTorchJob that nobody followed, read after it
-ended, as a third party reads it (the Kubeflow SDK's ``TrainingClient.get_job_logs``,
+"""No line lost at any ending: a detached 2-node PyTorchJob (and a TFJob) that nobody followed,
+read after it ended, as a third party reads it (the Kubeflow SDK's ``TrainingClient.get_job_logs``,
 ``kubectl logs``) and through our own view (``Job.logs``): every rank's log is there after a
 success and after a failure, and the failed job keeps no pod running (its nodes stop each
 other: ``jupyter_ktrain.pod.agent.peers``)."""
@@ -85,6 +85,40 @@ def _sdk_logs(test_cluster: Any, name: str) -> dict[str, str]:
     tc = TrainingClient(config_file=str(test_cluster.kubeconfig), namespace=test_cluster.namespace)
     logs, _ = tc.get_job_logs(name, is_master=False)
     return logs
+
+
+# a TFJob's worker prints its last line 3 s after the chief succeeded, which ends the job
+LATE_WORKER = """
+def late_worker():
+    import json, os, time
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    if task["type"] == "worker":
+        time.sleep(3)
+        print("worker: its last line, after the chief's success", flush=True)
+    else:
+        print("chief: done", flush=True)
+"""
+
+
+def test_a_tfjob_workers_last_line_stays_after_the_chief_succeeded(k8s_shell, test_cluster) -> None:  # type: ignore[no-untyped-def]
+    assert k8s_shell.run_cell(LATE_WORKER).success
+    flags = f"{FLAGS} --kind TFJob --name kept-tf"
+    k8s_shell.run_cell_magic("ktrain", flags, "late_worker()\n")
+    assert _ended("kept-tf") == "Succeeded"
+    # the worker is not deleted with the job's end: it ends by itself, and its log stays
+    wait_for(lambda: "Running" not in _pods(test_cluster, "kept-tf").values(), 60)
+    assert _exit_codes(test_cluster, "kept-tf") == {"kept-tf-chief-0": 0, "kept-tf-worker-0": 0}
+    from kubeflow.training import TrainingClient
+
+    tc = TrainingClient(config_file=str(test_cluster.kubeconfig), namespace=test_cluster.namespace)
+    logs, _ = tc.get_job_logs("kept-tf", is_master=False, job_kind="TFJob")
+    assert sorted(logs) == ["kept-tf-chief-0", "kept-tf-worker-0"], logs
+    late = "worker: its last line, after the chief's success"
+    assert late in logs["kept-tf-worker-0"], logs["kept-tf-worker-0"]
+    r = test_cluster.kubectl("logs", "kept-tf-worker-0")
+    assert r.returncode == 0, r.stderr
+    assert late in r.stdout, r.stdout
+    assert late in get_backend("kubernetes").attach("kept-tf").logs()
 
 
 def test_every_ranks_log_stays_after_a_success(k8s_shell, test_cluster) -> None:  # type: ignore[no-untyped-def]

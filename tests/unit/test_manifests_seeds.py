@@ -196,6 +196,7 @@ def test_tfjob_chief_and_workers_match_the_seeds(seed_file: str, flags: str) -> 
         c = f"{rp}.spec.containers[tensorflow]"
         # one process per replica under the agent; TensorFlow reads the operator's TF_CONFIG
         expected_differ.add(f"{c}.command")
+        expected_extra.add(f"{c}.env")  # KTRAIN_PEERS: the nodes stop each other (no pod lost)
         expected_extra.add(f"{rp}.metadata")
         expected_extra.add(f"{rp}.spec.automountServiceAccountToken")  # no API token
         if (

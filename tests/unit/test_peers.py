@@ -1,11 +1,12 @@
 """The nodes' word (:mod:`jupyter_ktrain.pod.agent.peers`): a node's bug stops every other
-node, which then exits PEER_FAILED (not restarted); and the PyTorchJob and XGBoostJob that rely
-on it are made with cleanPodPolicy None (no pod, no log, deleted as the job ends), the other
-kinds with Running (a failed job keeps no pod running). Loopback sockets and threads, no
+node, which then exits PEER_FAILED (not restarted); and the PyTorchJob, XGBoostJob and TFJob
+that rely on it are made with cleanPodPolicy None (no pod, no log, deleted as the job ends), the
+other kinds with Running (a failed job keeps no pod running). Loopback sockets and threads, no
 processes."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from dataclasses import replace
@@ -17,6 +18,7 @@ from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
 from jupyter_ktrain.pod.agent.peers import PEERS_ENV, Peers, parse_word, peers_address
 from jupyter_ktrain.pod.agent.runner import _told
 from jupyter_ktrain.pod.exits import PEER_FAILED, PEER_LOST
+from jupyter_ktrain.pod.ranks import node_index
 from jupyter_ktrain.spec import Elastic, JobSpec, RunPolicy
 
 
@@ -148,24 +150,36 @@ def test_the_word_is_on_only_where_the_builder_turned_it_on() -> None:
     assert peers_address(env) is None
     assert peers_address({**env, PEERS_ENV: "1"}) == ("j-master-0", 23457)
     assert peers_address({PEERS_ENV: "1"}) is None  # no Master to reach
+    # a TFJob's replicas have only TF_CONFIG: node 0 is its chief
+    cluster = {"worker": ["j-worker-0.ns.svc:2222"], "chief": ["j-chief-0.ns.svc:2222"],
+               "ps": ["j-ps-0.ns.svc:2222"]}  # fmt: skip
+    tf = {"cluster": cluster, "task": {"type": "ps", "index": 0}}
+    tf_env = {PEERS_ENV: "1", "TF_CONFIG": json.dumps(tf)}
+    assert peers_address(tf_env) == ("j-chief-0.ns.svc", 2223)
+    assert node_index(tf_env) == 2  # after the chief and the worker
+    assert peers_address({**tf_env, "TF_CONFIG": "{not json"}) is None
     assert parse_word(b"stop 1 3\n") == ("stop", 1, 3)
     assert parse_word(b"GET / HTTP/1.1\r\n") is None
     assert parse_word(b"failed x 1") is None
 
 
 def _env(job: dict, replica: str = "Master") -> dict[str, str]:  # type: ignore[type-arg]
-    key = "xgbReplicaSpecs" if job["kind"] == "XGBoostJob" else "pytorchReplicaSpecs"
+    key = {"XGBoostJob": "xgbReplicaSpecs", "TFJob": "tfReplicaSpecs"}.get(
+        job["kind"], "pytorchReplicaSpecs"
+    )
     container = job["spec"][key][replica]["template"]["spec"]["containers"][0]
     return {e["name"]: e.get("value", "") for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "XGBoostJob"])
-def test_a_job_with_a_master_keeps_its_pods_and_its_nodes_stop_each_other(kind: str) -> None:
-    spec = JobSpec(name="k", kind=kind, nodes=2, backend="kubernetes", image="py:3")
+@pytest.mark.parametrize("kind", ["PyTorchJob", "XGBoostJob", "TFJob"])
+def test_a_job_with_a_head_keeps_its_pods_and_its_nodes_stop_each_other(kind: str) -> None:
+    ps = 1 if kind == "TFJob" else 0  # a TFJob's parameter servers are nodes of the word too
+    spec = JobSpec(name="k", kind=kind, nodes=2, backend="kubernetes", image="py:3", ps_replicas=ps)
     job = render(spec, CodeSource()).objects[-1]
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
-    assert _env(job)[PEERS_ENV] == "1"
-    assert _env(job, "Worker")[PEERS_ENV] == "1"
+    head = "Chief" if kind == "TFJob" else "Master"
+    for replica in (head, "Worker", "PS") if kind == "TFJob" else (head, "Worker"):
+        assert _env(job, replica)[PEERS_ENV] == "1", replica
     # what the user asks for wins
     asked = spec.evolve(run_policy=replace(spec.run_policy, clean_pod_policy="Running"))
     assert clean_pod_policy(asked) == "Running"
@@ -174,7 +188,6 @@ def test_a_job_with_a_master_keeps_its_pods_and_its_nodes_stop_each_other(kind: 
 @pytest.mark.parametrize(
     "spec",
     [
-        JobSpec(name="k", kind="TFJob", nodes=2, backend="kubernetes", image="py:3"),
         JobSpec(name="k", kind="MPIJob", nodes=2, backend="kubernetes", image="py:3"),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", elastic=Elastic(1, 2)),
         JobSpec(name="k", nodes=2, backend="kubernetes", image="py:3", warm=True),
@@ -186,7 +199,7 @@ def test_a_job_with_a_master_keeps_its_pods_and_its_nodes_stop_each_other(kind: 
             run_policy=RunPolicy(restart_policy="OnFailure"),
         ),
     ],
-    ids=["tfjob", "mpijob", "elastic", "warm", "on-failure"],
+    ids=["mpijob", "elastic", "warm", "on-failure"],
 )
 def test_other_jobs_keep_running_as_their_clean_up(spec: JobSpec) -> None:
     assert not stops_itself(spec)

@@ -102,15 +102,15 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
 
 
 # The operator deletes the pods still running (or pending) when a job ends under ``Running``,
-# and none under ``None``. Under ``Running`` a PyTorchJob or an XGBoostJob loses logs at every
-# ending: the master's success ends the job while a worker is still tearing down (its pod
-# deleted, its lines with it, its rank killed in XGBoost's collective shutdown), and a bug's
-# failure ends it while the other nodes still run. Their nodes stop themselves when one fails
-# (``jupyter_ktrain.pod.agent.peers``: node 0 is the Master at ``MASTER_ADDR``, a node's index
-# its ``RANK``), so they are made with ``None`` and every pod, with its log, stays until the job
-# is deleted. The other kinds keep ``Running``: their replicas have no such word (a TFJob's
-# parameter servers never end by themselves, an MPIJob's workers idle until deleted) and a
-# failed job must keep no pod running.
+# and none under ``None``. Under ``Running`` a PyTorchJob, an XGBoostJob or a TFJob loses logs
+# at every ending: the master's (the chief's) success ends the job while a worker is still
+# tearing down or printing its last lines (its pod deleted, its lines with it, its rank killed
+# in XGBoost's collective shutdown), and a bug's failure ends it while the other nodes still
+# run. Their nodes stop themselves when one fails, and 30 s after node 0 succeeded (a TFJob's
+# parameter servers, which never end by themselves) (``jupyter_ktrain.pod.agent.peers``: node 0
+# is the Master at ``MASTER_ADDR``, a TFJob's chief in ``TF_CONFIG``), so they are made with
+# ``None`` and every pod, with its log, stays until the job is deleted. An MPIJob keeps
+# ``Running``: its workers only idle until deleted, and a failed job must keep no pod running.
 CLEAN_POD_POLICY = "Running"
 SELF_STOPPING = "None"
 
@@ -125,14 +125,14 @@ def clean_pod_policy(spec: JobSpec) -> str:
 
 def stops_itself(spec: JobSpec) -> bool:
     """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
-    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``)
-    or a TrainJob (node 0 at ``PET_MASTER_ADDR``; its JobSet fails it once every node ended,
-    :mod:`.fault_runtime`), not a warm one (its agents outlive runs) nor an elastic one (no
-    Master; its workers come and go), whose replicas a bug fails for good (``ExitCode``,
-    ``Never``; under ``OnFailure`` or ``Always`` the operator restarts a stopped node, deleting
-    its pod)."""
+    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``),
+    a TFJob (node 0 its chief, in ``TF_CONFIG``) or a TrainJob (node 0 at ``PET_MASTER_ADDR``;
+    its JobSet fails it once every node ended, :mod:`.fault_runtime`), not a warm one (its
+    agents outlive runs) nor an elastic one (no Master; its workers come and go), whose
+    replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure`` or ``Always``
+    the operator restarts a stopped node, deleting its pod)."""
     return (
-        spec.kind in ("PyTorchJob", "XGBoostJob", "TrainJob")
+        spec.kind in ("PyTorchJob", "XGBoostJob", "TFJob", "TrainJob")
         and spec.elastic is None
         and not spec.warm
         and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
@@ -266,14 +266,22 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
 
 @_registered
 def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
-    """Chief + Workers (+ parameter servers with ``--ps N``)."""
+    """Chief + Workers (+ parameter servers with ``--ps N``); every replica is a node of the
+    word (:func:`stops_itself`; the chief is node 0)."""
     kind = KIND_TABLE[spec.kind]
-    role = PodRole(container=kind.container, command=replica_command(kind, code.mount_path))
+    extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (cleanPodPolicy None)
+    role = PodRole(
+        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+    )
     template = pod_template(spec, code, role, labels)
     replicas = _head_and_workers(spec, "Chief", template)
     if spec.ps_replicas:
         ps_role = PodRole(
-            container=kind.container, command=role.command, trains=False, resources=_cpu_only(spec)
+            container=kind.container,
+            command=role.command,
+            trains=False,
+            resources=_cpu_only(spec),
+            extra_env=extra,
         )
         replicas["PS"] = _replica(
             spec, "PS", spec.ps_replicas, pod_template(spec, code, ps_role, labels)

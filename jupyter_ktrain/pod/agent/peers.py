@@ -1,12 +1,14 @@
 """The nodes of a job tell each other that one failed, so every node ends by itself.
 
-A PyTorchJob or an XGBoostJob is made with ``cleanPodPolicy: None`` (see
+A PyTorchJob, an XGBoostJob or a TFJob is made with ``cleanPodPolicy: None`` (see
 ``jupyter_ktrain.backends.kubernetes.kinds``): the operator deletes no pod when the job ends,
-so every replica's log stays readable after a success (a worker still tearing down as the
-master's success ends the job) and after a failure. What ``Running`` did, stopping the pods
-that still run when the job failed, the nodes' agents do themselves:
+so every replica's log stays readable after a success (a worker still tearing down or
+printing as the master's or the chief's success ends the job) and after a failure. What
+``Running`` did, stopping the pods that still run when the job failed, the nodes' agents do
+themselves:
 
-- node 0's agent (the Master, at ``MASTER_ADDR``) listens on ``MASTER_PORT + 1``; every other
+- node 0's agent (the Master, at ``MASTER_ADDR``; a TFJob's chief, first in ``TF_CONFIG``'s
+  cluster) listens on its port + 1 (``MASTER_PORT``, the chief's TF port); every other
   node's agent keeps a connection to it (and makes it again when the Master's pod comes back);
 - a node that failed by itself says ``ended NODE CODE`` (one that only lost a peer says
   nothing: it is not why anything ended). A bug (a code from 1 to 127: the operator fails the
@@ -37,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from ..ranks import node_index
+from ..ranks import node_index, tf_head
 
 __all__ = [
     "LINGER_S",
@@ -64,6 +66,8 @@ def peers_address(env: Mapping[str, str]) -> tuple[str, int] | None:
         return None
     host = (env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR") or "").strip()
     port = (env.get("PET_MASTER_PORT") or env.get("MASTER_PORT") or "").strip()
+    if not host and (head := tf_head(env)) is not None:  # a TFJob: its chief
+        host, port = head[0], str(head[1])
     if not host or not port.isdigit() or not 0 < int(port) < 65535:
         return None
     return host, int(port) + 1
@@ -252,9 +256,9 @@ class Peers:
 
 
 def start_peers(on_stop: Stop, env: Mapping[str, str] = os.environ) -> Peers | None:
-    """This node's :class:`Peers`, started; None when the word is off (not a PyTorchJob or an
-    XGBoostJob made by ktrain, no ``MASTER_ADDR``) or node 0 cannot listen (the job runs as
-    before)."""
+    """This node's :class:`Peers`, started; None when the word is off (not a PyTorchJob, an
+    XGBoostJob or a TFJob made by ktrain, no node 0 to reach) or node 0 cannot listen (the job
+    runs as before)."""
     address = peers_address(env)
     if address is None:
         return None
