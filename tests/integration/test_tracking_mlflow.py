@@ -18,6 +18,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.errors import JobNotFound
+from jupyter_ktrain.pod.protocol import parse_line
 from tests.mlflow_server import MlflowServer
 from tests.notebook_cells import extension_shell
 
@@ -205,7 +207,7 @@ def test_the_tracking_server_killed_and_started_again_mid_job_gets_every_point_o
     restarted = threading.Event()
 
     def outage() -> None:
-        _wait(lambda: _some_points(server, "outage"), 120, "the first points")
+        _wait(lambda: _reached(LocalBackend(), "outage", 20), 120, "step 20")
         server.kill()
         time.sleep(3)  # the job reports on while the server is down
         server.start()
@@ -221,20 +223,25 @@ def test_the_tracking_server_killed_and_started_again_mid_job_gets_every_point_o
     assert result.error_in_exec is None, out
     t.join(timeout=300)
     assert restarted.is_set()
-    assert out.count("did not take the job's data") == 1, out
+    # one warning when the sender tried while the server was down; on a machine the tests keep
+    # busy it may have held the points through the whole outage (tracking waits for spare CPU)
+    assert out.count("did not take the job's data") <= 1, out
     run_id = _run(server, "outage", "ktrain")["info"]["run_id"]
     _wait(lambda: _steps(server, run_id, "rank1/loss") == list(range(150)), 60, "all points")
     for key in ("loss", "rank1/loss", "lr"):
         assert _steps(server, run_id, key) == list(range(150)), key
 
 
-def _some_points(server: MlflowServer, name: str, experiment: str = "ktrain") -> bool:
+def _reached(backend: LocalBackend, name: str, step: int) -> bool:
+    """Whether rank 0 of local job ``name`` has reported ``step`` (read from its log)."""
     try:
-        runs = server.runs(experiment)
-    except OSError:
+        lines = [parse_line(raw) for _, raw in backend.read_logs(name)]
+    except JobNotFound:
         return False
-    ids = [r["info"]["run_id"] for r in runs if r["info"].get("run_name") == name]
-    return bool(ids) and len(server.history(ids[0], "loss")) >= 10
+    return any(
+        line.rank == 0 and line.record is not None and (line.record.get("step") or 0) >= step
+        for line in lines
+    )
 
 
 def test_a_kernel_that_attaches_again_sends_no_point_twice(
@@ -245,11 +252,12 @@ def test_a_kernel_that_attaches_again_sends_no_point_twice(
         "--experiment exp-b --detach\nr = train(200, pause=0.05)\n"
     )
     assert shell.run_cell(cell).success
-    # the first follower sees part of the job, then is interrupted (Ctrl-C) once points came
+    # the first follower sees part of the job, then is interrupted (Ctrl-C); what it read goes
+    # out as it detaches (also what it held for spare CPU on a busy machine)
     import _thread
 
     def interrupt() -> None:
-        _wait(lambda: _some_points(server, "reattach", "exp-b"), 240, "the first points")
+        _wait(lambda: _reached(LocalBackend(), "reattach", 20), 240, "step 20")
         _thread.interrupt_main()
 
     t = threading.Thread(target=interrupt, daemon=True)
