@@ -232,7 +232,7 @@ class MlflowRun:
             if self._holding():
                 continue
             try:
-                while self._send_once():
+                while self._send_once() and not self._holding():  # asked again each request
                     pass
             except Exception as exc:  # any failure: the server is down or refuses
                 self._failed(exc)

@@ -65,14 +65,20 @@ def settings(spec: JobSpec) -> tuple[str, str] | None:
 
 
 def check(spec: JobSpec) -> tuple[str, str] | None:
-    """:func:`settings`, refused before the job starts when MLflow is not installed."""
+    """:func:`settings`, refused before the job starts when MLflow is not installed. The
+    client is imported here, before the job runs: its import (a second of CPU) would otherwise
+    come in the sender's thread while the job starts on this machine."""
     where = settings(spec)
-    if where is not None and importlib.util.find_spec("mlflow") is None:
+    if where is None:
+        return None
+    if importlib.util.find_spec("mlflow") is None:
         raise SpecError(
             f"The job would be tracked in MLflow at {where[0]}, but MLflow is not installed in "
             "this kernel: `pip install 'jupyter-ktrain[mlflow]'`, or run with --mlflow off "
             "(`%ktrain config mlflow=` turns it off for every job)."
         )
+    import mlflow.tracking  # noqa: F401
+
     return where
 
 
