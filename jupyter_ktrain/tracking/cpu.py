@@ -24,7 +24,7 @@ from pathlib import Path
 __all__ = ["SPARE_CORES", "Sample", "SpareCpu", "spare_cores"]
 
 SPARE_CORES = 0.5  # send while at least this much of a core was idle
-_CGROUP = Path("/sys/fs/cgroup")
+_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/stat counts in these
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,10 @@ class SpareCpu:
             return None
         if len(fields) < 6 or fields[0] != "cpu":
             return None
-        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        return (int(fields[4]) + int(fields[5])) / ticks  # idle + iowait
+        return (int(fields[4]) + int(fields[5])) / _TICKS  # idle + iowait
 
     def _cgroup(self) -> tuple[float | None, float | None]:
-        cgroup = self.root / _CGROUP.relative_to("/")
+        cgroup = self.root / "sys/fs/cgroup"
         try:
             limit = (cgroup / "cpu.max").read_text().split()
             if not limit or limit[0] == "max":
