@@ -4,15 +4,18 @@ shell (get_ipython().run_cell_magic), as a user would."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.backends.local import backend as local_backend
 from jupyter_ktrain.backends.local.procs import marked_pids
 from jupyter_ktrain.errors import JobFailed
 from tests.notebook_cells import ALLREDUCE_TRAIN, extension_shell, reported
@@ -132,6 +135,54 @@ def test_cancel_leaves_no_process_behind_and_reads_cancelled(
     # no raw epoch time (17xxxxxxxx) before "started"; a random job name may hold "17"
     assert not re.search(r"\b1[0-9]{9}\b", out.split("started", 1)[0].replace(job.name, ""))
     assert f"{job.name!r} already ended (Cancelled); nothing to cancel." in out
+
+
+def test_a_cancel_whose_job_another_command_deletes_meanwhile_ends_quietly(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%ktrain cancel`` in one kernel waits for the job's supervisor to stop it; meanwhile
+    ``%ktrain delete`` in another removes the job. The cancel ends without an error (the job is
+    gone, stopped by the delete) and leaves no process behind."""
+    job = shell.run_cell_magic("ktrain", "--nodes 1 --procs-per-node 2 --detach", "sleepy()\n")
+    deadline = time.monotonic() + 60
+    while job.logs().count("sleeping") < 2:
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.2)
+    marker = _marker(job.name)
+    deleted, waiting = threading.Event(), threading.Event()
+    real_alive, asked = local_backend.alive, []
+
+    def alive(raw: Any) -> bool:  # the cancel's wait (its second look), held until deleted
+        if threading.current_thread().name == "cancel":
+            asked.append(raw)
+            if len(asked) == 2:
+                waiting.set()
+                deleted.wait(60)
+                return True
+        return real_alive(raw)
+
+    monkeypatch.setattr(local_backend, "alive", alive)
+    failed: list[BaseException] = []
+
+    def cancel() -> None:
+        try:
+            LocalBackend().cancel(job.name)
+        except BaseException as exc:
+            failed.append(exc)
+
+    canceller = threading.Thread(target=cancel, name="cancel")
+    canceller.start()
+    assert waiting.wait(30)
+    while job.status().state != "Cancelled":  # the SIGTERM it sent ends the job
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.1)
+    LocalBackend().delete(job.name)  # the other command
+    deleted.set()
+    canceller.join(60)
+    assert not canceller.is_alive()
+    assert not failed, failed
+    assert not marked_pids(marker)
+    assert job.name not in [s.name for s in LocalBackend().list_jobs()]
 
 
 def test_detached_job_is_listed_and_reattached_from_a_new_backend(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import BackendError
+from ...errors import BackendError, JobNotFound
 from ...jobs import CANCELLED, CANCELLED_REASON, TERMINAL_STATES, JobShape, JobStatus
 from ...pod.protocol import Profile, Stack
 from ...pod.stacks import STACKS_DIR_ENV, ask, ask_profile
@@ -179,6 +179,14 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         marker = job_marker(self.job_dir(name))
         if marker is None or (raw.state in TERMINAL_STATES and not marked_pids(marker)):
             return  # ended, or not started yet (its folder is being made)
+        try:
+            self._stop(name, raw, marker)
+        except (JobNotFound, FileNotFoundError):
+            if self.job_dir(name).is_dir():
+                raise
+            stop_marked(marker)  # deleted meanwhile by another command, which stopped it
+
+    def _stop(self, name: str, raw: LocalState, marker: str) -> None:
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         while raw.supervisor_pid is None and time.monotonic() < deadline:
             time.sleep(0.05)  # scheduled a moment ago: its supervisor is starting
