@@ -1,4 +1,4 @@
-"""A cell as a RayJob on the real KubeRay operator: a head and two workers; the program is the
+"""A cell as a RayJob on the real KubeRay operator: a head and a worker; the program is the
 driver (submitted by KubeRay's submitter pod, whose log is the driver's output), its tasks
 spread over the Ray nodes and report from inside them; the driver's result comes back. The
 test cluster runs it as a cluster does: each pod its own network (the workers bind the same
@@ -37,7 +37,7 @@ def _pod_networks(test_cluster):
 def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, capsys):
     assert k8s_shell.run_cell(RAY_CELL, store_history=True).success
     job = k8s_shell.run_cell_magic(
-        "ktrain", "--kind RayJob --nodes 3 --image local/python --name ray", "hosts = spread(3)\n"
+        "ktrain", "--kind RayJob --nodes 2 --image local/python --name ray", "hosts = spread(3)\n"
     )
     out = capsys.readouterr().out
     state = test_cluster.kubectl("get", "rayjob", "ray", "-o", "json").stdout
@@ -50,13 +50,13 @@ def test_rayjob_cell_runs_its_tasks_on_the_ray_nodes(k8s_shell, test_cluster, ca
     )
     assert len(set(hosts)) >= 2, (hosts, out)  # the tasks ran on more than one Ray node
     assert set(hosts) <= set(ray_pods), (hosts, ray_pods)
-    # the test cluster runs KubeRay as a cluster does: a head and two workers, each pod its
+    # the test cluster runs KubeRay as a cluster does: a head and a worker, each pod its
     # own address and Ready by KubeRay's own probes, and KubeRay's submitter Job ran the driver
     ray = [p for p in pods if p["metadata"]["name"] in ray_pods]
     types = sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray)
-    assert types == ["head", "worker", "worker"], types
+    assert types == ["head", "worker"], types
     assert all(p["status"]["containerStatuses"][0]["ready"] for p in ray), ray_pods
-    assert len({p["status"]["podIP"] for p in ray}) == 3, [p["status"] for p in ray]
+    assert len({p["status"]["podIP"] for p in ray}) == 2, [p["status"] for p in ray]
     assert any("job-name" in p["metadata"]["labels"] for p in pods), [p["metadata"] for p in pods]
     for i in range(3):
         assert f"task {i} on " in out, out  # each task's line, forwarded by Ray to the driver
@@ -70,7 +70,7 @@ def test_a_task_that_raises_fails_the_cell_with_its_traceback(k8s_shell, capsys)
     assert k8s_shell.run_cell(RAY_CELL, store_history=True).success
     with pytest.raises(JobFailed) as info:
         k8s_shell.run_cell_magic(
-            "ktrain", "--kind RayJob --nodes 2 --image local/python --name ray-bad", "failing()\n"
+            "ktrain", "--kind RayJob --nodes 1 --image local/python --name ray-bad", "failing()\n"
         )
     error, out = str(info.value), capsys.readouterr().out
     assert "RayTaskError(ValueError)" in error, (error, out)
