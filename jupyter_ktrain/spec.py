@@ -63,8 +63,9 @@ def max_name_length(kind: str, nodes: int) -> int:
     return _K8S_MAX_LABEL - max(len(s) for s in replica_suffixes(kind, nodes))
 
 
-def check_job_name(name: object) -> str:
-    """Return ``name`` if it can name a job, else raise :class:`SpecError`.
+def check_job_name(name: object, what: str = "job", listed: str = "`%ktrain list`") -> str:
+    """Return ``name`` if it can name a job (or a sweep: ``what``, and where they are
+    ``listed``), else raise :class:`SpecError`.
 
     The one check every front end applies to a name it is given (the magic, the ``ktrain``
     command, the side panel's REST API, the Python API through the backends): a DNS-1035 label
@@ -72,9 +73,9 @@ def check_job_name(name: object) -> str:
     backend can never reach outside its job store through it."""
     if not isinstance(name, str) or not _DNS1035.match(name) or len(name) > _K8S_MAX_LABEL:
         raise SpecError(
-            f"{name!r} is not a valid job name (a DNS-1035 label): use at most "
+            f"{name!r} is not a valid {what} name (a DNS-1035 label): use at most "
             f"{_K8S_MAX_LABEL} lower-case letters, digits and '-', starting with a letter and "
-            f"ending with a letter or digit (e.g. 'bert-ft-1'). `%ktrain list` shows the jobs "
+            f"ending with a letter or digit (e.g. 'bert-ft-1'). {listed} shows the {what}s "
             f"that exist."
         )
     return name

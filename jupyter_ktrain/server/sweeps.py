@@ -64,7 +64,7 @@ def sweeps_payload() -> SweepsPayload:
 
 def sweep_payload(name: str, points: int) -> SweepDetail:
     """Sweep ``name``'s detail; JobNotFound (404) when the store has none of that name."""
-    check_job_name(name)
+    check_job_name(name, "sweep", "The panel's Sweeps list")
     record = read_sweep(name)
     if record is None:
         raise JobNotFound(

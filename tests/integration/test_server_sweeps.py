@@ -120,6 +120,9 @@ def test_a_sweep_whose_process_was_killed_reads_interrupted(server: PanelServer)
         missing = c.get("sweeps/no-such-sweep")
         assert missing.status_code == 404
         assert "No sweep named 'no-such-sweep'" in missing.json()["error"]
-        assert c.get("sweeps/Bad_Name").status_code == 400
+        bad = c.get("sweeps/Bad_Name")
+        assert bad.status_code == 400
+        assert "'Bad_Name' is not a valid sweep name" in bad.json()["error"], bad.json()
+        assert "The panel's Sweeps list shows the sweeps" in bad.json()["error"], bad.json()
     with server.client(token=False) as c:
         assert c.get("sweeps").status_code == 403
