@@ -32,6 +32,9 @@ AREAS = {
     "notebooks": "the example notebooks, executed (tests/integration/test_notebooks.py)",
 }
 CLUSTER_FIXTURES = ("ktrain_cluster_session",)  # test_cluster and kubeflow_profiles use it
+# modules that `scripts/check` runs in its second stream, beside the cluster's tests and the
+# notebooks, so that the two streams take about as long (their area stays theirs)
+SECOND_STREAM = ("test_local_ray.py",)
 
 
 def area_of(item: pytest.Item) -> str:
@@ -51,12 +54,15 @@ def area_of(item: pytest.Item) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in AREAS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", "second_stream: run by scripts/check beside the cluster")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         area = area_of(item)
         item.add_marker(area)
+        if Path(str(item.path)).name in SECOND_STREAM:
+            item.add_marker("second_stream")
         item.user_properties.append(("area", area))  # in the junit XML, for test_times.py
 
 
