@@ -66,8 +66,11 @@ class StepTimes:
         lines node by node needs the first: it sees one node's ranks before the others')."""
         self._ranks.add(rank)
         self._times.setdefault(step, {}).setdefault(rank, t)
-        if len(self._times) > _KEEP:
-            del self._times[min(self._times)]
+        if len(self._times) > _KEEP + _KEEP // 4:  # the oldest steps, a quarter at once (a
+            # min() per report cost a 2-rank job's follower 0.1 ms a line: 10 % of its time)
+            for old in sorted(self._times)[: len(self._times) - _KEEP]:
+                del self._times[old]
+                self._done.discard(old)
         ranks = max(world or 0, len(self._ranks))
         now = self._times[step]
         before = self._times.get(step - 1)

@@ -75,3 +75,21 @@ def test_the_model_plots_each_ranks_step_time_and_names_the_straggler_with_node_
     assert "every other rank waits for it" in alert.message
     m.set_state("Succeeded", T0 + 100)
     assert [a.code for a in m.alerts()] == ["straggler"]  # what slowed the job stays said
+
+
+def test_a_long_job_keeps_a_bounded_window_of_steps_and_goes_on_estimating() -> None:
+    """Past the kept window (4,096 steps) the oldest steps are dropped, their estimates too:
+    a job of 12,000 steps holds a few thousand, and the step times and the straggler still come
+    at its end."""
+    times = StepTimes()
+    last: dict[int, float] = {}
+    for rank, step, t in _reports({0: 0.1, 1: 0.1}, 11_970) + [
+        (rank, step + 11_970, t + 11_970 * 0.11)  # after the first part's last step
+        for rank, step, t in _reports({0: 0.1, 1: 0.3}, 30)
+    ]:
+        last = times.feed(rank, step, t) or last
+    assert len(times._times) <= 4096 + 1024
+    assert len(times._done) <= 4096 + 1024
+    assert set(last) == {0, 1}
+    assert times.straggler is not None
+    assert (times.straggler.rank, times.straggler.step) == (1, 11_999)
