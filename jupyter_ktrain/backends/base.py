@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import BackendError, JobNotFound
 from ..jobs import CANCELLED, CANCELLED_REASON, JobShape, JobStatus
+from ..pod.protocol import parse_line
 from ..words import describe
 from .capabilities import WarmCapable, job_shape, warm_capable
 from .logsource import LogSource
+from .results import progress_from_logs, results_from_lines
+from .warm import check_warm
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
@@ -159,8 +162,6 @@ class Backend(ABC):
                 yield t, replica, index, line
 
     def submit(self, spec: JobSpec, program: CapturedProgram) -> Job:
-        from .warm import check_warm
-
         check_warm(spec)
         return self.schedule(self.dryrun(spec, program))
 
@@ -263,8 +264,6 @@ class Job:
     def logs(self, rank: int | None = None, grep: str | None = None, run: int | None = None) -> str:
         """Stored output so far; ``rank`` keeps one rank's lines (without prefix); ``run``
         picks a run of a warm job (default: this handle's run)."""
-        from ..pod.protocol import parse_line
-
         out = []
         for _replica, raw in self.read_logs(run):
             line = parse_line(raw)
@@ -279,16 +278,12 @@ class Job:
 
     def progress_history(self) -> list[Progress]:
         """Every progress update so far (percent done, ETA as it was then), from the logs."""
-        from .results import progress_from_logs
-
         return progress_from_logs(self.read_logs())
 
     @property
     def outputs(self) -> dict[str, Any]:
         """Names the cell bound on rank 0 (and ``_`` for a trailing expression)."""
         if self._outputs is None:
-            from .results import results_from_lines
-
             lines = (raw for _replica, raw in self.read_logs())
             found = results_from_lines(lines)
             if found is None:
