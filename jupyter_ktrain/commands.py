@@ -34,6 +34,7 @@ from .stacks import show_stacks
 from .store.records import job_dir
 from .store.sweeps import list_sweeps, read_sweep
 from .sweep import seen as sweeps
+from .tracking import compare as comparing
 from .tracking import session as tracking
 from .words import cancelled_text, describe, status_text
 
@@ -317,10 +318,14 @@ def delete(target: Target, name: str, history: bool = False) -> Reply:
     )
 
 
+def check_compare_name(name: str) -> str:
+    """A job's name, or ``NAME:N`` for run N of a warm job (:func:`.tracking.compare.entry`)."""
+    comparing.entry(name)
+    return name
+
+
 def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
     """The table always; the plot for a front end that shows figures."""
-    from .tracking import compare as comparing
-
     found = _sweep(target, names[0]) if len(names) == 1 else None
     if found is not None:  # a sweep: its trials (each its job, or its run of a warm job)
         record, backend = found
@@ -328,8 +333,11 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
         c = comparing.compare_entries(backend, _existing(backend, entries), metric or objective)
         return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
     backend = target.open()
-    for name in names:
-        backend.status(name)  # a job that is not there: one error naming it
+    for column in map(comparing.entry, names):  # one not there: one error naming it
+        if column.run is None:
+            backend.status(column.job)
+        else:
+            warm_capable(backend, column.job).run_status(column.job, column.run)
     c = comparing.comparison(backend, list(names), metric)
     return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
 
@@ -454,7 +462,13 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "compare",
         (
-            Arg("names", "A B [C ...]", "two jobs or more", convert=check_job_name, many=True),
+            Arg(
+                "names",
+                "A B [C ...]",
+                "two jobs or more (NAME:N: run N of a warm job)",
+                convert=check_compare_name,
+                many=True,
+            ),
             Arg("--metric", "NAME", "a metric name, e.g. loss"),
         ),
         "one metric of several jobs overlaid, with the flags and\n"

@@ -39,6 +39,7 @@ from ..spec import check_job_name
 from ..stacks import show_stacks
 from ..store.profiles import read_profile, trace_file, trace_name
 from ..store.records import read_hang
+from ..tracking.compare import entry
 from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
 from .compare import compare_payload
@@ -393,8 +394,9 @@ class PanelCore:
     def compare(
         self, names: list[str], metric: str | None = None, backend: str | None = None
     ) -> ComparePayload:
-        """``%ktrain compare``'s comparison of ``names`` (jobs of one backend), for the panel."""
-        found = {self._find(name, backend)[0] for name in names}
+        """``%ktrain compare``'s comparison of ``names`` (jobs of one backend, or runs of its
+        warm jobs: ``NAME:N``), for the panel."""
+        found = {self._find(entry(name).job, backend)[0] for name in names}
         if len(found) > 1:
             raise SpecError(
                 f"{', '.join(names)} are jobs of {' and '.join(sorted(found))}: compare jobs "

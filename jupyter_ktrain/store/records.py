@@ -40,6 +40,7 @@ __all__ = [
     "keep_hang",
     "read_hang",
     "read_record",
+    "record_name",
     "release",
     "remove",
     "write_record",
@@ -49,6 +50,12 @@ RECORD = "run.json"
 HANG = "hang.json"
 RECORD_VERSION = 1
 _TRACKING_LOCK = ".tracking.lock"
+
+
+def record_name(job: str, run: int | None = None) -> str:
+    """Where the record of job ``job`` is kept: under its name; run ``run`` of a warm job
+    under ``NAME/runs/N`` (each run a record, and an MLflow run, of its own)."""
+    return job if run is None else f"{job}/runs/{run}"
 
 
 def job_dir(backend: str, name: str) -> Path:

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.capabilities import job_shape, warm_capable
 from ..errors import SpecError
-from ..store.records import read_record
+from ..spec import check_job_name
+from ..store.records import read_record, record_name
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["Comparison", "Entry", "compare_entries", "comparison", "figure", "text"]
+__all__ = ["Comparison", "Entry", "compare_entries", "comparison", "entry", "figure", "text"]
 
 MISSING = "—"
 POINTS = 2_000
@@ -53,6 +54,21 @@ class Entry:
     params: Mapping[str, str] | None = None
 
 
+def entry(name: str) -> Entry:
+    """A column named by the user: ``NAME``, a job, or ``NAME:N``, run N of warm job NAME;
+    :class:`SpecError` for a name that is neither."""
+    job, colon, run = name.partition(":")
+    check_job_name(job)
+    if not colon:
+        return Entry(name, job)
+    if not run.isdigit() or int(run) < 1:
+        raise SpecError(
+            f"{name!r} is not a run of a warm job: write NAME:N, N the run's number (1, 2, "
+            f"...), e.g. {job}:2. `%ktrain status {job}` shows its runs."
+        )
+    return Entry(name, job, int(run))
+
+
 def _series(backend: Backend, entry: Entry) -> dict[str, tuple[list[float], list[float]]]:
     """Each metric name of the job (or run) -> rank 0's (or the lowest rank's) points."""
     from ..monitor.live import model_from_logs
@@ -75,11 +91,15 @@ def _series(backend: Backend, entry: Entry) -> dict[str, tuple[list[float], list
 
 
 def comparison(backend: Backend, names: Sequence[str], metric: str | None = None) -> Comparison:
-    """The comparison of ``names`` (at least two jobs of ``backend``) on ``metric`` (default:
-    ``loss`` when every job has it, else the first name they all reported)."""
+    """The comparison of ``names`` (at least two jobs of ``backend``, or runs of its warm jobs:
+    :func:`entry`) on ``metric`` (default: ``loss`` when every job has it, else the first name
+    they all reported)."""
     if len(names) < 2:
-        raise SpecError("%ktrain compare needs two jobs or more, e.g. %ktrain compare A B.")
-    return compare_entries(backend, [Entry(name, name) for name in names], metric)
+        raise SpecError(
+            "%ktrain compare needs two jobs or more, e.g. %ktrain compare A B (a warm job's "
+            "runs: %ktrain compare A:1 A:2)."
+        )
+    return compare_entries(backend, [entry(name) for name in names], metric)
 
 
 def compare_entries(
@@ -108,7 +128,7 @@ def compare_entries(
         e.label: (
             e.params
             if e.params is not None
-            else (read_record(backend.name, e.job) or {}).get("params", {})
+            else (read_record(backend.name, record_name(e.job, e.run)) or {}).get("params", {})
         )
         for e in entries
     }

@@ -22,7 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
-from ..store.records import hold, read_record, release, remove, write_record
+from ..store.records import hold, read_record, record_name, release, remove, write_record
 from .cpu import SpareCpu
 from .params import code_hash, job_params
 from .points import Point, Reading, RecordReader
@@ -85,7 +85,7 @@ def check(spec: JobSpec) -> tuple[str, str] | None:
 def record_key(job: Job) -> str:
     """Where the job's record is kept: under its name; a warm job's run under
     ``NAME/runs/N``, each run an MLflow run of its own."""
-    return job.name if job.run is None else f"{job.name}/runs/{job.run}"
+    return record_name(job.name, job.run)
 
 
 def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = print) -> None:

@@ -10,6 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.server.core import PanelCore
 from jupyter_ktrain.tracking import compare
 
 pytestmark = pytest.mark.slow
@@ -53,3 +54,46 @@ def test_two_jobs_compared_on_their_loss_with_what_differed(
     assert "Deleted 'cmp-a'. Removed its record (params, tracking state) from " in out, out
     assert "history/local/cmp-a" in out
     shell.reset(new_session=True)
+
+
+def test_two_runs_of_a_warm_job_compared_as_name_colon_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``%ktrain compare NAME:1 NAME:2``: two cells run on one warm job, each run its own
+    column, with the constant that changed between them; a run that is not there, or a run
+    number that is not one, is one error before anything is read."""
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=True)
+    shell.extension_manager.load_extension("jupyter_ktrain")
+    try:
+        for lr in (0.1, 0.3):
+            assert shell.run_cell(f"LR = {lr}\n" + TRAIN, store_history=True).success
+            cell = "%%ktrain --warm --nodes 1 --procs-per-node 1 --name cmp-w --mlflow off\n"
+            assert shell.run_cell(cell + "train(10)\n").error_in_exec is None
+        capsys.readouterr()
+        assert shell.run_cell("%ktrain compare cmp-w:1 cmp-w:2").success
+        out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+        rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+        assert rows["cmp-w:1"] == ["cmp-w:2"], out  # the columns: one per run
+        assert rows["loss"][-2:] == ["0.1", "0.3"], out  # "loss (last)": LR * 1
+        assert rows["const.LR"] == ["0.1", "0.3"], out
+        c = compare.comparison(LocalBackend(), ["cmp-w:1", "cmp-w:2"])
+        assert c.curves["cmp-w:2"][0] == [float(s) for s in range(10)]
+        # the side panel's compare (its API: /ktrain/api/compare?jobs=cmp-w:1,cmp-w:2)
+        panel = PanelCore.from_names(["local"]).compare(["cmp-w:1", "cmp-w:2"])
+        assert panel["jobs"] == ["cmp-w:1", "cmp-w:2"], panel
+        assert {"name": "const.LR", "values": {"cmp-w:1": "0.1", "cmp-w:2": "0.3"}} in panel[
+            "differ"
+        ], panel["differ"]
+        for bad, said in (
+            ("cmp-w:0 cmp-w:2", "'cmp-w:0' is not a run of a warm job: write NAME:N"),
+            ("cmp-w:1 cmp-w:7", "The warm job 'cmp-w' has no run 7."),
+        ):
+            result = shell.run_cell(f"%ktrain compare {bad}")
+            captured = capsys.readouterr()
+            text = captured.out + captured.err + str(result.error_in_exec or "")
+            assert said in text, text
+            assert "Traceback" not in text, text
+    finally:
+        LocalBackend().delete("cmp-w")
+        shell.reset(new_session=True)
