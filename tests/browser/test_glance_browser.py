@@ -34,11 +34,11 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     Lab,
     favour_browser,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def test_a_32_rank_job_is_one_heatmap_and_a_filtered_log_in_the_widget_and_the_p
         page.add_init_script(LONG_FRAMES)
         try:
             page.goto(f"{lab.url}/lab/tree/glance.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             favour_browser()
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             # the widget: one heatmap of 4 nodes x 8 GPUs, no line per GPU

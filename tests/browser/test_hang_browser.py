@@ -20,10 +20,10 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     Lab,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def test_the_widget_and_the_panel_name_the_hung_rank_with_its_stacks(lab: Lab) -
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
         try:
             page.goto(f"{lab.url}/lab/tree/hang.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             # the widget: the warning, then where rank 1 waits (its stack, taken once)
             page.wait_for_function(

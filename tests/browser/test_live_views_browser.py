@@ -39,10 +39,10 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     Lab,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -202,7 +202,7 @@ def test_widget_and_panel_show_one_truth_through_a_killed_node(live_lab: Lab) ->
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         try:
             page.goto(f"{lab.url}/lab/tree/live.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_function(
                 f"() => [...document.querySelectorAll('.widget-html-content')]"

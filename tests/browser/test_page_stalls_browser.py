@@ -37,12 +37,12 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     ROOT,
     Lab,
     favour_browser,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -161,7 +161,7 @@ def test_no_long_task_charts_fit_and_the_panel_keeps_up(page_lab: Lab) -> None:
         page.add_init_script(LONG_FRAMES)
         try:
             page.goto(f"{lab.url}/lab/tree/page.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             favour_browser()
             assert page.evaluate("() => window.__ktrainLong !== null"), "no Long Tasks API"
             # no command's result comes back: Playwright would serialize the panel's widget

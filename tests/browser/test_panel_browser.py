@@ -31,12 +31,12 @@ from .test_widget_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     HEADER,
-    KERNEL_IDLE,
     ROOT,
     Lab,
     lab_env,
     require_panel_browser,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -107,7 +107,7 @@ def test_panel_lists_jobs_survives_restart_and_opens_every_ranks_logs(panel_lab:
         page.on("request", lambda r: api_calls.append(r.url) if "/ktrain/api/" in r.url else None)
         try:
             page.goto(f"{lab.url}/lab/tree/panel.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             _steps(page)
             screenshot(page, "panel.png")
             _polls_only_while_visible(page, api_calls)

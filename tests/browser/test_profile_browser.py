@@ -20,10 +20,10 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     Lab,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ def test_the_cell_and_the_panel_show_the_profile_and_the_traces_download(lab: La
         page = browser.new_page(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
         try:
             page.goto(f"{lab.url}/lab/tree/profile.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_function(
                 f"() => document.body.innerText.includes({HEAD!r})", timeout=150_000

@@ -24,10 +24,10 @@ from .test_widget_browser import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    KERNEL_IDLE,
     favour_browser,
     panel_lab,
     screenshot,
+    wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.slow
@@ -82,7 +82,7 @@ def test_a_sweep_in_its_cell_and_in_the_side_panel(tmp_path: Path) -> None:
         page.add_init_script(LONG_TASKS)
         try:
             page.goto(f"{lab.url}/lab/tree/sweep.ipynb?reset&token={lab.token}")
-            page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+            wait_kernel_idle(page)
             favour_browser()
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             _check(page)

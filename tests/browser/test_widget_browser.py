@@ -161,6 +161,40 @@ KERNEL_IDLE = """() => {
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
   return !!k && k.status === 'idle';
 }"""
+KERNEL_STATE = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const c = w && w.sessionContext;
+  const k = c && c.session && c.session.kernel;
+  return {widget: w ? w.title.label : null, kernel: k ? k.status : null,
+          connection: k ? k.connectionStatus : null};
+}"""
+RECONNECT = (
+    """() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.reconnect()"""
+)
+
+
+def wait_kernel_idle(page: Any, timeout_s: float = 90.0) -> None:
+    """The notebook's kernel idle in the page. JupyterLab's client at times never hears the
+    kernel's first status on a busy machine (the kernel started and the websocket connected,
+    then nothing: seen twice in full runs, the page reading neither idle nor busy for 90 s); a
+    user then picks "Reconnect to Kernel", and so does this, once, before it gives up with
+    what the page said."""
+    try:
+        page.wait_for_function(KERNEL_IDLE, timeout=timeout_s * 500)
+        return
+    except Exception:
+        state = page.evaluate(KERNEL_STATE)
+    if state.get("kernel") is not None:
+        page.evaluate(RECONNECT)
+    try:
+        page.wait_for_function(KERNEL_IDLE, timeout=timeout_s * 1000)
+    except Exception as exc:
+        raise AssertionError(
+            f"the notebook's kernel was not idle in {1.5 * timeout_s:.0f} s: the page said "
+            f"{state} before a reconnect, {page.evaluate(KERNEL_STATE)} after"
+        ) from exc
+
+
 LOSS_POINTS = """() => {
   let n = 0;
   for (const panel of document.querySelectorAll('.ktrain-WidgetChart .ktrain-WidgetPanel')) {
@@ -216,7 +250,7 @@ def test_monitor_in_jupyterlab_shows_all_ranks_growing_plot_and_success(lab: Lab
             page = browser.new_page(viewport={"width": 1400, "height": 1600})
             page.goto(f"{lab.url}/lab/tree/monitor.ipynb?reset&token={lab.token}")
             try:
-                page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+                wait_kernel_idle(page)
             except Exception:
                 screenshot(page, "widget-jupyterlab-failed.png")
                 raise
