@@ -67,7 +67,7 @@ class StepTimes:
         self._ranks.add(rank)
         self._times.setdefault(step, {}).setdefault(rank, t)
         if len(self._times) > _KEEP + _KEEP // 4:  # the oldest steps, a quarter at once (a
-            # min() per report cost a 2-rank job's follower 0.1 ms a line: 10 % of its time)
+            # min() per report cost a 2-rank job's follower a fifth of its time per line)
             for old in sorted(self._times)[: len(self._times) - _KEEP]:
                 del self._times[old]
                 self._done.discard(old)
