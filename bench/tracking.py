@@ -18,7 +18,7 @@ A real ``mlflow server`` (SQLite store) on this machine takes the points.
       processes every 50 ms; what they used in the job's window, per second and per core, with
       tracking on less with it off, is the share of the machine tracking took from the job.
       Goal: at most 2 %.
-    - Speed: rank 0's steps per second, on against off. A job's speed here varies by about 5 %
+    - Speed: rank 0's steps per second, on against off. A job's speed here varies by 5-18 %
       from one job to the next with nothing changed (the machine's own noise), more than the
       2 % to be shown, so the bench prints that spread beside it (``job_speed_spread_pct``: the
       jobs with tracking off, largest less smallest over the median). Goal: the slowdown of the

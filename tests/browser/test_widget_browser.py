@@ -174,11 +174,11 @@ RECONNECT = (
 
 
 def wait_kernel_idle(page: Any, timeout_s: float = 90.0) -> None:
-    """The notebook's kernel idle in the page. JupyterLab's client at times never hears the
-    kernel's first status on a busy machine (the kernel started and the websocket connected,
-    then nothing: seen twice in full runs, the page reading neither idle nor busy for 90 s); a
-    user then picks "Reconnect to Kernel", and so does this, once, before it gives up with
-    what the page said."""
+    """The notebook's kernel idle in the page. Twice in full runs on a busy machine the page
+    never read the kernel idle although it had started and its websocket connected (the
+    server's log: nothing after that for 90 s; the cause is not known). A user then picks
+    "Reconnect to Kernel", and so does this, once, before it gives up with what the page
+    said."""
     try:
         page.wait_for_function(KERNEL_IDLE, timeout=timeout_s * 500)
         return
