@@ -118,16 +118,22 @@ def make_venv(path: Path, requirements: list[str], log: Path, *, torch: bool,
     done = run([str(path / "bin" / "python"), "-m", "pip", "install", "--quiet",
                 "--disable-pip-version-check", *requirements], log, env=env)  # fmt: skip
     assert done.returncode == 0, f"pip install failed:\n{done.stdout[-4000:]}{done.stderr}"
+    venv = Venv(path, env)
     if torch:
-        ask = "import site; print(site.getsitepackages()[0])"
-        site = Path(
-            subprocess.run([str(path / "bin" / "python"), "-c", ask], capture_output=True,
-                           text=True, check=True, env=env).stdout.strip()
-        )  # fmt: skip
-        links = path.parent / f"{path.name}-torch"
-        _link_distributions(links, _closure("torch"))
-        (site / "zz_provided_torch.pth").write_text(f"{links}\n")
-    return Venv(path, env)
+        provide_torch(venv)
+    return venv
+
+
+def provide_torch(venv: Venv) -> None:
+    """torch in ``venv`` as its image would have it (see the module docstring)."""
+    ask = "import site; print(site.getsitepackages()[0])"
+    site = Path(
+        subprocess.run([venv.python, "-c", ask], capture_output=True, text=True, check=True,
+                       env=venv.env).stdout.strip()
+    )  # fmt: skip
+    links = venv.path.parent / f"{venv.path.name}-torch"
+    _link_distributions(links, _closure("torch"))
+    (site / "zz_provided_torch.pth").write_text(f"{links}\n")
 
 
 def _venv_env(path: Path, home: Path) -> dict[str, str]:

@@ -61,9 +61,9 @@ def test_the_local_backend_without_torch_refuses_a_torchrun_job_before_making_it
     assert "`pip install torch`" in text
     assert "--backend kubernetes" in text
     assert not (tmp_path / "jobs" / "no-torch").exists()
-    # a kind that does not start torchrun is not refused for it
-    plan = backend.dryrun(JobSpec.create(name="tf", kind="TFJob", nodes=1), PROGRAM)
-    assert plan.spec.name == "tf"
+    # every local node starts torchrun, whatever the kind (a TFJob's too)
+    with pytest.raises(MissingPackage):
+        backend.dryrun(JobSpec.create(name="tf", kind="TFJob", nodes=1), PROGRAM)
 
 
 def test_mlflow_and_sweep_say_their_extras_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
