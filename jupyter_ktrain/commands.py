@@ -28,6 +28,8 @@ from .errors import ClusterError, JobNotFound, KtrainError, SpecError
 from .jobs import JobStatus
 from .monitor.torchrun import job_logs
 from .profile import show_profile
+from .runner import compare as compare_runs
+from .runner import track as tracking
 from .spec import check_job_name
 from .spec_values import parse_duration
 from .stacks import show_stacks
@@ -35,7 +37,6 @@ from .store.records import job_dir
 from .store.sweeps import list_sweeps, read_sweep
 from .sweep import seen as sweeps
 from .tracking import compare as comparing
-from .tracking import session as tracking
 from .words import cancelled_text, describe, status_text
 
 __all__ = [
@@ -330,7 +331,7 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
     if found is not None:  # a sweep: its trials (each its job, or its run of a warm job)
         record, backend = found
         entries, objective = sweeps.compare_entries(record)
-        c = comparing.compare_entries(backend, _existing(backend, entries), metric or objective)
+        c = compare_runs.compare_entries(backend, _existing(backend, entries), metric or objective)
         return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
     backend = target.open()
     for column in map(comparing.entry, names):  # one not there: one error naming it
@@ -338,7 +339,7 @@ def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
             backend.status(column.job)
         else:
             warm_capable(backend, column.job).run_status(column.job, column.run)
-    c = comparing.comparison(backend, list(names), metric)
+    c = compare_runs.comparison(backend, list(names), metric)
     return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
 
 

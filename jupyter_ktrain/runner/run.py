@@ -15,8 +15,8 @@ from ..backends.capabilities import job_shape
 from ..backends.registry import get_backend
 from ..backends.warm import check_warm
 from ..errors import JobNotFound, KtrainError
-from ..tracking import session as tracking
 from ..words import describe
+from . import track as tracking
 from .follow import follow
 from .front import Front
 from .options import RunOptions

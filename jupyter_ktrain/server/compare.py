@@ -1,4 +1,4 @@
-"""The panel's comparison of several jobs: :func:`~..tracking.compare.comparison` (the data
+"""The panel's comparison of several jobs: :func:`~..runner.compare.comparison` (the data
 ``%ktrain compare`` prints) as a :class:`~.payloads.ComparePayload`, each curve downsampled."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..monitor.downsample import minmax_lttb
 from ..monitor.viewmodel import rank_colour
-from ..tracking.compare import comparison
+from ..runner.compare import comparison
 from .payloads import CompareCurve, CompareParam, ComparePayload
 
 if TYPE_CHECKING:
