@@ -14,7 +14,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import commands
-from .backends.base import Job
 from .errors import JobFailed, KtrainError
 from .notebook import NotebookFront, say
 from .options import build_parser
@@ -23,6 +22,7 @@ from .runner.front import in_kernel
 from .runner.options import CellOptions
 from .runner.run import run
 from .runner.source import cell_source
+from .runner.verbs import Job
 from .sweep.run import run_sweep
 from .sweep.trials import Sweep
 from .widgets.controls import kernel_busy

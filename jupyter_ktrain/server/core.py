@@ -19,28 +19,23 @@ import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from ..backends.base import Job
-from ..backends.capabilities import job_shape
-from ..backends.registry import get_backend
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..jobs import CANCELLED, DELETED_REASON, FAILED, JobShape
+from ..jobs import CANCELLED, DELETED_REASON, JobShape
 from ..monitor.fold import RepeatFold, shown_ranks, shown_text
 from ..monitor.live import LogReplay
 from ..monitor.logbook import log_label
-from ..monitor.text import failure_summary
 from ..monitor.torchrun import fold_stored
 from ..pod.protocol import RECORD_MARK, LogLine, parse_line
+from ..runner import verbs
+from ..runner.track_detached import ServerTracking
 from ..spec import check_job_name
-from ..stacks import show_stacks
-from ..store.profiles import read_profile, trace_file, trace_name
-from ..store.records import read_hang
 from ..tracking.compare import entry
-from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
 from .compare import compare_payload
 from .payloads import (
@@ -58,11 +53,10 @@ from .payloads import (
     SweepsPayload,
 )
 from .sweeps import sweep_payload, sweeps_payload
-from .tracking import ServerTracking
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
     from ..jobs import JobStatus
+    from ..runner.verbs import Backend
 
 __all__ = [
     "DEFAULT_BACKENDS",
@@ -82,7 +76,7 @@ _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
 def get_backend_by_name(name: str) -> Backend:
-    return get_backend(name)
+    return verbs.open_backend(name)
 
 
 def http_status(exc: BaseException) -> int:
@@ -148,7 +142,7 @@ class PanelCore:
 
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
-        """Backends by name through :func:`jupyter_ktrain.backends.registry.get_backend`."""
+        """Backends by name through :func:`jupyter_ktrain.runner.verbs.open_backend`."""
         fixed = tuple(names)
         return cls(lambda: {n: n for n in fixed})
 
@@ -163,7 +157,7 @@ class PanelCore:
             return {n: (config if n == "kubernetes" else n) for n in names()}
 
         def make(name: str, key: Hashable) -> Backend:
-            return get_backend(name, config=key if isinstance(key, Config) else None)
+            return verbs.open_backend(name, key if isinstance(key, Config) else None)
 
         return cls(resolve, make=make)
 
@@ -189,7 +183,7 @@ class PanelCore:
             raise SpecError(f"backend {backend!r} is not served by this panel (it has: {known}).")
         for b in [backend] if backend else list(served):
             try:
-                return b, self._backend(b, served).status(name)
+                return b, verbs.status(self._backend(b, served), name)
             except JobNotFound:
                 continue
             except KtrainError:
@@ -204,16 +198,10 @@ class PanelCore:
     # -- the five calls -----------------------------------------------------------------
     def jobs(self) -> JobsPayload:
         now = self.clock()
-        jobs: list[JobSummary] = []
-        problems: list[BackendProblem] = []
         served = self._factories
-        for b in served:
-            try:
-                statuses = self._backend(b, served).list_jobs()
-            except KtrainError as exc:
-                problems.append({"backend": b, "error": str(exc)})
-                continue
-            jobs.extend(job_summary(s, b, now) for s in statuses)
+        found = verbs.list_jobs((b, partial(self._backend, b, served)) for b in served)
+        jobs: list[JobSummary] = [job_summary(s, b, now) for b, s in found.jobs]
+        problems: list[BackendProblem] = [{"backend": b, "error": e} for b, e in found.problems]
         jobs.sort(key=lambda j: -(j["started"] or now))
         return {"jobs": jobs, "problems": problems, "now": now}
 
@@ -225,9 +213,7 @@ class PanelCore:
 
     def _failure(self, backend: str, status: JobStatus) -> str | None:
         """The cell's failure summary (first failing rank, kind, last lines), or None."""
-        if status.state not in (FAILED, CANCELLED) or ended_by_user(status):
-            return None
-        return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
+        return verbs.failure(self._backend(backend), status)
 
     def logs(
         self,
@@ -335,7 +321,7 @@ class PanelCore:
                     seen[replica] = index + 1
                 feed.counts = seen
             payload = metrics_payload(feed.replay.model, self.plot_points)
-        hang = None if status.terminal else read_hang(b, name)
+        hang = None if status.terminal else verbs.kept_hang(b, name)
         if hang is not None and _same_start(hang.get("started"), status.started):
             # what the cell that follows the job says of a hang, with the stacks it took
             payload["warnings"].append(str(hang.get("text", "")))
@@ -354,13 +340,7 @@ class PanelCore:
         """Rank ``rank``'s Chrome trace of job ``name``'s last profile (the file to serve);
         JobNotFound when it has none."""
         b, _ = self._find(name, backend)
-        path = trace_file(b, name, rank)
-        if path is None:
-            raise JobNotFound(
-                f"{name!r} has no kept trace of rank {rank}: `%ktrain profile {name} --steps 3` "
-                "takes one."
-            )
-        return path
+        return verbs.trace(b, name, rank)
 
     def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
         """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
@@ -379,7 +359,7 @@ class PanelCore:
             feed = self._feeds.get(key)
         fresh = None
         if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
-            shape = job_shape(self._backend(backend), name)
+            shape = verbs.shape(self._backend(backend), name)
             kind = shape.kind if shape else None
             fresh = _MetricFeed(name, started, kind, self.plot_points, backend, shape)
         with self._lock:
@@ -403,7 +383,8 @@ class PanelCore:
                 "of one backend."
             )
         b = found.pop() if found else (backend or next(iter(self._factories)))
-        return compare_payload(b, self._backend(b), names, metric, self.plot_points)
+        c = verbs.compare(self._backend(b), names, metric)
+        return compare_payload(b, c, self.plot_points)
 
     def stacks(
         self, name: str, rank: int | None = None, backend: str | None = None
@@ -411,7 +392,7 @@ class PanelCore:
         """Every running rank's stack now (or one rank's), as ``%ktrain stacks`` shows them;
         an ended job, a rank it does not have: one line (400)."""
         b, _status = self._find(name, backend)
-        return {"text": show_stacks(self._backend(b), name, rank), "t": time.time()}
+        return {"text": verbs.stacks(self._backend(b), name, rank), "t": time.time()}
 
     def sweeps(self) -> SweepsPayload:
         """Every sweep of the job store (its record, not a backend's)."""
@@ -422,21 +403,19 @@ class PanelCore:
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""
-        b, status = self._find(name, backend)
-        if status.terminal:
-            return self._detail(b, status)
-        self._backend(b).cancel(name)
-        try:
-            return self.job(name, b)
-        except JobNotFound:  # a cluster job's cancel deletes it
-            gone = replace(
-                status,
-                state=CANCELLED,
-                reason=DELETED_REASON,
-                message="cancelled: the job and its pods were deleted",
-                replicas=(),
-            )
-            return self._detail(b, gone)
+        b, _status = self._find(name, backend)
+        done = verbs.cancel(self._backend(b), name)
+        if done.after is not None:  # as it is now (unchanged: it had already ended)
+            return self._detail(b, done.after)
+        assert done.before is not None
+        gone = replace(  # a cluster job's cancel deletes it
+            done.before,
+            state=CANCELLED,
+            reason=DELETED_REASON,
+            message="cancelled: the job and its pods were deleted",
+            replicas=(),
+        )
+        return self._detail(b, gone)
 
 
 def _same_start(kept: object, started: float | None) -> bool:
@@ -512,8 +491,9 @@ def _line_time(item: _Shown) -> float:
 
 
 def profile_shown(backend: str, name: str) -> ProfileShown | None:
-    """The job's last profile as the panel shows it (:mod:`..store.profiles`); None: none."""
-    kept = read_profile(backend, name)
+    """The job's last profile as the panel shows it (:func:`..runner.verbs.kept_profile`);
+    None: none."""
+    kept = verbs.kept_profile(backend, name)
     if kept is None:
         return None
     ranks = [r for r in kept.get("traces") or () if isinstance(r, int)]
@@ -522,6 +502,7 @@ def profile_shown(backend: str, name: str) -> ProfileShown | None:
         "text": str(kept.get("text", "")),
         "t": float(kept.get("t") or 0.0),
         "traces": [
-            {"rank": r, "path": f"{where}{trace_name(r)}?backend={quote(backend)}"} for r in ranks
+            {"rank": r, "path": f"{where}{verbs.trace_name(r)}?backend={quote(backend)}"}
+            for r in ranks
         ],
     }

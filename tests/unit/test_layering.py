@@ -204,3 +204,68 @@ def test_the_layer_check_names_upward_and_mutual_imports(tmp_path: Path) -> None
     ]
     upward = layer_faults({("low", "high"): ["x.py:3"]}, (("low",), ("high",)))
     assert upward == ["low imports high, a higher layer, at x.py:3"]
+
+
+# -- the front ends are adapters over the job service -------------------------------------------
+ADAPTERS = ("commands.py", "cli.py", "magics.py", "api.py", "server/")
+BEHIND_THE_SERVICE = ("backends", "store", "monitor")  # reached through runner/ (or sweep/) only
+# What the panel's server still reads of the monitor itself, each import listed: the panel's
+# log pages and metric feeds (its own paging, kept between polls) and the view-model helpers
+# the widget shares with it. To go through the service next; nothing may be added.
+NOT_YET = {
+    "server/build.py": {"monitor.viewmodel", "monitor.glance", "monitor.model"},
+    "server/compare.py": {"monitor.downsample", "monitor.viewmodel"},
+    "server/core.py": {"monitor.fold", "monitor.live", "monitor.logbook", "monitor.torchrun"},
+    "server/payloads.py": {"monitor.glance"},
+}
+
+
+def adapter_reaches(package: Path = PACKAGE) -> dict[str, dict[str, list[int]]]:
+    """Each adapter file -> each module behind the service it imports (``monitor.live``,
+    relative to the package) -> the lines, at any level."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if not rel.startswith(ADAPTERS):
+            continue
+        module, is_package = module_of(path, package)
+        for name, line in imports_at(path.read_text(), module, is_package):
+            parts = name.split(".")
+            if parts[0] != TOP or len(parts) < 2 or parts[1] not in BEHIND_THE_SERVICE:
+                continue
+            inner = ".".join(parts[1:3])  # the module (a name taken from it is the same reach)
+            lines = found.setdefault(rel, {}).setdefault(inner, [])
+            if line not in lines:
+                lines.append(line)
+    return found
+
+
+def test_the_front_ends_reach_jobs_through_the_service_only() -> None:
+    """The magic, the console script, the line commands, ``ktrain.run`` and the panel's server
+    import no backend, no job store and no monitor: they call the job service's verbs
+    (``jupyter_ktrain.runner``, and the sweep's above it) and render what those return.
+    A failure names each import (file:line)."""
+    reaches = adapter_reaches()
+    extra = [
+        f"{TOP}/{rel}:{line} imports {TOP}.{module}"
+        for rel, modules in sorted(reaches.items())
+        for module, lines in sorted(modules.items())
+        if module not in NOT_YET.get(rel, set())
+        for line in lines
+    ]
+    assert not extra, "call the job service's verb instead:\n" + "\n".join(extra)
+    left = {rel: set(modules) for rel, modules in reaches.items()}
+    assert left == NOT_YET, "an import of NOT_YET is gone: strike it from the list"
+
+
+def test_the_adapter_check_sees_a_reach_inside_a_function(tmp_path: Path) -> None:
+    package = tmp_path / TOP
+    (package / "server").mkdir(parents=True)
+    (package / "server" / "core.py").write_text(
+        "from ..runner import verbs\ndef f():\n    from ..store.records import read_hang\n"
+    )
+    (package / "cli.py").write_text("import jupyter_ktrain.backends.registry\n")
+    assert adapter_reaches(package) == {
+        "cli.py": {"backends.registry": [1]},
+        "server/core.py": {"store.records": [3]},
+    }

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from ..backends.base import Job
 from ..backends.capabilities import job_shape
 from ..pod.protocol import LogLine, parse_line
-from ..runner import track as session
 from ..store.records import read_record
+from . import track as session
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
