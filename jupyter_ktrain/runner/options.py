@@ -49,7 +49,13 @@ class RunOptions:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
         """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.options.build_parser`):
-        the job's, a sweep's flags left to :class:`CellOptions`."""
+        the job's; a sweep's are :class:`CellOptions`'s, and one given without ``--sweep`` is
+        one error."""
+        if not getattr(ns, "sweep", None):
+            given = [d for d in SWEEP_DESTS if getattr(ns, d, None) not in (None, False)]
+            if given:
+                flags = ", ".join("--" + d.replace("_", "-") for d in given)
+                raise SpecError(f"{flags} only apply to a sweep: add --sweep NAME=DIST.")
         return cls(
             values=values_from_args(ns),
             backend=ns.backend,
@@ -94,7 +100,7 @@ class CellOptions:
         """The ``%%ktrain`` line's flags. Bad flags: one :class:`SpecError` (a sweep flag
         without ``--sweep``, ``--detach``/``--dry-run`` with it)."""
         ns = parse_flags(line)
-        sweep = sweep_options(ns)
+        sweep = sweep_options(ns) if ns.sweep else None  # a plain cell's path goes on at once
         if sweep is not None and (ns.detach or ns.dry_run):
             flag = "--detach" if ns.detach else "--dry-run"
             raise SpecError(

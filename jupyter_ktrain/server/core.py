@@ -12,7 +12,6 @@ reads its on-disk registry); nothing is cached between calls.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import re
 import threading
@@ -26,13 +25,9 @@ from urllib.parse import quote
 
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..jobs import CANCELLED, DELETED_REASON, JobShape
-from ..monitor.fold import RepeatFold, shown_ranks, shown_text
-from ..monitor.live import LogReplay
-from ..monitor.logbook import log_label
-from ..monitor.torchrun import fold_stored
-from ..pod.protocol import RECORD_MARK, LogLine, parse_line
+from ..jobs import CANCELLED, DELETED_REASON
 from ..runner import verbs
+from ..runner.feeds import JobFeeds
 from ..runner.track_detached import ServerTracking
 from ..spec import check_job_name
 from ..tracking.compare import entry
@@ -71,7 +66,6 @@ _LOG = logging.getLogger("jupyter_ktrain.tracking")
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
-MAX_FEEDS = 32  # jobs whose metrics model the server keeps between polls
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
@@ -133,8 +127,7 @@ class PanelCore:
             self._make = lambda name, _key: fixed[name]()
         self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
-        self._feeds: dict[tuple[str, str], _MetricFeed] = {}
-        self._folds: dict[tuple[str, str, float | None], RepeatFold] = {}
+        self.feeds = JobFeeds(clock, max_lines, plot_points)  # log pages, metric models
         self.clock = clock
         self.tracking = ServerTracking()  # detached jobs the panel follows, logged to MLflow
         self.max_lines = max_lines
@@ -237,90 +230,27 @@ class PanelCore:
         still being written), and so is a block the fold has not seen the end of; they come
         with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
-        seen = decode_offset(offset)
-        limit = 4 * self.max_lines  # raw lines per replica and call: a page's worth, filtered
-        lines = self._backend(b).read_logs_from(name, seen, limit)
-        new, cut = _new_lines(lines, status.terminal, limit)
-        counts = dict(seen)  # replicas in the order first read: node@K is the K-th
-        for replica in new:
-            counts.setdefault(replica, 0)
-        nodes = {replica: k for k, replica in enumerate(counts)}
-        streams = [
-            _closed(
-                replica,
-                nodes[replica],
-                fold_stored(name, rows, status.terminal and replica not in cut),
-            )
-            for replica, rows in new.items()
+        page = self.feeds.page(
+            self._backend(b), b, name, status, decode_offset(offset), rank, grep, ranks
+        )
+        lines: list[LogLinePayload] = [
+            {"label": line.label, "rank": line.rank, "source": line.source, "text": line.text}
+            for line in page.lines
         ]
-        # every replica's new lines, merged by the time they were written ("all ranks" reads
-        # like one log); a backend without times keeps each replica's lines together
-        merged = list(heapq.merge(*streams, key=_line_time))
-        last = {s[-1][4]: s[-1][2] for s in streams if s and s[-1][4] in cut}
-        whole = rank is None and ranks is None  # every rank: a line several printed, once
-        fold = self._fold(b, name, status.started) if whole else None
-        labels = self._labels(merged) if whole else {}
-        out: list[LogLinePayload] = []
-        more = False
-        for i, (t, node, cursor, closes, replica, line) in enumerate(merged):
-            if more:
-                break
-            if closes:  # a reader stops only where the fold was idle: nothing lost between
-                counts[replica] = cursor
-                # a replica read only in part: its unread lines may come before the others'
-                more = last.get(replica) == cursor
-            if line is None or line.record is not None or (rank is not None and line.rank != rank):
-                continue
-            if ranks is not None and line.rank is not None and line.rank not in ranks:
-                continue
-            # the widget's fold: a line several ranks printed alike is shown once
-            when = t if t is not None else self.clock()
-            if fold is not None and fold.repeat(line.rank, line.text, when):
-                continue
-            text = shown_text(line.text)
-            if grep and grep not in text:
-                continue
-            shown = labels.get(i, line.rank)
-            label = log_label(shown, line.source, node)
-            out.append({"label": label, "rank": shown, "source": line.source, "text": text})
-            more = more or (closes and len(out) >= self.max_lines)
         return {
-            "lines": out,
-            "next_offset": encode_offset(counts),
-            "more": more,
-            "terminal": status.terminal and not more,
+            "lines": lines,
+            "next_offset": encode_offset(page.counts),
+            "more": page.more,
+            "terminal": page.terminal,
         }
-
-    def _labels(self, merged: list[_Shown]) -> dict[int, int | None]:
-        """The rank each plain line of one read is shown under (:func:`shown_ranks`), where
-        it is not its own."""
-        plain = [
-            (i, s[5]) for i, s in enumerate(merged) if s[5] is not None and s[5].record is None
-        ]
-        when = [s[0] if s[0] is not None else self.clock() for s in merged]
-        ranks = shown_ranks([(line.rank, line.text, when[i]) for i, line in plain])
-        return {i: r for (i, line), r in zip(plain, ranks, strict=True) if r != line.rank}
 
     def metrics(self, name: str, backend: str | None = None) -> MetricsPayload:
         """The job's panels and values reported once (``ktrain.report`` and agent GPU
         records), from a model kept per job and fed only the lines stored since the last
         call: a poll costs the new lines, not the job's age."""
         b, status = self._find(name, backend)
-        feed = self._feed(b, name, status.started)
-        with feed.lock:
-            seen = feed.counts
-            new, _ = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
-            for replica, lines in new.items():
-                for _t, index, raw in lines:
-                    if RECORD_MARK in raw:  # plain lines add nothing to the charts
-                        feed.replay.feed(replica, raw)
-                    else:  # but their ranks start a big job's log (a warning, an error)
-                        line = parse_line(raw)
-                        if line.rank is not None:
-                            feed.replay.model.note_rank(line.rank, line.text)
-                    seen[replica] = index + 1
-                feed.counts = seen
-            payload = metrics_payload(feed.replay.model, self.plot_points)
+        with self.feeds.model(self._backend(b), b, name, status) as model:
+            payload = metrics_payload(model, self.plot_points)
         hang = None if status.terminal else verbs.kept_hang(b, name)
         if hang is not None and _same_start(hang.get("started"), status.started):
             # what the cell that follows the job says of a hang, with the stacks it took
@@ -341,35 +271,6 @@ class PanelCore:
         JobNotFound when it has none."""
         b, _ = self._find(name, backend)
         return verbs.trace(b, name, rank)
-
-    def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
-        """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
-        with self._lock:
-            key = (backend, name, started)
-            fold = self._folds.pop(key, None) or RepeatFold()
-            self._folds[key] = fold  # most recently used last
-            while len(self._folds) > MAX_FEEDS:
-                del self._folds[next(iter(self._folds))]
-            return fold
-
-    def _feed(self, backend: str, name: str, started: float | None) -> _MetricFeed:
-        """The job's model (a new one for a new job of that name), the least used dropped."""
-        key = (backend, name)
-        with self._lock:
-            feed = self._feeds.get(key)
-        fresh = None
-        if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
-            shape = verbs.shape(self._backend(backend), name)
-            kind = shape.kind if shape else None
-            fresh = _MetricFeed(name, started, kind, self.plot_points, backend, shape)
-        with self._lock:
-            feed = self._feeds.pop(key, None)
-            if feed is None or feed.started != started:
-                feed = fresh or _MetricFeed(name, started, None, self.plot_points, backend)
-            self._feeds[key] = feed  # most recently used last
-            while len(self._feeds) > MAX_FEEDS:
-                del self._feeds[next(iter(self._feeds))]
-            return feed
 
     def compare(
         self, names: list[str], metric: str | None = None, backend: str | None = None
@@ -423,71 +324,6 @@ def _same_start(kept: object, started: float | None) -> bool:
     if kept is None or started is None:
         return kept is None and started is None
     return isinstance(kept, (int, float)) and abs(float(kept) - started) < 1.0
-
-
-class _MetricFeed:
-    """One job's metrics model in the server, and how far into each replica's log it is."""
-
-    def __init__(
-        self,
-        name: str,
-        started: float | None,
-        kind: str | None,
-        plot_points: int,
-        backend: str = "",
-        shape: JobShape | None = None,
-    ) -> None:
-        self.started = started
-        self.replay = LogReplay(
-            name,
-            started,
-            kind,
-            backend,
-            shape,
-            plot_points=max(plot_points, 500),
-            max_lines=1,
-            max_lines_per_rank=1,
-        )
-        self.counts: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-
-def _new_lines(
-    lines: Iterable[tuple[float | None, str, int, str]], terminal: bool, limit: int | None = None
-) -> tuple[dict[str, list[tuple[float | None, int, str]]], set[str]]:
-    """``read_logs_from`` lines grouped by replica (first-seen order), and the replicas read
-    only in part (``limit`` lines came). While the job runs, each replica's last stored line
-    is held back: it may be a line still being written (and a part's last line comes again
-    with the next part)."""
-    groups: dict[str, list[tuple[float | None, int, str]]] = {}
-    for t, replica, index, line in lines:
-        groups.setdefault(replica, []).append((t, index, line))
-    cut = {r for r, rows in groups.items() if limit is not None and len(rows) >= limit}
-    for replica, rows in groups.items():
-        if not terminal or replica in cut:
-            rows.pop()
-    return groups, cut
-
-
-# one shown line of a replica: (time, node, read cursor, whether a reader may stop after it,
-# replica, line or None: only the cursor moves)
-_Shown = tuple[float | None, int, int, bool, str, LogLine | None]
-
-
-def _closed(
-    replica: str, node: int, lines: list[tuple[float | None, int, LogLine | None]]
-) -> list[_Shown]:
-    """A replica's shown lines, each marked where a reader may stop: after the last of the
-    lines one cursor step decided (stopping inside would lose the rest)."""
-    return [
-        (t, node, cursor, k + 1 == len(lines) or lines[k + 1][1] != cursor, replica, line)
-        for k, (t, cursor, line) in enumerate(lines)
-    ]
-
-
-def _line_time(item: _Shown) -> float:
-    """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
-    return item[0] if item[0] is not None else float("-inf")
 
 
 def profile_shown(backend: str, name: str) -> ProfileShown | None:
