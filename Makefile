@@ -4,14 +4,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean labextension system cluster gpu-check
+.PHONY: run examples test check setup lint bench clean labextension system cluster gpu-check dist
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first and pinned: an unpinned torch pulls several GB of CUDA wheels
+	# torch pinned, first: the version the tests and the job images were checked with. On Linux
+	# the index's torch is the CUDA build: about 5 GB with its nvidia and triton wheels
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,mlflow]'
+	@# the editable install skips the wheel's side-panel build hook: the labextension target
+	@# below builds the panel (npm ci) and links it into the venv, so rebuilds show
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[dev,mlflow]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
@@ -48,6 +51,14 @@ system:
 cluster:
 	tests/cluster/build/build.sh >/dev/null
 
+## The release: an sdist and a wheel in dist/, both carrying the side panel, built the standard
+## way (python -m build: the sdist, then the wheel from the sdist; the panel is built by the
+## build hook with npm, which must be on PATH)
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	@ls -l dist
+
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
 	$(PY) scripts/run_notebook.py notebooks/01-quickstart.ipynb --out $(RUNS)/quickstart
@@ -72,5 +83,5 @@ gpu-check:
 	scripts/gpu-check
 
 clean:
-	rm -rf $(RUNS) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(RUNS) dist .pytest_cache .mypy_cache .ruff_cache test-artifacts
 	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo jupyter_ktrain/labextension

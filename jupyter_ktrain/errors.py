@@ -29,6 +29,7 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "KtrainError",
+    "MissingPackage",
     "PackagingError",
     "PreflightError",
     "RegistryError",
@@ -54,6 +55,11 @@ class KtrainError(Exception):
 
 class SpecError(KtrainError, ValueError):
     """The job description is invalid. Raised before any process or object is created."""
+
+
+class MissingPackage(SpecError):
+    """A part of jupyter-ktrain the job needs is not installed (an extra, or torch for the
+    local backend). Raised before anything is created; the message names the ``pip install``."""
 
 
 class CaptureError(KtrainError):

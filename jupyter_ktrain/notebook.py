@@ -14,9 +14,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import KtrainError
+from .extras import EXTRAS, missing_modules
 from .runner.front import TextFront
 from .widgets.controls import control_subshell, route_to_subshell
-from .widgets.monitor import MonitorView, make_view, open_in_panel, widgets_available
+from .widgets.monitor import (
+    MonitorView,
+    in_kernel,
+    make_view,
+    open_in_panel,
+    widgets_available,
+)
 from .widgets.sweep import SweepWidget
 
 if TYPE_CHECKING:
@@ -59,7 +66,7 @@ class NotebookFront(TextFront):
         """The sweep's widget (shown at its first record), drawn as ``record`` says; nothing
         with the text view (its lines are printed)."""
         if self.sweep is None:
-            if not _prefer_widgets() or not widgets_available():
+            if not _widgets():
                 return
             self.sweep = SweepWidget(str(record["name"]))
             self.sweep.show()
@@ -90,7 +97,7 @@ class NotebookFront(TextFront):
                 say(f"ktrain: could not cancel {job.name!r}: {exc}")
 
         view = make_view(
-            model, prefer_widgets=_prefer_widgets(), on_cancel=cancel, on_open_panel=open_in_panel
+            model, prefer_widgets=_widgets(), on_cancel=cancel, on_open_panel=open_in_panel
         )
         views.append(view)
         if isinstance(view, MonitorView):
@@ -99,6 +106,28 @@ class NotebookFront(TextFront):
                 route_to_subshell(view.controls(), subshell)
         _last_monitor = (model, view)
         return view
+
+
+_said_no_widgets = False
+
+
+def _widgets() -> bool:
+    """Whether the job shows in the widget: wanted (:func:`_prefer_widgets`) and possible. In
+    a kernel without the ``notebook`` extra's packages the cell says so once per kernel, with
+    the ``pip install`` that adds them, and shows the job as text."""
+    global _said_no_widgets
+    if not _prefer_widgets():
+        return False
+    if widgets_available():
+        return True
+    gone = missing_modules(EXTRAS["notebook"].modules)
+    if gone and in_kernel() and not _said_no_widgets:
+        _said_no_widgets = True
+        say(
+            f"ktrain: the live widget needs {', '.join(gone)}, not installed in this kernel: "
+            f"`{EXTRAS['notebook'].install}`, then restart the kernel; the job is shown as text."
+        )
+    return False
 
 
 def _prefer_widgets() -> bool:

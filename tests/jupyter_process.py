@@ -27,17 +27,25 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def jupyter_app(
-    app: str, root: Path, env: Mapping[str, str], log_path: Path, token: str
+    app: str,
+    root: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    token: str,
+    python: str = sys.executable,
+    cwd: Path | None = None,
 ) -> Iterator[str]:
-    """Run ``jupyter APP`` on a free loopback port with token auth; yield its base URL once
-    ``/api/status`` answers. The log goes to ``log_path`` and is in the error if it dies."""
+    """Run ``jupyter APP`` (of interpreter ``python``: default this one; from folder ``cwd``,
+    whose modules ``python -m`` puts first on the path) on a free loopback port with token
+    auth; yield its base URL once ``/api/status`` answers. The log goes to ``log_path`` and is
+    in the error if it dies."""
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", app, "--allow-root", "--no-browser",
+            [python, "-m", "jupyter", app, "--allow-root", "--no-browser",
              f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
              f"--ServerApp.root_dir={root}"],
-            env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+            env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import SpecError
+from ..extras import EXTRAS, missing_modules, require
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -46,6 +47,7 @@ def get_backend(name: str | None = None, config: Config | None = None) -> Backen
 
         return LocalBackend()
     if name == "kubernetes":
+        require("kubernetes")
         from .kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(config=config)
@@ -62,7 +64,7 @@ def listed_backends() -> list[str]:
 def warm_up(name: str) -> None:
     """Do now what the first job of backend ``name`` would wait for (the Kubernetes backend
     compiles its manifest validators)."""
-    if name == "kubernetes":
+    if name == "kubernetes" and not missing_modules(EXTRAS["kubernetes"].modules):
         from .kubernetes.validate import warm_up as compile_validators
 
         compile_validators()
@@ -82,6 +84,12 @@ def render_kubernetes(
     ``configmap`` names a ConfigMap holding the code (default: the image holds it); ``cell``
     labels the job ``ktrain.io/cell``; ``service_monitor`` adds a Prometheus operator
     ServiceMonitor for ``--metrics-port``."""
+    if validate:
+        require(
+            "kubernetes",
+            "Checking the manifests against the Kubernetes and Kubeflow schemas (--no-validate "
+            "skips it)",
+        )
     from .kubernetes.manifests import CodeSource, render
     from .kubernetes.validate import validate_objects
 

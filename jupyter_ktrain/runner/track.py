@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..config import OFF, check_uri, load_config
-from ..errors import SpecError
+from ..extras import require
 from ..store.records import hold, read_record, record_name, release, remove, write_record
 from ..tracking.cpu import SpareCpu
 from ..tracking.params import code_hash, job_params
@@ -69,12 +68,11 @@ def check(spec: JobSpec) -> tuple[str, str] | None:
     where = settings(spec)
     if where is None:
         return None
-    if importlib.util.find_spec("mlflow") is None:
-        raise SpecError(
-            f"The job would be tracked in MLflow at {where[0]}, but MLflow is not installed in "
-            "this kernel: `pip install 'jupyter-ktrain[mlflow]'`, or run with --mlflow off "
-            "(`%ktrain config mlflow=` turns it off for every job)."
-        )
+    require(
+        "mlflow",
+        f"Tracking the job in MLflow at {where[0]}",
+        otherwise="run with --mlflow off (`%ktrain config mlflow=` turns it off for every job)",
+    )
     import mlflow.tracking  # noqa: F401
 
     return where

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import inspect
 import queue
 import threading
@@ -29,6 +28,7 @@ from ..backends.registry import get_backend
 from ..backends.warm import check_warm
 from ..capture.names import name_use
 from ..errors import JobNotFound, KtrainError, SpecError
+from ..extras import require
 from ..runner import track as tracking
 from ..runner.front import Front
 from ..runner.options import RunOptions
@@ -104,11 +104,7 @@ def _prepare(
     and reads each of them, the trials' jobs can be made (names, --warm, MLflow), no job of
     their names exists (unless --replace: then they are deleted now), Optuna is installed.
     The sweep's name, the backend, where it is tracked (MLflow's URI and experiment)."""
-    if importlib.util.find_spec("optuna") is None:
-        raise SpecError(
-            "A sweep searches with Optuna, which is not installed in this kernel: "
-            "`pip install 'jupyter-ktrain[sweep]'`."
-        )
+    require("sweep", "A sweep (it searches with Optuna)")
     probe = {p.name: _probe(p) for p in sweep.params}
     program = _bound(source, probe).capture(options.allow_secrets, options.by_reference)
     use = name_use(source.cell)

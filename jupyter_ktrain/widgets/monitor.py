@@ -55,6 +55,7 @@ __all__ = [
     "PANEL_BUTTON_CLASS",
     "MonitorView",
     "TextView",
+    "in_kernel",
     "make_view",
     "open_in_panel",
     "widgets_available",
@@ -127,6 +128,7 @@ class MonitorView:
             self.panel_button.add_class(PANEL_BUTTON_CLASS)
             self.panel_button.add_class(f"ktrain-job-{model.header.name}")
             self.panel_button.tooltip = "Show this job in JupyterLab's ktrain jobs panel"
+        self.panel_hint = _panel_hint(PANEL_BUTTON_CLASS, f"ktrain-job-{model.header.name}")
         self.alerts = w.HTML()
         self.replicas = w.HTML()
         self.rank_select = w.Dropdown(options=[("all ranks", "")], value="", description="Show")
@@ -150,6 +152,7 @@ class MonitorView:
         self.widget = w.VBox(
             [
                 w.HBox([self.header, self.cancel_button, self.panel_button]),
+                self.panel_hint,
                 self.alerts,
                 self.replicas,
                 w.HBox([self.rank_select, self.filter_text, self.follow, self.log_status]),
@@ -468,16 +471,29 @@ def open_in_panel() -> None:
     """
 
 
+def _panel_hint(button_class: str, name_class: str) -> Any:
+    """What the panel button says where the side panel is not loaded (:mod:`.panelhint`)."""
+    from .panelhint import PanelHint
+
+    return PanelHint(button_class=button_class, name_class=name_class)
+
+
+def in_kernel() -> bool:
+    """True in a Jupyter kernel (a shell with a kernel, so with comms for widgets)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def widgets_available() -> bool:
     """True in a kernel with a comm when ipywidgets and anywidget import."""
     try:
         import anywidget  # noqa: F401
         import ipywidgets  # noqa: F401
-        from IPython import get_ipython
     except ImportError:
         return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    return in_kernel()
 
 
 def make_view(

@@ -78,6 +78,8 @@ class SweepWidget:
     def __init__(self, name: str) -> None:
         import ipywidgets as w
 
+        from .panelhint import PanelHint  # anywidget, an extra: imported once a widget is made
+
         self.header = w.HTML()
         self.panel_button = w.Button(
             description="Open in side panel",
@@ -92,7 +94,8 @@ class SweepWidget:
         self.log = w.HTML()
         self.log_box = w.Accordion(children=[self.log], selected_index=None)
         top = w.HBox([self.header, self.panel_button])
-        self.widget = w.VBox([top, self.table, self.log_box, self.chart])
+        hint = PanelHint(button_class=SWEEP_BUTTON_CLASS, name_class=f"ktrain-sweep-{name}")
+        self.widget = w.VBox([top, hint, self.table, self.log_box, self.chart])
         self.widget.add_class("ktrain-SweepWidget")
         self.view: SweepView | None = None
         self.lines: list[str] = []

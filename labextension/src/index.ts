@@ -10,7 +10,8 @@
  * so they are valid class names); a capturing click listener on the document sees the click on
  * such a button, reveals the panel, highlights the job and opens its tab. Nothing has to reach
  * the kernel for it to work. A sweep's widget has such a button too (`ktrain-open-sweep`,
- * `ktrain-sweep-NAME`): it opens the sweep's tab.
+ * `ktrain-sweep-NAME`): it opens the sweep's tab. The extension marks the page
+ * (`<body data-ktrain-panel>`), so that the widget can tell a click no extension heard.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
@@ -70,6 +71,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'ktrain jobs side panel: list jobs, open their logs and plots, cancel them.',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
+    // the cell widget's "Open in side panel" reads this mark: without it (no extension in the
+    // page) a click says how to get the panel instead of doing nothing (widgets/panelhint.js)
+    document.body.dataset.ktrainPanel = 'loaded';
     const tabs = new Map<string, MainAreaWidget<JobView>>();
 
     const openJob = (name: string, mode?: DockLayout.InsertMode) => {

@@ -95,9 +95,9 @@ def test_the_check_sees_relative_lazy_and_absolute_imports() -> None:
 # one), and no two import each other. A new top-level name is placed here, on purpose.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "pod", "kinds", "failures", "jobs"),  # the job vocabulary, the pod's own code
-    # what the job description is made of, the job store, the captured code, the image
-    ("words", "store", "capture", "packaging", "spec_checks", "spec_parts", "spec_scheduling"),
-    ("deepspeed", "rdma", "sweep_spec"),  # presets, a sweep's values
+    ("words", "store", "capture", "packaging", "extras"),  # the job store, the code, the image
+    # what the job description is made of, its presets, a sweep's values
+    ("spec_checks", "spec_parts", "spec_scheduling", "deepspeed", "rdma", "sweep_spec"),
     ("config", "spec_values", "spec"),  # what a job is asked to be, and the user's defaults
     ("tracking",),  # MLflow runs, fed from the job store's records
     ("backends",),  # local and Kubernetes, behind one interface

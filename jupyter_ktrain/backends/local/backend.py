@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, JobNotFound
+from ...extras import require_torch
 from ...jobs import CANCELLED, CANCELLED_REASON, TERMINAL_STATES, JobShape, JobStatus
+from ...kinds import KIND_TABLE
 from ...pod.protocol import Profile, Stack
 from ...pod.stacks import STACKS_DIR_ENV, ask, ask_profile
 from ...spec import check_job_name
@@ -96,6 +98,8 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     # -- plan -----------------------------------------------------------------------------
     def dryrun(self, spec: JobSpec, program: CapturedProgram) -> LaunchPlan[LocalRequest]:
+        if KIND_TABLE[spec.kind].launcher == "torchrun":  # before anything is made
+            require_torch(self.python, "torchrun")
         if spec.warm:
             return self.warm.dryrun(spec, program)
         return self.planner.plan(spec, program)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -220,6 +221,13 @@ def main(
         finally:
             if metrics is not None:
                 metrics.stop()
+    if forks_ranks(cmd) and _torch_missing(cmd[0]):
+        _say(
+            f"torch is not installed in this node's Python ({cmd[0]}), and torchrun, which "
+            "starts the ranks, comes with it: use a base image with torch (--base-image), or "
+            "`pip install torch` where the job runs; not starting"
+        )
+        return 1
     exit_dir = tempfile.mkdtemp(prefix="ktrain-exits-")
     env[EXIT_DIR_ENV] = exit_dir
     env[STACKS_DIR_ENV] = stacks_dir(env)  # where the ranks answer `ktrain stacks`
@@ -253,6 +261,17 @@ def main(
     return code
 
 
+def _torch_missing(python: str) -> bool:
+    """Whether ``python`` (torchrun's interpreter) has no torch: looked up, not imported, when
+    it is this agent's own interpreter (the usual case); another one is not asked (False)."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return False
+    try:
+        return importlib.util.find_spec("torch") is None
+    except (ImportError, ValueError):
+        return True
+
+
 def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
     """A fork server for the ranks torchrun starts (:mod:`.forks`), its socket in ``env``;
     None for another launcher, or where a server already serves the node (the local
@@ -277,7 +296,7 @@ def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
     if not forks_ranks(cmd) or not path:
         return cmd
     if is_warm(path):
-        _say("torchrun starts forked from the job's fork server: torch is imported already")
+        _say("torchrun starts forked from the job's fork server, where the node imports torch once")
     return forked_command(cmd)
 
 
