@@ -24,7 +24,6 @@ from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, FAILED, JobShape, JobStatus
 from ..monitor.text import failure_summary
 from ..monitor.torchrun import job_logs
-from ..profile import show_profile
 from ..spec_values import parse_duration
 from ..stacks import show_stacks
 from ..store.profiles import read_profile, trace_file, trace_name
@@ -33,6 +32,7 @@ from ..tracking.compare import Comparison, entry
 from ..words import ended_by_user
 from . import track
 from .compare import comparison
+from .profile import show_profile
 
 __all__ = [
     "PROFILE_STEPS",

@@ -24,16 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..backends.base import Backend, Job
 from ..backends.capabilities import warm_capable
-from ..backends.registry import get_backend
-from ..backends.warm import check_warm
 from ..capture.names import name_use
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..extras import require
-from ..runner import track as tracking
 from ..runner.front import Front
 from ..runner.options import RunOptions
-from ..runner.run import run
+from ..runner.run import check, run
 from ..runner.source import Source
+from ..runner.verbs import open_backend
 from ..spec import default_name
 from ..store.sweeps import keep_sweep
 from ..sweep_spec.options import SweepOptions
@@ -118,9 +116,8 @@ def _prepare(
     name = options.values.get("name") or default_name(program.entry)
     names = _job_names(name, sweep, options)
     spec = RunOptions({**options.values, "name": names[-1]}, options.backend).spec(program.entry)
-    check_warm(spec)
-    where = tracking.check(spec)  # MLflow installed, when the trials are to be tracked
-    backend = get_backend(spec.backend)
+    where = check(spec)  # the runner's checks: --warm, MLflow when the trials are tracked
+    backend = open_backend(spec.backend)
     for job in names:
         try:
             backend.status(job)

@@ -101,7 +101,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config", "spec_values", "spec"),  # what a job is asked to be, and the user's defaults
     ("tracking",),  # MLflow runs, fed from the job store's records
     ("backends",),  # local and Kubernetes, behind one interface
-    ("monitor", "stacks", "profile", "options", "cli_render"),  # reading a job; the flags
+    ("monitor", "stacks", "options", "cli_render"),  # reading a job; the flags
     ("runner",),  # the job service: every verb
     ("sweep",),  # a client of the service: many runs of one cell
     ("widgets", "notebook", "commands"),  # views and the line commands' table
