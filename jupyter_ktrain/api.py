@@ -21,19 +21,18 @@ its keyword argument (:mod:`jupyter_ktrain.sweep`), and returns the :class:`Swee
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .backends.base import Job
 from .errors import SpecError
 from .runner.front import Front, TextFront, in_kernel, shell_words
 from .runner.options import RunOptions
 from .runner.run import run as run_job
 from .runner.source import call_source
-from .sweep.options import SweepOptions, space_texts
+from .runner.verbs import Job
 from .sweep.run import check_call, run_sweep
 from .sweep.trials import Sweep
+from .sweep_spec.options import SweepOptions, space_texts
 
 __all__ = ["run", "submit", "sweep"]
 
@@ -94,11 +93,11 @@ def sweep(
         stop_on_failure,
     )  # fmt: skip
     check_call(func, args, kwargs or {}, plan.names)
-    run_options = dataclasses.replace(RunOptions.from_keywords(**options), sweep=plan)
+    run_options = RunOptions.from_keywords(**options)
     if run_options.detach or run_options.dry_run:
         raise SpecError("ktrain.sweep follows its trials: drop detach=/dry_run=.")
     source = call_source(func, args, kwargs, by_name=plan.names)
-    return run_sweep(source, run_options, _front())
+    return run_sweep(source, run_options, plan, _front())
 
 
 def _front() -> Front:

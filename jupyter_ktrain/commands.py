@@ -1,12 +1,13 @@
 """The line commands (``%ktrain list``, ``ktrain logs NAME``, ...): one table that the magic
 (:mod:`.magics`) and the console script (:mod:`.cli`) both adapt.
 
-A :class:`Command` names its arguments (:class:`Arg`) and a handler that works on plain values
-and returns a :class:`Reply`: the text to print, a figure for a front end that can show one, a
-job to follow, an error to raise after the text. :func:`parse` turns ``argv`` into a
-:class:`Call` (every bad input one :class:`SpecError` saying what was wrong and the usage);
-:func:`help_text` lists the table. To add a line command: write its handler, add its row to
-:data:`COMMANDS`; both front ends and both helps then have it.
+A :class:`Command` names its arguments (:class:`Arg`) and a handler that takes plain values,
+calls one verb of the job service (:mod:`.runner.verbs`; a name that may be a sweep's:
+:mod:`.sweep.verbs`) and renders its result as a :class:`Reply`: the text to print, a figure for
+a front end that can show one, a job to follow, an error to raise after the text. :func:`parse`
+turns ``argv`` into a :class:`Call` (every bad input one :class:`SpecError` saying what was
+wrong and the usage); :func:`help_text` lists the table. To add a line command: write its
+handler, add its row to :data:`COMMANDS`; both front ends and both helps then have it.
 
 Messages name commands as typed in a notebook (``%ktrain X``); the console script rewords them
 for a shell. Nothing here imports IPython.
@@ -15,32 +16,24 @@ for a shell. Nothing here imports IPython.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .backends.base import Backend, Job
-from .backends.capabilities import warm_capable
-from .backends.registry import get_backend, listed_backends
-from .errors import ClusterError, JobNotFound, KtrainError, SpecError
-from .jobs import JobStatus
-from .monitor.torchrun import job_logs
-from .profile import show_profile
+from .errors import ClusterError, KtrainError, SpecError
+from .runner import verbs
+from .runner.verbs import PROFILE_STEPS, Job, Target
 from .spec import check_job_name
 from .spec_values import parse_duration
-from .stacks import show_stacks
-from .store.records import job_dir
-from .store.sweeps import list_sweeps, read_sweep
-from .sweep import seen as sweeps
+from .sweep import verbs as sweep_verbs
 from .tracking import compare as comparing
-from .tracking import session as tracking
 from .words import cancelled_text, describe, status_text
 
 __all__ = [
     "COMMANDS",
     "HELP_WORDS",
+    "PROFILE_STEPS",
     "Arg",
     "Call",
     "Command",
@@ -68,29 +61,6 @@ class Reply:
     follow: Job | None = None
     error: KtrainError | None = None
     value: Any = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """Which backend a job command works on: ``--backend`` (default: the configured one) and
-    ``--namespace`` (the Kubernetes backend in that namespace, whatever the config names)."""
-
-    backend: str | None = None
-    namespace: str | None = None
-
-    def open(self) -> Backend:
-        if self.namespace is None:
-            return get_backend(self.backend)
-        from .backends.registry import default_backend_name
-        from .config import load_config
-
-        if (self.backend or default_backend_name()) != "kubernetes":
-            raise SpecError(
-                "--namespace is for the kubernetes backend: add --backend kubernetes, or set "
-                "`%ktrain config backend=kubernetes`."
-            )
-        config = dataclasses.replace(load_config(), namespace=self.namespace)
-        return get_backend("kubernetes", config=config)
 
 
 @dataclass(frozen=True)
@@ -178,112 +148,61 @@ TARGET_ARGS = (
 )
 
 
-# --- handlers: plain values in, a Reply out ---------------------------------------------------
+# --- handlers: plain values in, one verb of the job service, its result rendered as a Reply ---
 
 
 def list_jobs(target: Target) -> Reply:
-    """Jobs of every listed backend (local always, the configured one too; with a namespace,
-    the cluster's there only). A backend that cannot answer is one line of the error, after
-    the others' jobs are listed (the list is incomplete, so the command fails)."""
-    names = [target.backend] if target.backend else listed_backends()
-    if target.namespace is not None:
-        names = [target.backend or "kubernetes"]
-    rows: list[str] = []
-    problems: list[str] = []
-    for name in names:
-        try:
-            statuses = Target(name, target.namespace).open().list_jobs()
-        except KtrainError as exc:
-            problems.append(f"{name}: {exc}")
-            continue
-        rows += [f"{s.name:32} {name:10} {describe(s)}".rstrip() for s in statuses]
-    if target.namespace is None:  # the sweeps' records, of the backends listed
-        shown = [sweeps.list_row(r) for r in list_sweeps() if r.get("backend") in names]
-        rows += [f"{n:32} {b:10} {what}" for n, b, what in shown]
+    """Jobs of every listed backend and their sweeps (:func:`.sweep.verbs.list_jobs`); a
+    backend that could not answer is one line of the error, after the others' jobs (the list
+    is incomplete, so the command fails)."""
+    listed = sweep_verbs.list_jobs(target)
+    found = listed.jobs
+    rows = [f"{s.name:32} {b:10} {describe(s)}".rstrip() for b, s in found.jobs]
+    rows += [f"{n:32} {b:10} {what}" for n, b, what in listed.sweeps]
     text = ""
     if rows:
         text = f"{'NAME':32} {'BACKEND':10} STATE\n" + "\n".join(rows)
-    elif not problems:
-        text = f"No jobs yet on {' or '.join(names)}."
+    elif not found.problems:
+        text = f"No jobs yet on {' or '.join(found.backends)}."
+    problems = [f"{name}: {error}" for name, error in found.problems]
     return Reply(text, error=ClusterError("\n".join(problems)) if problems else None)
-
-
-def _sweep(target: Target, name: str) -> tuple[dict[str, Any], Backend] | None:
-    """Sweep ``name``'s record and its backend, when there is one and no job of that name."""
-    record = read_sweep(name)
-    if record is None:
-        return None
-    on = record.get("backend")
-    if target.backend not in (None, on) or (target.namespace is not None and on != "kubernetes"):
-        return None  # another backend's job is asked for
-    backend = Target(on, target.namespace).open()
-    try:
-        backend.status(name)
-    except JobNotFound:
-        return record, backend
-    return None
 
 
 def attach(target: Target, name: str) -> Reply:
     """Follow the job again; a sweep's name: the sweep as it stands (its :class:`Sweep`)."""
-    found = _sweep(target, name)
-    if found is not None:
-        text, sweep = sweeps.attach_text(*found)
-        return Reply(text, value=sweep)
-    return Reply(follow=target.open().attach(name))
+    found = sweep_verbs.attach(target, name)
+    if isinstance(found, sweep_verbs.SweepSeen):
+        return Reply(found.text, value=found.sweep)
+    return Reply(follow=found)
 
 
 def status(target: Target, name: str) -> Reply:
     backend = target.open()
-    return Reply(status_text(backend.status(name), backend.name))
+    return Reply(status_text(verbs.status(backend, name), backend.name))
 
 
 def logs(
     target: Target, name: str, rank: int | None, grep: str | None, run: int | None, whole: bool
 ) -> Reply:
-    """The stored lines (:func:`~.monitor.torchrun.job_logs`), or a line saying why none."""
-    job = target.open().attach(name)
-    text = job_logs(job, rank, grep, run, whole)
-    if text:
-        return Reply(text)
-    shape = job.shape
-    world = shape.nodes * shape.procs_per_node if shape is not None else None
-    if rank is not None and world is not None and not 0 <= rank < world:
-        raise SpecError(
-            f"{job.name!r} has ranks 0-{world - 1}; there is no rank {rank}. "
-            f"Pass --rank 0 to {world - 1}, or leave --rank out for every rank."
-        )
-    who = f"rank {rank}" if rank is not None else job.name
-    if grep is not None:
-        return Reply(f"No line of {who} contains {grep!r} (so far).")
-    return Reply(f"No output from {who} yet ({job.state}).")
+    """The stored lines, or a line saying why none (:func:`.runner.verbs.logs`)."""
+    return Reply(verbs.logs(target.open(), name, rank, grep, run, whole))
 
 
 def cancel(target: Target, name: str, run: int | None) -> Reply:
     """Stop the job, or one run of a warm job (its nodes stay)."""
-    backend = target.open()
-    if run is not None:
-        warm = warm_capable(backend, name)
-        warm.cancel_run(name, run)
-        state = warm.run_status(name, run).state
-        return Reply(f"Run {run} of {name!r}: {state}; its nodes stay warm.")
-    before = backend.status(name)
-    if before.terminal:
-        return Reply(f"{name!r} already ended ({before.state}); nothing to cancel.")
-    backend.cancel(name)
-    try:
-        after: JobStatus | None = backend.status(name)
-    except JobNotFound:
-        after = None
-    return Reply(cancelled_text(name, after))
+    done = verbs.cancel(target.open(), name, run)
+    if done.run is not None:
+        return Reply(f"Run {done.run} of {name!r}: {done.run_state}; its nodes stay warm.")
+    if not done.done and done.before is not None:
+        return Reply(f"{name!r} already ended ({done.before.state}); nothing to cancel.")
+    return Reply(cancelled_text(name, done.after))
 
 
 def warm(target: Target, name: str, idle: str) -> Reply:
     """Change a warm job's idle limit; 0 ends it now."""
-    seconds = parse_duration(idle)
-    status = warm_capable(target.open(), name).set_idle_limit(name, seconds)
-    if seconds <= 0:
-        return Reply(f"Ended the warm job {name!r} ({describe(status)}).")
+    done = verbs.warm(target.open(), name, idle)
+    if done.seconds <= 0:
+        return Reply(f"Ended the warm job {name!r} ({describe(done.status)}).")
     return Reply(f"The warm job {name!r} now ends after {idle} without a run.")
 
 
@@ -291,28 +210,23 @@ def delete(target: Target, name: str, history: bool = False) -> Reply:
     """What was removed where. A cluster job's objects are deleted and its history kept
     (``--history`` removes it too); a local job's folder is its history, so all of it goes.
     A sweep's name: its trials' jobs and its record."""
-    found = _sweep(target, name)
-    if found is not None:
-        return Reply(sweeps.delete_sweep(*found))
-    backend = target.open()
-    status = backend.status(name)  # JobNotFound: neither objects nor history
-    namespace = getattr(backend, "namespace", None) if backend.name == "kubernetes" else None
-    if status.from_history:
+    done = sweep_verbs.delete(target, name, history)
+    if isinstance(done, str):
+        return Reply(done)
+    namespace = done.namespace
+    if done.already:
         said = f"{name!r} has no objects left in namespace {namespace!r} (deleted before)."
+    elif namespace is None:
+        said = f"Deleted {name!r}."
     else:
-        backend.delete(name)
         said = (
-            f"Deleted {name!r}."
-            if namespace is None
-            else (
-                f"Deleted {name!r} from namespace {namespace!r}: the job and the pods, ConfigMap "
-                "and Service it owned."
-            )
+            f"Deleted {name!r} from namespace {namespace!r}: the job and the pods, ConfigMap "
+            "and Service it owned."
         )
-    if namespace is None or history:
-        return Reply(said + tracking.forget(backend.name, name))
+    if done.history is None:
+        return Reply(said + done.forgot)
     return Reply(
-        said + f" Its history (state, logs, params) is kept in {job_dir(backend.name, name)}: "
+        said + f" Its history (state, logs, params) is kept in {done.history}: "
         f"`%ktrain status/logs/compare` still read it; `%ktrain delete {name} --history` "
         "removes it."
     )
@@ -326,44 +240,16 @@ def check_compare_name(name: str) -> str:
 
 def compare(target: Target, names: Sequence[str], metric: str | None) -> Reply:
     """The table always; the plot for a front end that shows figures."""
-    found = _sweep(target, names[0]) if len(names) == 1 else None
-    if found is not None:  # a sweep: its trials (each its job, or its run of a warm job)
-        record, backend = found
-        entries, objective = sweeps.compare_entries(record)
-        c = comparing.compare_entries(backend, _existing(backend, entries), metric or objective)
-        return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
-    backend = target.open()
-    for column in map(comparing.entry, names):  # one not there: one error naming it
-        if column.run is None:
-            backend.status(column.job)
-        else:
-            warm_capable(backend, column.job).run_status(column.job, column.run)
-    c = comparing.comparison(backend, list(names), metric)
+    c = sweep_verbs.compare(target, names, metric)
     return Reply(comparing.text(c), figure=lambda: comparing.figure(c))
 
 
-def _existing(backend: Backend, entries: list[Any]) -> list[Any]:
-    """The entries whose job is there (a trial that failed to start made none)."""
-    there: list[Any] = []
-    for entry in entries:
-        try:
-            backend.status(entry.job)
-        except JobNotFound:
-            continue
-        there.append(entry)
-    return there
-
-
 def stacks(target: Target, name: str, rank: int | None) -> Reply:
-    return Reply(show_stacks(target.open(), name, rank))
-
-
-PROFILE_STEPS = 3  # what `%ktrain profile NAME` profiles without --steps
+    return Reply(verbs.stacks(target.open(), name, rank))
 
 
 def profile(target: Target, name: str, steps: int | None, rank: int | None) -> Reply:
-    chosen = PROFILE_STEPS if steps is None else steps
-    return Reply(show_profile(target.open(), name, chosen, rank))
+    return Reply(verbs.profile(target.open(), name, steps, rank))
 
 
 def _steps(text: str) -> int:

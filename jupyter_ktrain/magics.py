@@ -14,15 +14,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from . import commands
-from .backends.base import Job
 from .errors import JobFailed, KtrainError
 from .notebook import NotebookFront, say
 from .options import build_parser
 from .runner.follow import follow
 from .runner.front import in_kernel
-from .runner.options import RunOptions
+from .runner.options import CellOptions
 from .runner.run import run
 from .runner.source import cell_source
+from .runner.verbs import Job
 from .sweep.run import run_sweep
 from .sweep.trials import Sweep
 from .widgets.controls import kernel_busy
@@ -54,13 +54,13 @@ def run_job_cell(line: str, cell: str, shell: Any) -> Job | Sweep | None:
     cell's body over the kernel's namespace, the notebook as the front; with ``--sweep``,
     many runs of it (:func:`~jupyter_ktrain.sweep.run.run_sweep`)."""
     line, cell = join_continued(line, cell)
-    options = RunOptions.from_line(line)
-    if options.help:
+    options = CellOptions.from_line(line)
+    if options.run.help:
         say(build_parser().format_help())
         return None
     if options.sweep is not None:
-        return run_sweep(cell_source(cell, shell), options, NotebookFront(shell))
-    return run(cell_source(cell, shell), options, NotebookFront(shell))
+        return run_sweep(cell_source(cell, shell), options.run, options.sweep, NotebookFront(shell))
+    return run(cell_source(cell, shell), options.run, NotebookFront(shell))
 
 
 _CELL_LINE = re.compile(r"%%ktrain(\s|$)")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .config import check_uri
 from .errors import SpecError
 from .kinds import DEFAULT_KIND, KIND_TABLE, KINDS, JobKind
 from .spec_checks import check_dns_label, check_label
@@ -171,8 +172,6 @@ class JobSpec:
         for key, value in self.labels:
             check_label("--label", key, value)
         if self.mlflow is not None:
-            from .tracking.uri import check_uri
-
             check_uri(self.mlflow)
         if self.namespace is not None:
             check_dns_label("--namespace", self.namespace, "namespace name")

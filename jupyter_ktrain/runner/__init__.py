@@ -1,4 +1,8 @@
-"""The application layer: one runner below every front end (:mod:`.run`), the options it
-takes (:mod:`.options`), the code it captures (:mod:`.source`), the port a front end fills
-(:mod:`.front`), and following a job (:mod:`.follow`). No IPython here.
+"""The job service, below every front end: running a job (:mod:`.run`, with the options it
+takes, :mod:`.options`, the code it captures, :mod:`.source`, and following it,
+:mod:`.follow`), every verb on a job that exists (:mod:`.verbs`: list, status, logs, attach,
+cancel, warm, delete, compare, stacks, profile), what a reader that stays reads between polls
+(:mod:`.feeds`), and MLflow tracking wired to a followed job (:mod:`.track`,
+:mod:`.track_detached`). The port a front end fills is :mod:`.front`. No IPython here, and
+nothing of the sweep: a sweep is a client above.
 """

@@ -13,7 +13,7 @@ from ..monitor.cell_error import job_error
 from ..monitor.follow import follow as follow_loop
 from ..monitor.live import ModelSink, model_for
 from ..store.records import keep_hang
-from ..tracking import session as tracking
+from . import track as tracking
 
 if TYPE_CHECKING:
     from ..backends.base import Job

@@ -27,13 +27,11 @@ __all__ = ["Front", "TextFront", "in_kernel", "ipython_shell", "shell_words"]
 class Front(Protocol):
     """A front end as the runner sees it. ``say`` prints one message (a line or several);
     ``view`` makes the view a followed job is shown in; ``bind`` gets the names rank 0 bound
-    when a followed job succeeded (the magic sets them in the kernel); ``show_sweep`` gets a
-    running sweep's record each time the sweep writes it (the notebook draws its view)."""
+    when a followed job succeeded (the magic sets them in the kernel)."""
 
     def say(self, text: str) -> None: ...
     def view(self, job: Job, model: MonitorModel) -> View: ...
     def bind(self, outputs: Mapping[str, Any]) -> None: ...
-    def show_sweep(self, record: Mapping[str, Any]) -> None: ...
 
 
 class TextFront:
@@ -58,10 +56,6 @@ class TextFront:
         return TextView(model, cast(IO[str], _Reworded(self)))
 
     def bind(self, outputs: Mapping[str, Any]) -> None:
-        return None
-
-    def show_sweep(self, record: Mapping[str, Any]) -> None:
-        """Nothing: a sweep's lines, said as it runs, are its text view."""
         return None
 
 

@@ -1,10 +1,11 @@
 """What a run is asked for, as one object: :class:`RunOptions`.
 
 Every front end makes one and hands it to the runner; nothing else of the front end travels.
-The magic parses its line (:meth:`RunOptions.from_line`); ``ktrain.run`` takes the same flags
-as keywords (:meth:`RunOptions.from_keywords`: ``procs_per_node=2`` is ``--procs-per-node
-2``), turned into the same argument list and read by the same parser, so both get the same
-checks and the same errors.
+The magic parses its line (:meth:`CellOptions.from_line`: the run's options, and the sweep's
+when the line asks for one); ``ktrain.run`` takes the same flags as keywords
+(:meth:`RunOptions.from_keywords`: ``procs_per_node=2`` is ``--procs-per-node 2``), turned
+into the same argument list and read by the same parser, so both get the same checks and the
+same errors. A run knows nothing of sweeps: a sweep is a client above the runner.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 from ..errors import SpecError
 from ..options import build_parser, env_names, parse_flags, spec_from_values, values_from_args
 from ..spec import JobSpec
-from ..sweep.options import SWEEP_DESTS, SweepOptions, sweep_options
+from ..sweep_spec.options import SWEEP_DESTS, SweepOptions, sweep_options
 
-__all__ = ["RunOptions"]
+__all__ = ["CellOptions", "RunOptions"]
 
 _SWEEP_KEYWORDS = frozenset({"sweep", *SWEEP_DESTS})  # ktrain.sweep's own arguments
 _NOT_KEYWORDS = frozenset({"help"}) | _SWEEP_KEYWORDS  # flags of the cell that are no job option
@@ -34,8 +35,7 @@ class RunOptions:
     how the run goes: where (``backend``, None for the configured one), whether it only
     prints the plan (``dry_run``), returns at once (``detach``), replaces an earlier job of its
     name first (``replace``); which secrets may travel anyway (``allow_secrets``) and which
-    variables the job gets by reference (``by_reference``: ``--env NAME``, ``--secret-env``);
-    ``sweep``: the sweep the cell's flags ask for (``--sweep``), None for one run."""
+    variables the job gets by reference (``by_reference``: ``--env NAME``, ``--secret-env``)."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
     backend: str | None = None
@@ -45,18 +45,17 @@ class RunOptions:
     allow_secrets: tuple[str, ...] = ()
     by_reference: frozenset[str] = frozenset()
     help: bool = False
-    sweep: SweepOptions | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
-        """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.options.build_parser`)."""
-        sweep = sweep_options(ns)
-        if sweep is not None and (ns.detach or ns.dry_run):
-            flag = "--detach" if ns.detach else "--dry-run"
-            raise SpecError(
-                f"{flag} does not go with --sweep: a sweep follows its trials to pick the next "
-                f"ones. Drop {flag} (or --sweep, to {flag[2:]} one run of the cell)."
-            )
+        """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.options.build_parser`):
+        the job's; a sweep's are :class:`CellOptions`'s, and one given without ``--sweep`` is
+        one error."""
+        if not getattr(ns, "sweep", None):
+            given = [d for d in SWEEP_DESTS if getattr(ns, d, None) not in (None, False)]
+            if given:
+                flags = ", ".join("--" + d.replace("_", "-") for d in given)
+                raise SpecError(f"{flags} only apply to a sweep: add --sweep NAME=DIST.")
         return cls(
             values=values_from_args(ns),
             backend=ns.backend,
@@ -66,12 +65,12 @@ class RunOptions:
             allow_secrets=tuple(ns.allow_secret or ()),
             by_reference=frozenset(env_names(ns)),
             help=bool(ns.help),
-            sweep=sweep,
         )
 
     @classmethod
     def from_line(cls, line: str) -> RunOptions:
-        """The ``%%ktrain`` line's flags. Bad flags: one :class:`SpecError`."""
+        """The ``%%ktrain`` line's job flags (its sweep flags: :class:`CellOptions`). Bad
+        flags: one :class:`SpecError`."""
         return cls.from_namespace(parse_flags(line))
 
     @classmethod
@@ -86,6 +85,29 @@ class RunOptions:
         """The validated spec: ``entry`` (the function called) names the job when no name
         was given; the configured backend runs it when none was."""
         return spec_from_values(self.values, entry, self.backend)
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """A ``%%ktrain`` line's flags: the run's options (``run``) and the sweep its sweep flags
+    ask for (``sweep``: ``--sweep``; None for one run)."""
+
+    run: RunOptions
+    sweep: SweepOptions | None = None
+
+    @classmethod
+    def from_line(cls, line: str) -> CellOptions:
+        """The ``%%ktrain`` line's flags. Bad flags: one :class:`SpecError` (a sweep flag
+        without ``--sweep``, ``--detach``/``--dry-run`` with it)."""
+        ns = parse_flags(line)
+        sweep = sweep_options(ns) if ns.sweep else None  # a plain cell's path goes on at once
+        if sweep is not None and (ns.detach or ns.dry_run):
+            flag = "--detach" if ns.detach else "--dry-run"
+            raise SpecError(
+                f"{flag} does not go with --sweep: a sweep follows its trials to pick the next "
+                f"ones. Drop {flag} (or --sweep, to {flag[2:]} one run of the cell)."
+            )
+        return cls(RunOptions.from_namespace(ns), sweep)
 
 
 def _actions() -> dict[str, argparse.Action]:

@@ -15,14 +15,15 @@ from ..backends.capabilities import job_shape
 from ..backends.registry import get_backend
 from ..backends.warm import check_warm
 from ..errors import JobNotFound, KtrainError
-from ..tracking import session as tracking
+from ..spec import JobSpec
 from ..words import describe
+from . import track as tracking
 from .follow import follow
 from .front import Front
 from .options import RunOptions
 from .source import Source
 
-__all__ = ["run"]
+__all__ = ["check", "run"]
 
 
 def run(source: Source, options: RunOptions, front: Front) -> Job:
@@ -32,8 +33,7 @@ def run(source: Source, options: RunOptions, front: Front) -> Job:
     that fails raises :class:`~jupyter_ktrain.errors.JobFailed`."""
     program = source.capture(options.allow_secrets, options.by_reference)
     spec = options.spec(program.entry)
-    check_warm(spec)
-    tracking.check(spec)  # MLflow installed, when the job is to be tracked
+    check(spec)
     for warning in program.warnings:
         front.say(f"warning: {warning}")
     backend = get_backend(spec.backend)
@@ -58,6 +58,14 @@ def run(source: Source, options: RunOptions, front: Front) -> Job:
         if job.run is not None and (line := _warm_line(backend, job.name)):
             front.say(line)
     return job
+
+
+def check(spec: JobSpec) -> tuple[str, str] | None:
+    """Every check of a job's spec before anything is made, the same for one run and for a
+    sweep's trials: ``--warm`` fits its backend, MLflow is installed when the job is to be
+    tracked. Where it is tracked (MLflow's URI and experiment), or None."""
+    check_warm(spec)
+    return tracking.check(spec)
 
 
 def _started(job: Job, backend: Backend) -> str:

@@ -24,9 +24,9 @@ def served_backends() -> list[str]:
     names = [b.strip() for b in raw.split(",") if b.strip()]
     if names:
         return names
-    from ..backends.registry import listed_backends
+    from ..runner.verbs import Target
 
-    return listed_backends()
+    return Target().listed()
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:

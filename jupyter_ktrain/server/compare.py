@@ -1,28 +1,24 @@
-"""The panel's comparison of several jobs: :func:`~..tracking.compare.comparison` (the data
-``%ktrain compare`` prints) as a :class:`~.payloads.ComparePayload`, each curve downsampled."""
+"""The panel's comparison of several jobs: the service's (:func:`~..runner.verbs.compare`,
+the data ``%ktrain compare`` prints) as a :class:`~.payloads.ComparePayload`, each curve
+downsampled."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..monitor.downsample import minmax_lttb
 from ..monitor.viewmodel import rank_colour
-from ..tracking.compare import comparison
 from .payloads import CompareCurve, CompareParam, ComparePayload
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..tracking.compare import Comparison
 
 __all__ = ["compare_payload"]
 
 
-def compare_payload(
-    name: str, backend: Backend, jobs: Sequence[str], metric: str | None, points: int
-) -> ComparePayload:
-    """``jobs`` of ``backend`` (named ``name``) compared on ``metric`` (None: the default
-    :func:`comparison` picks); SpecError as :func:`comparison` raises it."""
-    c = comparison(backend, jobs, metric)
+def compare_payload(name: str, c: Comparison, points: int) -> ComparePayload:
+    """The comparison ``c`` of jobs of backend ``name`` (:func:`~..runner.verbs.compare`) as
+    the panel shows it, each curve down to ``points``."""
     curves: list[CompareCurve] = []
     for k, job in enumerate(c.jobs):
         if job not in c.curves:

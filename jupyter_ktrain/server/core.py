@@ -12,35 +12,25 @@ reads its on-disk registry); nothing is cached between calls.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from ..backends.base import Job
-from ..backends.capabilities import job_shape
-from ..backends.registry import get_backend
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..jobs import CANCELLED, DELETED_REASON, FAILED, JobShape
-from ..monitor.fold import RepeatFold, shown_ranks, shown_text
-from ..monitor.live import LogReplay
-from ..monitor.logbook import log_label
-from ..monitor.text import failure_summary
-from ..monitor.torchrun import fold_stored
-from ..pod.protocol import RECORD_MARK, LogLine, parse_line
+from ..jobs import CANCELLED, DELETED_REASON
+from ..runner import verbs
+from ..runner.feeds import JobFeeds
+from ..runner.track_detached import ServerTracking
 from ..spec import check_job_name
-from ..stacks import show_stacks
-from ..store.profiles import read_profile, trace_file, trace_name
-from ..store.records import read_hang
 from ..tracking.compare import entry
-from ..words import ended_by_user
 from .build import job_detail, job_summary, metrics_payload
 from .compare import compare_payload
 from .payloads import (
@@ -58,11 +48,10 @@ from .payloads import (
     SweepsPayload,
 )
 from .sweeps import sweep_payload, sweeps_payload
-from .tracking import ServerTracking
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
     from ..jobs import JobStatus
+    from ..runner.verbs import Backend
 
 __all__ = [
     "DEFAULT_BACKENDS",
@@ -77,12 +66,11 @@ _LOG = logging.getLogger("jupyter_ktrain.tracking")
 DEFAULT_BACKENDS = ("local",)
 MAX_LINES = 5_000
 PLOT_POINTS = 500
-MAX_FEEDS = 32  # jobs whose metrics model the server keeps between polls
 _OFFSET_RE = re.compile(r"^[-.a-z0-9]+:\d+(,[-.a-z0-9]+:\d+)*$")
 
 
 def get_backend_by_name(name: str) -> Backend:
-    return get_backend(name)
+    return verbs.open_backend(name)
 
 
 def http_status(exc: BaseException) -> int:
@@ -139,8 +127,7 @@ class PanelCore:
             self._make = lambda name, _key: fixed[name]()
         self._made: dict[tuple[str, Hashable], Backend] = {}
         self._lock = threading.Lock()  # handlers call from a thread pool
-        self._feeds: dict[tuple[str, str], _MetricFeed] = {}
-        self._folds: dict[tuple[str, str, float | None], RepeatFold] = {}
+        self.feeds = JobFeeds(clock, max_lines, plot_points)  # log pages, metric models
         self.clock = clock
         self.tracking = ServerTracking()  # detached jobs the panel follows, logged to MLflow
         self.max_lines = max_lines
@@ -148,7 +135,7 @@ class PanelCore:
 
     @classmethod
     def from_names(cls, names: Iterable[str] = DEFAULT_BACKENDS) -> PanelCore:
-        """Backends by name through :func:`jupyter_ktrain.backends.registry.get_backend`."""
+        """Backends by name through :func:`jupyter_ktrain.runner.verbs.open_backend`."""
         fixed = tuple(names)
         return cls(lambda: {n: n for n in fixed})
 
@@ -163,7 +150,7 @@ class PanelCore:
             return {n: (config if n == "kubernetes" else n) for n in names()}
 
         def make(name: str, key: Hashable) -> Backend:
-            return get_backend(name, config=key if isinstance(key, Config) else None)
+            return verbs.open_backend(name, key if isinstance(key, Config) else None)
 
         return cls(resolve, make=make)
 
@@ -189,7 +176,7 @@ class PanelCore:
             raise SpecError(f"backend {backend!r} is not served by this panel (it has: {known}).")
         for b in [backend] if backend else list(served):
             try:
-                return b, self._backend(b, served).status(name)
+                return b, verbs.status(self._backend(b, served), name)
             except JobNotFound:
                 continue
             except KtrainError:
@@ -204,16 +191,10 @@ class PanelCore:
     # -- the five calls -----------------------------------------------------------------
     def jobs(self) -> JobsPayload:
         now = self.clock()
-        jobs: list[JobSummary] = []
-        problems: list[BackendProblem] = []
         served = self._factories
-        for b in served:
-            try:
-                statuses = self._backend(b, served).list_jobs()
-            except KtrainError as exc:
-                problems.append({"backend": b, "error": str(exc)})
-                continue
-            jobs.extend(job_summary(s, b, now) for s in statuses)
+        found = verbs.list_jobs((b, partial(self._backend, b, served)) for b in served)
+        jobs: list[JobSummary] = [job_summary(s, b, now) for b, s in found.jobs]
+        problems: list[BackendProblem] = [{"backend": b, "error": e} for b, e in found.problems]
         jobs.sort(key=lambda j: -(j["started"] or now))
         return {"jobs": jobs, "problems": problems, "now": now}
 
@@ -225,9 +206,7 @@ class PanelCore:
 
     def _failure(self, backend: str, status: JobStatus) -> str | None:
         """The cell's failure summary (first failing rank, kind, last lines), or None."""
-        if status.state not in (FAILED, CANCELLED) or ended_by_user(status):
-            return None
-        return failure_summary(Job(status.name, self._backend(backend)), status).strip() or None
+        return verbs.failure(self._backend(backend), status)
 
     def logs(
         self,
@@ -251,91 +230,28 @@ class PanelCore:
         still being written), and so is a block the fold has not seen the end of; they come
         with the next call, or once the job has ended."""
         b, status = self._find(name, backend)
-        seen = decode_offset(offset)
-        limit = 4 * self.max_lines  # raw lines per replica and call: a page's worth, filtered
-        lines = self._backend(b).read_logs_from(name, seen, limit)
-        new, cut = _new_lines(lines, status.terminal, limit)
-        counts = dict(seen)  # replicas in the order first read: node@K is the K-th
-        for replica in new:
-            counts.setdefault(replica, 0)
-        nodes = {replica: k for k, replica in enumerate(counts)}
-        streams = [
-            _closed(
-                replica,
-                nodes[replica],
-                fold_stored(name, rows, status.terminal and replica not in cut),
-            )
-            for replica, rows in new.items()
+        page = self.feeds.page(
+            self._backend(b), b, name, status, decode_offset(offset), rank, grep, ranks
+        )
+        lines: list[LogLinePayload] = [
+            {"label": line.label, "rank": line.rank, "source": line.source, "text": line.text}
+            for line in page.lines
         ]
-        # every replica's new lines, merged by the time they were written ("all ranks" reads
-        # like one log); a backend without times keeps each replica's lines together
-        merged = list(heapq.merge(*streams, key=_line_time))
-        last = {s[-1][4]: s[-1][2] for s in streams if s and s[-1][4] in cut}
-        whole = rank is None and ranks is None  # every rank: a line several printed, once
-        fold = self._fold(b, name, status.started) if whole else None
-        labels = self._labels(merged) if whole else {}
-        out: list[LogLinePayload] = []
-        more = False
-        for i, (t, node, cursor, closes, replica, line) in enumerate(merged):
-            if more:
-                break
-            if closes:  # a reader stops only where the fold was idle: nothing lost between
-                counts[replica] = cursor
-                # a replica read only in part: its unread lines may come before the others'
-                more = last.get(replica) == cursor
-            if line is None or line.record is not None or (rank is not None and line.rank != rank):
-                continue
-            if ranks is not None and line.rank is not None and line.rank not in ranks:
-                continue
-            # the widget's fold: a line several ranks printed alike is shown once
-            when = t if t is not None else self.clock()
-            if fold is not None and fold.repeat(line.rank, line.text, when):
-                continue
-            text = shown_text(line.text)
-            if grep and grep not in text:
-                continue
-            shown = labels.get(i, line.rank)
-            label = log_label(shown, line.source, node)
-            out.append({"label": label, "rank": shown, "source": line.source, "text": text})
-            more = more or (closes and len(out) >= self.max_lines)
         return {
-            "lines": out,
-            "next_offset": encode_offset(counts),
-            "more": more,
-            "terminal": status.terminal and not more,
+            "lines": lines,
+            "next_offset": encode_offset(page.counts),
+            "more": page.more,
+            "terminal": page.terminal,
         }
-
-    def _labels(self, merged: list[_Shown]) -> dict[int, int | None]:
-        """The rank each plain line of one read is shown under (:func:`shown_ranks`), where
-        it is not its own."""
-        plain = [
-            (i, s[5]) for i, s in enumerate(merged) if s[5] is not None and s[5].record is None
-        ]
-        when = [s[0] if s[0] is not None else self.clock() for s in merged]
-        ranks = shown_ranks([(line.rank, line.text, when[i]) for i, line in plain])
-        return {i: r for (i, line), r in zip(plain, ranks, strict=True) if r != line.rank}
 
     def metrics(self, name: str, backend: str | None = None) -> MetricsPayload:
         """The job's panels and values reported once (``ktrain.report`` and agent GPU
         records), from a model kept per job and fed only the lines stored since the last
         call: a poll costs the new lines, not the job's age."""
         b, status = self._find(name, backend)
-        feed = self._feed(b, name, status.started)
-        with feed.lock:
-            seen = feed.counts
-            new, _ = _new_lines(self._backend(b).read_logs_from(name, seen), status.terminal)
-            for replica, lines in new.items():
-                for _t, index, raw in lines:
-                    if RECORD_MARK in raw:  # plain lines add nothing to the charts
-                        feed.replay.feed(replica, raw)
-                    else:  # but their ranks start a big job's log (a warning, an error)
-                        line = parse_line(raw)
-                        if line.rank is not None:
-                            feed.replay.model.note_rank(line.rank, line.text)
-                    seen[replica] = index + 1
-                feed.counts = seen
-            payload = metrics_payload(feed.replay.model, self.plot_points)
-        hang = None if status.terminal else read_hang(b, name)
+        with self.feeds.model(self._backend(b), b, name, status) as model:
+            payload = metrics_payload(model, self.plot_points)
+        hang = None if status.terminal else verbs.kept_hang(b, name)
         if hang is not None and _same_start(hang.get("started"), status.started):
             # what the cell that follows the job says of a hang, with the stacks it took
             payload["warnings"].append(str(hang.get("text", "")))
@@ -354,42 +270,7 @@ class PanelCore:
         """Rank ``rank``'s Chrome trace of job ``name``'s last profile (the file to serve);
         JobNotFound when it has none."""
         b, _ = self._find(name, backend)
-        path = trace_file(b, name, rank)
-        if path is None:
-            raise JobNotFound(
-                f"{name!r} has no kept trace of rank {rank}: `%ktrain profile {name} --steps 3` "
-                "takes one."
-            )
-        return path
-
-    def _fold(self, backend: str, name: str, started: float | None) -> RepeatFold:
-        """The job's all-ranks fold (kept between polls: a repeat may come a poll later)."""
-        with self._lock:
-            key = (backend, name, started)
-            fold = self._folds.pop(key, None) or RepeatFold()
-            self._folds[key] = fold  # most recently used last
-            while len(self._folds) > MAX_FEEDS:
-                del self._folds[next(iter(self._folds))]
-            return fold
-
-    def _feed(self, backend: str, name: str, started: float | None) -> _MetricFeed:
-        """The job's model (a new one for a new job of that name), the least used dropped."""
-        key = (backend, name)
-        with self._lock:
-            feed = self._feeds.get(key)
-        fresh = None
-        if feed is None or feed.started != started:  # its kind read outside the lock (I/O)
-            shape = job_shape(self._backend(backend), name)
-            kind = shape.kind if shape else None
-            fresh = _MetricFeed(name, started, kind, self.plot_points, backend, shape)
-        with self._lock:
-            feed = self._feeds.pop(key, None)
-            if feed is None or feed.started != started:
-                feed = fresh or _MetricFeed(name, started, None, self.plot_points, backend)
-            self._feeds[key] = feed  # most recently used last
-            while len(self._feeds) > MAX_FEEDS:
-                del self._feeds[next(iter(self._feeds))]
-            return feed
+        return verbs.trace(b, name, rank)
 
     def compare(
         self, names: list[str], metric: str | None = None, backend: str | None = None
@@ -403,7 +284,8 @@ class PanelCore:
                 "of one backend."
             )
         b = found.pop() if found else (backend or next(iter(self._factories)))
-        return compare_payload(b, self._backend(b), names, metric, self.plot_points)
+        c = verbs.compare(self._backend(b), names, metric)
+        return compare_payload(b, c, self.plot_points)
 
     def stacks(
         self, name: str, rank: int | None = None, backend: str | None = None
@@ -411,7 +293,7 @@ class PanelCore:
         """Every running rank's stack now (or one rank's), as ``%ktrain stacks`` shows them;
         an ended job, a rank it does not have: one line (400)."""
         b, _status = self._find(name, backend)
-        return {"text": show_stacks(self._backend(b), name, rank), "t": time.time()}
+        return {"text": verbs.stacks(self._backend(b), name, rank), "t": time.time()}
 
     def sweeps(self) -> SweepsPayload:
         """Every sweep of the job store (its record, not a backend's)."""
@@ -422,21 +304,19 @@ class PanelCore:
 
     def cancel(self, name: str, backend: str | None = None) -> JobDetail:
         """Stop every process of the job; returns its status afterwards."""
-        b, status = self._find(name, backend)
-        if status.terminal:
-            return self._detail(b, status)
-        self._backend(b).cancel(name)
-        try:
-            return self.job(name, b)
-        except JobNotFound:  # a cluster job's cancel deletes it
-            gone = replace(
-                status,
-                state=CANCELLED,
-                reason=DELETED_REASON,
-                message="cancelled: the job and its pods were deleted",
-                replicas=(),
-            )
-            return self._detail(b, gone)
+        b, _status = self._find(name, backend)
+        done = verbs.cancel(self._backend(b), name)
+        if done.after is not None:  # as it is now (unchanged: it had already ended)
+            return self._detail(b, done.after)
+        assert done.before is not None
+        gone = replace(  # a cluster job's cancel deletes it
+            done.before,
+            state=CANCELLED,
+            reason=DELETED_REASON,
+            message="cancelled: the job and its pods were deleted",
+            replicas=(),
+        )
+        return self._detail(b, gone)
 
 
 def _same_start(kept: object, started: float | None) -> bool:
@@ -446,74 +326,10 @@ def _same_start(kept: object, started: float | None) -> bool:
     return isinstance(kept, (int, float)) and abs(float(kept) - started) < 1.0
 
 
-class _MetricFeed:
-    """One job's metrics model in the server, and how far into each replica's log it is."""
-
-    def __init__(
-        self,
-        name: str,
-        started: float | None,
-        kind: str | None,
-        plot_points: int,
-        backend: str = "",
-        shape: JobShape | None = None,
-    ) -> None:
-        self.started = started
-        self.replay = LogReplay(
-            name,
-            started,
-            kind,
-            backend,
-            shape,
-            plot_points=max(plot_points, 500),
-            max_lines=1,
-            max_lines_per_rank=1,
-        )
-        self.counts: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-
-def _new_lines(
-    lines: Iterable[tuple[float | None, str, int, str]], terminal: bool, limit: int | None = None
-) -> tuple[dict[str, list[tuple[float | None, int, str]]], set[str]]:
-    """``read_logs_from`` lines grouped by replica (first-seen order), and the replicas read
-    only in part (``limit`` lines came). While the job runs, each replica's last stored line
-    is held back: it may be a line still being written (and a part's last line comes again
-    with the next part)."""
-    groups: dict[str, list[tuple[float | None, int, str]]] = {}
-    for t, replica, index, line in lines:
-        groups.setdefault(replica, []).append((t, index, line))
-    cut = {r for r, rows in groups.items() if limit is not None and len(rows) >= limit}
-    for replica, rows in groups.items():
-        if not terminal or replica in cut:
-            rows.pop()
-    return groups, cut
-
-
-# one shown line of a replica: (time, node, read cursor, whether a reader may stop after it,
-# replica, line or None: only the cursor moves)
-_Shown = tuple[float | None, int, int, bool, str, LogLine | None]
-
-
-def _closed(
-    replica: str, node: int, lines: list[tuple[float | None, int, LogLine | None]]
-) -> list[_Shown]:
-    """A replica's shown lines, each marked where a reader may stop: after the last of the
-    lines one cursor step decided (stopping inside would lose the rest)."""
-    return [
-        (t, node, cursor, k + 1 == len(lines) or lines[k + 1][1] != cursor, replica, line)
-        for k, (t, cursor, line) in enumerate(lines)
-    ]
-
-
-def _line_time(item: _Shown) -> float:
-    """Merge key: the line's time; without one, -inf keeps the replica's lines in order."""
-    return item[0] if item[0] is not None else float("-inf")
-
-
 def profile_shown(backend: str, name: str) -> ProfileShown | None:
-    """The job's last profile as the panel shows it (:mod:`..store.profiles`); None: none."""
-    kept = read_profile(backend, name)
+    """The job's last profile as the panel shows it (:func:`..runner.verbs.kept_profile`);
+    None: none."""
+    kept = verbs.kept_profile(backend, name)
     if kept is None:
         return None
     ranks = [r for r in kept.get("traces") or () if isinstance(r, int)]
@@ -522,6 +338,7 @@ def profile_shown(backend: str, name: str) -> ProfileShown | None:
         "text": str(kept.get("text", "")),
         "t": float(kept.get("t") or 0.0),
         "traces": [
-            {"rank": r, "path": f"{where}{trace_name(r)}?backend={quote(backend)}"} for r in ranks
+            {"rank": r, "path": f"{where}{verbs.trace_name(r)}?backend={quote(backend)}"}
+            for r in ranks
         ],
     }

@@ -1,5 +1,5 @@
 """The side panel's sweeps: each sweep's record in the job store
-(:mod:`jupyter_ktrain.store.sweeps`) as its :class:`~.payloads.SweepSummary` (the list) and
+(:func:`jupyter_ktrain.sweep.verbs.records`) as its :class:`~.payloads.SweepSummary` (the list) and
 :class:`~.payloads.SweepDetail` (its tab), through the view the cell's widget draws
 (:func:`jupyter_ktrain.sweep.view.sweep_view`), so the two show the same."""
 
@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import JobNotFound
-from ..spec import check_job_name
-from ..store.sweeps import list_sweeps, read_sweep
+from ..sweep import verbs
 from ..sweep.view import RowView, SweepView, sweep_view
 from .payloads import SweepCurve, SweepDetail, SweepRowPayload, SweepsPayload, SweepSummary
 
@@ -59,16 +57,9 @@ def sweep_detail(record: Mapping[str, Any], points: int) -> SweepDetail:
 
 def sweeps_payload() -> SweepsPayload:
     """Every sweep of the job store, newest first."""
-    return {"sweeps": [sweep_summary(r) for r in list_sweeps()]}
+    return {"sweeps": [sweep_summary(r) for r in verbs.records()]}
 
 
 def sweep_payload(name: str, points: int) -> SweepDetail:
     """Sweep ``name``'s detail; JobNotFound (404) when the store has none of that name."""
-    check_job_name(name, "sweep", "The panel's Sweeps list")
-    record = read_sweep(name)
-    if record is None:
-        raise JobNotFound(
-            f"No sweep named {name!r} in the job store: the panel's Sweeps list shows the "
-            f"sweeps that exist."
-        )
-    return sweep_detail(record, points)
+    return sweep_detail(verbs.record(name), points)

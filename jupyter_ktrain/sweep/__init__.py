@@ -1,7 +1,8 @@
-"""Sweeps: many trials of one cell (or one function), each a run of the one runner.
+"""Sweeps: many trials of one cell (or one function), each a run of the job service
+(:mod:`jupyter_ktrain.runner`): a client above it.
 
-Pure parts: the search space (:mod:`.space`: ``lr=loguniform(1e-5,1e-3)``), what a sweep is
-asked for (:mod:`.options`), the objective (:mod:`.objective`: ``loss:min``), the median
-pruning rule (:mod:`.prune`) and the results (:mod:`.trials`: :class:`~.trials.Sweep`). The
-edges: Optuna's samplers (:mod:`.search`) and the trials run on jobs (:mod:`.run`).
+What a sweep is asked for (its space, objective and search options) are values below the
+service (:mod:`jupyter_ktrain.sweep_spec`). Pure parts here: the median pruning rule
+(:mod:`.prune`) and the results (:mod:`.trials`: :class:`~.trials.Sweep`). The edges: Optuna's
+samplers (:mod:`.search`) and the trials run on jobs (:mod:`.run`).
 """

@@ -2,7 +2,7 @@
 (``ktrain.report``'s records in its lines, from its lowest reporting rank), the median rule
 against the other trials on the sweep's :class:`Board` at each poll (a trial it names is
 cancelled and ends Pruned), and the :class:`~.trials.Trial` it ended as. A job tracked in
-MLflow is logged as the cell logs a job it follows (:mod:`~..tracking.session`).
+MLflow is logged as the cell logs a job it follows (:mod:`~..runner.track`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from ..jobs import SUCCEEDED as JOB_SUCCEEDED
 from ..monitor.cell_error import job_error
 from ..monitor.follow import follow
 from ..pod.protocol import LogLine, Metric
-from ..tracking import session as tracking
-from .objective import Objective, as_number
+from ..runner import track as tracking
+from ..sweep_spec.objective import Objective, as_number
 from .prune import Pruned, prune_at
 from .trials import CANCELLED, FAILED, PRUNED, SUCCEEDED, Trial
 

@@ -21,8 +21,8 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .objective import parse_objective
-from .options import SweepOptions
+from ..sweep_spec.objective import parse_objective
+from ..sweep_spec.options import SweepOptions
 from .trials import Sweep, Trial, best_of
 
 __all__ = [

@@ -20,24 +20,22 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..backends.base import Backend, Job
 from ..backends.capabilities import warm_capable
-from ..backends.registry import get_backend
-from ..backends.warm import check_warm
 from ..capture.names import name_use
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..extras import require
 from ..runner.front import Front
 from ..runner.options import RunOptions
-from ..runner.run import run
+from ..runner.run import check, run
 from ..runner.source import Source
+from ..runner.verbs import open_backend
 from ..spec import default_name
 from ..store.sweeps import keep_sweep
-from ..tracking import session as tracking
+from ..sweep_spec.options import SweepOptions
 from .follow import Board, follow_trial
-from .options import SweepOptions
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, make_record, row_of, running_row
 from .tracked import end_parent, start_parent, trial_under
 from .trials import CANCELLED, FAILED, Sweep, Trial, best_of, params_text
@@ -46,20 +44,27 @@ if TYPE_CHECKING:
     from ..tracking.sweep_run import SweepRun
     from .search import Search
 
-__all__ = ["SLOT_ENV", "check_call", "run_sweep"]
+__all__ = ["SLOT_ENV", "SweepShown", "check_call", "run_sweep"]
 
 SLOT_ENV = "KTRAIN_SWEEP_SLOT"  # a warm slot's job name, in its processes (and its shape)
 IDLE_WAIT_S = 30.0  # the most a slot waits for its warm job to record its last run's end
 KEEP_EVERY_S = 1.0  # the sweep's record is written at most this often while trials report
 
 
-def run_sweep(source: Source, options: RunOptions, front: Front) -> Sweep:
-    """Run the sweep ``options.sweep`` over ``source``; the :class:`Sweep` (the best trial's
-    names bound through ``front``). Bad input raises one :class:`SpecError` before any job
-    starts; Ctrl-C cancels the running trials and returns what ran."""
-    sweep = options.sweep
-    if sweep is None:
-        raise SpecError("run_sweep needs the sweep's options (--sweep).")
+@runtime_checkable
+class SweepShown(Protocol):
+    """A front that shows a running sweep: it gets the sweep's record each time the sweep
+    writes it (the notebook draws its view). A text front has none: the lines said as the
+    sweep runs are its view."""
+
+    def show_sweep(self, record: Mapping[str, Any]) -> None: ...
+
+
+def run_sweep(source: Source, options: RunOptions, sweep: SweepOptions, front: Front) -> Sweep:
+    """Run the sweep ``sweep`` of runs of ``source`` with ``options``; the :class:`Sweep`
+    (the best trial's names bound through ``front``). Bad input raises one
+    :class:`SpecError` before any job starts; Ctrl-C cancels the running trials and returns
+    what ran."""
     name, backend, where = _prepare(source, options, sweep)
     from .search import Search  # Optuna, an optional extra: loaded when a sweep runs
 
@@ -111,9 +116,8 @@ def _prepare(
     name = options.values.get("name") or default_name(program.entry)
     names = _job_names(name, sweep, options)
     spec = RunOptions({**options.values, "name": names[-1]}, options.backend).spec(program.entry)
-    check_warm(spec)
-    where = tracking.check(spec)  # MLflow installed, when the trials are to be tracked
-    backend = get_backend(spec.backend)
+    where = check(spec)  # the runner's checks: --warm, MLflow when the trials are tracked
+    backend = open_backend(spec.backend)
     for job in names:
         try:
             backend.status(job)
@@ -178,9 +182,6 @@ class _TrialFront:
     def bind(self, outputs: Mapping[str, Any]) -> None:
         return None
 
-    def show_sweep(self, record: Mapping[str, Any]) -> None:
-        return None
-
 
 class _Runner:
     """The trials of one sweep, run from ``parallel`` slot threads."""
@@ -243,7 +244,8 @@ class _Runner:
             if "record" not in self.seen:
                 self.seen.add("record")
                 self.messages.put(f"warning: the sweep's record could not be written: {exc}")
-        front.show_sweep(record)
+        if isinstance(front, SweepShown):
+            front.show_sweep(record)
 
     def opening(self) -> str:
         s = self.sweep
@@ -331,9 +333,7 @@ class _Runner:
         values: dict[str, Any] = {**self.options.values, "name": job_name}
         if self.warm:
             values["env"] = [*values.get("env", ()), (SLOT_ENV, job_name)]
-        options = dataclasses.replace(
-            self.options, values=values, detach=True, replace=False, sweep=None
-        )
+        options = dataclasses.replace(self.options, values=values, detach=True, replace=False)
         front = _TrialFront(self.messages.put, self.seen)
         try:
             if self.warm:

@@ -21,8 +21,8 @@ from optuna.distributions import (
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from .options import SweepOptions
-from .space import Param
+from ..sweep_spec.options import SweepOptions
+from ..sweep_spec.space import Param
 
 __all__ = ["Search"]
 

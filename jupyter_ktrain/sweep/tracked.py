@@ -1,7 +1,7 @@
 """A sweep tracked in MLflow (``--mlflow`` or ``%ktrain config mlflow=URI``): its own run,
 the parent of its trials' runs (:class:`~..tracking.sweep_run.SweepRun`), made when the
 sweep starts and given the best trial at its end; each trial's job tracked as any job is,
-its run tagged under the parent (:func:`~..tracking.session.under`).
+its run tagged under the parent (:func:`~..runner.track.under`).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..backends.base import Job
-from ..tracking import session as tracking
+from ..runner import track as tracking
+from ..sweep_spec.options import SweepOptions
 from ..tracking.sweep_run import SweepRun
-from .options import SweepOptions
 from .trials import Sweep
 
 __all__ = ["end_parent", "start_parent", "trial_under"]

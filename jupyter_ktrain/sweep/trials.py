@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .objective import Objective
+from ..sweep_spec.objective import Objective
 
 if TYPE_CHECKING:
     from ..backends.base import Job

@@ -3,27 +3,23 @@ them (the flags and constants whose values are not the same in every job). A col
 :class:`Entry`: a job, or one run of a warm job, with its params (a sweep's trials: their
 swept values, ``%ktrain compare SWEEP``).
 
-The curves come from each job's stored lines (``Backend.read_logs``, rebuilt into a monitor
-model as the side panel does: rank 0's series, or the lowest rank that reported the metric);
-the params from each job's record in the job store (:mod:`.store`). :func:`comparison` is the
-data; :func:`text` and :func:`figure` render it (plotly, as the widget's plots).
+The curves come from each job's stored lines, read by the job service
+(:mod:`jupyter_ktrain.runner.compare`: rank 0's series, or the lowest rank that reported the
+metric); the params from each job's record in the job store (:mod:`.store`). :func:`compared`
+makes the data; :func:`text` and :func:`figure` render it (plotly, as the widget's plots).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..backends.capabilities import job_shape, warm_capable
 from ..errors import SpecError
 from ..spec import check_job_name
 from ..store.records import read_record, record_name
 
-if TYPE_CHECKING:
-    from ..backends.base import Backend
-
-__all__ = ["Comparison", "Entry", "compare_entries", "comparison", "entry", "figure", "text"]
+__all__ = ["POINTS", "Comparison", "Entry", "compared", "entry", "figure", "text"]
 
 MISSING = "—"
 POINTS = 2_000
@@ -69,45 +65,16 @@ def entry(name: str) -> Entry:
     return Entry(name, job, int(run))
 
 
-def _series(backend: Backend, entry: Entry) -> dict[str, tuple[list[float], list[float]]]:
-    """Each metric name of the job (or run) -> rank 0's (or the lowest rank's) points."""
-    from ..monitor.live import model_from_logs
-
-    name = entry.job
-    shape = job_shape(backend, name)
-    kind = shape.kind if shape else None
-    lines = (
-        warm_capable(backend, name).read_run_logs(name, entry.run)
-        if entry.run is not None
-        else backend.read_logs(name)
-    )
-    model = model_from_logs(name, lines, kind=kind, plot_points=POINTS)
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    for rank, metric in sorted(model.metrics):
-        if metric not in out:
-            xs, ys = model.metrics[(rank, metric)].points(POINTS)
-            out[metric] = (list(xs), list(ys))
-    return out
-
-
-def comparison(backend: Backend, names: Sequence[str], metric: str | None = None) -> Comparison:
-    """The comparison of ``names`` (at least two jobs of ``backend``, or runs of its warm jobs:
-    :func:`entry`) on ``metric`` (default: ``loss`` when every job has it, else the first name
-    they all reported)."""
-    if len(names) < 2:
-        raise SpecError(
-            "%ktrain compare needs two jobs or more, e.g. %ktrain compare A B (a warm job's "
-            "runs: %ktrain compare A:1 A:2)."
-        )
-    return compare_entries(backend, [entry(name) for name in names], metric)
-
-
-def compare_entries(
-    backend: Backend, entries: Sequence[Entry], metric: str | None = None
+def compared(
+    backend: str,
+    entries: Sequence[Entry],
+    series: Mapping[str, Mapping[str, tuple[list[float], list[float]]]],
+    metric: str | None = None,
 ) -> Comparison:
-    """The comparison of ``entries`` (jobs or runs of ``backend``, labelled) on ``metric``."""
+    """The comparison of ``entries`` (jobs or runs of backend ``backend``, labelled) on
+    ``metric``, from each entry's ``series`` (label -> metric -> points, read from its stored
+    lines by the job service) and its params (its own, else its record's in the job store)."""
     names = [e.label for e in entries]
-    series = {e.label: _series(backend, e) for e in entries}
     common = set.intersection(*(set(s) for s in series.values()))
     every = sorted(set().union(*(set(s) for s in series.values())))
     if metric is None:
@@ -128,7 +95,7 @@ def compare_entries(
         e.label: (
             e.params
             if e.params is not None
-            else (read_record(backend.name, record_name(e.job, e.run)) or {}).get("params", {})
+            else (read_record(backend, record_name(e.job, e.run)) or {}).get("params", {})
         )
         for e in entries
     }

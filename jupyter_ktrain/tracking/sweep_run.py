@@ -1,13 +1,14 @@
 """A sweep's own MLflow run: the parent of its trials' runs.
 
-Each trial is a job tracked as any job is (:mod:`.session`: its params, every point, its
-logs), its run tagged ``mlflow.parentRunId`` with this run's id and ``ktrain.sweep``,
-``ktrain.trial`` (:func:`~.session.under`). This run is made when the sweep starts, with what
-was searched as params (``space.NAME``: the distribution, ``objective``, ``search``,
-``trials``, ``parallel``), and at the end gets the best trial: its objective as the metric
-``best/NAME``, its values as tags ``best.NAME`` and its number as ``best.trial``; and the
-sweep's state. A few requests a sweep, sent from the sweep's calling thread; a tracking
-server that does not answer is one warning, and the trials are tracked without a parent.
+Each trial is a job tracked as any job is (:mod:`~jupyter_ktrain.runner.track`: its params,
+every point, its logs), its run tagged ``mlflow.parentRunId`` with this run's id and
+``ktrain.sweep``, ``ktrain.trial`` (:func:`~jupyter_ktrain.runner.track.under`). This run is
+made when the sweep starts, with what was searched as params (``space.NAME``: the distribution,
+``objective``, ``search``, ``trials``, ``parallel``), and at the end gets the best trial: its
+objective as the metric ``best/NAME``, its values as tags ``best.NAME`` and its number as
+``best.trial``; and the sweep's state. A few requests a sweep, sent from the sweep's calling
+thread; a tracking server that does not answer is one warning, and the trials are tracked
+without a parent.
 """
 
 from __future__ import annotations

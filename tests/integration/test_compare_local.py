@@ -10,6 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
+from jupyter_ktrain.runner.compare import comparison
 from jupyter_ktrain.server.core import PanelCore
 from jupyter_ktrain.tracking import compare
 
@@ -43,7 +44,7 @@ def test_two_jobs_compared_on_their_loss_with_what_differed(
     assert "'1']]" in rows["env"][1], out  # --env A=1 against --env A=2
     assert "'2']]" in rows["env"][3], out
     assert "nodes" not in rows  # the same in both: not listed
-    c = compare.comparison(LocalBackend(), ["cmp-a", "cmp-b"])
+    c = comparison(LocalBackend(), ["cmp-a", "cmp-b"])
     assert c.curves["cmp-a"][0] == [float(s) for s in range(20)]
     assert c.curves["cmp-b"][1][0] == pytest.approx(4.0)
     fig = compare.figure(c)
@@ -77,7 +78,7 @@ def test_two_runs_of_a_warm_job_compared_as_name_colon_run(
         assert rows["cmp-w:1"] == ["cmp-w:2"], out  # the columns: one per run
         assert rows["loss"][-2:] == ["0.1", "0.3"], out  # "loss (last)": LR * 1
         assert rows["const.LR"] == ["0.1", "0.3"], out
-        c = compare.comparison(LocalBackend(), ["cmp-w:1", "cmp-w:2"])
+        c = comparison(LocalBackend(), ["cmp-w:1", "cmp-w:2"])
         assert c.curves["cmp-w:2"][0] == [float(s) for s in range(10)]
         # the side panel's compare (its API: /ktrain/api/compare?jobs=cmp-w:1,cmp-w:2)
         panel = PanelCore.from_names(["local"]).compare(["cmp-w:1", "cmp-w:2"])

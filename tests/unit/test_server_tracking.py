@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.jobs import JobStatus
-from jupyter_ktrain.server.tracking import ServerTracking
+from jupyter_ktrain.runner.track_detached import ServerTracking
 from jupyter_ktrain.store.records import hold, release, write_record
 
 

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.runner.options import RunOptions
+from jupyter_ktrain.runner.options import CellOptions, RunOptions
 from jupyter_ktrain.runner.source import call_source
-from jupyter_ktrain.sweep.objective import Objective, as_number, parse_objective
-from jupyter_ktrain.sweep.options import SweepOptions
 from jupyter_ktrain.sweep.prune import Pruned, prune_at
 from jupyter_ktrain.sweep.record import (
     DONE,
@@ -29,8 +27,10 @@ from jupyter_ktrain.sweep.record import (
 from jupyter_ktrain.sweep.run import check_call
 from jupyter_ktrain.sweep.search import Search
 from jupyter_ktrain.sweep.seen import compare_entries, list_row
-from jupyter_ktrain.sweep.space import Param, parse_param
 from jupyter_ktrain.sweep.trials import Sweep, Trial
+from jupyter_ktrain.sweep_spec.objective import Objective, as_number, parse_objective
+from jupyter_ktrain.sweep_spec.options import SweepOptions
+from jupyter_ktrain.sweep_spec.space import Param, parse_param
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_the_median_rule_prunes_a_trial_worse_than_the_others_at_a_step() -> Non
 
 
 def _sweep(line: str) -> SweepOptions:
-    options = RunOptions.from_line(line)
+    options = CellOptions.from_line(line)
     assert options.sweep is not None
     return options.sweep
 
@@ -136,7 +136,7 @@ def test_the_cells_sweep_flags_make_one_sweep() -> None:
     assert _sweep('--sweep "a=uniform(0,1)" --objective r:max').trials == 10
     assert _sweep('--sweep "a=uniform(0,1)" --objective r:max --no-prune').prune_after is None
     assert _sweep('--sweep "a=uniform(0,1)" --objective r:max --prune-after 0').prune_after == 0
-    assert RunOptions.from_line("--nodes 2").sweep is None
+    assert CellOptions.from_line("--nodes 2").sweep is None
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_the_cells_sweep_flags_make_one_sweep() -> None:
 )
 def test_bad_sweep_flags_are_one_error(line: str, said: str) -> None:
     with pytest.raises(SpecError) as caught:
-        RunOptions.from_line(line)
+        CellOptions.from_line(line)
     assert said in str(caught.value)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_ktrain.config import check_uri
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.pod.protocol import (
     format_agent_line,
@@ -21,7 +22,6 @@ from jupyter_ktrain.pod.protocol import (
 from jupyter_ktrain.tracking.cpu import Sample, SpareCpu, spare_cores
 from jupyter_ktrain.tracking.params import code_hash, constants, flat
 from jupyter_ktrain.tracking.points import Point, Reading, RecordReader, SentSteps
-from jupyter_ktrain.tracking.uri import check_uri
 
 
 def _rank(rank: int, record: dict[str, object]) -> object:

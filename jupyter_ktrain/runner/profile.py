@@ -2,12 +2,13 @@
 its next N steps; per rank the top operators and the share of compute, communication and
 waiting, as a table; the Chrome traces kept in the job store.
 
-The handler (:func:`show_profile`) checks what the user asked for as ``stacks`` does (a job
-that runs, a rank it has, a warm job with a run going) and asks the backend, which asks the
-ranks the way it asks for stacks (:class:`~.backends.capabilities.StacksShown`; the rank's side
-is :mod:`.pod.profiler`, its figures :mod:`.pod.profile_summary`). A job whose ranks mark no
-steps is one line saying how to mark them. The traces and what the table said are kept
-(:func:`~.store.profiles.keep_profile`) for the side panel; :func:`profile_text` is the table.
+The job service's profile verb (:func:`show_profile`, :func:`.verbs.profile`) checks what the
+user asked for as ``stacks`` does (a job that runs, a rank it has, a warm job with a run going)
+and asks the backend, which asks the ranks the way it asks for stacks
+(:class:`~..backends.capabilities.StacksShown`; the rank's side is :mod:`..pod.profiler`, its
+figures :mod:`..pod.profile_summary`). A job whose ranks mark no steps is one line saying how to
+mark them. The traces and what the table said are kept (:func:`~..store.profiles.keep_profile`)
+for the side panel; :func:`profile_text` is the table.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .backends.base import Backend
-from .backends.capabilities import stacks_shown
-from .errors import SpecError
-from .pod.protocol import Profile
-from .stacks import check_rank, refuse_ended
-from .store.profiles import keep_profile, trace_name, traces_dir
+from ..backends.base import Backend
+from ..backends.capabilities import stacks_shown
+from ..errors import SpecError
+from ..pod.protocol import Profile
+from ..stacks import check_rank, refuse_ended
+from ..store.profiles import keep_profile, trace_name, traces_dir
 
 __all__ = ["SHOWN_OPS", "no_steps_text", "profile_text", "show_profile"]
 

@@ -1,10 +1,10 @@
 """A job logged to MLflow by the Jupyter server while the side panel follows it.
 
 A job started with tracking is logged by the kernel that follows it
-(:func:`~..tracking.session.sink_for`). A ``--detach``ed job that no kernel follows is logged
+(:func:`~..runner.track.sink_for`). A ``--detach``ed job that no kernel follows is logged
 here instead, as the panel polls it (its tab's metrics): the same
-:class:`~..tracking.session.TrackingSink` fed the job's new lines, once per poll, and at its
-end the same :func:`~..tracking.session.finished` (result, each rank's log, final state). One
+:class:`~..runner.track.TrackingSink` fed the job's new lines, once per poll, and at its
+end the same :func:`~..runner.track.finished` (result, each rank's log, final state). One
 process at a time logs a job (:func:`~..store.records.hold`): while a kernel follows it, the
 server sends nothing, and the one that takes over reads what was sent from the job's record,
 so no point goes twice. A job the panel stopped polling for :data:`IDLE_S` is let go (what
@@ -24,7 +24,7 @@ from ..backends.base import Job
 from ..backends.capabilities import job_shape
 from ..pod.protocol import LogLine, parse_line
 from ..store.records import read_record
-from ..tracking import session
+from . import track as session
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

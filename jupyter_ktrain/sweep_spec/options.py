@@ -110,13 +110,10 @@ class SweepOptions:
 
 
 def sweep_options(ns: argparse.Namespace) -> SweepOptions | None:
-    """The sweep the cell's flags ask for; None without ``--sweep`` (then another sweep flag
-    is one error)."""
+    """The sweep the cell's flags ask for; None without ``--sweep`` (another sweep flag
+    without it is refused where the run's options are read:
+    :meth:`jupyter_ktrain.runner.options.RunOptions.from_namespace`)."""
     if not getattr(ns, "sweep", None):
-        given = [d for d in SWEEP_DESTS if getattr(ns, d, None) not in (None, False)]
-        if given:
-            flags = ", ".join("--" + d.replace("_", "-") for d in given)
-            raise SpecError(f"{flags} only apply to a sweep: add --sweep NAME=DIST.")
         return None
     return SweepOptions.create(
         ns.sweep,

@@ -20,19 +20,19 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ..config import OFF, check_uri, load_config
 from ..extras import require
 from ..store.records import hold, read_record, record_name, release, remove, write_record
-from .cpu import SpareCpu
-from .params import code_hash, job_params
-from .points import Point, Reading, RecordReader
-from .uri import OFF, check_uri
+from ..tracking.cpu import SpareCpu
+from ..tracking.params import code_hash, job_params
+from ..tracking.points import Point, Reading, RecordReader
 
 if TYPE_CHECKING:
     from ..backends.base import Job
     from ..jobs import JobStatus
     from ..monitor.follow import Sink
     from ..spec import JobSpec
-    from .mlflow_run import MlflowRun
+    from ..tracking.mlflow_run import MlflowRun
 
 __all__ = [
     "TrackingSink",
@@ -54,8 +54,6 @@ FINISH_WAIT_S = 30.0
 
 def settings(spec: JobSpec) -> tuple[str, str] | None:
     """``(tracking URI, experiment)`` for ``spec``'s job, or None when it is not tracked."""
-    from ..config import load_config
-
     cfg = load_config()
     uri = spec.mlflow if spec.mlflow is not None else cfg.mlflow
     if not uri or uri.strip().lower() in OFF:
@@ -185,7 +183,7 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
     if record["mlflow"].get("finished"):
         release(held)
         return inner
-    from .mlflow_run import MlflowRun
+    from ..tracking.mlflow_run import MlflowRun
 
     run = MlflowRun(
         job.backend.name,
