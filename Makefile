@@ -44,9 +44,12 @@ system:
 	scripts/system-packages
 
 ## The test cluster's real components (kube-apiserver & co, Kubeflow controllers), built from
-## source once per machine into a cache keyed by their versions (tests/cluster/build)
+## source once per machine into a cache keyed by their versions (tests/cluster/build); the real
+## node's kubelet, kube-proxy, containerd and CoreDNS, and its base images, in caches of their own
 cluster:
 	tests/cluster/build/build.sh >/dev/null
+	tests/cluster/build/node.sh >/dev/null
+	tests/cluster/build/images.sh >/dev/null
 
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
