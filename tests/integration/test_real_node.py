@@ -31,7 +31,50 @@ import os, sys, time, signal
 def where():
     print(f"interpreter {sys.executable} {sys.version.split()[0]}", flush=True)
     return sys.executable
+
+def limits():
+    st = os.statvfs("/dev/shm")
+    print(f"shm bytes {st.f_blocks * st.f_frsize}", flush=True)
+    with open("/proc/self/status") as f:
+        eff = int(next(ln for ln in f if ln.startswith("CapEff:")).split()[1], 16)
+    print(f"IPC_LOCK {bool(eff >> 14 & 1)}", flush=True)
+
+def hog():
+    print("allocating", flush=True)
+    held = []
+    while True:
+        held.append(bytearray(8 << 20))
+        time.sleep(0.005)
+
+def graceful(path):
+    def stop(signum, frame):
+        print(f"got signal {signum}, saving", flush=True)
+        with open(path, "w") as f:
+            f.write("saved at the last step")
+        print("checkpoint written", flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(signal.SIGTERM, stop)
+    child = os.fork()
+    if child == 0:  # its child outlives it: an orphan for PID 1 to reap when it exits
+        if os.fork() == 0:
+            time.sleep(0.5)
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(child, 0)
+    for i in range(3000):
+        print(f"step {i}", flush=True)
+        time.sleep(0.2)
 """
+# lists the container's processes in state Z (zombies), from /proc
+ZOMBIES = (
+    "import glob\n"
+    "for p in glob.glob('/proc/[0-9]*/stat'):\n"
+    "    try: s = open(p).read()\n"
+    "    except OSError: continue\n"
+    "    if s.rsplit(')', 1)[1].split()[0] == 'Z': print('zombie', s[:60])\n"
+    "print('listed')\n"
+)
 
 
 @dataclass
@@ -116,6 +159,139 @@ def test_node_is_real_tainted_and_pods_find_services_by_name(real_node, test_clu
     assert _phase(test_cluster, "probe") == "Succeeded", logs
     assert "kubernetes at 10.96.0.1 reached" in logs
     assert "interpreter /usr/bin/python 3.11" in logs
+
+
+def _job_pod(test_cluster, name: str) -> str:  # type: ignore[no-untyped-def]
+    got = test_cluster.kubectl(
+        "get", "pods", "-l", f"ktrain.io/job={name}", "-o", "jsonpath={.items[0].metadata.name}"
+    )
+    return str(got.stdout)
+
+
+def test_tfjob_runs_on_the_images_own_interpreter_and_logs_stay(shell, test_cluster, capsys):
+    job = shell.run_cell_magic(
+        "ktrain", f"--kind TFJob --name real-where {ON_NODE}", "result = where()\n"
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert "interpreter /usr/bin/python 3.11" in out, out  # Debian's, not this machine's
+    assert shell.user_ns["result"] == "/usr/bin/python"
+    pod = _job_pod(test_cluster, "real-where")
+    node = test_cluster.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").stdout
+    assert node == "real-0"
+    logs = test_cluster.kubectl("logs", pod).stdout  # after the end, from the real kubelet
+    assert "interpreter /usr/bin/python 3.11" in logs, logs
+
+
+def test_shm_size_and_ipc_lock_as_asked(shell, test_cluster, tmp_path, capsys):
+    profile = tmp_path / "lab.yaml"
+    profile.write_text("name: lab\nipc_lock: true\n")
+    job = shell.run_cell_magic(
+        "ktrain",
+        f"--kind TFJob --name real-shm --shm 96Mi --rdma {profile} {ON_NODE}",
+        "limits()\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert f"shm bytes {96 << 20}" in out, out
+    assert "IPC_LOCK True" in out, out
+
+
+def test_over_its_memory_limit_a_rank_is_oom_killed_by_the_cgroup(shell, test_cluster):
+    from jupyter_ktrain.errors import JobFailed
+
+    with pytest.raises(JobFailed) as info:
+        shell.run_cell_magic(
+            "ktrain",
+            f"--kind TFJob --name real-oom --memory 128Mi --memory-limit 128Mi "
+            f"--restart-policy Never {ON_NODE}",
+            "hog()\n",
+        )
+    text = str(info.value)
+    pod = _job_pod(test_cluster, "real-oom")
+    reason = test_cluster.kubectl(
+        "get", "pod", pod, "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.reason}",
+    ).stdout  # fmt: skip
+    assert reason == "OOMKilled", text  # the kubelet's own reason, from the real cgroup
+    assert "OOMKilled" in text, text
+    assert "rank 0" in text, text
+    assert "128Mi" in text, text
+
+
+def test_a_wrong_image_tag_is_said_in_one_line_and_does_not_wait_for_ever(
+    shell, test_cluster, real_node
+):
+    from jupyter_ktrain.errors import KtrainError
+
+    wrong = real_node.base.rsplit(":", 1)[0] + ":no-such-tag"
+    started = time.monotonic()
+    with pytest.raises(KtrainError) as info:
+        shell.run_cell_magic(
+            "ktrain", f"--kind TFJob --name real-pull --image {wrong} {ON_NODE}", "where()\n"
+        )
+    text = str(info.value)
+    assert time.monotonic() - started < 120
+    line = next((ln for ln in text.splitlines() if "ImagePull" in ln or "ErrImage" in ln), "")
+    assert line, text
+    assert wrong in line, text
+
+
+def test_deleting_the_job_sigterms_pid_1_which_passes_it_on_and_reaps(
+    shell, test_cluster, tmp_path
+):
+    import subprocess
+
+    saved = tmp_path / "ckpt"
+    saved.mkdir()
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{test_cluster.namespace}-ckpt"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "hostPath": {"path": str(saved)},
+            "claimRef": {"namespace": test_cluster.namespace, "name": "ckpt"},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ckpt"},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": pv["metadata"]["name"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    assert test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pv), admin=True).returncode == 0
+    try:
+        assert test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pvc)).returncode == 0
+        shell.run_cell_magic(
+            "ktrain",
+            f"--kind TFJob --name real-term --volume ckpt:/ckpt --detach {ON_NODE}",
+            "graceful('/ckpt/saved')\n",
+        )
+        wait_for(lambda: _job_pod(test_cluster, "real-term"), timeout=60)
+        pod = _job_pod(test_cluster, "real-term")
+        wait_for(lambda: "step 5" in test_cluster.kubectl("logs", pod).stdout, timeout=90)
+        listed = test_cluster.kubectl("exec", pod, "--", "python", "-c", ZOMBIES)
+        assert listed.stdout.strip() == "listed", (listed.stdout, listed.stderr)
+        follow = subprocess.Popen(
+            [str(test_cluster.kubectl_path), "--kubeconfig", str(test_cluster.kubeconfig),
+             "logs", "-f", pod], stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(0.5)
+        assert test_cluster.kubectl("delete", "tfjob", "real-term", "--wait=false").returncode == 0
+        tail, _ = follow.communicate(timeout=60)
+        assert "got signal 15, saving" in tail, tail[-2000:]
+        assert "checkpoint written" in tail, tail[-2000:]
+        assert (saved / "saved").read_text() == "saved at the last step"
+    finally:
+        test_cluster.kubectl("delete", "pv", pv["metadata"]["name"], "--wait=false", admin=True)
 
 
 def test_stop_leaves_the_machine_as_found(real_node):

@@ -14,7 +14,7 @@ source "$here/versions.env"
 # shellcheck source=node.env
 source "$here/node.env"
 key=$( (cat "$here/versions.env" "$here/node.env" "$here"/k8s/go.mod "$here"/k8s/go.sum \
-        "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/main.go; \
+        "$here/kubelet.sum" "$here"/coredns/go.mod "$here"/coredns/go.sum "$here"/coredns/main.go; \
         go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/node-$key"
 if [ "${1:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
@@ -50,8 +50,15 @@ for p in "$ver" "$cver"; do
   vflags="$vflags -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
   vflags="$vflags -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
-have kubelet kube-proxy || (cd "$here/k8s" && go build -ldflags "-s -w $vflags" -o "$tmp/bin/" \
+# in a copy of the module: the kubelet's packages need checksums (kubelet.sum) the control
+# plane's go.sum lacks, and that go.sum is part of build.sh's cache key, so it stays as it is
+mod="$tmp/k8s-module"
+mkdir -p "$mod"
+cp "$here/k8s/go.mod" "$here/k8s/tools.go" "$mod/"
+cat "$here/k8s/go.sum" "$here/kubelet.sum" >"$mod/go.sum"
+have kubelet kube-proxy || (cd "$mod" && go build -ldflags "-s -w $vflags" -o "$tmp/bin/" \
   k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+rm -rf "$mod"
 touch "$tmp/.complete"
 rm -rf "$out"; mv "$tmp" "$out"
 step "done: $out"
