@@ -29,6 +29,7 @@ class FileSource:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    @property
     def size(self) -> int:
         return self.path.stat().st_size
 

@@ -137,7 +137,15 @@ def machine_state(tag: str = "") -> dict[str, Any]:
         tables[table + "-chains"] = sorted(chains)
     sysctl = {
         s: Path("/proc/sys", s).read_text().strip()
-        for s in ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", *KERNEL_SETTINGS)
+        for s in (
+            "net/ipv4/ip_forward",
+            "net/ipv4/conf/all/route_localnet",
+            "net/bridge/bridge-nf-call-iptables",
+            "net/netfilter/nf_conntrack_max",
+            "net/netfilter/nf_conntrack_tcp_timeout_established",
+            "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+            *KERNEL_SETTINGS,
+        )
         if Path("/proc/sys", s).exists()
     }
     marks = ("containerd", "kubelet", "/var/lib/cni", "ktrain-node", "/run/netns/cni-")
@@ -489,7 +497,12 @@ state = "{d / "state"}"
             "metricsBindAddress": "127.0.0.1:10249",
             # pod -> Service -> pod on one bridge: answered through the node, not around it
             "iptables": {"masqueradeAll": True},
-            "conntrack": {"maxPerCore": 0},  # this machine's conntrack table is left alone
+            # this machine's conntrack table and timeouts are left alone
+            "conntrack": {
+                "maxPerCore": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
         }
         path = self.dir / "kube-proxy.yaml"
         path.write_text(yaml.safe_dump(config))
