@@ -20,6 +20,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,11 @@ class PodWorker(threading.Thread):
             for r in self.inits + self.runs:
                 ref = r.spec.get("image", "")
                 if ref not in self.images:
-                    self.images[ref] = self.k.puller.image(ref)
+                    try:
+                        self.images[ref] = self.k.puller.image(ref)
+                    except urllib.error.HTTPError as exc:
+                        self._pull_failed(r, ref, exc)
+                        return False
                     self.k.event(
                         self.pod, "Pulled", f'Container image "{ref}" already present on machine'
                     )
@@ -215,6 +220,33 @@ class PodWorker(threading.Thread):
                 r.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._publish()
             return False
+
+    def _pull_failed(self, r: _Run, ref: str, exc: urllib.error.HTTPError) -> None:
+        """As the real kubelet on containerd says it (seen on the real node): ``ErrImagePull``
+        with containerd's message first, then ``ImagePullBackOff`` naming it, and the same
+        events; the pod stays Pending while it retries."""
+        code = "NotFound" if exc.code == 404 else "Unknown"
+        msg = (
+            f'rpc error: code = {code} desc = failed to pull and unpack image "{ref}": '
+            f"failed to resolve image: {ref}: not found"
+        )
+        was = r.state.get("waiting", {}).get("reason")
+        if was == "ImagePullBackOff":
+            return  # retried each second here (the kubelet backs off 10 s doubling), said once
+        if was == "ErrImagePull":
+            r.state = {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{ref}": ErrImagePull: {msg}',
+                }
+            }
+            self.k.event(self.pod, "BackOff", f'Back-off pulling image "{ref}"')
+            self.k.event(self.pod, "Failed", "Error: ImagePullBackOff", "Warning")
+        else:
+            r.state = {"waiting": {"reason": "ErrImagePull", "message": msg}}
+            self.k.event(self.pod, "Failed", f'Failed to pull image "{ref}": {msg}', "Warning")
+            self.k.event(self.pod, "Failed", "Error: ErrImagePull", "Warning")
+        self._publish()
 
     def _loop(self) -> None:
         self._publish()

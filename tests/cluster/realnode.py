@@ -169,8 +169,9 @@ def machine_state(tag: str = "") -> dict[str, Any]:
             if any(m in ln.split()[-1] for m in ("containerd", "kubelet", "dockershim"))
         }
     )
-    paths = [p for p in ("/run/containerd", "/var/lib/cni", "/var/log/containers",
-                         "/var/log/pods", "/var/lib/kubelet", "/etc/cni/net.d") if Path(p).exists()]  # fmt: skip
+    left = ("/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/log/pods",
+            "/var/lib/kubelet", "/etc/cni/net.d")  # fmt: skip
+    paths = [p for p in left if Path(p).exists()]
     return {
         "iptables": tables,
         "sysctl": sysctl,

@@ -267,7 +267,8 @@ def test_deleting_the_job_sigterms_pid_1_which_passes_it_on_and_reaps(
             "resources": {"requests": {"storage": "1Gi"}},
         },
     }
-    assert test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pv), admin=True).returncode == 0
+    made = test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pv), admin=True)
+    assert made.returncode == 0, made.stderr
     try:
         assert test_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pvc)).returncode == 0
         shell.run_cell_magic(
