@@ -3,27 +3,30 @@ requires on this Python, one a line: what torch-image.sh puts in the torch layer
 
 from __future__ import annotations
 
-import re
 import sys
 from importlib.metadata import distribution
 
-from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 
 def closure(name: str) -> list[str]:
-    seen: dict[str, None] = {}
-    todo = [name]
+    """``name`` and every distribution it requires here, extras followed (torch asks for
+    ``cuda-toolkit[cudart,...]``, whose libraries come with those extras only)."""
+    seen: dict[str, set[str]] = {}
+    todo: list[tuple[str, set[str]]] = [(name, set())]
     while todo:
-        n = todo.pop()
-        key = n.lower().replace("_", "-")
-        if key in seen:
+        n, extras = todo.pop()
+        key = canonicalize_name(n)
+        if key in seen and extras <= seen[key]:
             continue
-        seen[key] = None
-        for req in distribution(n).requires or []:
-            spec, _, marker = req.partition(";")
-            if marker and not Marker(marker).evaluate({"extra": ""}):
+        seen.setdefault(key, set()).update(extras)
+        for text in distribution(n).requires or []:
+            req = Requirement(text)
+            wanted = [{"extra": e} for e in seen[key]] or [{"extra": ""}]
+            if req.marker and not any(req.marker.evaluate(env) for env in wanted):
                 continue
-            todo.append(re.split(r"[ <>=!~\[(]", spec.strip())[0])
+            todo.append((req.name, set(req.extras)))
     return list(seen)
 
 
