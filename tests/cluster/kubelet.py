@@ -9,6 +9,25 @@ or Failed; containerStatuses with state/lastState, exit codes (128+signal when k
 back-off (0.5 s doubling to 8 s, instead of the kubelet's 10 s to 5 min, to keep tests quick),
 init containers in order, and one log file per container start (for ``previous``). Isolation:
 see ``sandbox.py``; image layers: see ``images.py``.
+
+Known differences from a real node (``realnode.py``: kubelet, containerd, runc), found by
+running the same pods there; the tests of ``tests/integration/test_real_node.py`` cover each
+on the real node:
+
+- the image: its base layers are skipped and its ``python`` is this machine's (torch and all);
+  the real node runs the image's own interpreter with only what the image holds.
+- PID 1: a container's first process here is not PID 1 (the PID namespace is shared), so
+  orphans are not handed to it; on the real node the agent is PID 1 and reaps them.
+- signals on deletion: both send SIGTERM to the container's first process, then SIGKILL after
+  the grace period.
+- memory limits are not enforced: ``OOMKilled`` comes only on request (``Faults.oom_kill``);
+  the real node's cgroup kills the process and containerd reports ``OOMKilled``, exit 137.
+- capabilities: containers here run with root's full set (``IPC_LOCK`` whether asked or not);
+  the real node grants containerd's default set plus ``securityContext.capabilities.add``.
+- names: every Service and Pod name of the namespace is in the pod's ``/etc/hosts``; the real
+  node resolves them through CoreDNS and reaches ClusterIPs through kube-proxy.
+- a missing image was ``CreateContainerConfigError`` here; now ``ErrImagePull`` then
+  ``ImagePullBackOff`` with containerd's words, as the real node says it (fixed).
 """
 
 from __future__ import annotations

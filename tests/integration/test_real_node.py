@@ -66,6 +66,21 @@ def graceful(path):
         print(f"step {i}", flush=True)
         time.sleep(0.2)
 """
+TORCH_CELLS = """
+import torch
+import torch.distributed as dist
+
+def ranks_where():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    print(f"rank {rank} interpreter {sys.executable} {sys.version.split()[0]} "
+          f"torch {torch.__version__} master {os.environ['MASTER_ADDR']} sum {t.item()}",
+          flush=True)
+    dist.destroy_process_group()
+    return t.item()
+"""
 # lists the container's processes in state Z (zombies), from /proc
 ZOMBIES = (
     "import glob\n"
@@ -115,6 +130,25 @@ def shell(test_cluster, real_node, tmp_path, monkeypatch):  # type: ignore[no-un
             "ktrain", f"config registry={host}/ktrain/code base_image={real_node.base}"
         )
         yield sh
+
+
+@pytest.fixture(scope="module")
+def torch_base(real_node) -> str:  # type: ignore[no-untyped-def]
+    """HOST/base/debian-torch:1: the Debian + Python base with the torch the project pins
+    (made once per machine from this venv's torch; pushed here, about 40 s for ~5 GB)."""
+    import subprocess
+    import sys
+
+    from tests.cluster.node_images import push_layout
+
+    script = realnode.BUILD / "torch-image.sh"
+    out = subprocess.run([str(script), sys.executable], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        pytest.fail(f"torch-image.sh failed ({out.returncode}); its lines are above")
+    layout = out.stdout.strip().splitlines()[-1]
+    from pathlib import Path
+
+    return push_layout(Path(layout), real_node.registry, "base/debian-torch", "1")
 
 
 def _pod(name: str, image: str, script: str) -> dict[str, Any]:
@@ -293,6 +327,54 @@ def test_deleting_the_job_sigterms_pid_1_which_passes_it_on_and_reaps(
         assert (saved / "saved").read_text() == "saved at the last step"
     finally:
         test_cluster.kubectl("delete", "pv", pv["metadata"]["name"], "--wait=false", admin=True)
+
+
+def _ranks(out: str, n: int) -> list[str]:
+    return [next(ln for ln in out.splitlines() if f"rank {r} interpreter" in ln) for r in range(n)]
+
+
+def test_two_node_pytorchjob_meets_through_the_master_service_name(
+    shell, test_cluster, torch_base, capsys
+):
+    shell.run_line_magic("ktrain", f"config base_image={torch_base}")
+    assert shell.run_cell(TORCH_CELLS).success
+    job = shell.run_cell_magic(
+        "ktrain",
+        f"--nodes 2 --procs-per-node 1 --name real-ddp {ON_NODE}",
+        "result = ranks_where()\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    for line in _ranks(out, 2):  # the image's own interpreter, met at the Service's name
+        assert "interpreter /usr/bin/python 3.11" in line, line
+        assert "torch 2.13.0" in line, line
+        assert "master real-ddp-master-0 sum 3.0" in line, line
+    assert shell.user_ns["result"] == 3.0
+    for pod in ("real-ddp-master-0", "real-ddp-worker-0"):  # every rank's log, after the end
+        logs = test_cluster.kubectl("logs", pod).stdout
+        assert "interpreter /usr/bin/python 3.11" in logs, (pod, logs[-2000:])
+
+
+def test_trainjob_meets_through_jobsets_headless_service(shell, test_cluster, torch_base, capsys):
+    shell.run_line_magic("ktrain", f"config base_image={torch_base}")
+    assert shell.run_cell(TORCH_CELLS).success
+    job = shell.run_cell_magic(
+        "ktrain",
+        f"--kind TrainJob --runtime torch-distributed --nodes 2 --procs-per-node 1 "
+        f"--name real-tj {ON_NODE}",
+        "result = ranks_where()\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    for line in _ranks(out, 2):
+        assert "interpreter /usr/bin/python 3.11" in line, line
+        assert "sum 3.0" in line, line
+    pods = test_cluster.kubectl(
+        "get", "pods", "-l", "ktrain.io/job=real-tj", "-o", "jsonpath={.items[*].metadata.name}"
+    ).stdout.split()
+    assert len(pods) == 2, pods
+    for pod in pods:
+        assert "interpreter /usr/bin/python" in test_cluster.kubectl("logs", pod).stdout
 
 
 def test_stop_leaves_the_machine_as_found(real_node):
