@@ -570,6 +570,7 @@ state = "{d / "state"}"
         their mounts, iptables rules and sockets go with their last process."""
         with contextlib.suppress(ApiError, Exception):
             self.plane.admin.delete(f"/api/v1/nodes/{self.name}")
+            self.plane.admin.delete("/api/v1/namespaces/kube-system/services/kube-dns")
         for p in reversed(self.procs):
             p.terminate()
         deadline = time.monotonic() + 10
