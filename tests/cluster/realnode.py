@@ -202,14 +202,21 @@ class Forwarder:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn: socket.socket) -> None:
+        """Both directions of one connection; both sockets closed when both have ended."""
+        with conn:
             try:
                 up = socket.create_connection(self.target, timeout=10)
             except OSError:
-                conn.close()
-                continue
-            up.settimeout(None)
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+                return
+            with up:
+                up.settimeout(None)
+                back = threading.Thread(target=_pump, args=(up, conn), daemon=True)
+                back.start()
+                _pump(conn, up)
+                back.join()
 
     def close(self) -> None:
         self._stop = True
@@ -218,15 +225,12 @@ class Forwarder:
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
+    """Bytes from ``src`` to ``dst`` until ``src`` ends; then ``dst`` hears the end too."""
+    with contextlib.suppress(OSError):
         while data := src.recv(1 << 16):
             dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
 
 
 # -- the node -------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def real_node(ktrain_cluster_session, registry, tmp_path_factory) -> Iterator[No
 @pytest.fixture
 def shell(test_cluster, real_node, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
-        assert sh.run_cell(CELLS).success
+        assert sh.run_cell(CELLS, store_history=True).success
         host = real_node.registry
         sh.run_line_magic(
             "ktrain", f"config registry={host}/ktrain/code base_image={real_node.base}"
@@ -156,6 +156,14 @@ def torch_base(real_node) -> str:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
     return push_layout(Path(layout), real_node.registry, "base/debian-torch", "1")
+
+
+@pytest.fixture
+def plain_shell(test_cluster, real_node, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """No registry configured: the code travels in a ConfigMap, the image is used as named."""
+    for sh in configured_shell(test_cluster, tmp_path, monkeypatch):
+        assert sh.run_cell(CELLS, store_history=True).success
+        yield sh
 
 
 def _pod(name: str, image: str, script: str) -> dict[str, Any]:
@@ -261,14 +269,14 @@ def test_over_its_memory_limit_a_rank_is_oom_killed_by_the_cgroup(shell, test_cl
 
 
 def test_a_wrong_image_tag_is_said_in_one_line_and_does_not_wait_for_ever(
-    shell, test_cluster, real_node
+    plain_shell, test_cluster, real_node
 ):
     from jupyter_ktrain.errors import KtrainError
 
     wrong = real_node.base.rsplit(":", 1)[0] + ":no-such-tag"
     started = time.monotonic()
     with pytest.raises(KtrainError) as info:
-        shell.run_cell_magic(
+        plain_shell.run_cell_magic(
             "ktrain", f"--kind TFJob --name real-pull --image {wrong} {ON_NODE}", "where()\n"
         )
     text = str(info.value)
@@ -344,7 +352,7 @@ def test_two_node_pytorchjob_meets_through_the_master_service_name(
     shell, test_cluster, torch_base, capsys
 ):
     shell.run_line_magic("ktrain", f"config base_image={torch_base}")
-    assert shell.run_cell(TORCH_CELLS).success
+    assert shell.run_cell(TORCH_CELLS, store_history=True).success
     job = shell.run_cell_magic(
         "ktrain",
         f"--nodes 2 --procs-per-node 1 --name real-ddp {ON_NODE}",
@@ -364,7 +372,7 @@ def test_two_node_pytorchjob_meets_through_the_master_service_name(
 
 def test_trainjob_meets_through_jobsets_headless_service(shell, test_cluster, torch_base, capsys):
     shell.run_line_magic("ktrain", f"config base_image={torch_base}")
-    assert shell.run_cell(TORCH_CELLS).success
+    assert shell.run_cell(TORCH_CELLS, store_history=True).success
     job = shell.run_cell_magic(
         "ktrain",
         f"--kind TrainJob --runtime torch-distributed --nodes 2 --procs-per-node 1 "

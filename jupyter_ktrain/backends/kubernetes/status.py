@@ -161,6 +161,12 @@ def _term_reason(pod: Mapping[str, Any]) -> str:
     return (term.reason if term else "") or str((pod.get("status") or {}).get("reason") or "")
 
 
+def _memory_limit(pod: Mapping[str, Any]) -> str:
+    """The first container's memory limit as the pod spec says it (``128Mi``), or ``""``."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return str(((containers[0].get("resources") or {}).get("limits") or {}).get("memory", ""))
+
+
 def _event_text(event: Mapping[str, Any] | None) -> str:
     if not event:
         return ""
@@ -299,7 +305,9 @@ def build_status(
     if state == FAILED and failed_rank is not None:
         pod = names[failed_rank // per_node] if failed_rank // per_node < len(names) else ""
         p = pods.get(pod) or {}
-        failure = classify(list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p))
+        failure = classify(
+            list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p), _memory_limit(p)
+        )
         gave_up = "backoff limit" in message
         reason = failure.kind
         message = f"rank {failed_rank} ({pod}) failed first: {failure.explanation}"
