@@ -369,12 +369,16 @@ class RealNode:
     def _containerd(self) -> None:
         d = self.dir / "containerd"
         self.sock = d / "containerd.sock"
-        mirror = self.dir / "certs.d" / self.registry
-        mirror.mkdir(parents=True, exist_ok=True)
         via = f"http://{self.host_ip}:{self.forwarder.port if self.forwarder else 0}"
-        (mirror / "hosts.toml").write_text(
-            f'server = "{via}"\n\n[host."{via}"]\n  capabilities = ["pull", "resolve"]\n'
-        )
+        # the test registry, and the mirror of every other one (``_default``), as an
+        # air-gapped cluster has it: images named elsewhere (the Training Operator's init
+        # container's) are pulled from the test registry under the same path
+        for host in (self.registry, "_default"):
+            mirror = self.dir / "certs.d" / host
+            mirror.mkdir(parents=True, exist_ok=True)
+            (mirror / "hosts.toml").write_text(
+                f'server = "{via}"\n\n[host."{via}"]\n  capabilities = ["pull", "resolve"]\n'
+            )
         cni = {
             "cniVersion": "1.0.0",
             "name": "ktrain-node",

@@ -59,9 +59,9 @@ def graceful(path):
         with open(path, "w") as f:
             f.write("saved at the last step")
         print("checkpoint written", flush=True)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, previous)  # handed on, as a well-behaved handler does
         os.kill(os.getpid(), signal.SIGTERM)
-    signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, stop)
     child = os.fork()
     if child == 0:  # its child outlives it: an orphan for PID 1 to reap when it exits
         if os.fork() == 0:
@@ -117,6 +117,9 @@ def real_node(ktrain_cluster_session, registry, tmp_path_factory) -> Iterator[No
     images = base_images()
     pause = push_layout(images / "pause", registry.host, "ktrain/pause", "1")
     base = push_layout(images / "debian-python", registry.host, "base/debian-python", "1")
+    # the Training Operator's PyTorchJob init container image (``alpine:3.10``, its default),
+    # mirrored: the Debian base has the one command it runs (nslookup)
+    push_layout(images / "debian-python", registry.host, "library/alpine", "3.10")
     before = machine_state()
     node = RealNode(
         ktrain_cluster_session.plane, tmp_path_factory.mktemp("real-node"), registry.host, pause

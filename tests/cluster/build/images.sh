@@ -70,6 +70,12 @@ if [ ! -f "$tmp/debian-python/index.json" ]; then
     "$DEBIAN_SUITE" "$root" "$(mirror)" >"$tmp/debootstrap.log" 2>&1 ||
     { tail -20 "$tmp/debootstrap.log" >&2; exit 1; }
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/dev/*
+  # the one command the Training Operator's PyTorchJob init container (its default image
+  # alpine:3.10, pushed here as this image) runs that Debian's minbase lacks: nslookup NAME,
+  # answered by glibc's resolver (search domains and all), as a pod resolves the master
+  printf '#!/bin/sh\nexec python3 -S -c "import socket, sys; print(sys.argv[1], socket.gethostbyname(sys.argv[1]))" "$1"\n' \
+    >"$root/usr/local/bin/nslookup"
+  chmod 755 "$root/usr/local/bin/nslookup"
   step "debian-python: the layer ($(du -sm "$root" | cut -f1) MB of files)"
   layout debian-python "$root" \
     '["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"]' \

@@ -16,12 +16,12 @@ have=$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))')
 if [ "${have%%+*}" != "$TORCH_VERSION" ]; then
   echo "$py has torch $have, not $TORCH_VERSION (node.env)" >&2; exit 1
 fi
-key=$( (cat "$here/node.env" "$here/torch-image.sh" "$here/site_files.py"; echo "$have") |
+base=$("$here/images.sh")/debian-python
+key=$( (cat "$here/node.env" "$here/torch-image.sh" "$here/site_files.py"; echo "$have $base") |
        sha256sum | cut -c1-16)
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/torch-image-$key"
 if [ "${2:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
-base=$("$here/images.sh")/debian-python
 mkdir -p "$(dirname "$out")"
 exec 9>"$out.lock"
 if ! flock -n 9; then
