@@ -28,6 +28,10 @@ on the real node:
   node resolves them through CoreDNS and reaches ClusterIPs through kube-proxy.
 - a missing image was ``CreateContainerConfigError`` here; now ``ErrImagePull`` then
   ``ImagePullBackOff`` with containerd's words, as the real node says it (fixed).
+- images it cannot pull run their command on this machine: the Training Operator's PyTorchJob
+  worker init container (``alpine:3.10``, ``nslookup`` of the master until it resolves) runs
+  here with this machine's tools; a real node must pull it (the test cluster's real node
+  mirrors it from the test registry, as an air-gapped cluster does).
 """
 
 from __future__ import annotations
