@@ -616,6 +616,8 @@ state = "{d / "state"}"
         if self.holder is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.holder.wait(10)
+            if self.holder.stdout is not None:
+                self.holder.stdout.close()
 
     def _cgroup_pids(self) -> list[int]:
         pids: list[int] = []
