@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean labextension system cluster gpu-check
+.PHONY: run examples test check setup lint bench clean labextension system cluster node-torch gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ cluster:
 	tests/cluster/build/node.sh >/dev/null
 	tests/cluster/build/images.sh >/dev/null
 
+## The real node's torch base image: the venv's pinned torch as a layer over the Debian + Python
+## base (once per machine, cached beside the cluster's components; the tests make it otherwise)
+node-torch: setup cluster
+	tests/cluster/build/torch-image.sh $(abspath $(PY)) >/dev/null
+
 ## Execute the quickstart notebook on the local backend; executed notebook, logs, plots -> runs/quickstart
 run: setup
 	$(PY) scripts/run_notebook.py notebooks/01-quickstart.ipynb --out $(RUNS)/quickstart
@@ -60,7 +65,7 @@ examples: setup
 	for nb in notebooks/*.ipynb; do $(PY) scripts/run_notebook.py $$nb --out $(RUNS)/$$(basename $$nb .ipynb) || exit 1; done
 
 ## Lint, type-check and run every test
-test: system setup cluster
+test: system setup cluster node-torch
 	PATH="$(abspath $(VENV))/bin:$$PATH" scripts/check
 
 lint: setup

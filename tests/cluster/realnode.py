@@ -410,6 +410,7 @@ state = "{d / "state"}"
   address = "{self.sock}"
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  discard_unpacked_layers = true
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "{self.pause}"
   [plugins."io.containerd.cri.v1.images".registry]
@@ -462,8 +463,9 @@ state = "{d / "state"}"
             "registerWithTaints": [TAINT],
             "evictionHard": {
                 "memory.available": "50Mi",
-                "nodefs.available": "1%",
-                "imagefs.available": "1%",
+                # a fraction of a large shared disk would evict pods that need little of it
+                "nodefs.available": "512Mi",
+                "imagefs.available": "512Mi",
                 "nodefs.inodesFree": "1%",
             },
             "imageGCHighThresholdPercent": 100,
@@ -591,6 +593,9 @@ state = "{d / "state"}"
         with contextlib.suppress(RuntimeError):
             _run("ip", "link", "del", self.host_end)
         self._remove_cgroups()
+        # containerd's images and snapshots (GBs with the torch base): their mounts went with
+        # the node's mount namespace
+        shutil.rmtree(self.dir / "containerd", ignore_errors=True)
 
     def _kill_remaining(self) -> None:
         """The containers (in the node's cgroups) and containerd's shims (in its mount

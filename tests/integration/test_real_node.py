@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,7 @@ from tests.cluster.realnode import LABEL, RealNode, machine_state
 from .k8s_helpers import configured_shell, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+TORCH_DISK = 12 << 30  # the torch base pushed (4.6 GB) and unpacked on the node (4.6 GB), and room
 ON_NODE = f"--node-selector {LABEL}=true --toleration {LABEL}=true:NoSchedule"
 
 CELLS = """
@@ -108,29 +110,51 @@ class NodeHandle:
     registry: str
     before: dict[str, Any]  # machine_state() before the node started
     torch: Future[str] | None = None  # HOST/base/debian-torch:1, pushed and pulled
+    torch_skip: str = ""  # why this machine cannot have it now
 
 
 @pytest.fixture(scope="module")
-def real_node(ktrain_cluster_session, registry, tmp_path_factory, request) -> Iterator[NodeHandle]:  # type: ignore[no-untyped-def]
+def real_node(ktrain_cluster_session, tmp_path_factory, request) -> Iterator[NodeHandle]:  # type: ignore[no-untyped-def]
+    """The node, and a registry of this module's (its GBs of torch base removed at the end)."""
     reason = realnode.unavailable()
     if reason:
         pytest.skip(reason)
-    from tests.cluster.node_images import base_images, push_layout
+    from tests.cluster.node_images import base_images
 
-    images = base_images()
+    from .registry_tools import have_registry, start_registry
+
+    if not have_registry():
+        pytest.skip("docker-registry is not installed (.ci/run installs it)")
+    root = tmp_path_factory.mktemp("node-registry")
+    registry = start_registry(root)
+    try:
+        yield from _node(ktrain_cluster_session, registry, base_images(), tmp_path_factory, request)
+    finally:
+        registry.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _node(cluster, registry, images, tmp_path_factory, request) -> Iterator[NodeHandle]:  # type: ignore[no-untyped-def]
+    from tests.cluster.node_images import push_layout
+
     pause = push_layout(images / "pause", registry.host, "ktrain/pause", "1")
     base = push_layout(images / "debian-python", registry.host, "base/debian-python", "1")
     # the Training Operator's PyTorchJob init container image (``alpine:3.10``, its default),
     # mirrored: the Debian base has the one command it runs (nslookup)
     push_layout(images / "debian-python", registry.host, "library/alpine", "3.10")
     before = machine_state()
-    node = RealNode(
-        ktrain_cluster_session.plane, tmp_path_factory.mktemp("real-node"), registry.host, pause
-    )
+    workdir = tmp_path_factory.mktemp("real-node")
+    node = RealNode(cluster.plane, workdir, registry.host, pause)
     node.start()
     handle = NodeHandle(node, base, registry.host, before)
     pool = ThreadPoolExecutor(1)
-    if any("torch_base" in getattr(i, "fixturenames", ()) for i in request.session.items):
+    free = shutil.disk_usage(workdir).free
+    if free < TORCH_DISK:  # the base in the registry, and unpacked on the node
+        handle.torch_skip = (
+            f"the torch base needs about {TORCH_DISK >> 30} GiB of disk for this run; "
+            f"{free >> 30} GiB are free"
+        )
+    elif any("torch_base" in getattr(i, "fixturenames", ()) for i in request.session.items):
         # the torch base (~5 GB) is pushed and pulled onto the node while the tests that need
         # no torch run: they mostly wait, and the push and the pull mostly move bytes
         handle.torch = pool.submit(_torch_base, node, registry.host)
@@ -188,6 +212,8 @@ def torch_base(real_node) -> str:  # type: ignore[no-untyped-def]
     """HOST/base/debian-torch:1: the Debian + Python base with the torch the project pins
     (made once per machine from this venv's torch), pushed to the test registry and pulled
     onto the node in the background since the node started (about 70 s for ~5 GB)."""
+    if real_node.torch_skip:
+        pytest.skip(real_node.torch_skip)
     assert real_node.torch is not None
     return str(real_node.torch.result(timeout=600))
 
