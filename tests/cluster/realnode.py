@@ -24,8 +24,8 @@ The node is a network namespace and a mount namespace of its own, held by one pr
 
 The node registers itself tainted ``ktrain.test/real-node=true:NoSchedule`` and labelled
 ``ktrain.test/real-node=true``: only pods that tolerate the taint and select the label run
-there. :func:`machine_state` reads what a node could leave behind on this machine; the tests
-compare it before and after.
+there. ``node_host.machine_state`` reads what a node could leave behind on this machine;
+the tests compare it before and after.
 """
 
 from __future__ import annotations
@@ -36,17 +36,14 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from .controlplane import ControlPlane, Proc, _wait
+from .node_host import KERNEL_SETTINGS, Forwarder, _run, cgroup_roots
 from .rest import ApiError
 
 BUILD = Path(__file__).resolve().parent / "build"
@@ -55,15 +52,6 @@ TAINT = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
 DNS_IP = "10.96.0.10"
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
-# what the kubelet writes at start (setupKernelTunables); each seen through a file of the node's
-KERNEL_SETTINGS = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
 PRIVATE_TMPFS = ("/run", "/var/lib", "/var/log")
 
 
@@ -95,13 +83,6 @@ def node_binaries() -> Path:
     return _build("node.sh") / "bin"
 
 
-def _run(*argv: str, check: bool = True) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
-    return done.stdout
-
-
 def _free_subnets(n: int) -> list[ipaddress.IPv4Network]:
     used = _run("ip", "-4", "route")
     got: list[ipaddress.IPv4Network] = []
@@ -110,127 +91,6 @@ def _free_subnets(n: int) -> list[ipaddress.IPv4Network]:
         if str(net.network_address)[: -len(".0")] not in used and net not in got:
             got.append(net)
     return got
-
-
-# -- what a node may leave on this machine ----------------------------------------------------
-
-
-def cgroup_roots() -> list[Path]:
-    """Each cgroup hierarchy's root (v1 controllers, named ones, and the unified one)."""
-    base = Path("/sys/fs/cgroup")
-    if (base / "cgroup.controllers").exists():
-        return [base]
-    return sorted(p for p in base.iterdir() if p.is_dir() and (p / "cgroup.procs").exists())
-
-
-def machine_state(tag: str = "") -> dict[str, Any]:
-    """What a real node could change on this machine: the iptables rules of every table (the
-    kubelet's chains and its 127.0.0.0/8 DROP rule among them), ``ip_forward`` and the bridge
-    netfilter setting, the kernel settings the kubelet writes, mounts of container runtimes,
-    cgroups at the hierarchies' roots named as a node's, links and routes of a node, and the
-    sockets of containerd and the kubelet. Compare two readings with ``==``."""
-    tables = {}
-    for table in ("filter", "nat", "mangle", "raw"):
-        rules = _run("iptables-save", "-t", table, check=False)
-        tables[table] = sorted(ln for ln in rules.splitlines() if ln and ln[0] not in "#:")
-        chains = [ln.split()[0] for ln in rules.splitlines() if ln.startswith(":")]
-        tables[table + "-chains"] = sorted(chains)
-    sysctl = {
-        s: Path("/proc/sys", s).read_text().strip()
-        for s in (
-            "net/ipv4/ip_forward",
-            "net/ipv4/conf/all/route_localnet",
-            "net/bridge/bridge-nf-call-iptables",
-            "net/netfilter/nf_conntrack_max",
-            "net/netfilter/nf_conntrack_tcp_timeout_established",
-            "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
-            *KERNEL_SETTINGS,
-        )
-        if Path("/proc/sys", s).exists()
-    }
-    marks = ("containerd", "kubelet", "/var/lib/cni", "ktrain-node", "/run/netns/cni-")
-    mounts = sorted(
-        ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-        if any(m in ln for m in marks)
-    )  # fmt: skip
-    cgroups = sorted(
-        str(p) for root in cgroup_roots() for p in root.iterdir()
-        if p.is_dir() and (p.name.startswith(("ktrain-node", "kubepods")) or p.name == "k8s.io")
-    )  # fmt: skip
-    links = sorted(
-        ln.split(":")[1].strip().split("@")[0]
-        for ln in _run("ip", "-o", "link").splitlines()
-        if ln.split(":")[1].strip().startswith(("ktnh", "cni0", "cni-"))
-    )
-    sockets = sorted(
-        {
-            ln.split()[-1]
-            for ln in Path("/proc/net/unix").read_text().splitlines()[1:]
-            if any(m in ln.split()[-1] for m in ("containerd", "kubelet", "dockershim"))
-        }
-    )
-    left = ("/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/log/pods",
-            "/var/lib/kubelet", "/etc/cni/net.d")  # fmt: skip
-    paths = [p for p in left if Path(p).exists()]
-    return {
-        "iptables": tables,
-        "sysctl": sysctl,
-        "mounts": mounts,
-        "cgroups": cgroups,
-        "links": links,
-        "sockets": sockets,
-        "paths": paths,
-    }
-
-
-# -- the registry, as the node sees it -------------------------------------------------------
-
-
-class Forwarder:
-    """TCP from ``listen`` (host, port) to ``target`` (host, port), one thread per direction."""
-
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
-        self.target = target
-        self.sock = socket.create_server(listen)
-        self.port = int(self.sock.getsockname()[1])
-        self._stop = False
-        threading.Thread(target=self._accept, daemon=True, name="node-registry").start()
-
-    def _accept(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
-
-    def _relay(self, conn: socket.socket) -> None:
-        """Both directions of one connection; both sockets closed when both have ended."""
-        with conn:
-            try:
-                up = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                return
-            with up:
-                up.settimeout(None)
-                back = threading.Thread(target=_pump, args=(up, conn), daemon=True)
-                back.start()
-                _pump(conn, up)
-                back.join()
-
-    def close(self) -> None:
-        self._stop = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    """Bytes from ``src`` to ``dst`` until ``src`` ends; then ``dst`` hears the end too."""
-    with contextlib.suppress(OSError):
-        while data := src.recv(1 << 16):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 # -- the node -------------------------------------------------------------------------------
@@ -652,7 +512,3 @@ state = "{d / "state"}"
 
     def logs(self) -> dict[str, str]:
         return {p.name: p.tail(40) for p in self.procs}
-
-
-def log(msg: str) -> None:
-    print(f"[real node] {msg}", file=sys.stderr, flush=True)

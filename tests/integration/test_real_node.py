@@ -21,7 +21,8 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from tests.cluster import realnode
-from tests.cluster.realnode import LABEL, RealNode, machine_state
+from tests.cluster.node_host import machine_state
+from tests.cluster.realnode import LABEL, RealNode
 
 from .k8s_helpers import configured_shell, wait_for
 
