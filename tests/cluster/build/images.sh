@@ -15,6 +15,9 @@ key=$( (cat "$here/node.env" "$here/images.sh" "$here/pause/main.go"; uname -m) 
 out="${KTRAIN_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jupyter-ktrain/cluster}/images-$key"
 if [ "${1:-}" = "--print-dir" ]; then echo "$out"; exit 0; fi
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+if [ "$(id -u)" != 0 ]; then  # debootstrap and the real node need root: their tests skip
+  echo "[images build] skipped: it needs root" >&2; exit 0
+fi
 mkdir -p "$(dirname "$out")"
 exec 9>"$out.lock"
 if ! flock -n 9; then
