@@ -405,6 +405,26 @@ def test_deleting_the_job_sigterms_pid_1_which_passes_it_on_and_reaps(
         test_cluster.kubectl("delete", "pv", pv["metadata"]["name"], "--wait=false", admin=True)
 
 
+def test_warm_runs_are_delivered_through_pods_exec_and_stacks_read_there(
+    shell, test_cluster, capsys
+):
+    flags = f"--warm --nodes 1 --procs-per-node 1 --name real-warm {ON_NODE}"
+    first = shell.run_cell_magic("ktrain", flags, "result = where()\n")
+    assert first.state == "Succeeded", capsys.readouterr().out
+    pod = _job_pod(test_cluster, "real-warm")
+    second = shell.run_cell_magic("ktrain", flags, "result = where()\n")
+    assert (second.run, shell.user_ns["result"]) == (2, "/usr/bin/python")
+    assert _job_pod(test_cluster, "real-warm") == pod  # the same pod, the run delivered to it
+    job = shell.run_cell_magic("ktrain", flags + " --detach", "stall()\n")
+    wait_for(lambda: "stalling" in job.logs(), timeout=60, every=0.5)
+    capsys.readouterr()
+    shell.run_line_magic("ktrain", "stacks real-warm")
+    out = capsys.readouterr().out
+    assert "in wait_here" in out, out
+    assert "in stall" in out, out
+    job.cancel()
+
+
 def _ranks(out: str, n: int) -> list[str]:
     return [next(ln for ln in out.splitlines() if f"rank {r} interpreter" in ln) for r in range(n)]
 
@@ -451,27 +471,6 @@ def test_trainjob_meets_through_jobsets_headless_service(shell, test_cluster, to
     assert len(pods) == 2, pods
     for pod in pods:
         assert "interpreter /usr/bin/python" in test_cluster.kubectl("logs", pod).stdout
-
-
-def test_warm_runs_are_delivered_through_pods_exec_and_stacks_read_there(
-    shell, test_cluster, torch_base, capsys
-):
-    shell.run_line_magic("ktrain", f"config base_image={torch_base}")
-    flags = f"--warm --nodes 1 --procs-per-node 1 --name real-warm {ON_NODE}"
-    first = shell.run_cell_magic("ktrain", flags, "result = where()\n")
-    assert first.state == "Succeeded", capsys.readouterr().out
-    pod = _job_pod(test_cluster, "real-warm")
-    second = shell.run_cell_magic("ktrain", flags, "result = where()\n")
-    assert (second.run, shell.user_ns["result"]) == (2, "/usr/bin/python")
-    assert _job_pod(test_cluster, "real-warm") == pod  # the same pod, the run delivered to it
-    job = shell.run_cell_magic("ktrain", flags + " --detach", "stall()\n")
-    wait_for(lambda: "stalling" in job.logs(), timeout=60, every=0.5)
-    capsys.readouterr()
-    shell.run_line_magic("ktrain", "stacks real-warm")
-    out = capsys.readouterr().out
-    assert "in wait_here" in out, out
-    assert "in stall" in out, out
-    job.cancel()
 
 
 def test_stop_leaves_the_machine_as_found(real_node):
