@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUNS ?= runs
 
-.PHONY: run examples test check setup lint bench clean labextension system cluster gpu-check dist
+.PHONY: run examples test check setup lint bench clean labextension system cluster node-torch gpu-check dist
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,17 @@ system:
 	scripts/system-packages
 
 ## The test cluster's real components (kube-apiserver & co, Kubeflow controllers), built from
-## source once per machine into a cache keyed by their versions (tests/cluster/build)
+## source once per machine into a cache keyed by their versions (tests/cluster/build); the real
+## node's kubelet, kube-proxy, containerd and CoreDNS, and its base images, in caches of their own
 cluster:
 	tests/cluster/build/build.sh >/dev/null
+	tests/cluster/build/node.sh >/dev/null
+	tests/cluster/build/images.sh >/dev/null
+
+## The real node's torch base image: the venv's pinned torch as a layer over the Debian + Python
+## base (once per machine, cached beside the cluster's components; the tests make it otherwise)
+node-torch: setup cluster
+	tests/cluster/build/torch-image.sh $(abspath $(PY)) >/dev/null
 
 ## The release: an sdist and a wheel in dist/, both carrying the side panel, built the standard
 ## way (python -m build: the sdist, then the wheel from the sdist; the panel is built by the
@@ -68,7 +76,7 @@ examples: setup
 	for nb in notebooks/*.ipynb; do $(PY) scripts/run_notebook.py $$nb --out $(RUNS)/$$(basename $$nb .ipynb) || exit 1; done
 
 ## Lint, type-check and run every test
-test: system setup cluster
+test: system setup cluster node-torch
 	PATH="$(abspath $(VENV))/bin:$$PATH" scripts/check
 
 lint: setup

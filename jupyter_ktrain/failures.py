@@ -68,14 +68,19 @@ _DEVICE_ASSERT = re.compile(r"Assertion `(.+)` failed")
 _PREEMPT_REASONS = {"Evicted", "Preempting", "Preempted", "Shutdown", "NodeShutdown", "Terminated"}
 
 
-def classify(lines: Sequence[str], exit_code: int | None = None, reason: str = "") -> Failure:
-    """The most specific cause the evidence supports (kubelet reason first, then the text)."""
+def classify(
+    lines: Sequence[str], exit_code: int | None = None, reason: str = "", memory_limit: str = ""
+) -> Failure:
+    """The most specific cause the evidence supports (kubelet reason first, then the text).
+    ``memory_limit`` is the container's (``128Mi``), said with the kubelet's ``OOMKilled``."""
     text = "\n".join(lines[-200:])
     if reason == "OOMKilled":
+        limit = f" ({memory_limit})" if memory_limit else ""
         return Failure(
             "OOM",
-            "the container used more memory than its limit and the kernel killed it: raise "
-            "--memory, lower the batch size, or use fewer processes per node.",
+            f"OOMKilled: the container used more memory than its limit{limit} and the kernel "
+            "killed it: raise --memory or --memory-limit, lower the batch size, or use fewer "
+            "processes per node.",
         )
     if reason in _PREEMPT_REASONS or (exit_code == 143 and not text.strip()):
         return Failure(

@@ -92,7 +92,8 @@ class _Prefixer:
 
     def stop(self) -> None:
         for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+            with contextlib.suppress(Exception):  # in a signal handler, a write may be open
+                stream.flush()
         for fd, saved in self.saved.items():
             os.dup2(saved, fd)  # closes our pipe's write end: the pump sees EOF
         # Drain everything the rank wrote. A pump blocked writing downstream (a slow reader of
@@ -169,6 +170,7 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault(key, value)
     prefixer = _Prefixer(rank)
     prefixer.start()
+    _drain_on_sigterm(prefixer)
     stacks = serve_stacks(rank, program, os.environ)  # `ktrain stacks` asks it
     code = 0
     write_rank_code(rank, None)  # started: a rank that leaves no code was killed
@@ -193,6 +195,27 @@ def main(argv: list[str]) -> int:
     record = Exit(rank, code).format()
     prefixer.write_direct(format_rank_line(rank, record) + "\n")
     return code
+
+
+def _drain_on_sigterm(prefixer: _Prefixer) -> None:
+    """A rank stopped from outside (SIGTERM: its pod deleted, torchrun stopping its ranks)
+    still ends as SIGTERM ends it, but first the lines it wrote reach the node's stream: they
+    wait in the prefix pipes, which died with the process (found on a real node: a SIGTERM
+    handler that saved a checkpoint and handed the signal on lost the lines it printed). A
+    handler of the user's replaces this one; one that hands the signal on to the handler it
+    replaced (``signal.signal(SIGTERM, previous)``, then ``os.kill``) drains too."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def drain_then_die(signum: int, _frame: object) -> None:
+        with contextlib.suppress(Exception):
+            flush_reports()
+        prefixer.stop()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    with contextlib.suppress(ValueError):  # not the main thread: leave SIGTERM as it is
+        signal.signal(signal.SIGTERM, drain_then_die)
 
 
 def _checkpoints_written(code: int, program: str) -> int:

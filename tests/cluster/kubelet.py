@@ -9,6 +9,29 @@ or Failed; containerStatuses with state/lastState, exit codes (128+signal when k
 back-off (0.5 s doubling to 8 s, instead of the kubelet's 10 s to 5 min, to keep tests quick),
 init containers in order, and one log file per container start (for ``previous``). Isolation:
 see ``sandbox.py``; image layers: see ``images.py``.
+
+Known differences from a real node (``realnode.py``: kubelet, containerd, runc), found by
+running the same pods there; the tests of ``tests/integration/test_real_node.py`` cover each
+on the real node:
+
+- the image: its base layers are skipped and its ``python`` is this machine's (torch and all);
+  the real node runs the image's own interpreter with only what the image holds.
+- PID 1: a container's first process here is not PID 1 (the PID namespace is shared), so
+  orphans are not handed to it; on the real node the agent is PID 1 and reaps them.
+- signals on deletion: both send SIGTERM to the container's first process, then SIGKILL after
+  the grace period.
+- memory limits are not enforced: ``OOMKilled`` comes only on request (``Faults.oom_kill``);
+  the real node's cgroup kills the process and containerd reports ``OOMKilled``, exit 137.
+- capabilities: containers here run with root's full set (``IPC_LOCK`` whether asked or not);
+  the real node grants containerd's default set plus ``securityContext.capabilities.add``.
+- names: every Service and Pod name of the namespace is in the pod's ``/etc/hosts``; the real
+  node resolves them through CoreDNS and reaches ClusterIPs through kube-proxy.
+- a missing image was ``CreateContainerConfigError`` here; now ``ErrImagePull`` then
+  ``ImagePullBackOff`` with containerd's words, as the real node says it (fixed).
+- images it cannot pull run their command on this machine: the Training Operator's PyTorchJob
+  worker init container (``alpine:3.10``, ``nslookup`` of the master until it resolves) runs
+  here with this machine's tools; a real node must pull it (the test cluster's real node
+  mirrors it from the test registry, as an air-gapped cluster does).
 """
 
 from __future__ import annotations
@@ -20,6 +43,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +229,11 @@ class PodWorker(threading.Thread):
             for r in self.inits + self.runs:
                 ref = r.spec.get("image", "")
                 if ref not in self.images:
-                    self.images[ref] = self.k.puller.image(ref)
+                    try:
+                        self.images[ref] = self.k.puller.image(ref)
+                    except urllib.error.HTTPError as exc:
+                        self._pull_failed(r, ref, exc)
+                        return False
                     self.k.event(
                         self.pod, "Pulled", f'Container image "{ref}" already present on machine'
                     )
@@ -215,6 +243,33 @@ class PodWorker(threading.Thread):
                 r.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self._publish()
             return False
+
+    def _pull_failed(self, r: _Run, ref: str, exc: urllib.error.HTTPError) -> None:
+        """As the real kubelet on containerd says it (seen on the real node): ``ErrImagePull``
+        with containerd's message first, then ``ImagePullBackOff`` naming it, and the same
+        events; the pod stays Pending while it retries."""
+        code = "NotFound" if exc.code == 404 else "Unknown"
+        msg = (
+            f'rpc error: code = {code} desc = failed to pull and unpack image "{ref}": '
+            f"failed to resolve image: {ref}: not found"
+        )
+        was = r.state.get("waiting", {}).get("reason")
+        if was == "ImagePullBackOff":
+            return  # retried each second here (the kubelet backs off 10 s doubling), said once
+        if was == "ErrImagePull":
+            r.state = {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{ref}": ErrImagePull: {msg}',
+                }
+            }
+            self.k.event(self.pod, "BackOff", f'Back-off pulling image "{ref}"')
+            self.k.event(self.pod, "Failed", "Error: ImagePullBackOff", "Warning")
+        else:
+            r.state = {"waiting": {"reason": "ErrImagePull", "message": msg}}
+            self.k.event(self.pod, "Failed", f'Failed to pull image "{ref}": {msg}', "Warning")
+            self.k.event(self.pod, "Failed", "Error: ErrImagePull", "Warning")
+        self._publish()
 
     def _loop(self) -> None:
         self._publish()

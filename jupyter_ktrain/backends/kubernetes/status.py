@@ -9,6 +9,7 @@ else from container exit codes; its class comes from :func:`.failures.classify`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -161,6 +162,30 @@ def _term_reason(pod: Mapping[str, Any]) -> str:
     return (term.reason if term else "") or str((pod.get("status") or {}).get("reason") or "")
 
 
+_PULL_NOT_FOUND = re.compile(
+    r'(?:ErrImagePull|ImagePullBackOff).*code = NotFound.*failed to pull and unpack image "([^"]+)"'
+)
+
+
+def _missing_image(text: str) -> str:
+    """One line for a pod whose image the registry does not have (the kubelet's
+    ``ErrImagePull``/``ImagePullBackOff`` with containerd's ``NotFound``), or ``""``: retries
+    cannot help (a registry that is down or refuses is another code, and is waited on)."""
+    m = _PULL_NOT_FOUND.search(text)
+    if m is None:
+        return ""
+    return (
+        f"ErrImagePull: the image {m.group(1)} is not in its registry (not found); check "
+        "--image or %ktrain config base_image. Its pods wait for it: delete the job"
+    )
+
+
+def _memory_limit(pod: Mapping[str, Any]) -> str:
+    """The first container's memory limit as the pod spec says it (``128Mi``), or ``""``."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return str(((containers[0].get("resources") or {}).get("limits") or {}).get("memory", ""))
+
+
 def _event_text(event: Mapping[str, Any] | None) -> str:
     if not event:
         return ""
@@ -299,7 +324,9 @@ def build_status(
     if state == FAILED and failed_rank is not None:
         pod = names[failed_rank // per_node] if failed_rank // per_node < len(names) else ""
         p = pods.get(pod) or {}
-        failure = classify(list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p))
+        failure = classify(
+            list(tails.get(failed_rank, ())), _exit_code(p), _term_reason(p), _memory_limit(p)
+        )
         gave_up = "backoff limit" in message
         reason = failure.kind
         message = f"rank {failed_rank} ({pod}) failed first: {failure.explanation}"
@@ -314,6 +341,10 @@ def build_status(
         stuck = next((r for r in replicas if r.last_event), None)
         if stuck is not None:
             reason, message = stuck.last_event.split(":", 1)[0], f"{stuck.name}: {stuck.last_event}"
+            missing = _missing_image(stuck.last_event)
+            if missing:  # no retry will find it: the job has failed, though its pods wait
+                state, reason = FAILED, "ImageNotFound"
+                message = f"{stuck.name}: {missing} (%ktrain delete {name})"
         elif not pods:
             ev = events.get(name)
             reason = reason or ("" if ev is None else str(ev.get("reason", "")))
