@@ -34,7 +34,7 @@ AREAS = {
 CLUSTER_FIXTURES = ("ktrain_cluster_session",)  # test_cluster and kubeflow_profiles use it
 # modules that `scripts/check` runs in its second stream, beside the cluster's tests and the
 # notebooks, so that the two streams take about as long (their area stays theirs)
-SECOND_STREAM = ("test_local_ray.py", "test_install.py")
+SECOND_STREAM = ("test_install.py",)
 
 
 def area_of(item: pytest.Item) -> str:
