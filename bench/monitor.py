@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
-from jupyter_ktrain.options import parse_flags, spec_from_args
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.pod.protocol import parse_line
 from tests.cluster.cluster import Cluster
 from tests.cluster.controlplane import binaries

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from jupyter_ktrain.backends.kubernetes import validate
 from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
 FLAGS = (
     "--name llm-64x8 --namespace ml --nodes 64 --gpus-per-node 8 "

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_ktrain.backends.base import Backend, Job
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.errors import KtrainError
-from jupyter_ktrain.options import parse_flags, spec_from_args
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.pod.protocol import READY, parse_line, record_type
 
 ROUNDS = int(os.environ.get("KTRAIN_BENCH_ROUNDS", "5"))

@@ -16,7 +16,7 @@ from ..extras import EXTRAS, missing_modules, require
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
     from .base import Backend
 
 __all__ = [

@@ -12,7 +12,7 @@ from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
 from jupyter_ktrain.backends.kubernetes.status import job_shape, replica_pods
 from jupyter_ktrain.backends.kubernetes.validate import CRD_DIR, validate_objects
 from jupyter_ktrain.kinds import KIND_TABLE, KINDS, JobKind
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 KIND_LIST = list(KIND_TABLE.values())
 
@@ -49,7 +49,7 @@ def test_each_kind_renders_valid_objects_with_its_pods_in_rank_order(kind: JobKi
 
 
 def test_the_kind_flag_takes_every_kind_by_its_name() -> None:
-    from jupyter_ktrain.cli_render import build_parser, spec_from_args
+    from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
     assert set(KINDS) == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob", "XGBoostJob", "RayJob"}
     for name in KINDS:

@@ -163,7 +163,7 @@ def test_a_kind_kueue_ignores_is_refused_with_the_kinds_it_queues():
     import pytest
 
     from jupyter_ktrain.errors import SpecError
-    from jupyter_ktrain.options import parse_flags, spec_from_args
+    from jupyter_ktrain.flags import parse_flags, spec_from_args
 
     with pytest.raises(SpecError) as info:
         spec_from_args(parse_flags("--kind MPIJob --nodes 2 --kueue-queue team-a"))

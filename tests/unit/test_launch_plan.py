@@ -18,7 +18,7 @@ from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
 from jupyter_ktrain.errors import BackendError
 from jupyter_ktrain.kinds import KIND_TABLE
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 PROGRAM = capture("train(2)\n", {"train": None}, ["", "def train(n):\n    return n\n"], {})
 REF = "reg.example/ktrain/code@sha256:" + "ab" * 32

@@ -96,16 +96,15 @@ def test_the_check_sees_relative_lazy_and_absolute_imports() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "pod", "kinds", "failures", "jobs"),  # the job vocabulary, the pod's own code
     ("words", "store", "capture", "packaging", "extras"),  # the job store, the code, the image
-    # what the job description is made of, its presets, a sweep's values
-    ("spec_checks", "spec_parts", "spec_scheduling", "deepspeed", "rdma", "sweep_spec"),
-    ("config", "spec_values", "spec"),  # what a job is asked to be, and the user's defaults
+    ("config", "sweep_spec"),  # the user's defaults; a sweep's values
+    ("spec",),  # what a job is asked to be, what it is made of, its presets
     ("tracking",),  # MLflow runs, fed from the job store's records
     ("backends",),  # local and Kubernetes, behind one interface
-    ("monitor", "stacks", "options", "cli_render"),  # reading a job; the flags
+    ("monitor", "stacks", "flags"),  # reading a job; the job flags and YAML files
     ("runner",),  # the job service: every verb
     ("sweep",),  # a client of the service: many runs of one cell
-    ("widgets", "notebook", "commands"),  # views and the line commands' table
-    ("magics", "api", "cli", "server"),  # the front ends
+    ("widgets",),  # the views
+    ("frontends", "server"),  # the front ends: magic, console script, ktrain.run, the panel's API
 )
 TOP = "jupyter_ktrain"
 
@@ -207,7 +206,13 @@ def test_the_layer_check_names_upward_and_mutual_imports(tmp_path: Path) -> None
 
 
 # -- the front ends are adapters over the job service -------------------------------------------
-ADAPTERS = ("commands.py", "cli.py", "magics.py", "api.py", "server/")
+ADAPTERS = (
+    "frontends/commands.py",
+    "frontends/cli.py",
+    "frontends/magics.py",
+    "frontends/api.py",
+    "server/",
+)
 BEHIND_THE_SERVICE = ("backends", "store", "monitor")  # reached through runner/ (or sweep/) only
 # What the panel's server still reads of the monitor itself, each import listed: the view-model
 # helpers the widget shares with it (colours, number formats, downsampling, the GPU glance's
@@ -260,11 +265,12 @@ def test_the_front_ends_reach_jobs_through_the_service_only() -> None:
 def test_the_adapter_check_sees_a_reach_inside_a_function(tmp_path: Path) -> None:
     package = tmp_path / TOP
     (package / "server").mkdir(parents=True)
+    (package / "frontends").mkdir()
     (package / "server" / "core.py").write_text(
         "from ..runner import verbs\ndef f():\n    from ..store.records import read_hang\n"
     )
-    (package / "cli.py").write_text("import jupyter_ktrain.backends.registry\n")
+    (package / "frontends" / "cli.py").write_text("import jupyter_ktrain.backends.registry\n")
     assert adapter_reaches(package) == {
-        "cli.py": {"backends.registry": [1]},
+        "frontends/cli.py": {"backends.registry": [1]},
         "server/core.py": {"store.records": [3]},
     }

@@ -19,7 +19,7 @@ from jupyter_ktrain.pod.agent.peers import PEERS_ENV, Peers, parse_word, peers_a
 from jupyter_ktrain.pod.agent.runner import _told
 from jupyter_ktrain.pod.exits import PEER_FAILED, PEER_LOST
 from jupyter_ktrain.pod.ranks import node_index
-from jupyter_ktrain.spec import Elastic, JobSpec, RunPolicy
+from jupyter_ktrain.spec.job import Elastic, JobSpec, RunPolicy
 
 
 def _free_port() -> int:

@@ -30,7 +30,7 @@ from jupyter_ktrain.pod.protocol import (
     format_record,
     parse_line,
 )
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 
 def _objects(**values: object) -> dict[str, dict]:  # type: ignore[type-arg]

@@ -49,7 +49,7 @@ from .warm_ledger import WarmLedger
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["KubernetesBackend"]
 

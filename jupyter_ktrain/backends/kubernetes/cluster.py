@@ -23,7 +23,7 @@ from .kueue import QueuePositions
 from .watch import JobWatch
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["BACKEND_NAME", "Cluster", "Connection"]
 

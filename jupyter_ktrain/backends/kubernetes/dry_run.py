@@ -26,7 +26,7 @@ from .warm_backend import WarmJobs
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["Planner"]
 

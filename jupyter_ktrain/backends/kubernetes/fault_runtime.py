@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...kinds import KIND_TABLE
-from ...spec import JobSpec
+from ...spec.job import JobSpec
 from .kinds import stops_itself
 from .labels import MAX_RESTARTS_ANNOTATION
 

@@ -25,7 +25,7 @@ from ...kinds import KIND_TABLE, JobKind
 from ...pod.agent.peers import PEERS_ENV
 from ...pod.agent.relaunch import MAX_RESTARTS_ENV
 from ...pod.launch import node_command, warm_command
-from ...spec import JobSpec
+from ...spec.job import JobSpec
 from .labels import PATCH_MANAGER
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 

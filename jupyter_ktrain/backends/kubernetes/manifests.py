@@ -1,4 +1,4 @@
-"""Render a :class:`~jupyter_ktrain.spec.JobSpec` into the Kubernetes objects that run it.
+"""Render a :class:`~jupyter_ktrain.spec.job.JobSpec` into the Kubernetes objects that run it.
 
 Pure: no I/O, no cluster. The public surface::
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from ...deepspeed import CONFIG_FILE, config_bytes
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
-from ...spec import JobSpec
+from ...spec.deepspeed import CONFIG_FILE, config_bytes
+from ...spec.job import JobSpec
 from .kinds import builder
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...kinds import KIND_TABLE
-from ...spec import JobSpec
+from ...spec.job import JobSpec
 from .labels import JOB_LABEL
 from .resources import SERVICE_MONITOR
 

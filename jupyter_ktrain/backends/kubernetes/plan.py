@@ -21,7 +21,7 @@ from .podtemplate import CodeSource, job_labels
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = [
     "PLACEHOLDER_DIGEST",

@@ -1,6 +1,6 @@
 """The one pod-template builder every kind shares (PyTorchJob, TFJob, MPIJob, TrainJob).
 
-Pure: a :class:`~jupyter_ktrain.spec.JobSpec` and a :class:`CodeSource` in, a plain
+Pure: a :class:`~jupyter_ktrain.spec.job.JobSpec` and a :class:`CodeSource` in, a plain
 ``PodTemplateSpec`` dict out. Kind wrappers (:mod:`.kinds`) only choose the container name,
 the command and whether the pod trains (GPUs, RDMA devices, /dev/shm) or only launches.
 """
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...deepspeed import CONFIG_ENV, CONFIG_PATH
-from ...pod.checkpoint import CHECKPOINTS_ENV
+from ...pod.checkpoint.plain import CHECKPOINTS_ENV
 from ...pod.launch import CODE_DIR, WARM_DIR
-from ...spec import JobSpec
+from ...spec.deepspeed import CONFIG_ENV, CONFIG_PATH
+from ...spec.job import JobSpec
 from .labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
 from .metrics import METRICS_PORT_NAME, metrics_env
 

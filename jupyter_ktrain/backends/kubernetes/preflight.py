@@ -22,7 +22,7 @@ from typing import Any
 
 from ...errors import PreflightError
 from ...kinds import KIND_TABLE
-from ...spec import JobSpec
+from ...spec.job import JobSpec
 from .api import Api
 from .resources import (
     LOCAL_QUEUE,

@@ -33,7 +33,7 @@ import yaml
 
 from ...errors import SpecError
 from ...kinds import DEFAULT_KIND, KIND_TABLE, job_kind
-from ...spec import JobSpec
+from ...spec.job import JobSpec
 
 __all__ = [
     "K8S_SCHEMA_VERSION",

@@ -39,7 +39,7 @@ from .warm_supervisor import IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["LocalWarm"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
+from ..errors import KtrainError, SpecError
+from ..runner.follow import follow
+from ..runner.front import TextFront, shell_words
 from . import commands
-from .errors import KtrainError, SpecError
-from .runner.follow import follow
-from .runner.front import TextFront, shell_words
 
 __all__ = ["main"]
 

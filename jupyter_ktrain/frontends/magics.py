@@ -13,19 +13,19 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
+from ..errors import JobFailed, KtrainError
+from ..flags import build_parser
+from ..runner.follow import follow
+from ..runner.front import in_kernel
+from ..runner.options import CellOptions
+from ..runner.run import run
+from ..runner.source import cell_source
+from ..runner.verbs import Job
+from ..sweep.run import run_sweep
+from ..sweep.trials import Sweep
+from ..widgets.controls import kernel_busy
 from . import commands
-from .errors import JobFailed, KtrainError
 from .notebook import NotebookFront, say
-from .options import build_parser
-from .runner.follow import follow
-from .runner.front import in_kernel
-from .runner.options import CellOptions
-from .runner.run import run
-from .runner.source import cell_source
-from .runner.verbs import Job
-from .sweep.run import run_sweep
-from .sweep.trials import Sweep
-from .widgets.controls import kernel_busy
 
 __all__ = [
     "KtrainMagics",
@@ -109,7 +109,7 @@ class KtrainMagics(Magics):
 
 
 def run_line_command(argv: list[str], shell: Any = None) -> Any:
-    """``%ktrain COMMAND ...``: the command of :data:`~jupyter_ktrain.commands.COMMANDS`,
+    """``%ktrain COMMAND ...``: the command of :data:`~jupyter_ktrain.frontends.commands.COMMANDS`,
     its reply shown in the notebook (a compare's figure in a kernel, a followed job in the
     monitor, its outputs set in ``shell``); the followed :class:`Job`, else the reply's value
     (an attached sweep's :class:`~jupyter_ktrain.sweep.trials.Sweep`), else None."""

@@ -13,23 +13,23 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import KtrainError
-from .extras import EXTRAS, missing_modules
-from .runner.front import TextFront
-from .widgets.controls import control_subshell, route_to_subshell
-from .widgets.monitor import (
+from ..errors import KtrainError
+from ..extras import EXTRAS, missing_modules
+from ..runner.front import TextFront
+from ..widgets.controls import control_subshell, route_to_subshell
+from ..widgets.monitor import (
     MonitorView,
     in_kernel,
     make_view,
     open_in_panel,
     widgets_available,
 )
-from .widgets.sweep import SweepWidget
+from ..widgets.sweep import SweepWidget
 
 if TYPE_CHECKING:
-    from .backends.base import Job
-    from .jobs import View
-    from .monitor.model import MonitorModel
+    from ..backends.base import Job
+    from ..jobs import View
+    from ..monitor.model import MonitorModel
 
 __all__ = ["NotebookFront", "last_monitor", "say"]
 

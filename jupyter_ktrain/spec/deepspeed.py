@@ -1,7 +1,7 @@
 """DeepSpeed: ``--deepspeed zero1|zero2|zero3|PATH`` to a config file shipped with the job.
 
 :func:`resolve_deepspeed` turns the flag (and the flags that tune it) into a
-:class:`~jupyter_ktrain.spec.DeepSpeed`; :func:`build_config` turns that into the JSON that
+:class:`~jupyter_ktrain.spec.job.DeepSpeed`; :func:`build_config` turns that into the JSON that
 every rank reads from ``/ktrain/ds_config.json`` (``KTRAIN_DEEPSPEED_CONFIG``). DeepSpeed is
 started by torchrun in every replica: no SSH, no hostfile. Batch arithmetic is checked by the
 spec itself (:meth:`DeepSpeed.check_batch`) before anything is rendered.
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
-from .pod.launch import CODE_DIR
-from .spec_parts import DeepSpeed
+from ..errors import SpecError
+from ..pod.launch import CODE_DIR
+from .parts import DeepSpeed
 
 __all__ = [
     "CONFIG_ENV",

@@ -1,4 +1,4 @@
-"""The typed parts of a :class:`~jupyter_ktrain.spec.JobSpec` that say where its pods are
+"""The typed parts of a :class:`~jupyter_ktrain.spec.job.JobSpec` that say where its pods are
 scheduled and how the job restarts and grows: tolerations, init containers, scheduling, the
 run policy and elasticity (what a pod is made of: :mod:`.spec_parts`). Pure frozen
 dataclasses; each validates itself and raises one :class:`SpecError` naming the flag and the
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SpecError
-from .kinds import job_kind
-from .spec_checks import check_dns_label, check_label, check_nonneg
+from ..errors import SpecError
+from ..kinds import job_kind
+from .checks import check_dns_label, check_label, check_nonneg
 
 __all__ = [
     "CLEAN_POD_POLICIES",

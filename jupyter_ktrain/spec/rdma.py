@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from .errors import SpecError
-from .spec_parts import Rdma
+from ..errors import SpecError
+from .parts import Rdma
 
 __all__ = ["PROFILES_ENV", "builtin_profiles", "load_profiles", "resolve_profile"]
 

@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import KtrainError, SpecError
-from .options import add_job_flags, merge_values, values_from_args, values_from_yaml
-from .spec import JobSpec
+from ..errors import KtrainError, SpecError
+from ..flags import add_job_flags, merge_values, values_from_args, values_from_yaml
+from ..spec.job import JobSpec
 
 __all__ = ["build_parser", "render_main"]
 
@@ -57,7 +57,7 @@ def spec_from_args(ns: argparse.Namespace) -> JobSpec:
 
 def render_main(argv: list[str]) -> int:
     """Entry point of ``ktrain render``; prints YAML to stdout, errors to stderr."""
-    from .backends.registry import render_kubernetes
+    from ..backends.registry import render_kubernetes
 
     parser = build_parser()
     ns = parser.parse_args(argv)

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .errors import ClusterError, KtrainError, SpecError
-from .runner import verbs
-from .runner.verbs import PROFILE_STEPS, Job, Target
-from .spec import check_job_name
-from .spec_values import parse_duration
-from .sweep import verbs as sweep_verbs
-from .tracking import compare as comparing
-from .words import cancelled_text, describe, status_text
+from ..errors import ClusterError, KtrainError, SpecError
+from ..runner import verbs
+from ..runner.verbs import PROFILE_STEPS, Job, Target
+from ..spec.job import check_job_name
+from ..spec.values import parse_duration
+from ..sweep import verbs as sweep_verbs
+from ..tracking import compare as comparing
+from ..words import cancelled_text, describe, status_text
 
 __all__ = [
     "COMMANDS",
@@ -261,7 +261,7 @@ def _steps(text: str) -> int:
 
 
 def config(settings: Sequence[str]) -> Reply:
-    from .config import load_config, set_config
+    from ..config import load_config, set_config
 
     cfg = set_config(list(settings)) if settings else load_config()
     return Reply(cfg.describe())

@@ -1,13 +1,13 @@
-"""Values -> :class:`~jupyter_ktrain.spec.JobSpec`: the one conversion every front end uses.
+"""Values -> :class:`~jupyter_ktrain.spec.job.JobSpec`: the one conversion every front end uses.
 
 *Values* are the plain data a YAML job file holds (``nodes: 4``, ``resources: {gpus: 8}``,
 ``storage: {mounts: ["data:/data:ro"]}``). ``%%ktrain`` and ``ktrain render`` turn their flags
-into the same values (:func:`jupyter_ktrain.options.values_from_args`), and
-:meth:`JobSpec.create <jupyter_ktrain.spec.JobSpec.create>` converts them here, once: text
+into the same values (:func:`jupyter_ktrain.flags.values_from_args`), and
+:meth:`JobSpec.create <jupyter_ktrain.spec.job.JobSpec.create>` converts them here, once: text
 forms are parsed (``PVC:/path:ro``, ``key:Effect``, ``2:8``), presets and the files values
-name are read (``rdma: roce`` or a profile file, :mod:`jupyter_ktrain.rdma`; ``deepspeed:
-zero3`` or a config file, :mod:`jupyter_ktrain.deepspeed`; ``affinity: "@FILE"``). Typed parts
-(a :class:`~jupyter_ktrain.spec.Rdma`, ...) pass through, so Python callers may mix both.
+name are read (``rdma: roce`` or a profile file, :mod:`jupyter_ktrain.spec.rdma`; ``deepspeed:
+zero3`` or a config file, :mod:`jupyter_ktrain.spec.deepspeed`; ``affinity: "@FILE"``). Typed parts
+(a :class:`~jupyter_ktrain.spec.job.Rdma`, ...) pass through, so Python callers may mix both.
 
 Besides the spec's fields, values have the short forms of the flags: ``max_restarts`` (the run
 policy's backoffLimit, and an elastic job's torchrun restarts), ``storage: {dataset,
@@ -25,11 +25,11 @@ from typing import Any
 
 import yaml
 
+from ..errors import SpecError
 from .deepspeed import resolve_deepspeed
-from .errors import SpecError
+from .parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
 from .rdma import resolve_profile
-from .spec_parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
-from .spec_scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
+from .scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
 
 __all__ = ["SHORT_FORMS", "convert"]
 

@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol import Profile
 from . import steps as step_marks
-from .profile_summary import summarize
-from .protocol import Profile
+from .summary import summarize
 
 __all__ = ["MAX_RAW_BYTES", "MAX_TRACE_BYTES", "NO_STEP_WAIT_S", "STEPS_TIMEOUT_S", "take"]
 

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .protocol import Checkpoint, Resume
+from ..protocol import Checkpoint, Resume
 
 __all__ = [
     "FILE",
@@ -153,7 +153,7 @@ def _emit(record: Checkpoint | Resume) -> None:
     """One record for the monitor, written as ``ktrain.report`` writes its own (in a job's
     rank only; never raises into training)."""
     try:
-        from .report import emit
+        from ..report import emit
 
         emit(record)
     except Exception as exc:

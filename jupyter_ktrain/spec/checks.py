@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import SpecError
+from ..errors import SpecError
 
 __all__ = ["check_dns_label", "check_env_name", "check_label", "check_nonneg", "check_quantity"]
 

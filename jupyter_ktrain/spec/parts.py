@@ -1,4 +1,4 @@
-"""The typed parts of a :class:`~jupyter_ktrain.spec.JobSpec` that a pod is made of: its
+"""The typed parts of a :class:`~jupyter_ktrain.spec.job.JobSpec` that a pod is made of: its
 resources, network, DeepSpeed and storage (where it is scheduled, how it restarts and grows:
 :mod:`.spec_scheduling`). Pure frozen dataclasses; each validates itself and raises one
 :class:`SpecError` naming the flag and the fix (:mod:`.spec_checks`). ``parse`` class methods
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import SpecError
-from .spec_checks import check_dns_label, check_env_name, check_quantity
+from ..errors import SpecError
+from .checks import check_dns_label, check_env_name, check_quantity
 
 __all__ = [
     "DeepSpeed",

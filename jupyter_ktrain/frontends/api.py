@@ -24,15 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .errors import SpecError
-from .runner.front import Front, TextFront, in_kernel, shell_words
-from .runner.options import RunOptions
-from .runner.run import run as run_job
-from .runner.source import call_source
-from .runner.verbs import Job
-from .sweep.run import check_call, run_sweep
-from .sweep.trials import Sweep
-from .sweep_spec.options import SweepOptions, space_texts
+from ..errors import SpecError
+from ..runner.front import Front, TextFront, in_kernel, shell_words
+from ..runner.options import RunOptions
+from ..runner.run import run as run_job
+from ..runner.source import call_source
+from ..runner.verbs import Job
+from ..sweep.run import check_call, run_sweep
+from ..sweep.trials import Sweep
+from ..sweep_spec.options import SweepOptions, space_texts
 
 __all__ = ["run", "submit", "sweep"]
 

@@ -2,7 +2,7 @@
 
 A :class:`JobSpec` is what every backend consumes. The magic, the ``ktrain`` CLI and YAML files
 all build one through :func:`JobSpec.create`, which converts their values once
-(:mod:`jupyter_ktrain.spec_values`) and validates everything a user can get wrong before any
+(:mod:`jupyter_ktrain.spec.values`) and validates everything a user can get wrong before any
 process or Kubernetes object exists.
 """
 
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .config import check_uri
-from .errors import SpecError
-from .kinds import DEFAULT_KIND, KIND_TABLE, KINDS, JobKind
-from .spec_checks import check_dns_label, check_label
-from .spec_parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
-from .spec_scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
-from .spec_values import convert
+from ..config import check_uri
+from ..errors import SpecError
+from ..kinds import DEFAULT_KIND, KIND_TABLE, KINDS, JobKind
+from .checks import check_dns_label, check_label
+from .parts import DeepSpeed, Mount, Rdma, Resources, SecretEnv, Storage
+from .scheduling import Elastic, InitContainer, RunPolicy, Scheduling, Toleration
+from .values import convert
 
 __all__ = [
     "BACKENDS",
@@ -180,7 +180,7 @@ class JobSpec:
     @classmethod
     def create(cls, **values: Any) -> JobSpec:
         """Build a spec from loose values (flags, YAML, Python): the one conversion, in
-        :func:`jupyter_ktrain.spec_values.convert`; unknown keys are an error."""
+        :func:`jupyter_ktrain.spec.values.convert`; unknown keys are an error."""
         return cls(**convert(values, [f.name for f in fields(cls)]))
 
     @property
@@ -209,7 +209,7 @@ def _check_cross_fields(spec: JobSpec) -> None:
     """Checks that involve more than one part of the spec: one SpecError each."""
     kind, info = spec.kind, KIND_TABLE[spec.kind]
     if spec.image is not None:
-        from .packaging.reference import Reference
+        from ..packaging.reference import Reference
 
         Reference.parse(spec.image, what="--image")
     if spec.elastic is not None:
@@ -316,7 +316,7 @@ def _check_trainer_runtime(spec: JobSpec) -> None:
 def _check_env_secrets(spec: JobSpec) -> None:
     """An --env value that is a secret would be written into the pod spec, the job's plan
     and the dry run: refuse it and say how to pass it by reference instead."""
-    from .capture.secrets import find_in_value
+    from ..capture.secrets import find_in_value
 
     for key, value in spec.env:
         found = find_in_value(key, value)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint_core as core
+from . import core
 
 DEEPSPEED_DIR = "deepspeed"
 SHARDED_DIR = "dcp"
