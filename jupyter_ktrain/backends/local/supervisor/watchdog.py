@@ -12,15 +12,15 @@ import signal
 import time
 from pathlib import Path
 
-from ...failures import signal_text
-from ...jobs import FAILED, TERMINAL_STATES
-from ...pod.protocol import format_agent_line
-from ...pod.stacks import STACKS_DIR_ENV
-from ...store.jobdirs import job_marker, release_reserve
-from .joblog import SIGNAL_BASE, JobLog
-from .procs import marked_pids, stop_marked
-from .request import read_plan
-from .state import LocalState, change_state, read_state
+from ....failures import signal_text
+from ....jobs import FAILED, TERMINAL_STATES
+from ....pod.protocol import format_agent_line
+from ....pod.stacks import STACKS_DIR_ENV
+from ....store.jobdirs import job_marker, release_reserve
+from ..joblog import SIGNAL_BASE, JobLog
+from ..procs import marked_pids, stop_marked
+from ..request import read_plan
+from ..state import LocalState, change_state, read_state
 
 __all__ = ["watch"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...failures import WorkerExit, signal_text
-from ...pod.exits import PEER_LOST, describe_exit, retryable
-from .procs import NodeKill
+from ....failures import WorkerExit, signal_text
+from ....pod.exits import PEER_LOST, describe_exit, retryable
+from ..procs import NodeKill
 
 __all__ = [
     "GRACE_AFTER_FAILURE_S",

@@ -30,16 +30,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
-from ...pod.exits import is_bug
-from ...pod.progress import JobProgress, fmt_duration
-from ...pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
-from ...store.files import make_private_dirs, replace_private, write_private
-from ...store.jobdirs import release_reserve
-from ..warm import DEFAULT_IDLE_S
-from .joblog import JobLog
-from .state import LocalState, NodeState, WarmState, save_state
-from .supervisor import PROGRESS_SAVE_S, Supervisor
+from ....jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ....pod.exits import is_bug
+from ....pod.progress import JobProgress, fmt_duration
+from ....pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
+from ....store.files import make_private_dirs, replace_private, write_private
+from ....store.jobdirs import release_reserve
+from ...warm import DEFAULT_IDLE_S
+from ..joblog import JobLog
+from ..state import LocalState, NodeState, WarmState, save_state
+from .job import Supervisor
+from .output import PROGRESS_SAVE_S
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]
 
