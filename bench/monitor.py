@@ -90,7 +90,7 @@ def first_line_ours(kubeconfig: Path, ns: str) -> float:
     program = _program("hello()\n", SETUP)
     # what `%load_ext jupyter_ktrain` does in the background with the Kubernetes backend
     # configured: compile the schema validators once per kernel (issue 3's cache)
-    from jupyter_ktrain.backends.kubernetes.validate import warm_up
+    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
 
     warm_up()
     t0 = time.monotonic()

@@ -23,8 +23,8 @@ from jsonschema import Draft7Validator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 
-from jupyter_ktrain.backends.kubernetes import validate
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans import validate
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
 from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
 FLAGS = (

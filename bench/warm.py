@@ -217,7 +217,7 @@ def _torch_import_s() -> float:
 
 def cluster_rounds() -> dict[str, Any]:
     from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
-    from jupyter_ktrain.backends.kubernetes.validate import warm_up
+    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
     from jupyter_ktrain.config import Config
     from tests.cluster.cluster import Cluster
     from tests.cluster.controlplane import binaries

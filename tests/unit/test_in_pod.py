@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes import api
+from jupyter_ktrain.backends.kubernetes.client import api
 from jupyter_ktrain.backends.registry import default_backend_name
 from jupyter_ktrain.config import set_config
 from jupyter_ktrain.errors import SpecError

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.kinds import BUILDERS, builder
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.backends.kubernetes.status import job_shape, replica_pods
-from jupyter_ktrain.backends.kubernetes.validate import CRD_DIR, validate_objects
+from jupyter_ktrain.backends.kubernetes.plans.kinds import BUILDERS, builder
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans.validate import CRD_DIR, validate_objects
+from jupyter_ktrain.backends.kubernetes.status.derive import job_shape, replica_pods
 from jupyter_ktrain.kinds import KIND_TABLE, KINDS, JobKind
 from jupyter_ktrain.spec.job import JobSpec
 
@@ -71,7 +71,7 @@ def test_xgboostjob_is_a_master_and_workers_running_one_process_each() -> None:
 
 
 def test_a_master_missing_or_doubled_is_what_the_xgboost_webhook_rejects() -> None:
-    from jupyter_ktrain.backends.kubernetes.validate import check_objects
+    from jupyter_ktrain.backends.kubernetes.plans.validate import check_objects
 
     spec = JobSpec(name="xgb", kind="XGBoostJob", nodes=2, backend="kubernetes", image="py:3")
     job = render(spec, CodeSource()).job
@@ -131,7 +131,7 @@ def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_en
     ],
 )
 def test_rayjob_state_from_kuberays_two_fields(deployment: str, ray: str, state: str) -> None:
-    from jupyter_ktrain.backends.kubernetes.status import job_state
+    from jupyter_ktrain.backends.kubernetes.status.derive import job_state
 
     status = {"jobDeploymentStatus": deployment, "jobStatus": ray}
     if deployment == "Failed":

@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jupyter_ktrain.backends.kubernetes.kueue import (
+from jupyter_ktrain.backends.kubernetes.status.derive import build_status
+from jupyter_ktrain.backends.kubernetes.status.kueue import (
     pending_position,
     queue_info,
     queued_message,
 )
-from jupyter_ktrain.backends.kubernetes.status import build_status
-from jupyter_ktrain.backends.kubernetes.watch import owned_workload
+from jupyter_ktrain.backends.kubernetes.status.watch import owned_workload
 from jupyter_ktrain.jobs import QUEUED, RUNNING
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 

@@ -11,8 +11,12 @@ from typing import Any
 import pytest
 
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, job_objects
-from jupyter_ktrain.backends.kubernetes.plan import PLACEHOLDER_DIGEST, cell_id, render_request
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, job_objects
+from jupyter_ktrain.backends.kubernetes.plans.plan import (
+    PLACEHOLDER_DIGEST,
+    cell_id,
+    render_request,
+)
 from jupyter_ktrain.backends.local import LocalBackend, LocalRequest
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config

@@ -74,14 +74,14 @@ def test_the_check_sees_relative_lazy_and_absolute_imports() -> None:
         "def f():\n"
         "    from ..backends.kubernetes.rdma import resolve_profile\n"
         "from ..backends import kubernetes\n"
-        "import jupyter_ktrain.backends.kubernetes.api\n"
+        "import jupyter_ktrain.backends.kubernetes.client.api\n"
         "from .. import backends\n"
     )
     found = imported_modules(source, "jupyter_ktrain.server.core", is_package=False)
     assert {
         "jupyter_ktrain.backends.kubernetes.rdma",
         "jupyter_ktrain.backends.kubernetes",
-        "jupyter_ktrain.backends.kubernetes.api",
+        "jupyter_ktrain.backends.kubernetes.client.api",
         "jupyter_ktrain.backends",
     } <= found
     registry = imported_modules(

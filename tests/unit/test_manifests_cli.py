@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes import validate
-from jupyter_ktrain.backends.kubernetes.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans import validate
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.frontends.cli_render import render_main
 from jupyter_ktrain.spec.job import JobSpec

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.flags import spec_from_yaml
 from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args

@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.preflight import required_access, serves_service_monitors
-from jupyter_ktrain.backends.kubernetes.retries import ApiFailure
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
+from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.preflight import (
+    required_access,
+    serves_service_monitors,
+)
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.spec.job import JobSpec

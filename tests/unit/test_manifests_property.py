@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.spec.deepspeed import resolve_deepspeed
 from jupyter_ktrain.spec.job import JobSpec

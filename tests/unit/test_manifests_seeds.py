@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.flags import spec_from_yaml
 from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args

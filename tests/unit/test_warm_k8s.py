@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from jupyter_ktrain.backends.kubernetes.labels import SHAPE_ANNOTATION
-from jupyter_ktrain.backends.kubernetes.plan import describe, render_request
-from jupyter_ktrain.backends.kubernetes.warm import (
+from jupyter_ktrain.backends.kubernetes.plans.plan import describe, render_request
+from jupyter_ktrain.backends.kubernetes.warm.objects import (
     RunBook,
     control_of,
     order_run,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from ...config import Config
 from ...errors import ClusterError
-from .api import Api
-from .job_runtime import JobRuntime
-from .kueue import QueuePositions
-from .watch import JobWatch
+from .client.api import Api
+from .status.kueue import QueuePositions
+from .status.runtime import JobRuntime
+from .status.watch import JobWatch
 
 if TYPE_CHECKING:
     from ...spec.job import JobSpec

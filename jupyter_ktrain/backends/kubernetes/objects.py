@@ -7,10 +7,10 @@ from typing import Any
 
 from ...errors import ClusterError
 from ...kinds import KIND_TABLE
+from .client.resources import OWNED, job_resource, resource_of
+from .client.retries import ApiFailure
 from .cluster import Cluster
-from .plan import Manifest, kind_and_name
-from .resources import OWNED, job_resource, resource_of
-from .retries import ApiFailure
+from .plans.plan import Manifest, kind_and_name
 
 __all__ = ["create", "delete_job", "delete_one", "own"]
 

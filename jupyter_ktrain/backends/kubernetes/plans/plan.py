@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, cast
 
-from ...pod.launch import LIB_DIR
-from .labels import SHAPE_ANNOTATION, WARM_LABEL
+from ....pod.launch import LIB_DIR
+from ..labels import SHAPE_ANNOTATION, WARM_LABEL
 from .podtemplate import CodeSource, job_labels
 
 if TYPE_CHECKING:
-    from ...capture import CapturedProgram
-    from ...spec.job import JobSpec
+    from ....capture import CapturedProgram
+    from ....spec.job import JobSpec
 
 __all__ = [
     "PLACEHOLDER_DIGEST",
@@ -101,7 +101,7 @@ def render_request(
     """The request for ``spec`` (its namespace set) and every file shipped with the code,
     rendered and validated once. ``registry``: the code image's repository (registry route),
     else None (ConfigMap route)."""
-    from ...packaging.configmap import code_volume, render_code_configmap
+    from ....packaging.configmap import code_volume, render_code_configmap
     from .manifests import job_objects, shipped_files
     from .validate import validate_objects
 
@@ -138,8 +138,8 @@ def _warm_before(
 ) -> tuple[Manifest, Manifest]:
     """A warm job's ConfigMap ordering run 1 (the pods start it from their mount of it), and
     the Secret with the job's key (what every later delivery is signed with)."""
-    from ..warm import DEFAULT_IDLE_S
-    from .warm import key_secret, with_control
+    from ...warm import DEFAULT_IDLE_S
+    from ..warm.objects import key_secret, with_control
 
     control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}
     return with_control(cm, control), key_secret(spec.name, namespace, labels)
@@ -149,7 +149,7 @@ def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
     """The job labelled warm, with the shape a later cell compares its own with."""
     import json
 
-    from ..warm import warm_shape
+    from ...warm import warm_shape
 
     meta: dict[str, object] = dict(cast("Mapping[str, Mapping[str, object]]", job)["metadata"])
     labels = cast("Mapping[str, str]", meta.get("labels") or {})

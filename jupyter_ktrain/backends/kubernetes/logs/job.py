@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 
-from ...errors import JobNotFound
-from ...kinds import KIND_TABLE
-from ..logsource import LogSource
-from .cluster import Cluster
-from .history import ClusterHistory
-from .logs import FollowedLines, PodLogSource, split_stamped
-from .lookup import kind_of, watch
-from .status import replica_pods
-from .stored_logs import stored_logs
+from ....errors import JobNotFound
+from ....kinds import KIND_TABLE
+from ...logsource import LogSource
+from ..cluster import Cluster
+from ..lookup import kind_of, watch
+from ..status.derive import replica_pods
+from ..status.history import ClusterHistory
+from .pod import FollowedLines, PodLogSource, split_stamped
+from .stored import stored_logs
 
 __all__ = ["JobLogs"]
 

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ClusterError
-from ...jobs import Eviction
-from .fields import Condition, conditions, labels_of
-from .resources import PENDING_WORKLOADS, WORKLOAD
+from ....errors import ClusterError
+from ....jobs import Eviction
+from ..client.fields import Condition, conditions, labels_of
+from ..client.resources import PENDING_WORKLOADS, WORKLOAD
 
 __all__ = [
     "QUEUE_LABEL",

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...failures import classify, pod_problem
-from ...jobs import (
+from ....failures import classify, pod_problem
+from ....jobs import (
     DELETED_AFTER_END,
     DELETED_WHILE_RUNNING,
     FAILED,
@@ -30,12 +30,12 @@ from ...jobs import (
     ReplicaPhase,
     ReplicaStatus,
 )
-from ...kinds import DEFAULT_KIND, ReplicaType, job_kind
-from ...pod.exits import PEER_LOST, restart_cause
-from ...pod.progress import Progress
-from .fields import ContainerStatus, Terminated, conditions, container_statuses, pod_phase
+from ....kinds import DEFAULT_KIND, ReplicaType, job_kind
+from ....pod.exits import PEER_LOST, restart_cause
+from ....pod.progress import Progress
+from ..client.fields import ContainerStatus, Terminated, conditions, container_statuses, pod_phase
+from ..labels import MAX_RESTARTS_ANNOTATION
 from .kueue import queue_info, queued_message
-from .labels import MAX_RESTARTS_ANNOTATION
 
 __all__ = [
     "build_status",

@@ -25,13 +25,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ...errors import ClusterError
-from ..logsource import LogSource
-from .api import Api
-from .fields import ContainerStatus, container_statuses, pod_phase
-from .resources import POD
-from .retries import ApiFailure
-from .watch import JobWatch
+from ....errors import ClusterError
+from ...logsource import LogSource
+from ..client.api import Api
+from ..client.fields import ContainerStatus, container_statuses, pod_phase
+from ..client.resources import POD
+from ..client.retries import ApiFailure
+from ..status.watch import JobWatch
 
 __all__ = ["FollowedLines", "PodLogSource", "format_stamp", "parse_timestamp", "split_stamped"]
 
@@ -74,7 +74,7 @@ class FollowedLines:
 
     @classmethod
     def of_job(cls, job: Mapping[str, Any]) -> FollowedLines:
-        from ...store.records import job_dir
+        from ....store.records import job_dir
 
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid") or "no-uid")
@@ -99,7 +99,7 @@ class FollowedLines:
     def _write(self, pod: str, stamped: list[tuple[int, str]]) -> None:
         with self._lock, contextlib.suppress(OSError):  # keeping a copy never stops a follow
             if not self._made:
-                from ...store.files import make_private_dirs
+                from ....store.files import make_private_dirs
 
                 make_private_dirs(self.folder)
                 self._made = True
@@ -120,7 +120,7 @@ class FollowedLines:
 
     def _trim(self, path: Path) -> None:
         """Keep the newest half of the pod's file (replaced atomically)."""
-        from ...store.files import replace_private
+        from ....store.files import replace_private
 
         data = path.read_bytes()
         tail = data[len(data) - KEPT_BYTES // 2 :]
@@ -283,7 +283,7 @@ class PodLogSource(LogSource):
         return None
 
     def _job_over(self) -> bool:
-        from .status import job_state
+        from ..status.derive import job_state
 
         job = self.watch.job
         return job is None or job_state(job)[0] in ("Succeeded", "Failed")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ...kinds import JobKind, job_kind
+from ....kinds import JobKind, job_kind
 
 __all__ = [
     "CLUSTER_TRAINING_RUNTIME",

@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ...errors import ClusterError, JobNotFound
-from ...jobs import CANCELLED, JobStatus
-from ...store.history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
-from ...store.versions import StoreVersionError
-from .cluster import Cluster
-from .logs import FollowedLines, split_stamped
-from .status import NOT_CREATED, job_shape
-from .stored_logs import stored_logs
+from ....errors import ClusterError, JobNotFound
+from ....jobs import CANCELLED, JobStatus
+from ....store.history import KeptJob, forget_state, keep, kept, kept_names, prune_logs
+from ....store.versions import StoreVersionError
+from ..cluster import Cluster
+from ..logs.pod import FollowedLines, split_stamped
+from ..logs.stored import stored_logs
+from .derive import NOT_CREATED, job_shape
 
 __all__ = ["ClusterHistory", "cancelled", "knowing_more"]
 

@@ -16,15 +16,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...errors import BackendError, ClusterError
-from ...pod.agent.deliver import REFUSED, STALE, seal
-from ...pod.agent.mirror import CONFIGMAP_ENV
-from .api import Api, ExecLost
-from .fields import pod_phase
-from .labels import JOB_LABEL
-from .resources import POD, SECRET
-from .retries import ApiFailure
-from .warm import KEY_FIELD, warm_secret
+from ....errors import BackendError, ClusterError
+from ....pod.agent.deliver import REFUSED, STALE, seal
+from ....pod.agent.mirror import CONFIGMAP_ENV
+from ..client.api import Api, ExecLost
+from ..client.fields import pod_phase
+from ..client.resources import POD, SECRET
+from ..client.retries import ApiFailure
+from ..labels import JOB_LABEL
+from .objects import KEY_FIELD, warm_secret
 
 __all__ = ["Courier"]
 

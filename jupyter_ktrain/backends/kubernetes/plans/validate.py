@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from ...errors import SpecError
-from ...kinds import DEFAULT_KIND, KIND_TABLE, job_kind
-from ...spec.job import JobSpec
+from ....errors import SpecError
+from ....kinds import DEFAULT_KIND, KIND_TABLE, job_kind
+from ....spec.job import JobSpec
 
 __all__ = [
     "K8S_SCHEMA_VERSION",
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 K8S_SCHEMA_VERSION = "1.33"
-CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
 # (apiVersion, kind) -> its CRD in CRD_DIR: every job kind's, and the Trainer runtimes ktrain
 # derives a TrainJob's own from
 CRD_FILES = {

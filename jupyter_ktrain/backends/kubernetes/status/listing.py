@@ -8,22 +8,22 @@ import contextlib
 import time
 from typing import Any
 
-from ...errors import ClusterError, KtrainError
-from ...jobs import RUNNING, TERMINAL_STATES, JobStatus
-from ...kinds import job_kind
-from ...pod.progress import Progress
-from .cluster import Cluster
+from ....errors import ClusterError, KtrainError
+from ....jobs import RUNNING, TERMINAL_STATES, JobStatus
+from ....kinds import job_kind
+from ....pod.progress import Progress
+from ..client.resources import POD
+from ..client.retries import ApiFailure
+from ..cluster import Cluster
+from ..labels import MANAGED_BY
+from ..logs.stored import log_request
+from ..lookup import job_objects
+from ..plans.kinds import TRAINJOB_TARGET
+from ..warm.ledger import WarmLedger
+from .derive import queued_state, replica_pods, trainer_progress
 from .history import ClusterHistory
-from .job_runtime import JobRuntime
-from .job_status import JobStatuses
-from .kinds import TRAINJOB_TARGET
-from .labels import MANAGED_BY
-from .lookup import job_objects
-from .resources import POD
-from .retries import ApiFailure
-from .status import queued_state, replica_pods, trainer_progress
-from .stored_logs import log_request
-from .warm_ledger import WarmLedger
+from .job import JobStatuses
+from .runtime import JobRuntime
 from .watch import owned_workload
 
 __all__ = ["PROGRESS_REFRESH_S", "PROGRESS_TAIL_LINES", "JobListing"]

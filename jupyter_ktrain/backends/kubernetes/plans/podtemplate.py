@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...pod.checkpoint.plain import CHECKPOINTS_ENV
-from ...pod.launch import CODE_DIR, WARM_DIR
-from ...spec.deepspeed import CONFIG_ENV, CONFIG_PATH
-from ...spec.job import JobSpec
-from .labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
+from ....pod.checkpoint.plain import CHECKPOINTS_ENV
+from ....pod.launch import CODE_DIR, WARM_DIR
+from ....spec.deepspeed import CONFIG_ENV, CONFIG_PATH
+from ....spec.job import JobSpec
+from ..labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
 from .metrics import METRICS_PORT_NAME, metrics_env
 
 __all__ = [

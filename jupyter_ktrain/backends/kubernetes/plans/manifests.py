@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from ...errors import SpecError
-from ...kinds import KIND_TABLE
-from ...spec.deepspeed import CONFIG_FILE, config_bytes
-from ...spec.job import JobSpec
+from ....errors import SpecError
+from ....kinds import KIND_TABLE
+from ....spec.deepspeed import CONFIG_FILE, config_bytes
+from ....spec.job import JobSpec
 from .kinds import builder
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...errors import ClusterError
+from ....errors import ClusterError
 
 __all__ = [
     "ApiFailure",

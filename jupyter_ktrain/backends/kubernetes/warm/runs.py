@@ -14,31 +14,31 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...errors import BackendError, ClusterError, JobNotFound, SpecError
-from ...jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
-from ...pod.protocol import RUN, RUN_END, parse_line, record_type
-from ...store.files import make_private_dirs, replace_private
-from ...store.home import ktrain_home
-from ..base import LaunchPlan
-from ..logsource import LogSource
-from ..warm import shape_changes, warm_shape
-from .cluster import BACKEND_NAME, Cluster
-from .fields import annotations_of, labels_of
-from .job_logs import JobLogs
-from .job_runtime import JobRuntime
-from .job_status import JobStatuses
-from .labels import SHAPE_ANNOTATION, WARM_LABEL
-from .lookup import job_object, job_objects
-from .plan import KubernetesRequest, describe
-from .retries import ApiFailure
-from .status import job_state
-from .warm import control_of, order_run, with_control
-from .warm_delivery import Courier
-from .warm_ledger import WarmLedger
+from ....errors import BackendError, ClusterError, JobNotFound, SpecError
+from ....jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
+from ....pod.protocol import RUN, RUN_END, parse_line, record_type
+from ....store.files import make_private_dirs, replace_private
+from ....store.home import ktrain_home
+from ...base import LaunchPlan
+from ...logsource import LogSource
+from ...warm import shape_changes, warm_shape
+from ..client.fields import annotations_of, labels_of
+from ..client.retries import ApiFailure
+from ..cluster import BACKEND_NAME, Cluster
+from ..labels import SHAPE_ANNOTATION, WARM_LABEL
+from ..logs.job import JobLogs
+from ..lookup import job_object, job_objects
+from ..plans.plan import KubernetesRequest, describe
+from ..status.derive import job_state
+from ..status.job import JobStatuses
+from ..status.runtime import JobRuntime
+from .delivery import Courier
+from .ledger import WarmLedger
+from .objects import control_of, order_run, with_control
 
 if TYPE_CHECKING:
-    from ...capture import CapturedProgram
-    from ...spec.job import JobSpec
+    from ....capture import CapturedProgram
+    from ....spec.job import JobSpec
 
 __all__ = ["WarmJobs", "forget_ended", "remember"]
 
@@ -128,9 +128,9 @@ class WarmJobs:
         self, spec: JobSpec, program: CapturedProgram, job: dict[str, Any]
     ) -> LaunchPlan[KubernetesRequest]:
         """A run on the live warm job ``job``: only its ConfigMap's data change."""
-        from ...packaging.configmap import render_code_configmap
-        from .manifests import shipped_files
-        from .podtemplate import CodeSource
+        from ....packaging.configmap import render_code_configmap
+        from ..plans.manifests import shipped_files
+        from ..plans.podtemplate import CodeSource
 
         name, ns = job["metadata"]["name"], spec.namespace or self.cluster.namespace
         busy = self._active_run(name)

@@ -11,22 +11,22 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ...errors import ClusterError, PreflightError, SpecError
-from ...kinds import KIND_TABLE
-from ..base import LaunchPlan
-from ..warm import check_warm
-from .api import in_cluster
-from .cluster import BACKEND_NAME, Cluster
+from ....errors import ClusterError, PreflightError, SpecError
+from ....kinds import KIND_TABLE
+from ...base import LaunchPlan
+from ...warm import check_warm
+from ..client.api import in_cluster
+from ..client.resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINING_RUNTIME
+from ..client.retries import ApiFailure
+from ..cluster import BACKEND_NAME, Cluster
+from ..warm.runs import WarmJobs
 from .fault_runtime import use_fault_runtime
 from .plan import KubernetesRequest, describe, render_request
 from .preflight import Access, may, serves_service_monitors
-from .resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINING_RUNTIME
-from .retries import ApiFailure
-from .warm_backend import WarmJobs
 
 if TYPE_CHECKING:
-    from ...capture import CapturedProgram
-    from ...spec.job import JobSpec
+    from ....capture import CapturedProgram
+    from ....spec.job import JobSpec
 
 __all__ = ["Planner"]
 

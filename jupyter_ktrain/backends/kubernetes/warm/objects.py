@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...jobs import (
+from ....jobs import (
     CANCELLED,
     CANCELLED_BY_USER,
     CANCELLED_REASON,
@@ -43,18 +43,18 @@ from ...jobs import (
     ReplicaPhase,
     ReplicaStatus,
 )
-from ...pod.agent.deliver import KEY_ENV
-from ...pod.agent.mirror import (
+from ....pod.agent.deliver import KEY_ENV
+from ....pod.agent.mirror import (
     CONFIGMAP_ENV,
     CONTROL_ENV,
     CONTROL_KEY,
     CONTROL_PATH,
     PATHS_ANNOTATION,
 )
-from ...pod.launch import WARM_DIR
-from ...pod.progress import JobProgress
-from ...pod.protocol import EXIT, RUN, RUN_END, LogLine, Metric, Resume, record_type
-from .labels import CONTROL_ANNOTATION
+from ....pod.launch import WARM_DIR
+from ....pod.progress import JobProgress
+from ....pod.protocol import EXIT, RUN, RUN_END, LogLine, Metric, Resume, record_type
+from ..labels import CONTROL_ANNOTATION
 
 __all__ = [
     "IDLE_TTL_S",

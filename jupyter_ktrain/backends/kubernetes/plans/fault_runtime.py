@@ -9,10 +9,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ...kinds import KIND_TABLE
-from ...spec.job import JobSpec
+from ....kinds import KIND_TABLE
+from ....spec.job import JobSpec
+from ..labels import MAX_RESTARTS_ANNOTATION
 from .kinds import stops_itself
-from .labels import MAX_RESTARTS_ANNOTATION
 
 __all__ = ["fault_runtime", "use_fault_runtime"]
 

@@ -24,13 +24,13 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ...errors import ClusterError
+from ....errors import ClusterError
+from ..client.api import Api
+from ..client.fields import container_statuses, labels_of, pod_phase
+from ..client.resources import EVENT, POD, WORKLOAD, Resource
+from ..client.retries import ApiFailure
+from ..labels import JOB_LABEL
 from . import kueue
-from .api import Api
-from .fields import container_statuses, labels_of, pod_phase
-from .labels import JOB_LABEL
-from .resources import EVENT, POD, WORKLOAD, Resource
-from .retries import ApiFailure
 
 __all__ = ["Informer", "JobWatch"]
 

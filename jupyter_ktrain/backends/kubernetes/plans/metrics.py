@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...kinds import KIND_TABLE
-from ...spec.job import JobSpec
-from .labels import JOB_LABEL
-from .resources import SERVICE_MONITOR
+from ....kinds import KIND_TABLE
+from ....spec.job import JobSpec
+from ..client.resources import SERVICE_MONITOR
+from ..labels import JOB_LABEL
 
 __all__ = [
     "COMPONENT",

@@ -8,19 +8,19 @@ import contextlib
 from dataclasses import replace
 from typing import Any
 
-from ...errors import ClusterError, JobNotFound
-from ...jobs import FAILED, JobShape, JobStatus, complete_exit_codes
-from ...kinds import job_kind
-from ...pod.protocol import EXIT, parse_line, record_type
-from .cluster import Cluster
-from .fields import labels_of
+from ....errors import ClusterError, JobNotFound
+from ....jobs import FAILED, JobShape, JobStatus, complete_exit_codes
+from ....kinds import job_kind
+from ....pod.protocol import EXIT, parse_line, record_type
+from ..client.fields import labels_of
+from ..cluster import Cluster
+from ..labels import WARM_LABEL
+from ..logs.pod import split_stamped
+from ..logs.stored import stored_logs
+from ..lookup import stop_watch, watch
+from ..warm.ledger import WarmLedger
+from .derive import build_status, job_shape, job_state
 from .history import ClusterHistory
-from .labels import WARM_LABEL
-from .logs import split_stamped
-from .lookup import stop_watch, watch
-from .status import build_status, job_shape, job_state
-from .stored_logs import stored_logs
-from .warm_ledger import WarmLedger
 from .watch import JobWatch
 
 __all__ = ["JobStatuses"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import ClusterError
+from ....errors import ClusterError
 from .retries import (
     ApiFailure,
     connection_errors,

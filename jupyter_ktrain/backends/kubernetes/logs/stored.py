@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...kinds import job_kind
-from .cluster import Cluster
-from .fields import restarts
-from .logs import FollowedLines
-from .resources import POD
-from .retries import ApiFailure
-from .status import replica_pods
+from ....kinds import job_kind
+from ..client.fields import restarts
+from ..client.resources import POD
+from ..client.retries import ApiFailure
+from ..cluster import Cluster
+from ..status.derive import replica_pods
+from .pod import FollowedLines
 
 __all__ = ["log_request", "stored_logs"]
 

@@ -8,10 +8,10 @@ import collections
 import threading
 import time
 
-from ...pod.progress import JobProgress
-from ...pod.protocol import Exit, Metric, Resume, parse_line
-from .logs import FollowedLines
-from .warm import RunBook
+from ....pod.progress import JobProgress
+from ....pod.protocol import Exit, Metric, Resume, parse_line
+from ..logs.pod import FollowedLines
+from ..warm.objects import RunBook
 
 __all__ = ["TAIL_LINES", "JobRuntime"]
 

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...errors import PreflightError
-from ...kinds import KIND_TABLE
-from ...spec.job import JobSpec
-from .api import Api
-from .resources import (
+from ....errors import PreflightError
+from ....kinds import KIND_TABLE
+from ....spec.job import JobSpec
+from ..client.api import Api
+from ..client.resources import (
     LOCAL_QUEUE,
     NETWORK_ATTACHMENT,
     PERSISTENT_VOLUME_CLAIM,
@@ -32,7 +32,7 @@ from .resources import (
     SERVICE_MONITOR,
     job_resource,
 )
-from .retries import ApiFailure
+from ..client.retries import ApiFailure
 
 __all__ = [
     "Access",

@@ -10,17 +10,17 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ...errors import ClusterError, JobNotFound
-from ...jobs import RUNNING, WarmInfo
-from ...pod.protocol import parse_line
-from .cluster import Cluster
-from .fields import labels_of, name_of
-from .job_logs import JobLogs
-from .labels import WARM_LABEL
-from .resources import CONFIG_MAP
-from .retries import ApiFailure
-from .status import job_shape
-from .warm import RunBook, control_of
+from ....errors import ClusterError, JobNotFound
+from ....jobs import RUNNING, WarmInfo
+from ....pod.protocol import parse_line
+from ..client.fields import labels_of, name_of
+from ..client.resources import CONFIG_MAP
+from ..client.retries import ApiFailure
+from ..cluster import Cluster
+from ..labels import WARM_LABEL
+from ..logs.job import JobLogs
+from ..status.derive import job_shape
+from .objects import RunBook, control_of
 
 __all__ = ["WARM_REFRESH_S", "WarmLedger"]
 
