@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
+from ...store.warm import remember
 from ..base import LaunchPlan
 from ..warm import warm_shape
 from .client.resources import job_resource
@@ -19,7 +20,6 @@ from .objects import create, delete_one, own
 from .plans.plan import KubernetesRequest, kind_and_name
 from .plans.preflight import run_preflight
 from .status.history import ClusterHistory
-from .warm.runs import remember
 
 __all__ = ["Submitter"]
 

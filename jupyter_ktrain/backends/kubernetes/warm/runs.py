@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ....errors import BackendError, ClusterError, JobNotFound, SpecError
 from ....jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
 from ....pod.protocol import RUN, RUN_END, parse_line, record_type
-from ....store.files import make_private_dirs, replace_private
-from ....store.home import ktrain_home
+from ....store.warm import forget_ended
 from ...base import LaunchPlan
 from ...logsource import LogSource
 from ...warm import shape_changes, warm_shape
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from ....capture import CapturedProgram
     from ....spec.job import JobSpec
 
-__all__ = ["WarmJobs", "forget_ended", "remember"]
+__all__ = ["WarmJobs"]
 
 # how long a run waits for the nodes of the run before, which failed on a node, to stop
 STOPPING_WAIT_S = 30.0
@@ -348,41 +347,6 @@ class _RunSource(LogSource):
             with self.rt.lock:
                 self.rt.followers -= 1
         self.inner.close()
-
-
-def _warm_file() -> Any:
-    return ktrain_home() / "warm-kubernetes.json"
-
-
-def _remembered() -> dict[str, Any]:
-    with contextlib.suppress(OSError, ValueError):
-        got = json.loads(_warm_file().read_text())
-        return got if isinstance(got, dict) else {}
-    return {}
-
-
-def remember(ns: str, name: str, shape: dict[str, Any]) -> None:
-    """The warm jobs this machine started (on disk: a new kernel knows them too), so a later
-    cell can say that one of them ended meanwhile."""
-    known = _remembered()
-    known[f"{ns}/{name}"] = {"shape": shape, "started": time.time()}
-    with contextlib.suppress(OSError):
-        make_private_dirs(_warm_file().parent)
-        replace_private(_warm_file(), json.dumps(known).encode())
-
-
-def forget_ended(ns: str, live: set[str], shape: dict[str, Any]) -> list[str]:
-    """The remembered warm jobs of ``ns`` (of this shape) that are gone; forgotten now."""
-    known = _remembered()
-    gone = [k for k in known if k.startswith(f"{ns}/") and k.split("/", 1)[1] not in live]
-    if not gone:
-        return []
-    said = [k.split("/", 1)[1] for k in gone if known[k].get("shape") == shape]
-    for key in gone:
-        known.pop(key)
-    with contextlib.suppress(OSError):
-        replace_private(_warm_file(), json.dumps(known).encode())
-    return said
 
 
 def _in_run(pod: str, raw: str, run: int, state: dict[str, int]) -> bool:
