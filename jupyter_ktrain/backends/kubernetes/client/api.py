@@ -204,17 +204,44 @@ class Api:
             return once()
         return with_retries(once, what, unreachable=self.unreachable, reached=self.answered)
 
+    # -- the verbs: "already gone" (404) is said once, here -------------------------------
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
+        """The object (or collection) at ``path``; a 404 raises (:meth:`find` says None)."""
         return self.request("GET", path, query)
 
-    def exists(self, path: str) -> bool:
+    def find(self, path: str, query: Mapping[str, Any] | None = None) -> Any | None:
+        """The object at ``path``, None when there is none (404)."""
         try:
-            self.get(path)
+            return self.get(path, query)
+        except ApiFailure as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def items(self, path: str, query: Mapping[str, Any] | None = None) -> list[Any]:
+        """The items of the collection at ``path`` (a list)."""
+        return list(self.get(path, query).get("items") or [])
+
+    def create(self, path: str, body: Any) -> Any:
+        """POST ``body`` to the collection at ``path``; the object created."""
+        return self.request("POST", path, body=body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        """A JSON merge patch of the object at ``path``; the object patched."""
+        return self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+
+    def delete(self, path: str, query: Mapping[str, Any] | None = None) -> bool:
+        """Delete the object at ``path``; False when it was gone already (no error)."""
+        try:
+            self.request("DELETE", path, query)
         except ApiFailure as exc:
             if exc.status == 404:
                 return False
             raise
         return True
+
+    def exists(self, path: str) -> bool:
+        return self.find(path) is not None
 
     def stream_lines(
         self,
