@@ -274,3 +274,53 @@ def test_the_adapter_check_sees_a_reach_inside_a_function(tmp_path: Path) -> Non
         "frontends/cli.py": {"backends.registry": [1]},
         "server/core.py": {"store.records": [3]},
     }
+
+
+# -- a top level a newcomer can read -------------------------------------------------------------
+MAX_LINES = 500
+MAX_MODULES = 15
+# Modules still over MAX_LINES, each to be split along its seams; nothing may be added.
+LONG_NOT_YET = {"monitor/model.py", "widgets/monitor.py"}
+README = PACKAGE.parent / "README.md"
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if len(path.read_text().splitlines()) > MAX_LINES
+    }
+    assert long - LONG_NOT_YET == set(), f"split these modules (over {MAX_LINES} lines)"
+    assert long == LONG_NOT_YET, "a module of LONG_NOT_YET is short now: strike it from the list"
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    crowded = {
+        folder.relative_to(PACKAGE.parent).as_posix(): count
+        for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir())]
+        if (count := len(list(folder.glob("*.py")))) > MAX_MODULES
+    }
+    assert crowded == {}, f"group these folders' modules into sub-packages: {crowded}"
+
+
+def readme_map(readme: Path = README) -> list[str]:
+    """The lines of the package map in the README's Development section (its ``text`` block)."""
+    text = readme.read_text()
+    start = text.index("**The package map**")
+    block = text.index("```text", start) + len("```text")
+    return text[block : text.index("```", block)].strip("\n").splitlines()
+
+
+def test_the_readme_map_is_the_layers() -> None:
+    """Every top-level name is on the README's map, in the order of :data:`LAYERS` (a name's
+    layer is never below one named before it)."""
+    rank = {name: k for k, layer in enumerate(LAYERS) for name in layer}
+    seen: list[str] = []
+    for line in readme_map():
+        for word in line[:25].split():  # the names column
+            name = word.removesuffix("/").removesuffix(".py")
+            if name in rank:
+                seen.append(name)
+    assert set(seen) == set(rank), f"on the map but no layer, or a layer not on the map: {seen}"
+    ranks = [rank[name] for name in seen]
+    assert ranks == sorted(ranks), f"the map's order is not the layers': {seen}"
