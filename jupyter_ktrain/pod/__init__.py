@@ -22,7 +22,7 @@ runner_files`).
                        job's progress from its ranks' records (the lowest rank's)
     checkpoint/        ``ktrain.checkpoint()``: saves written in the background, resumes
                        (``plain``); what every rank writes a part of (``shards``); below
-                       both the background writer, atomic writes, the records (``core``)
+                       both the background writer, atomic writes, the records (``common``)
     exits.py           exit codes that tell a bug from a fault
     mpi.py             what ranks started by ``mpirun`` need for ``env://``
     launch.py          the one command every replica runs

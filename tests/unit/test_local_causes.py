@@ -16,7 +16,7 @@ from jupyter_ktrain.backends.local.supervisor.causes import (
     outweighs,
     rank_codes,
 )
-from jupyter_ktrain.backends.local.supervisor.job import restart_backoff
+from jupyter_ktrain.backends.local.supervisor.nodes import restart_backoff
 from jupyter_ktrain.failures import WorkerExit
 from jupyter_ktrain.pod.exits import is_bug, stopped_node_exit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jupyter_ktrain.backends.kubernetes.labels import SHAPE_ANNOTATION
 from jupyter_ktrain.backends.kubernetes.plans.plan import describe, render_request
-from jupyter_ktrain.backends.kubernetes.warm.objects import (
+from jupyter_ktrain.backends.kubernetes.warm.orders import (
     RunBook,
     control_of,
     order_run,

@@ -35,14 +35,14 @@ from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
 from .client.api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
-from .logs.job import JobLogs
+from .logs.streams import JobLogs
 from .plans.dry_run import Planner
 from .plans.plan import KubernetesRequest
 from .removal import Removal
 from .stacks import JobStacks
 from .status.history import ClusterHistory
-from .status.job import JobStatuses
 from .status.listing import JobListing
+from .status.reader import JobStatuses
 from .submit import Submitter
 from .warm.ledger import WarmLedger
 from .warm.runs import WarmJobs

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from ...config import Config
 from ...errors import ClusterError
 from .client.api import Api
+from .status.job_runtime import JobRuntime
 from .status.kueue import QueuePositions
-from .status.runtime import JobRuntime
 from .status.watch import JobWatch
 
 if TYPE_CHECKING:

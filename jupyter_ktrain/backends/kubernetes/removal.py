@@ -17,7 +17,7 @@ from .lookup import kind_of, stop_watch
 from .objects import delete_job, delete_one
 from .plans.metrics import metrics_service_name
 from .status.history import ClusterHistory, cancelled
-from .status.job import JobStatuses
+from .status.reader import JobStatuses
 
 __all__ = ["DELETE_WAIT_S", "Removal"]
 

@@ -12,7 +12,7 @@ kernel. Laid out like :mod:`..kubernetes`:
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.daemon`: the process the backend starts for a job (``python -m
   jupyter_ktrain.backends.local.daemon``), which wires the rest: :mod:`.supervisor`, what owns
-  one job (``supervisor/job.py``; ``output.py``: what it reads of its nodes' output;
+  one job (``supervisor/nodes.py``; ``output.py``: what it reads of its nodes' output;
   ``causes.py``: which failure is the job's; ``warm_job.py``: a ``--warm`` job's supervisor;
   ``watchdog.py``: its parent, which ends the job when the supervisor dies), :mod:`.joblog`:
   its output files;

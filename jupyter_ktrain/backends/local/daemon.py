@@ -16,7 +16,7 @@ from pathlib import Path
 from ...jobs import FAILED
 from .procs import kill_marked
 from .request import PlanError
-from .supervisor.job import Supervisor
+from .supervisor.nodes import Supervisor
 from .supervisor.warm_job import WarmSupervisor
 from .supervisor.watchdog import watch
 

@@ -1,6 +1,6 @@
 """``ktrain.checkpoint()``: ``plain.py`` (saves written in the background, resumes),
 ``shards.py`` (what every rank writes a part of: sharded state, a DeepSpeed engine) and, below
-both, ``core.py`` (the background writer, atomic writes, the rank, the checkpoint and resume
+both, ``common.py`` (the background writer, atomic writes, the rank, the checkpoint and resume
 records)."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ Contract:
   asks for DeepSpeed's decoupled writer. See :mod:`.checkpoint_shards`.
 
 The writer writes straight to the file descriptor and starts the device writing every
-:data:`.core.WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last
+:data:`.common.WRITEBACK_BYTES` behind it, so the fsync at the end waits for the last
 stretch only (:mod:`.checkpoint_core`: what both kinds of checkpoint share).
 
 Standard library only: a checkpoint is written with ``torch.save`` when the program imported
@@ -69,7 +69,8 @@ from typing import Any
 
 from ..exits import EXIT_DIR_ENV
 from ..report import flush as flush_reports
-from . import core, shards
+from . import common as core
+from . import shards
 
 __all__ = ["CHECKPOINTS_ENV", "KEEP", "Checkpoints", "checkpoint", "wait_all"]
 

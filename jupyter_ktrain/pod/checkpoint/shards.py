@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import core
+from . import common as core
 
 DEEPSPEED_DIR = "deepspeed"
 SHARDED_DIR = "dcp"

@@ -22,7 +22,7 @@ ip=10.0.0.3) `` (the ``ip`` only from another node, the prefix in ANSI colour un
 and the rest of such a line keeps Ray's prefix as its text.
 
 The record vocabulary lives here and nowhere else (``wire.py``: the marks, the types, one
-record as one line; ``records.py``: the typed records; ``lines.py``: a line parsed): one frozen
+record as one line; ``record_types.py``: the typed records; ``lines.py``: a line parsed): one frozen
 dataclass per record type
 (:class:`Metric`, :class:`Gpu`, :class:`Result`, :class:`Exit`, :class:`Restart`,
 :class:`Checkpoint`, :class:`Resume`, a warm job's :class:`Ready`, :class:`Run`, :class:`RunEnd`,
@@ -41,7 +41,7 @@ from .lines import (
     LogLine,
     parse_line,
 )
-from .records import (
+from .record_types import (
     RECORD_CLASSES,
     Checkpoint,
     Exit,

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .records import Record, parse_record
+from .record_types import Record, parse_record
 from .wire import AGENT_PREFIX, _record
 
 _RANK_RE = re.compile(r"^\[rank(\d+)\]: ?")

@@ -224,7 +224,7 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
     )
     if spec.warm:  # the warm agent; its runs come through the job's code ConfigMap
-        from ..warm.objects import IDLE_TTL_S, warm_env, warm_key_env
+        from ..warm.orders import IDLE_TTL_S, warm_env, warm_key_env
 
         role = replace(
             role,
@@ -238,7 +238,7 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
             )
     template = pod_template(spec, code, role, labels)
     if spec.warm:
-        from ..warm.objects import warm_port
+        from ..warm.orders import warm_port
 
         port = {"name": "pytorchjob-port", "containerPort": warm_port(spec.name), "protocol": "TCP"}
         template["spec"]["containers"][0].setdefault("ports", []).append(port)

@@ -139,7 +139,7 @@ def _warm_before(
     """A warm job's ConfigMap ordering run 1 (the pods start it from their mount of it), and
     the Secret with the job's key (what every later delivery is signed with)."""
     from ...warm import DEFAULT_IDLE_S
-    from ..warm.objects import key_secret, with_control
+    from ..warm.orders import key_secret, with_control
 
     control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}
     return with_control(cm, control), key_secret(spec.name, namespace, labels)

@@ -22,8 +22,8 @@ from ..plans.kinds import TRAINJOB_TARGET
 from ..warm.ledger import WarmLedger
 from .derive import queued_state, replica_pods, trainer_progress
 from .history import ClusterHistory
-from .job import JobStatuses
-from .runtime import JobRuntime
+from .job_runtime import JobRuntime
+from .reader import JobStatuses
 from .watch import owned_workload
 
 __all__ = ["PROGRESS_REFRESH_S", "PROGRESS_TAIL_LINES", "JobListing"]

@@ -24,7 +24,7 @@ from ..client.fields import pod_phase
 from ..client.resources import POD, SECRET
 from ..client.retries import ApiFailure
 from ..labels import JOB_LABEL
-from .objects import KEY_FIELD, warm_secret
+from .orders import KEY_FIELD, warm_secret
 
 __all__ = ["Courier"]
 

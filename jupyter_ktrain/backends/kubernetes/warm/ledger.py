@@ -18,9 +18,9 @@ from ..client.resources import CONFIG_MAP
 from ..client.retries import ApiFailure
 from ..cluster import Cluster
 from ..labels import WARM_LABEL
-from ..logs.job import JobLogs
+from ..logs.streams import JobLogs
 from ..status.derive import job_shape
-from .objects import RunBook, control_of
+from .orders import RunBook, control_of
 
 __all__ = ["WARM_REFRESH_S", "WarmLedger"]
 

@@ -25,15 +25,15 @@ from ..client.fields import annotations_of, labels_of
 from ..client.retries import ApiFailure
 from ..cluster import BACKEND_NAME, Cluster
 from ..labels import SHAPE_ANNOTATION, WARM_LABEL
-from ..logs.job import JobLogs
+from ..logs.streams import JobLogs
 from ..lookup import job_object, job_objects
 from ..plans.plan import KubernetesRequest, describe
 from ..status.derive import job_state
-from ..status.job import JobStatuses
-from ..status.runtime import JobRuntime
+from ..status.job_runtime import JobRuntime
+from ..status.reader import JobStatuses
 from .delivery import Courier
 from .ledger import WarmLedger
-from .objects import control_of, order_run, with_control
+from .orders import control_of, order_run, with_control
 
 if TYPE_CHECKING:
     from ....capture import CapturedProgram

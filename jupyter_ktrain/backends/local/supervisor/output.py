@@ -1,5 +1,5 @@
 """What a local job's supervisor reads from its nodes' output (:class:`NodeOutput`, the part of
-:class:`~.job.Supervisor` that copies it): each node's lines to ``node-K.log`` with their
+:class:`~.nodes.Supervisor` that copies it): each node's lines to ``node-K.log`` with their
 arrival times (``node-K.times``), each rank's own lines to ``rank-R.log``, and from the records
 and torchrun's failure report, the ranks' exit codes, the job's first failure, its first bug
 and its progress."""

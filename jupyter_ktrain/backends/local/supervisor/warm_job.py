@@ -39,7 +39,7 @@ from ....store.jobdirs import release_reserve
 from ...warm import DEFAULT_IDLE_S
 from ..joblog import JobLog
 from ..state import LocalState, NodeState, WarmState, save_state
-from .job import Supervisor
+from .nodes import Supervisor
 from .output import PROGRESS_SAVE_S
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_LIMIT", "WarmSupervisor", "read_idle_limit"]

@@ -11,7 +11,7 @@ import time
 from ....pod.progress import JobProgress
 from ....pod.protocol import Exit, Metric, Resume, parse_line
 from ..logs.pod import FollowedLines
-from ..warm.objects import RunBook
+from ..warm.orders import RunBook
 
 __all__ = ["TAIL_LINES", "JobRuntime"]
 
