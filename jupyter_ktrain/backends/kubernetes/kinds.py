@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -348,6 +348,19 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
         body["activeDeadlineSeconds"] = rp.active_deadline_seconds
     body["rayClusterSpec"] = cluster
     return _object(spec, labels, body)
+
+
+def pin_ray_version(job: dict[str, Any], pins: Iterable[str]) -> None:
+    """Tell KubeRay which Ray the pods run (``rayClusterSpec.rayVersion``): the version the
+    program's requirements pin (``ray==2.60.0``, the kernel's Ray, which the image must match
+    for the driver's tasks to run there). From Ray 2.53 KubeRay then probes each pod over HTTP
+    (the dashboard agent's ``/api/healthz``); without it, its probes run ``wget`` inside the
+    container, and an image without wget (a slim Python base) never gets Ready."""
+    for pin in pins:
+        name, sep, version = pin.partition("==")
+        if sep and name.strip().lower() == "ray":
+            job["spec"]["rayClusterSpec"]["rayVersion"] = version.strip()
+            return
 
 
 def _ray_submitter(template: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
