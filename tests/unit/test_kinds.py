@@ -4,6 +4,8 @@ entry is wrong."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -114,6 +116,19 @@ def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_en
     assert submitter["spec"]["containers"][0]["name"] == "ray"
     one = render(spec.evolve(nodes=1), CodeSource()).job
     assert "workerGroupSpecs" not in one["spec"]["rayClusterSpec"]  # the head alone
+
+
+def test_rayjob_names_the_ray_its_program_pins_so_kuberay_probes_over_http() -> None:
+    """KubeRay probes a Ray 2.53+ pod over HTTP only when ``rayVersion`` says so; otherwise it
+    runs ``wget`` in the container, and a slim image (ours on the real node) never gets Ready."""
+    spec = JobSpec(name="ray", kind="RayJob", nodes=2, backend="kubernetes", image="py:3")
+    files = {"requirements.txt": b"numpy==2.3.0\nray==2.60.0\n"}
+    job = render(spec, CodeSource(), files).job
+    assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.60.0"
+    validate_objects([job])
+    assert "rayVersion" not in render(spec, CodeSource()).job["spec"]["rayClusterSpec"]
+    torch = JobSpec(name="t", nodes=2, backend="kubernetes", image="py:3")
+    assert "rayVersion" not in json.dumps(render(torch, CodeSource(), files).job)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import Any
 from ....kinds import KIND_TABLE
 from ....spec.job import JobSpec
 from ..labels import MAX_RESTARTS_ANNOTATION
-from .kinds import stops_itself
+from .run_policy import stops_itself
 
 __all__ = ["fault_runtime", "use_fault_runtime"]
 
@@ -24,7 +24,7 @@ _RULES = [
     {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
 ]
 BUG_REASON = "PodFailurePolicy"  # the Job's reason when a rule failed it
-# A job whose nodes stop each other (kinds.stops_itself): a bug fails only its node's index and
+# A job whose nodes stop each other (run_policy.stops_itself): a bug fails only its node's index and
 # every other node stops by itself (exit 3, a bug's code too), so the Job fails once every node
 # ended, with every pod kept and its log readable. A Job that fails at once has the Job
 # controller delete its running pods, and the JobSet then deletes every Job still active.
@@ -57,7 +57,7 @@ def fault_runtime(
     deleted pod); the JobSet fails on the first and restarts every Job on the second, up to
     ``--max-restarts`` times (all ranks rejoin, as torchrun's static rendezvous needs).
 
-    Where the nodes stop each other (the default: :func:`.kinds.stops_itself`), a bug fails
+    Where the nodes stop each other (the default: :func:`.run_policy.stops_itself`), a bug fails
     its node's index only (``backoffLimitPerIndex: 0``, ``FailIndex``): the other nodes are
     told and end by themselves, the Job fails (``FailedIndexes``) once all have, and no pod
     is deleted, so every rank's log stays readable, by ``kubectl logs`` and the Kubeflow SDK

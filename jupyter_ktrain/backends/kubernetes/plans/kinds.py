@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,13 @@ from ....pod.launch import node_command, warm_command
 from ....spec.job import JobSpec
 from ..labels import PATCH_MANAGER
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
+from .run_policy import (
+    CLEAN_POD_POLICY,
+    SELF_STOPPING,
+    clean_pod_policy,
+    stops_itself,
+    with_run_policy,
+)
 
 __all__ = [
     "BUILDERS",
@@ -99,67 +106,6 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
         "restartPolicy": spec.run_policy.restart_policy_for(spec.kind, rtype),
         "template": copy.deepcopy(template),
     }
-
-
-# The operator deletes the pods still running (or pending) when a job ends under ``Running``,
-# and none under ``None``. Under ``Running`` a PyTorchJob, an XGBoostJob or a TFJob loses logs
-# at every ending: the master's (the chief's) success ends the job while a worker is still
-# tearing down or printing its last lines (its pod deleted, its lines with it, its rank killed
-# in XGBoost's collective shutdown), and a bug's failure ends it while the other nodes still
-# run. Their nodes stop themselves when one fails, and 30 s after node 0 succeeded (a TFJob's
-# parameter servers, which never end by themselves) (``jupyter_ktrain.pod.agent.peers``: node 0
-# is the Master at ``MASTER_ADDR``, a TFJob's chief in ``TF_CONFIG``), so they are made with
-# ``None`` and every pod, with its log, stays until the job is deleted. An MPIJob keeps
-# ``Running``: its workers only idle until deleted, and a failed job must keep no pod running.
-CLEAN_POD_POLICY = "Running"
-SELF_STOPPING = "None"
-
-
-def clean_pod_policy(spec: JobSpec) -> str:
-    """``--clean-pod-policy``, else :data:`SELF_STOPPING` for a job whose nodes stop each
-    other (:func:`stops_itself`), else :data:`CLEAN_POD_POLICY`."""
-    if spec.run_policy.clean_pod_policy:
-        return spec.run_policy.clean_pod_policy
-    return SELF_STOPPING if stops_itself(spec) else CLEAN_POD_POLICY
-
-
-def stops_itself(spec: JobSpec) -> bool:
-    """Whether ``spec``'s nodes tell each other of a failure and stop (the agent's
-    ``KTRAIN_PEERS``): a PyTorchJob or an XGBoostJob with a Master (node 0 at ``MASTER_ADDR``),
-    a TFJob (node 0 its chief, in ``TF_CONFIG``) or a TrainJob (node 0 at ``PET_MASTER_ADDR``;
-    its JobSet fails it once every node ended, :mod:`.fault_runtime`), not a warm one (its
-    agents outlive runs) nor an elastic one (no Master; its workers come and go), whose
-    replicas a bug fails for good (``ExitCode``, ``Never``; under ``OnFailure`` or ``Always``
-    the operator restarts a stopped node, deleting its pod)."""
-    return (
-        spec.kind in ("PyTorchJob", "XGBoostJob", "TFJob", "TrainJob")
-        and spec.elastic is None
-        and not spec.warm
-        and spec.run_policy.restart_policy in (None, "ExitCode", "Never")
-    )
-
-
-def _run_policy(spec: JobSpec, total_replicas: int) -> dict[str, Any]:
-    rp, s = spec.run_policy, spec.scheduling
-    out: dict[str, Any] = {"cleanPodPolicy": clean_pod_policy(spec)}
-    if rp.ttl_seconds_after_finished is not None:
-        out["ttlSecondsAfterFinished"] = rp.ttl_seconds_after_finished
-    out["backoffLimit"] = rp.max_restarts
-    if rp.active_deadline_seconds is not None:
-        out["activeDeadlineSeconds"] = rp.active_deadline_seconds
-    if s.gang:
-        policy: dict[str, Any] = {"minAvailable": total_replicas}
-        if s.queue:
-            policy["queue"] = s.queue
-        if s.priority_class:
-            policy["priorityClass"] = s.priority_class
-        out["schedulingPolicy"] = policy
-    return out
-
-
-def _with_run_policy(body: dict[str, Any], spec: JobSpec, total: int) -> dict[str, Any]:
-    rp = _run_policy(spec, total)
-    return {"runPolicy": rp, **body} if rp else body
 
 
 def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +205,7 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         if spec.nodes > 1:
             replicas["Worker"] = _replica(spec, "Worker", spec.nodes - 1, template)
     body["nprocPerNode"] = str(spec.nproc)
-    body = _with_run_policy(body, spec, spec.nodes)
+    body = with_run_policy(body, spec, spec.nodes)
     body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
 
@@ -286,7 +232,7 @@ def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, 
         replicas["PS"] = _replica(
             spec, "PS", spec.ps_replicas, pod_template(spec, code, ps_role, labels)
         )
-    body = _with_run_policy({}, spec, spec.nodes + spec.ps_replicas)
+    body = with_run_policy({}, spec, spec.nodes + spec.ps_replicas)
     body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
 
@@ -302,7 +248,7 @@ def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
         container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
     )
     replicas = _head_and_workers(spec, "Master", pod_template(spec, code, role, labels))
-    body = _with_run_policy({}, spec, spec.nodes)
+    body = with_run_policy({}, spec, spec.nodes)
     body[str(kind.replica_key)] = replicas
     return _object(spec, labels, body)
 
@@ -348,6 +294,19 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
         body["activeDeadlineSeconds"] = rp.active_deadline_seconds
     body["rayClusterSpec"] = cluster
     return _object(spec, labels, body)
+
+
+def pin_ray_version(job: dict[str, Any], pins: Iterable[str]) -> None:
+    """Tell KubeRay which Ray the pods run (``rayClusterSpec.rayVersion``): the version the
+    program's requirements pin (``ray==2.60.0``, the kernel's Ray, which the image must match
+    for the driver's tasks to run there). From Ray 2.53 KubeRay then probes each pod over HTTP
+    (the dashboard agent's ``/api/healthz``); without it, its probes run ``wget`` inside the
+    container, and an image without wget (a slim Python base) never gets Ready."""
+    for pin in pins:
+        name, sep, version = pin.partition("==")
+        if sep and name.strip().lower() == "ray":
+            job["spec"]["rayClusterSpec"]["rayVersion"] = version.strip()
+            return
 
 
 def _ray_submitter(template: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
@@ -407,7 +366,7 @@ def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     )
     worker = PodRole(container=kind.container, command=None)
     body: dict[str, Any] = {"slotsPerWorker": spec.nproc, "mainContainer": kind.container}
-    body = _with_run_policy(body, spec, spec.nodes + 1)
+    body = with_run_policy(body, spec, spec.nodes + 1)
     body[str(kind.replica_key)] = {
         "Launcher": _replica(spec, "Launcher", 1, pod_template(spec, code, launcher, labels)),
         "Worker": _replica(spec, "Worker", spec.nodes, pod_template(spec, code, worker, labels)),

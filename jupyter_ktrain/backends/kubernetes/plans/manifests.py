@@ -12,7 +12,7 @@ packaging route (code layer or ConfigMap) ships them into ``/ktrain`` with ``pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +22,11 @@ from ....errors import SpecError
 from ....kinds import KIND_TABLE
 from ....spec.deepspeed import CONFIG_FILE, config_bytes
 from ....spec.job import JobSpec
-from .kinds import builder
+from .kinds import builder, pin_ray_version
 from .metrics import metrics_objects
 from .podtemplate import CodeSource, job_labels
+
+REQUIREMENTS = "requirements.txt"  # the program's pins, shipped beside it (capture/program.py)
 
 __all__ = ["CodeSource", "Rendered", "job_objects", "render", "shipped_files", "to_yaml"]
 
@@ -66,7 +68,8 @@ def render(
     """
     code = code or CodeSource()
     shipped = shipped_files(spec, code, files, program_source)
-    objects = job_objects(spec, code, cell=cell, service_monitor=service_monitor)
+    pins = shipped.get(REQUIREMENTS, b"").decode().splitlines()
+    objects = job_objects(spec, code, cell=cell, service_monitor=service_monitor, pins=pins)
     return Rendered(objects=objects, files=shipped)
 
 
@@ -95,11 +98,19 @@ def shipped_files(
 
 
 def job_objects(
-    spec: JobSpec, code: CodeSource, *, cell: str | None = None, service_monitor: bool = False
+    spec: JobSpec,
+    code: CodeSource,
+    *,
+    cell: str | None = None,
+    service_monitor: bool = False,
+    pins: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """The second half of :func:`render`: the objects, in creation order (the job last)."""
+    """The second half of :func:`render`: the objects, in creation order (the job last).
+    ``pins``: the program's requirements (``name==version``); a RayJob names its Ray."""
     labels = job_labels(spec, cell)
     job = builder(KIND_TABLE[spec.kind])(spec, code, labels)
+    if spec.kind == "RayJob":
+        pin_ray_version(job, pins)
     extra = metrics_objects(spec, labels, service_monitor=service_monitor)
     return [*extra, job]
 

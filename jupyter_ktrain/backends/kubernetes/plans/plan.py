@@ -124,7 +124,9 @@ def render_request(
             before = list(_warm_before(spec, cm, namespace, labels))
         volume, _mount, _env = code_volume(before[0])
         code = CodeSource(volume={"configMap": volume["configMap"]}, env=(("PYTHONPATH", LIB_DIR),))
-    rendered = job_objects(spec, code, cell=cell, service_monitor=service_monitor)
+    rendered = job_objects(
+        spec, code, cell=cell, service_monitor=service_monitor, pins=program.requirements
+    )
     validate_objects(rendered)
     if spec.warm:
         rendered = [*rendered[:-1], _warm_job(spec, rendered[-1])]
