@@ -69,6 +69,8 @@ class Config:
     offline_requirements: bool = False
     # the Kueue LocalQueue of every cluster job that names none (--kueue-queue wins)
     kueue_queue: str | None = None
+    # the topology level (--topology) of every Kueue-queued job that names none
+    topology: str | None = None
     # every job an MLflow run at this tracking URI (--mlflow wins), in this experiment
     mlflow: str | None = None
     mlflow_experiment: str | None = None
@@ -123,6 +125,10 @@ def _convert(key: str, value: Any) -> Any:
         from .packaging.reference import Reference
 
         Reference.parse(str(value), what=key)  # OCI syntax, one line naming the key
+    if key == "topology" and value not in (None, ""):
+        from .spec_checks import check_topology_level
+
+        check_topology_level("topology=", str(value))
     if key == "mlflow" and value not in (None, ""):
         check_uri(str(value), "mlflow=")
     return str(value) if value not in (None, "") else None

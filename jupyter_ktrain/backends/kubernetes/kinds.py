@@ -28,6 +28,7 @@ from ...pod.launch import node_command, warm_command
 from ...pod.mpi import OPEN_MPI_5_ENV
 from ...spec import JobSpec
 from .labels import PATCH_MANAGER
+from .placement import group_pod_sets
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 
 __all__ = [
@@ -164,6 +165,9 @@ def _with_run_policy(body: dict[str, Any], spec: JobSpec, total: int) -> dict[st
 
 
 def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    key = KIND_TABLE[spec.kind].replica_key
+    if key and key in body:  # a head and its workers: one Kueue pod-set group
+        group_pod_sets(r["template"] for r in body[key].values())
     return {
         "apiVersion": KIND_TABLE[spec.kind].api_version,
         "kind": spec.kind,
@@ -337,6 +341,8 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
                 "template": copy.deepcopy(template),
             }
         ]
+    group_pod_sets([cluster["headGroupSpec"]["template"]] +
+                   [g["template"] for g in cluster.get("workerGroupSpecs", [])])  # fmt: skip
     body: dict[str, Any] = {
         "entrypoint": shlex.join(single_process_command(code.mount_path)),
         "shutdownAfterJobFinishes": True,

@@ -36,6 +36,7 @@ from ...pod.progress import Progress
 from .fields import ContainerStatus, Terminated, conditions, container_statuses, pod_phase
 from .kueue import queue_info, queued_message
 from .labels import MAX_RESTARTS_ANNOTATION
+from .placement import assigned_domains, describe_domains
 
 __all__ = [
     "build_status",
@@ -76,7 +77,8 @@ def queued_state(
     job: Mapping[str, Any], workload: Mapping[str, Any] | None, position: int | None = None
 ) -> tuple[JobState, str, str]:
     """:func:`job_state`, except that a job its Kueue ``workload`` has not admitted (yet, or
-    again after an eviction) is ``Queued``, with Kueue's reason."""
+    again after an eviction) is ``Queued``, with Kueue's reason. An admitted job Kueue placed by
+    topology says where (its Workload's topology assignment) while it has nothing else to say."""
     state, reason, message = job_state(job)
     if workload and state == PENDING:
         queue = queue_info(workload, position)
@@ -85,6 +87,10 @@ def queued_state(
         if not reason or reason.endswith("Suspended"):  # admitted: its pods are on their way
             where = f" to ClusterQueue {queue.cluster_queue!r}" if queue.cluster_queue else ""
             return state, "Admitted", f"admitted by Kueue{where}"
+    if workload and not message and state not in TERMINAL_STATES:
+        placed = describe_domains(assigned_domains(workload))
+        if placed:
+            return state, reason, f"placed by Kueue: {placed}"
     return state, reason, message
 
 
@@ -309,6 +315,7 @@ def build_status(
     name = job["metadata"]["name"]
     state, reason, message = queued_state(job, workload, queue_position)
     queue = queue_info(workload) if workload else None
+    placed = describe_domains(assigned_domains(workload)) if workload else ""
     names = replica_pods(job) or sorted(pods)
     again, ended = recreations or {}, last_exits or {}
     # a pod deleted once the job ended is shown as last seen; while the job runs, a deleted
@@ -365,7 +372,7 @@ def build_status(
         max_restarts=_max_restarts(job),
         evictions=queue.evictions if queue is not None else (),
         dashboard=_dashboard(status),
-        admitted_by=f"ClusterQueue {queue.cluster_queue!r}"
+        admitted_by=f"ClusterQueue {queue.cluster_queue!r}" + (f" ({placed})" if placed else "")
         if queue is not None and queue.admitted and queue.cluster_queue
         else "",
     )
