@@ -60,6 +60,9 @@ def _landed(test_cluster: Any, job: str) -> tuple[set[str], set[str]]:
         for w in json.loads(got.stdout)["items"]
         if w["metadata"]["ownerReferences"][0]["name"] == job
     ]
+    for ps in wl["spec"]["podSets"]:  # what Kueue read from the job: one rack, as a group
+        assert ps["topologyRequest"]["required"] == RACK, ps
+        assert ps["topologyRequest"]["podSetGroupName"] == "collective", ps
     hosts = set()
     for psa in wl["status"]["admission"]["podSetAssignments"]:
         ta = psa["topologyAssignment"]
@@ -142,3 +145,31 @@ def test_a_job_lands_in_one_rack_and_one_that_fits_no_rack_waits_with_the_reason
     done = _status("first")
     assert done is not None
     assert done.state == "Succeeded", done
+
+
+def test_a_trainjob_asks_through_its_runtime_patch_and_lands_in_one_rack(
+    k8s_shell, test_cluster, capsys
+):
+    """Kueue reads a TrainJob's pod sets from the JobSet its runtime and patches make: the
+    annotation in ktrain's runtime patch reaches the node pod set."""
+    test_cluster.set_nodes(_nodes(test_cluster.namespace))
+    test_cluster.kueue_queue("tas", cpu="16", topology=(BLOCK, RACK, HOST))
+    job = k8s_shell.run_cell_magic(
+        "ktrain",
+        f"--kind TrainJob --runtime torch-distributed {JOB} --topology rack --name tj",
+        "steps(2, 0)\n",
+    )
+    out = capsys.readouterr().out
+    assert job.state == "Succeeded", out
+    assert "placed: node: 1 pod on hostname=r1-" in out, out
+    got = json.loads(test_cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-o", "json").stdout)
+    (wl,) = got["items"]
+    (ps,) = wl["spec"]["podSets"]  # the annotation in ktrain's runtime patch reached Kueue
+    assert ps["topologyRequest"]["required"] == RACK, ps
+    (psa,) = wl["status"]["admission"]["podSetAssignments"]
+    assert psa["name"] == "node", psa
+    (sl,) = psa["topologyAssignment"]["slices"]
+    assert sorted(sl["valuesPerLevel"][-1]["individual"]["roots"]) == ["a", "b"], sl  # r1-a, r1-b
+    pods = json.loads(test_cluster.kubectl("get", "pods", "-o", "json").stdout)["items"]
+    nodes = {p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("tj-node-")}
+    assert nodes == {"r1-a", "r1-b"}, nodes

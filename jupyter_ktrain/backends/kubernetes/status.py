@@ -86,6 +86,8 @@ def queued_state(
             return (QUEUED, *queued_message(queue))
         if not reason or reason.endswith("Suspended"):  # admitted: its pods are on their way
             where = f" to ClusterQueue {queue.cluster_queue!r}" if queue.cluster_queue else ""
+            placed = describe_domains(assigned_domains(workload))
+            where += f", placed: {placed}" if placed else ""
             return state, "Admitted", f"admitted by Kueue{where}"
     if workload and not message and state not in TERMINAL_STATES:
         placed = describe_domains(assigned_domains(workload))
