@@ -125,10 +125,6 @@ def _convert(key: str, value: Any) -> Any:
         from .packaging.reference import Reference
 
         Reference.parse(str(value), what=key)  # OCI syntax, one line naming the key
-    if key == "topology" and value not in (None, ""):
-        from .spec_checks import check_topology_level
-
-        check_topology_level("topology=", str(value))
     if key == "mlflow" and value not in (None, ""):
         check_uri(str(value), "mlflow=")
     return str(value) if value not in (None, "") else None

@@ -170,9 +170,9 @@ def test_rank_env_reads_open_mpi_5s_hostfile_variable(tmp_path: Path) -> None:
 
 
 def _env(flags: str) -> tuple[dict[str, str], set[str]]:
-    from jupyter_ktrain.backends.kubernetes.kinds import mpijob
-    from jupyter_ktrain.backends.kubernetes.podtemplate import CodeSource
-    from jupyter_ktrain.options import parse_flags, spec_from_args
+    from jupyter_ktrain.backends.kubernetes.plans.kinds import mpijob
+    from jupyter_ktrain.backends.kubernetes.plans.podtemplate import CodeSource
+    from jupyter_ktrain.flags import parse_flags, spec_from_args
 
     spec = spec_from_args(parse_flags(f"--kind MPIJob --nodes 2 --image py:3 {flags}"))
     job = mpijob(spec, CodeSource(), {})

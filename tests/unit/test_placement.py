@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.placement import (
+from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.placement import (
     GROUP_ANNOTATION,
     PREFERRED_ANNOTATION,
     REQUIRED_ANNOTATION,
     assigned_domains,
     describe_domains,
 )
-from jupyter_ktrain.backends.kubernetes.retries import ApiFailure
-from jupyter_ktrain.backends.kubernetes.topology_check import check_topology
+from jupyter_ktrain.backends.kubernetes.plans.topology_check import check_topology
 from jupyter_ktrain.errors import PreflightError, SpecError
-from jupyter_ktrain.options import parse_flags, spec_from_args
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 
 RACK = "example.com/rack"
 QUEUED = "--kueue-queue team-a --image local/python"
