@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..jobs import PENDING, QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
+from ..jobs import PENDING, QUEUED, RUNNING, JobShape, JobState, ReplicaStatus, is_terminal
 from ..kinds import job_kind
 from ..pod.progress import JobProgress, Progress
 from ..pod.protocol import (
@@ -77,7 +77,7 @@ class JobHeader:
     name: str
     shape: JobShape = field(default_factory=JobShape)
     backend: str = "local"
-    state: str = PENDING
+    state: JobState = PENDING
     message: str = ""
     image_digest: str | None = None
     start_time: float | None = None
@@ -201,7 +201,7 @@ class MonitorModel(LogBook):
             self.node_names[node] = replica
         return node
 
-    def set_state(self, state: str, now: float, message: str = "") -> None:
+    def set_state(self, state: JobState, now: float, message: str = "") -> None:
         h = self.header
         if state == h.state and message == h.message:
             return
