@@ -13,9 +13,9 @@ from jupyter_ktrain.backends.local.causes import (
     out_of_restarts,
     outweighs,
     rank_codes,
+    restart_backoff,
 )
 from jupyter_ktrain.backends.local.procs import NodeKill
-from jupyter_ktrain.backends.local.supervisor import restart_backoff
 from jupyter_ktrain.failures import WorkerExit
 from jupyter_ktrain.pod.exits import is_bug, stopped_node_exit
 

@@ -25,6 +25,7 @@ __all__ = [
     "out_of_restarts",
     "outweighs",
     "rank_codes",
+    "restart_backoff",
     "weight",
 ]
 
@@ -162,3 +163,11 @@ def out_of_restarts(done: int, limit: int) -> str:
         return "a fault, and --max-restarts 0 allows no restart"
     times = "time" if done == 1 else "times"
     return f"a fault, and the restarts ran out (restarted {done} {times}, --max-restarts {limit})"
+
+
+def restart_backoff(restart: int, base: float) -> float:
+    """Seconds to wait before restart number ``restart`` (1, 2, ...): none before the first (a
+    killed rank comes back as soon as its nodes are stopped, as torchrun restarts its workers),
+    then ``base``, doubling, as the kubelet backs off a container that keeps failing: a fault
+    that repeats at once gets the machine time to settle."""
+    return 0.0 if restart <= 1 else base * 2 ** (restart - 2)

@@ -140,6 +140,7 @@ class Planner:
             restart_delay_s=RESTART_DELAY_S,
             warm=spec.warm,
             replaces=replaces,
+            hang_after_s=spec.hang_after,
         )
         files = {**program.files, **deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)

@@ -20,11 +20,10 @@ whatever is left of the node (torchrun, its ranks: each node's processes carry a
 their own, :func:`.procs.kill_node`) is killed with SIGKILL, and the node's log says how many.
 Ranks of a dead node must not train on (and write checkpoints) with the other nodes.
 
-Nothing of a job outlives its supervisor. Its parent is a small watchdog that only waits for
-it: if the supervisor dies before the job ended (``kill -9``, the kernel's OOM killer), the
-watchdog stops every process of the job (found by its marker, :mod:`.procs`) and writes the
-job's final state, Failed with the reason. Each node process also gets SIGTERM from the kernel
-the moment the supervisor dies (``PR_SET_PDEATHSIG``), which its agent forwards to torchrun.
+Nothing of a job outlives its supervisor: its parent, a small watchdog
+(:mod:`.watchdog`), stops the job if it dies first, and each node process gets SIGTERM the
+moment it dies (``PR_SET_PDEATHSIG``), which its agent forwards to torchrun. Its hangs are
+watched here too (:mod:`.hangwatch`), followed by a cell or not.
 A copy of the output that fails (a full disk, a quota) ends the job Failed with the reason
 instead of leaving it blocked on a full pipe. A rank killed by a signal cannot report its own
 end; torchrun's failure report says which rank it was, and the job's failure names it.
@@ -38,17 +37,20 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from ...failures import TorchrunReport, WorkerExit
 from ...jobs import CANCELLED, CANCELLED_BY_USER, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
-from ...pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server, forks_ranks, start_server
+from ...pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server
 from ...pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ...pod.progress import JobProgress
 from ...pod.protocol import Exit, Metric, Resume, format_agent_line, parse_line
+from ...pod.stacks import STACKS_DIR_ENV
 from ...store.jobdirs import release_reserve
+from ...store.records import keep_hang
 from .causes import (
     GRACE_AFTER_FAILURE_S,
     Bug,
@@ -59,15 +61,17 @@ from .causes import (
     out_of_restarts,
     outweighs,
     rank_codes,
+    restart_backoff,
 )
+from .hangwatch import JobHangs, asked
 from .joblog import JobLog, copy_error_text, tell_nodes
 from .plan import free_port, port_free
 from .procs import (
-    MARKER_ENV,
     NODE_ENV,
     NodeKill,
     die_with,
     exit_code,
+    job_fork_server,
     kill_marked,
     kill_node,
     node_marker,
@@ -116,6 +120,10 @@ class Supervisor:
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
         self.forks: Server | None = None  # the job's fork server (restarted ranks fork)
+        world, env = len(self.plan.nodes) * self.plan.nproc, self.plan.env
+        keep = partial(keep_hang, "local", job_dir.name)  # said without a cell (.hangwatch)
+        self.hangs = JobHangs(job_dir.name, self.plan.hang_after_s, world, self.plan.nproc,
+                              keep, asked(env.get(STACKS_DIR_ENV)))  # fmt: skip
         self.state = LocalState(
             supervisor_pid=os.getpid(),
             supervisor_start=process_start(os.getpid()),
@@ -184,6 +192,8 @@ class Supervisor:
             return
         if line.rank is None:
             return
+        step = line.record.get("step") if line.record is not None else None
+        self.hangs.heard(line.rank, step if type(step) is int else None, time.time())
         if line.record is None:
             with self.lock:
                 self._rank_file(line.rank).write(line.text.encode() + b"\n")
@@ -259,6 +269,7 @@ class Supervisor:
             self.pumps.append(pump)
         started = self.state.started or time.time()  # the job's, not this attempt's
         self.save(state=RUNNING, started=started, nodes=self._nodes(), reason="", message="")
+        self.hangs.start(time.time(), started)
 
     def terminate(self, *_args: Any) -> None:
         for proc in self.procs:
@@ -272,30 +283,13 @@ class Supervisor:
     def run(self) -> None:
         """Start every node, follow them to the end; after a fault with restarts left, stop
         whatever of the job still runs and start every node again."""
-        self.forks = self._start_forks()  # stopped by finish, or with this process
+        self.forks = job_fork_server(self.plan)  # stopped by finish, or with this process
         self.start()
         while True:
             self.wait()
             fault = self._fault()
             if fault is None or not self._restart(*fault):
                 return
-
-    def _start_forks(self) -> Server | None:
-        """One fork server for the job, started before any thread (it warms on idle CPU,
-        :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
-        torchrun and ranks fork from it and do not import torch again. Unmarked, so no sweep
-        of an attempt ends it; it dies with this process. None where the nodes run no
-        torchrun, or it cannot start."""
-        launch = self.plan.nodes[0]
-        if not forks_ranks(launch.argv):
-            return None
-        env = {**os.environ, **launch.env}
-        for name in (MARKER_ENV, NODE_ENV):
-            env.pop(name, None)
-        try:
-            return start_server(launch.argv[0], env, preexec_fn=die_with(os.getpid()))
-        except OSError:
-            return None  # each node's agent starts its own
 
     def wait(self) -> None:
         failed_at: float | None = None
@@ -325,6 +319,8 @@ class Supervisor:
                 kill_marked(self.marker, exclude={os.getpid()})
             if self.bug is not None and not self.cancelled:
                 self._stop_for_bug(self.bug, codes, now)
+            if failed_at is None and not stop:
+                self.hangs.check(time.time())
             time.sleep(0.05)
         for node, proc in enumerate(self.procs):  # those that ended in the last poll
             if proc.returncode not in (None, 0) and node not in self.ended:
@@ -490,17 +486,10 @@ class Supervisor:
         if self.progress.progress is not None:  # the last update may have been held back
             self.state = replace(self.state, progress=self.progress.progress)
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
+        self.hangs.stop()
         release_reserve(self.dir)
         if self.forks is not None:  # once the end is written: its interpreter takes a while
             self.forks.stop()
-
-
-def restart_backoff(restart: int, base: float) -> float:
-    """Seconds to wait before restart number ``restart`` (1, 2, ...): none before the first (a
-    killed rank comes back as soon as its nodes are stopped, as torchrun restarts its workers),
-    then ``base``, doubling, as the kubelet backs off a container that keeps failing: a fault
-    that repeats at once gets the machine time to settle."""
-    return 0.0 if restart <= 1 else base * 2 ** (restart - 2)
 
 
 def _sweep(marker: str) -> list[int]:
