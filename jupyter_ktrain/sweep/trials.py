@@ -24,7 +24,8 @@ class Trial:
     """Trial ``number``: the swept names' ``params``, its ``state`` (Succeeded, Failed, Pruned,
     Cancelled), its ``objective`` (a pruned trial's: its value at the step it was pruned at, as
     ``error`` says), the ``job`` it ran as (``run``: its run there, on a warm job), ``error``:
-    why it failed or was pruned (one line); ``handle``: the :class:`~jupyter_ktrain.backends.base.Job` (logs, result)."""
+    why it failed or was pruned (one line); ``handle``: the
+    :class:`~jupyter_ktrain.backends.base.Job` (logs, result)."""
 
     number: int
     params: Mapping[str, Any]

@@ -123,7 +123,8 @@ class Planner:
                 STACKS_DIR_ENV: os.path.join(tempfile.gettempdir(), f"ktrain-stacks-{marker[:16]}"),
                 **spec.env_dict,
             }
-            argv = node_command(str(code_dir), python=self.python)
+            # a CPU job's agent samples no GPU: nothing to say of NVML on each node's start
+            argv = node_command(str(code_dir), python=self.python, gpus=bool(spec.resources.gpus))
             if spec.warm:  # a warm agent: its runs' programs come through the job's folder
                 argv = [self.python, "-m", "jupyter_ktrain.pod.agent.warm"]
                 env["PYTHONPATH"] = python_path.split(os.pathsep, 1)[1]  # no code dir: per run
