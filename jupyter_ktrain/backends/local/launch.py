@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ...kinds import KIND_TABLE
 from ...pod.agent.warm import CONTROL_ENV
 from ...pod.checkpoint import CHECKPOINTS_ENV
+from ...pod.exits import STOP_WHY_ENV
 from ...pod.launch import node_command, operator_env
 from ...pod.stacks import STACKS_DIR_ENV
 from ..base import LaunchPlan
@@ -119,6 +120,7 @@ class Planner:
                 **metrics_env(spec, node),
                 **dict(kind.driver_env),
                 MARKER_ENV: marker,
+                STOP_WHY_ENV: str(job_dir / "stop-why"),  # why the supervisor stopped a node
                 # the ranks' sockets for `stacks`: short (a socket path has 108 bytes), the job's
                 STACKS_DIR_ENV: os.path.join(tempfile.gettempdir(), f"ktrain-stacks-{marker[:16]}"),
                 **spec.env_dict,

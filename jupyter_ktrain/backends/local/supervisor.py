@@ -20,10 +20,9 @@ whatever is left of the node (torchrun, its ranks: each node's processes carry a
 their own, :func:`.procs.kill_node`) is killed with SIGKILL, and the node's log says how many.
 Ranks of a dead node must not train on (and write checkpoints) with the other nodes.
 
-Nothing of a job outlives its supervisor: its parent, a small watchdog
-(:mod:`.watchdog`), stops the job if it dies first, and each node process gets SIGTERM the
-moment it dies (``PR_SET_PDEATHSIG``), which its agent forwards to torchrun. Its hangs are
-watched here too (:mod:`.hangwatch`), followed by a cell or not.
+Nothing of a job outlives its supervisor: its parent, a watchdog (:mod:`.watchdog`), stops the
+job if it dies first; each node gets SIGTERM when it dies (``PR_SET_PDEATHSIG``), which its
+agent forwards to torchrun. Its hangs are watched here too (:mod:`.hangwatch`).
 A copy of the output that fails (a full disk, a quota) ends the job Failed with the reason
 instead of leaving it blocked on a full pipe. A rank killed by a signal cannot report its own
 end; torchrun's failure report says which rank it was, and the job's failure names it.
@@ -64,7 +63,7 @@ from .causes import (
     restart_backoff,
 )
 from .hangwatch import JobHangs, asked
-from .joblog import JobLog, copy_error_text, tell_nodes
+from .joblog import JobLog, copy_error_text, say_stop_why, tell_nodes
 from .plan import free_port, port_free
 from .procs import (
     NODE_ENV,
@@ -246,6 +245,7 @@ class Supervisor:
         """Every node process first, then the threads that copy their output (a process
         forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
+        say_stop_why(self.plan.env, None)
         die_with_us = die_with(os.getpid())
         for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
@@ -339,6 +339,7 @@ class Supervisor:
             self.stopped = frozenset(k for k, c in enumerate(codes) if c is None)
             others = sorted(self.stopped - {bug.node})
             tell_nodes(self.dir, bug.stop_line(), others)
+            say_stop_why(self.plan.env, bug.stop_why())  # before the SIGTERM: its last line
             for node in others:
                 if None not in rank_codes(self.exit_codes, node, self.plan.nproc):
                     kill_node(self.marker, node)
