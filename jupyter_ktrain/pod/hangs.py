@@ -11,9 +11,11 @@ median gap between its lines when it reports no steps). Only a rank that used to
 Before any step (start-up: imports, the rendezvous, the first collective) the ranks are
 watched as one: once the attempt started (:meth:`~HangWatch.start`, again at each restart) and
 no rank reported a step, every rank of the world (``world``, those heard from or not) quiet for
-``after`` seconds, else :data:`DEFAULT_START_HANG_S`, is a hang of them all (``first``); the
-stacks then tell which never reached the collective the others wait in. A job of one rank
-waits for no other: it is never said to hang before its first step.
+``after`` seconds, else :data:`DEFAULT_START_HANG_S`, since the last line of any rank is a hang
+of them all (``first``); the stacks then tell which never reached the collective the others
+wait in. Before any rank printed (the nodes start torchrun, import, meet at the rendezvous), at
+least :data:`START_FLOOR_S`: a slow start is not a hang. A job of one rank waits for no other:
+it is never said to hang before its first step.
 
 Who is named:
 
@@ -41,6 +43,7 @@ from .protocol import Stack
 __all__ = [
     "DEFAULT_HANG_S",
     "DEFAULT_START_HANG_S",
+    "START_FLOOR_S",
     "Hang",
     "HangWatch",
     "hang_said",
@@ -54,6 +57,7 @@ DEFAULT_HANG_S = 120.0
 # before the first step: imports, a data set's first shard, a model's download may print
 # nothing for minutes; under NCCL's 10 min collective timeout, which would end the job unnamed
 DEFAULT_START_HANG_S = 300.0
+START_FLOOR_S = 60.0  # before any rank printed: what a loaded machine's start may take
 STEP_FACTOR = 10.0  # times a rank's median step time
 MIN_BEATS = 3  # progress seen this often before a rank can be said to hang
 _KEEP = 50  # recent gaps kept per rank for its median
@@ -181,6 +185,8 @@ class HangWatch:
             return None
         last = max([self._since, *(p.last for p in paces.values())])
         limit = self.after if self.after is not None else DEFAULT_START_HANG_S
+        if not paces:  # no rank printed yet: the nodes may still be starting
+            limit = max(limit, START_FLOOR_S)
         if now - last <= limit:
             return None
         steps: dict[int, int | None] = dict.fromkeys(ranks)

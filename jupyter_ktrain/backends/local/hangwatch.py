@@ -58,8 +58,8 @@ class JobHangs:
         with self._lock:
             self._watch.heard(rank, now, step)
             moved = self._hang is not None and rank in self._hang.ranks
-            if moved:
-                self._hang = None
+            if moved:  # a hang named again later gets its stacks taken again
+                self._hang, self._asked = None, set()
         if moved:
             self._say(None)
 
@@ -90,6 +90,8 @@ class JobHangs:
             if (hang and hang.ranks) == (self._hang and self._hang.ranks):
                 return
             self._hang = hang
+            if hang is None:
+                self._asked = set()
             new = hang is not None and hang.ranks not in self._asked
             if hang is not None:
                 self._asked.add(hang.ranks)
