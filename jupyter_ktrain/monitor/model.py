@@ -191,6 +191,7 @@ class MonitorModel(GpuWatch, LogBook):
         for r in rows:
             if r.restarts > before.get(r.name, 0):
                 self._hangs.forget(now)
+                self._progress.restarted(now)  # restarting until the new rate is known
                 self._step_times.forget()
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",

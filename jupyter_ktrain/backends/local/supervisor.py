@@ -440,12 +440,12 @@ class Supervisor:
         if self.cancelled:
             return False
         self._free_port()
-        with self.lock:
-            self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
-            self.reaped = {}
+        with self.lock:  # a new attempt: restarting until its rate is known (JobProgress)
+            self.procs, self.pumps, self.reports, self.ended, self.reaped = [], [], {}, [], {}
             self.exit_codes.clear()
             self.first_failure, self.bug, self.stopped = None, None, None
-            self.state = replace(self.state, failed_rank=None)  # the new attempt's, once one fails
+            again = self.progress.restarted(time.time())  # its failed rank: once one fails
+            self.state = replace(self.state, failed_rank=None, progress=again)
         self.start()
         return True
 
