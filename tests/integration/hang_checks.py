@@ -181,8 +181,12 @@ def first_collective_hang_named(
         rf"{FIRST_HANG_SLEEP_LINE}\)"
     )
     named = (
-        f"rank 1 ({where[1]}) has made no progress for (\\d+) s: every rank is stopped before "
-        "its first step, the others inside a collective, it is not"
+        re.escape(f"rank 1 ({where[1]}) has made no progress for ")
+        + r"(\d+)"
+        + re.escape(
+            " s: every rank is stopped before its first step, the others inside a "
+            "collective, it is not"
+        )
     )
     # followed: the cell, then the panel
     seen: dict[str, Any] = {}
