@@ -47,6 +47,7 @@ from ..monitor.viewmodel import (
     state_colour,
     summary_values,
 )
+from .frontend import in_kernel, open_in_panel, widgets_available
 from .html import log_line_html, notice_html, replica_table, strip_tags
 from .plots import FigureAside
 from .rankfilter import RankFilter
@@ -271,10 +272,11 @@ class MonitorView:
         if m.replicas != self._replica_rows:
             self._replica_rows = list(m.replicas)
             self.replicas.value = replica_table(m)
-        labels = m.labels()
+        labels = [self.rank_filter.label(), *m.labels()]  # "every rank": as the filter has it
         if labels != self._labels:
             self._labels = labels
-            self.rank_select.options = [("all ranks", ""), *((lb, lb) for lb in labels)]
+            every, *ranks = labels
+            self.rank_select.options = [(every, ""), *((lb, lb) for lb in ranks)]
 
     # -- logs ---------------------------------------------------------------------------
     def _update_logs(self) -> None:
@@ -459,41 +461,11 @@ class MonitorView:
 
 
 # ---------------------------------------------------------------------------------------
-def open_in_panel() -> None:
-    """The kernel's half of the "Open in side panel" button: nothing to do here.
-
-    Pass it as ``on_open_panel`` to enable the button. The kernel cannot run JupyterLab
-    commands (and is busy while the cell follows the job), so the browser does the work: the
-    button carries the DOM classes ``ktrain-open-panel`` and ``ktrain-job-NAME``, and the
-    jupyter-ktrain JupyterLab extension's document click listener sees the click, reveals the
-    "ktrain jobs" panel, highlights the job and opens its tab (``ktrain:open-job``). Without
-    that extension (classic Notebook, VS Code) the click does nothing.
-    """
-
-
 def _panel_hint(button_class: str, name_class: str) -> Any:
     """What the panel button says where the side panel is not loaded (:mod:`.panelhint`)."""
     from .panelhint import PanelHint
 
     return PanelHint(button_class=button_class, name_class=name_class)
-
-
-def in_kernel() -> bool:
-    """True in a Jupyter kernel (a shell with a kernel, so with comms for widgets)."""
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def widgets_available() -> bool:
-    """True in a kernel with a comm when ipywidgets and anywidget import."""
-    try:
-        import anywidget  # noqa: F401
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
-    return in_kernel()
 
 
 def make_view(
