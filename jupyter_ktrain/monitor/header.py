@@ -24,10 +24,15 @@ class JobHeader:
     start_time: float | None = None
     end_time: float | None = None
     run: int | None = None  # a warm job's run this monitor follows (None: any other job)
+    waiting_since: float | None = None  # when the monitor saw it wait (Pending, Queued)
 
     def elapsed(self, now: float) -> float:
+        """Seconds it has run; before it started, seconds it has waited (the header's clock
+        counts while it is Pending); 0 for one that ended without starting."""
         if self.start_time is None:
-            return 0.0
+            if self.waiting_since is None or self.finished:
+                return 0.0
+            return max(0.0, now - self.waiting_since)
         return max(0.0, (self.end_time if self.end_time is not None else now) - self.start_time)
 
     @property

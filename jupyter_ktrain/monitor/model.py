@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from ..jobs import QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
+from ..jobs import PENDING, QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
 from ..kinds import job_kind
 from ..pod.hangs import Hang, HangWatch, hang_said
 from ..pod.progress import JobProgress, Progress
@@ -150,6 +150,8 @@ class MonitorModel(GpuWatch, LogBook):
 
     def set_state(self, state: str, now: float, message: str = "") -> None:
         h = self.header
+        if state in (PENDING, QUEUED) and h.waiting_since is None:
+            h.waiting_since = now  # its clock counts the wait
         if state == h.state and message == h.message:
             return
         self.version += 1
