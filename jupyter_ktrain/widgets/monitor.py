@@ -36,7 +36,7 @@ from typing import IO, Any
 from ..jobs import CANCELLED, View
 from ..monitor.logbook import LogEntry
 from ..monitor.model import MonitorModel
-from ..monitor.text import TextView, header_text
+from ..monitor.text import TextView, header_parts
 from ..monitor.viewmodel import (
     NOTICES,
     PanelKey,
@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 PANEL_BUTTON_CLASS = "ktrain-open-panel"
+_ONE_LINE = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis"
 
 Callback = Callable[[], None]
 
@@ -106,7 +107,8 @@ class MonitorView:
         self.max_plot_ranks = max_plot_ranks
         self._lock = threading.Lock()
 
-        self.header = w.HTML()
+        # the header takes the row's width beside its buttons, and shrinks (its head cut short)
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.cancel_button = w.Button(
             description="Cancel",
             icon="stop",
@@ -257,10 +259,15 @@ class MonitorView:
     def _update_header(self, now: float) -> None:
         m = self.model
         colour = state_colour(m.header.state)
-        text = html.escape(header_text(m, now))
+        head, details = (html.escape(part) for part in header_parts(m, now))
         pct = m.progress.percent if m.progress is not None else None
         bar = "" if pct is None else f' <progress value="{pct:g}" max="100"></progress>'
-        self.header.value = f'<b style="color:{colour}">●</b> {text}{bar}'
+        # the line that matters on one line (all of it in its tooltip), its details under it
+        self.header.value = (
+            f'<div class="ktrain-HeaderHead" title="{head}" style="{_ONE_LINE}">'
+            f'<b style="color:{colour}">●</b> {head}{bar}</div>'
+            f'<div class="ktrain-HeaderDetails" style="color:#666">{details}</div>'
+        )
         self._update_cancel_button()
         alerts = m.alerts()
         self.alerts.value = "".join(
