@@ -40,8 +40,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPAT
 
 import jupyter_ktrain as ktrain  # noqa: E402
 from jupyter_ktrain.backends.local import LocalBackend  # noqa: E402
-from jupyter_ktrain.pod.hangs import HangWatch  # noqa: E402
 from jupyter_ktrain.monitor.stragglers import StepTimes  # noqa: E402
+from jupyter_ktrain.pod.hangs import HangWatch  # noqa: E402
 from jupyter_ktrain.pod.protocol import Metric, format_rank_line, parse_line  # noqa: E402
 from jupyter_ktrain.stacks import show_stacks  # noqa: E402
 
