@@ -248,6 +248,7 @@ def _header_fits(page: Any) -> None:
         page.wait_for_timeout(300)  # a layout after the resize
         seen = page.evaluate(HEADER_LINES)
         assert seen is not None
+        print(f"widget header at 1100 px: {seen['lines']:.2f} lines")
         assert "Running" in seen["text"], seen
         assert seen["lines"] <= 2.2, seen
     finally:
