@@ -262,11 +262,13 @@ class MonitorView:
         head, details = (html.escape(part) for part in header_parts(m, now))
         pct = m.progress.percent if m.progress is not None else None
         bar = "" if pct is None else f' <progress value="{pct:g}" max="100"></progress>'
-        # the line that matters on one line (all of it in its tooltip), its details under it
+        # the line that matters on one line, its details on one line under it (each cut short
+        # where the row is narrow, whole in its tooltip; the alerts say a restart's why too)
         self.header.value = (
             f'<div class="ktrain-HeaderHead" title="{head}" style="{_ONE_LINE}">'
             f'<b style="color:{colour}">●</b> {head}{bar}</div>'
-            f'<div class="ktrain-HeaderDetails" style="color:#666">{details}</div>'
+            f'<div class="ktrain-HeaderDetails" title="{details}" style="color:#666;{_ONE_LINE}">'
+            f"{details}</div>"
         )
         self._update_cancel_button()
         alerts = m.alerts()

@@ -2,7 +2,8 @@
 2 x 2 local job under Run All; the widget shows every rank's lines, its loss plot grows while
 the job runs, the header ends Succeeded, and the notebook's kernel indicator reads busy all the
 while (JupyterLab 4.6 asks the kernel for a subshell when the widget's first comm opens; that
-request's idle must not leave it reading Idle); at 1100 px its header is two lines, not three.
+request's idle must not leave it reading Idle); beside the file browser at 1100 and 900 px its
+header is two lines, not more.
 A screenshot goes to test-artifacts/."""
 
 from __future__ import annotations
@@ -240,18 +241,23 @@ HEADER_LINES = """() => {
 
 
 def _header_fits(page: Any) -> None:
-    """At 1100 px the header is two lines: the job, its state, clock and progress on one, its
-    details under it (one wrapped header read three lines there), then the page as it was."""
+    """At 1100 px and at 900 px, JupyterLab's file browser open beside the notebook, the header
+    is two lines: the job, its state, clock and progress on one, its details on the next, each
+    cut short where the row is narrow (a header that wrapped read three lines at 1100 px with a
+    longer message, four here at 900 px); then the page as it was."""
     was = page.viewport_size
-    page.set_viewport_size({"width": 1100, "height": was["height"]})
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
     try:
-        page.wait_for_timeout(300)  # a layout after the resize
-        seen = page.evaluate(HEADER_LINES)
-        assert seen is not None
-        print(f"widget header at 1100 px: {seen['lines']:.2f} lines")
-        assert "Running" in seen["text"], seen
-        assert seen["lines"] <= 2.2, seen
+        for width in (1100, 900):
+            page.set_viewport_size({"width": width, "height": was["height"]})
+            page.wait_for_timeout(500)  # a layout after the resize
+            seen = page.evaluate(HEADER_LINES)
+            assert seen is not None
+            print(f"widget header at {width} px: {seen['lines']:.2f} lines")
+            assert "Running" in seen["text"], seen
+            assert seen["lines"] <= 2.2, (width, seen)
     finally:
+        page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
         page.set_viewport_size(was)
 
 
