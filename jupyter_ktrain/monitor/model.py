@@ -162,7 +162,8 @@ class MonitorModel(GpuWatch, LogBook):
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
         if state == RUNNING:  # the ranks start: a hang before any step counts from here
-            self._hangs.start(now, self._world() or 0)
+            # (a driver-only kind's tasks report as its driver: its world waits on no rank)
+            self._hangs.start(now, 0 if self._concurrent_steps else self._world() or 0)
         if is_terminal(state):
             h.end_time = now if h.end_time is None else h.end_time
             for key in [k for k in self._alerts if k[0] in ("rank-hung", "gpu-low-util")]:
