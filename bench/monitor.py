@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
-from jupyter_ktrain.options import parse_flags, spec_from_args
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.pod.protocol import parse_line
 from tests.cluster.cluster import Cluster
 from tests.cluster.controlplane import binaries
@@ -90,7 +90,7 @@ def first_line_ours(kubeconfig: Path, ns: str) -> float:
     program = _program("hello()\n", SETUP)
     # what `%load_ext jupyter_ktrain` does in the background with the Kubernetes backend
     # configured: compile the schema validators once per kernel (issue 3's cache)
-    from jupyter_ktrain.backends.kubernetes.validate import warm_up
+    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
 
     warm_up()
     t0 = time.monotonic()

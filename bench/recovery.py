@@ -73,8 +73,8 @@ from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.monitor.follow import follow
-from jupyter_ktrain.options import parse_flags, spec_from_args
 from tests.cluster.cluster import Cluster
 from tests.resume_cells import SETUP
 
@@ -300,7 +300,7 @@ def save_throughput(folder: Path) -> dict[str, float]:
     written, fsynced, renamed), against ``torch.save`` with and without fsync."""
     import torch
 
-    from jupyter_ktrain.pod.checkpoint import Checkpoints
+    from jupyter_ktrain.pod.checkpoint.plain import Checkpoints
 
     os.environ.setdefault("RANK", "0")  # as in a job's rank 0: it writes its records
     state = _state(SAVE_MB)

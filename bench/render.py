@@ -23,9 +23,9 @@ from jsonschema import Draft7Validator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
 
-from jupyter_ktrain.backends.kubernetes import validate
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.backends.kubernetes.plans import validate
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
 FLAGS = (
     "--name llm-64x8 --namespace ml --nodes 64 --gpus-per-node 8 "

@@ -148,7 +148,7 @@ def _best(objectives: dict[tuple[float, int], float]) -> tuple[float, int]:
 
 
 def main() -> None:
-    from jupyter_ktrain.backends.kubernetes.validate import warm_up
+    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
     from tests.cluster.cluster import Cluster
 
     warm_up()  # what loading the extension does in the background

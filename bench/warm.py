@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jupyter_ktrain.backends.base import Backend, Job
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.errors import KtrainError
-from jupyter_ktrain.options import parse_flags, spec_from_args
+from jupyter_ktrain.flags import parse_flags, spec_from_args
 from jupyter_ktrain.pod.protocol import READY, parse_line, record_type
 
 ROUNDS = int(os.environ.get("KTRAIN_BENCH_ROUNDS", "5"))
@@ -217,7 +217,7 @@ def _torch_import_s() -> float:
 
 def cluster_rounds() -> dict[str, Any]:
     from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
-    from jupyter_ktrain.backends.kubernetes.validate import warm_up
+    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
     from jupyter_ktrain.config import Config
     from tests.cluster.cluster import Cluster
     from tests.cluster.controlplane import binaries

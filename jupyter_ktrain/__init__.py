@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 # The pod side, eagerly: in a job only this file and jupyter_ktrain/pod/ are there
 # (packaging.layer.runner_files), so ``import jupyter_ktrain`` must need nothing else.
-from .pod.checkpoint import Checkpoints, checkpoint
+from .pod.checkpoint.plain import Checkpoints, checkpoint
 from .pod.report import report
 
 if TYPE_CHECKING:
-    from .api import run, submit, sweep
     from .backends.base import Job
     from .errors import (
         BackendError,
@@ -39,7 +38,8 @@ if TYPE_CHECKING:
         SecretError,
         SpecError,
     )
-    from .spec import JobSpec, Resources
+    from .frontends.api import run, submit, sweep
+    from .spec.job import JobSpec, Resources
     from .sweep.trials import Sweep
 
 # The notebook side, on first use (PEP 562): name -> its module
@@ -59,13 +59,13 @@ _LAZY = {
         ),
         "errors",
     ),
-    "JobSpec": "spec",
-    "Resources": "spec",
+    "JobSpec": "spec.job",
+    "Resources": "spec.job",
     "Job": "backends.base",
     "JobFailed": "errors",
-    "run": "api",
-    "submit": "api",
-    "sweep": "api",
+    "run": "frontends.api",
+    "submit": "frontends.api",
+    "sweep": "frontends.api",
     "Sweep": "sweep.trials",
 }
 
@@ -114,7 +114,7 @@ def __dir__() -> list[str]:
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jupyter_ktrain``: register the ``%%ktrain`` and ``%ktrain`` magics (and
     let ``%%ktrain --help`` stand alone in a cell)."""
-    from .magics import KtrainMagics, help_alone
+    from .frontends.magics import KtrainMagics, help_alone
 
     ipython.register_magics(KtrainMagics(ipython))
     cleanup = getattr(ipython, "input_transformers_cleanup", None)

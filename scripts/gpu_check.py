@@ -491,7 +491,7 @@ def check_stuck_nccl(kernel: Kernel, hang_after: float = 30.0) -> dict[str, Any]
 def check_profile(kernel: Kernel) -> dict[str, Any]:
     """``%ktrain profile`` of a running GPU job: the table in CUDA time, CUDA kernels in it."""
     from jupyter_ktrain.backends.local import LocalBackend
-    from jupyter_ktrain.commands import run as run_command
+    from jupyter_ktrain.frontends.commands import run as run_command
 
     name = "gc-profile"
     with contextlib.redirect_stdout(sys.stderr):

@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.capture import capture
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 TRAIN = """
 import os, time

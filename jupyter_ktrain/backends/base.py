@@ -35,7 +35,7 @@ from .warm import check_warm
 if TYPE_CHECKING:
     from ..capture import CapturedProgram
     from ..pod.progress import Progress
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
 
 __all__ = [
     "Backend",

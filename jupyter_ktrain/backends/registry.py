@@ -16,7 +16,7 @@ from ..extras import EXTRAS, missing_modules, require
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
     from .base import Backend
 
 __all__ = [
@@ -33,7 +33,7 @@ def default_backend_name() -> str:
     in a pod with a service account token (a Kubeflow notebook: its cluster is the one the
     pod runs on, its namespace the pod's), else ``local``."""
     from ..config import load_config
-    from .kubernetes.api import in_cluster
+    from .kubernetes.client.api import in_cluster
 
     return load_config().backend or ("kubernetes" if in_cluster() else "local")
 
@@ -65,7 +65,7 @@ def warm_up(name: str) -> None:
     """Do now what the first job of backend ``name`` would wait for (the Kubernetes backend
     compiles its manifest validators)."""
     if name == "kubernetes" and not missing_modules(EXTRAS["kubernetes"].modules):
-        from .kubernetes.validate import warm_up as compile_validators
+        from .kubernetes.plans.validate import warm_up as compile_validators
 
         compile_validators()
 
@@ -90,8 +90,8 @@ def render_kubernetes(
             "Checking the manifests against the Kubernetes and Kubeflow schemas (--no-validate "
             "skips it)",
         )
-    from .kubernetes.manifests import CodeSource, render
-    from .kubernetes.validate import validate_objects
+    from .kubernetes.plans.manifests import CodeSource, render
+    from .kubernetes.plans.validate import validate_objects
 
     code = CodeSource.configmap(configmap) if configmap else CodeSource()
     rendered = render(spec, code, cell=cell, service_monitor=service_monitor)

@@ -14,7 +14,7 @@ from ..errors import SpecError
 from ..kinds import DEFAULT_KIND
 
 if TYPE_CHECKING:
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
 
 __all__ = ["DEFAULT_IDLE_S", "WARM_KINDS", "check_warm", "shape_changes", "warm_shape"]
 

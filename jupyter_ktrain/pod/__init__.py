@@ -2,7 +2,7 @@
 ``jupyter_ktrain/__init__.py``) travels to the pod (:func:`jupyter_ktrain.packaging.layer.
 runner_files`).
 
-    protocol.py        the line protocol and its records, one dataclass per type (what a job
+    protocol/          the line protocol and its records, one dataclass per type (what a job
                        writes, what the monitor reads): the lowest contract of the system
     ranks.py           which rank and which node this process is, in every kind
     report.py          ``ktrain.report()``: metric records from a rank
@@ -13,18 +13,16 @@ runner_files`).
     tracebacks.py      tracebacks and warnings pointing at the notebook's cells
     stacks.py          every thread's stack of a running rank, on demand (``ktrain stacks``):
                        a thread of each rank answers on a socket of its node (a profile too)
-    steps.py           a rank's step boundaries, from what it reports (``report``, Trainers)
-    profiler.py        ``ktrain profile``: torch.profiler over the rank's next N steps
-    profile_summary.py a profile's figures from its trace: top operators, compute,
-                       communication and waiting
+    profiling/         ``ktrain profile``: torch.profiler over the rank's next N steps, the
+                       rank's step boundaries (from ``report`` and Trainers), a profile's
+                       figures from its trace (top operators, compute, communication, waiting)
     integrations.py    Transformers / Lightning report by themselves (import hooks)
     trainer_status.py  a TrainJob's rank 0 also posts progress to ``trainerStatus``
     progress.py        percent done and time left from ``step``/``total``; the one fold of a
                        job's progress from its ranks' records (the lowest rank's)
-    checkpoint.py      ``ktrain.checkpoint()``: saves written in the background, resumes
-    checkpoint_shards.py  what every rank writes a part of: sharded state, a DeepSpeed engine
-    checkpoint_io.py   below both: the background writer, atomic writes, the rank, the
-                       checkpoint and resume records
+    checkpoint/        ``ktrain.checkpoint()``: saves written in the background, resumes
+                       (``plain``); what every rank writes a part of (``shards``); below
+                       both the background writer, atomic writes, the records (``common``)
     exits.py           exit codes that tell a bug from a fault
     mpi.py             what ranks started by ``mpirun`` need for ``env://``
     launch.py          the one command every replica runs

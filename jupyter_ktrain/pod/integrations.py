@@ -46,10 +46,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from .profiling.steps import mark as mark_step
 from .protocol import RESERVED_KEYS
 from .ranks import global_rank
 from .report import report
-from .steps import mark as mark_step
 
 __all__ = ["PROGRESS_EVERY_S", "TARGETS", "install", "lightning_classes", "trainer_callback_class"]
 

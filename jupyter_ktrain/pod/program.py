@@ -234,7 +234,7 @@ def _drain_on_sigterm(prefixer: _Prefixer) -> None:
 def _checkpoints_written(code: int, program: str) -> int:
     """Wait for a checkpoint still being written in the background (``ktrain.checkpoint``):
     a rank that ends has its last checkpoint on disk. A write that failed fails the rank."""
-    ckpt = sys.modules.get(f"{__package__}.checkpoint")
+    ckpt = sys.modules.get(f"{__package__}.checkpoint.plain")
     if ckpt is None:
         return code
     try:

@@ -45,9 +45,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .profiling.steps import mark as mark_step
 from .protocol import RECORD_MARK, RESERVED_KEYS, Checkpoint, Metric, Resume, format_record
 from .ranks import global_rank
-from .steps import mark as mark_step
 
 __all__ = ["FLUSH_BYTES", "FLUSH_S", "add_listener", "emit", "flush", "report"]
 

@@ -36,7 +36,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import profiler
+from .profiling import profiler
 from .protocol import Profile, Stack, format_rank_line, parse_line
 from .tracebacks import notebook_frames
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError
-from ..options import build_parser, env_names, parse_flags, spec_from_values, values_from_args
-from ..spec import JobSpec
+from ..flags import build_parser, env_names, parse_flags, spec_from_values, values_from_args
+from ..spec.job import JobSpec
 from ..sweep_spec.options import SWEEP_DESTS, SweepOptions, sweep_options
 
 __all__ = ["CellOptions", "RunOptions"]
@@ -48,7 +48,7 @@ class RunOptions:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
-        """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.options.build_parser`):
+        """From the parsed flags of ``%%ktrain`` (:func:`~jupyter_ktrain.flags.build_parser`):
         the job's; a sweep's are :class:`CellOptions`'s, and one given without ``--sweep`` is
         one error."""
         if not getattr(ns, "sweep", None):

@@ -5,8 +5,9 @@ waiting, as a table; the Chrome traces kept in the job store.
 The job service's profile verb (:func:`show_profile`, :func:`.verbs.profile`) checks what the
 user asked for as ``stacks`` does (a job that runs, a rank it has, a warm job with a run going)
 and asks the backend, which asks the ranks the way it asks for stacks
-(:class:`~..backends.capabilities.StacksShown`; the rank's side is :mod:`..pod.profiler`, its
-figures :mod:`..pod.profile_summary`). A job whose ranks mark no steps is one line saying how to
+(:class:`~..backends.capabilities.StacksShown`; the rank's side is
+:mod:`..pod.profiling.profiler`, its
+figures :mod:`..pod.profiling.summary`). A job whose ranks mark no steps is one line saying how to
 mark them. The traces and what the table said are kept (:func:`~..store.profiles.keep_profile`)
 for the side panel; :func:`profile_text` is the table.
 """

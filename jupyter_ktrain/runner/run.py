@@ -15,7 +15,7 @@ from ..backends.capabilities import job_shape
 from ..backends.registry import get_backend
 from ..backends.warm import check_warm
 from ..errors import JobNotFound, KtrainError
-from ..spec import JobSpec
+from ..spec.job import JobSpec
 from ..words import describe
 from . import track as tracking
 from .follow import follow

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..backends.base import Job
     from ..jobs import JobStatus
     from ..monitor.follow import Sink
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
     from ..tracking.mlflow_run import MlflowRun
 
 __all__ = [

@@ -2,9 +2,9 @@
 cancel, warm, delete, compare, stacks, profile (running one is :mod:`.run`).
 
 Each takes typed options (a :class:`Target` or a :class:`Backend`, a job's name, the verb's
-own values) and returns a typed result; a front end (the magic and the console script through
-:mod:`jupyter_ktrain.commands`, the side panel's server) parses its input, calls one verb and
-renders what it returns. Bad input and a job that is not there are one
+own values) and returns a typed result; a front end (the magic and the console script
+through :mod:`jupyter_ktrain.frontends.commands`, the side panel's server) parses its input,
+calls one verb and renders what it returns. Bad input and a job that is not there are one
 :class:`~jupyter_ktrain.errors.KtrainError`, raised here.
 """
 
@@ -24,7 +24,7 @@ from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, FAILED, JobShape, JobStatus
 from ..monitor.text import failure_summary
 from ..monitor.torchrun import job_logs
-from ..spec_values import parse_duration
+from ..spec.values import parse_duration
 from ..stacks import show_stacks
 from ..store.profiles import read_profile, trace_file, trace_name
 from ..store.records import job_dir, read_hang

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import words
+from ..monitor.glance import RANK_FILTER_RANKS
 from ..monitor.viewmodel import NOTICES, fmt_value, job_state, plot_panels, summary_values
 from .payloads import (
     GpuHeatmap,
@@ -28,6 +29,7 @@ from .payloads import (
 
 if TYPE_CHECKING:
     from ..jobs import JobStatus, ReplicaStatus
+    from ..monitor.downsample import StreamingDownsampler
     from ..monitor.glance import GpuGrid
     from ..monitor.model import MonitorModel
     from ..words import StatusWords
@@ -121,14 +123,28 @@ def job_detail(status: JobStatus, backend: str, now: float, failure: str | None)
     }
 
 
+BAND_RANKS = RANK_FILTER_RANKS  # from this many ranks up, a metric panel is a band
+BAND_COLOUR = "#888888"
+
+
 def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
     """The view-model's panels (:func:`~jupyter_ktrain.monitor.viewmodel.plot_panels`) and
-    values reported once, downsampled to ``points`` per trace, as the panel draws them."""
+    values reported once, downsampled to ``points`` per trace, as the panel draws them. A
+    metric reported by :data:`BAND_RANKS` ranks or more is the band of every rank (its min,
+    median and max) and the lines of the ranks the log starts with (rank 0 and the ranks that
+    warned): a poll's bytes stay those of a few lines, not one line per rank (a 512-rank job
+    made 0.5 MB a poll after 10 s, growing to tens of MB)."""
     panels: list[MetricPanel] = []
+    shown = set(model.start_ranks() or ())
     for panel in plot_panels(model):
         key = panel.key
         traces: list[MetricTrace] = []
+        banded = key.kind == "metric" and len(panel.traces) >= BAND_RANKS
+        if banded:
+            traces += _band([t.series for t in panel.traces], points)
         for t in panel.traces:
+            if banded and t.who not in shown:
+                continue
             xs, ys = t.series.points(points)
             traces.append({"label": t.label, "colour": t.colour, "x": list(xs), "y": list(ys)})
         panels.append(
@@ -162,6 +178,37 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         "profile": None,
         "version": model.version,
     }
+
+
+def _band(series: list[StreamingDownsampler], points: int) -> list[MetricTrace]:
+    """min, median and max over ``series`` at each x (binned to ``points`` x's when the ranks'
+    points fall apart), as three traces in the band's colour."""
+    by_x: dict[float, list[float]] = {}
+    for s in series:
+        xs, ys = s.points(points)
+        for x, y in zip(xs, ys, strict=True):
+            by_x.setdefault(x, []).append(y)
+    keys = sorted(by_x)
+    if len(keys) > points:  # the ranks' downsampled x's differ: one bin per drawn point
+        lo, width = keys[0], (keys[-1] - keys[0]) / points or 1.0
+        bins: dict[int, tuple[list[float], list[float]]] = {}
+        for x in keys:
+            xs_, ys_ = bins.setdefault(min(points - 1, int((x - lo) / width)), ([], []))
+            xs_.append(x)
+            ys_ += by_x[x]
+        by_x = {sum(xs_) / len(xs_): ys_ for xs_, ys_ in bins.values()}
+        keys = sorted(by_x)
+    out: dict[str, list[float]] = {"min": [], "median": [], "max": []}
+    for x in keys:
+        ys = sorted(by_x[x])
+        out["min"].append(ys[0])
+        out["median"].append(ys[len(ys) // 2])
+        out["max"].append(ys[-1])
+    n = len(series)
+    return [
+        {"label": f"{name} of {n} ranks", "colour": BAND_COLOUR, "x": list(keys), "y": ys}
+        for name, ys in out.items()
+    ]
 
 
 def heatmap_payload(grid: GpuGrid) -> GpuHeatmap:

@@ -29,7 +29,7 @@ from ..jobs import CANCELLED, DELETED_REASON
 from ..runner import verbs
 from ..runner.feeds import JobFeeds
 from ..runner.track_detached import ServerTracking
-from ..spec import check_job_name
+from ..spec.job import check_job_name
 from ..tracking.compare import entry
 from .build import job_detail, job_summary, metrics_payload
 from .compare import compare_payload

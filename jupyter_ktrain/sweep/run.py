@@ -32,7 +32,7 @@ from ..runner.options import RunOptions
 from ..runner.run import check, run
 from ..runner.source import Source
 from ..runner.verbs import open_backend
-from ..spec import default_name
+from ..spec.job import default_name
 from ..store.sweeps import keep_sweep
 from ..sweep_spec.options import SweepOptions
 from .follow import Board, follow_trial

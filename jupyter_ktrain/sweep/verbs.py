@@ -15,7 +15,7 @@ from ..errors import JobNotFound
 from ..runner import verbs
 from ..runner.compare import compare_entries
 from ..runner.verbs import Deleted, JobList, Target
-from ..spec import check_job_name
+from ..spec.job import check_job_name
 from ..store.sweeps import list_sweeps, read_sweep
 from ..tracking.compare import Comparison, Entry
 from . import seen

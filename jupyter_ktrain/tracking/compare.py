@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError
-from ..spec import check_job_name
+from ..spec.job import check_job_name
 from ..store.records import read_record, record_name
 
 __all__ = ["POINTS", "Comparison", "Entry", "compared", "entry", "figure", "text"]

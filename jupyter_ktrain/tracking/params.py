@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..spec import JobSpec
+    from ..spec.job import JobSpec
 
 __all__ = ["MAX_PARAM_CHARS", "code_hash", "constants", "flat", "job_params"]
 

@@ -32,6 +32,14 @@ on the real node:
   worker init container (``alpine:3.10``, ``nslookup`` of the master until it resolves) runs
   here with this machine's tools; a real node must pull it (the test cluster's real node
   mirrors it from the test registry, as an air-gapped cluster does).
+- ``exec`` probes run this machine's tools (``wget``, ``bash``): KubeRay's probes of a pod whose
+  RayJob names no ``rayVersion`` (``bash -c "wget ... | grep success"``) passed here, and never
+  on the real node's slim Debian + Ray image (``wget: command not found``, the head not Ready,
+  the job waiting for ever). Fixed in the product: a RayJob names the Ray its program pins,
+  so KubeRay probes over HTTP (``test_real_node.py``'s RayJob test; the RayJob tests here
+  now take that path too).
+- liveness probes are not run (readiness only): a real kubelet restarts a container whose
+  liveness probe fails.
 """
 
 from __future__ import annotations

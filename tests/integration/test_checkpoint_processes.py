@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import jupyter_ktrain as ktrain
-from jupyter_ktrain.pod import checkpoint as ckpt_mod
+from jupyter_ktrain.pod.checkpoint import plain as ckpt_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +118,7 @@ def test_importing_it_imports_only_the_standard_library() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import jupyter_ktrain.pod.checkpoint
+        import jupyter_ktrain.pod.checkpoint.plain
         print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))
         """
     )

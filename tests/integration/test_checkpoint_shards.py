@@ -1,4 +1,4 @@
-"""Checkpoints every rank writes a part of (``jupyter_ktrain.pod.checkpoint_shards``): sharded
+"""Checkpoints every rank writes a part of (``jupyter_ktrain.pod.checkpoint.shards``): sharded
 state through ``torch.distributed.checkpoint.async_save`` and a DeepSpeed engine with its
 decoupled writer, each on two real CPU ranks (the node's agent running torchrun, gloo, as a
 pod runs them), killed for real and resumed bit-identically."""

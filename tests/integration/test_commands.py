@@ -15,9 +15,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain import commands
-from jupyter_ktrain.commands import COMMANDS, Target
 from jupyter_ktrain.errors import JobNotFound, SpecError
+from jupyter_ktrain.frontends import commands
+from jupyter_ktrain.frontends.commands import COMMANDS, Target
 from jupyter_ktrain.runner.front import shell_words as for_shell
 
 KTRAIN = str(Path(sys.executable).parent / "ktrain")
@@ -136,7 +136,7 @@ def test_handlers_answer_plain_values(ktrain_home: Path, monkeypatch: pytest.Mon
 def test_the_shell_commands_run_without_ipython(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
-        "from jupyter_ktrain.cli import main\n"
+        "from jupyter_ktrain.frontends.cli import main\n"
         "codes = [main(['list']), main(['config']), main(['status', 'gone']), main(['x'])]\n"
         "assert codes == [0, 0, 1, 2], codes\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'IPython'))\n"

@@ -34,7 +34,7 @@ args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_st
                          logging_steps=2, use_cpu=True, report_to="none", save_strategy="no",
                          disable_tqdm=True)
 trainer = Trainer(model=model, args=args, train_dataset=Tokens())
-from jupyter_ktrain.pod import steps
+from jupyter_ktrain.pod.profiling import steps
 marks = []
 steps.on_boundary(lambda step: marks.append(step) is not None)  # every step boundary
 trainer.train()

@@ -25,7 +25,7 @@ import torch
 pytest.importorskip("kubernetes")
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.notebook import last_monitor
+from jupyter_ktrain.frontends.notebook import last_monitor
 
 from ..resume_cells import SETUP
 from .k8s_helpers import checkpoint_claim, configured_shell, wait_for

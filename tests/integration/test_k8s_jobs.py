@@ -146,7 +146,7 @@ def test_each_submit_renders_its_objects_once_on_either_route(
 ):
     """The dry run renders the objects; the submit creates exactly those: nothing is
     rendered again after the code image is pushed (its digest is pinned into a new plan)."""
-    from jupyter_ktrain.backends.kubernetes import manifests
+    from jupyter_ktrain.backends.kubernetes.plans import manifests
 
     rendered: list[str] = []
     real = manifests.job_objects

@@ -76,10 +76,10 @@ def test_missing_namespace_is_one_sentence(k8s_shell, test_cluster):
 
 
 def test_missing_namespace_seen_by_an_admin_says_how_to_create_it(test_cluster, tmp_path):
-    from jupyter_ktrain.backends.kubernetes.api import Api
-    from jupyter_ktrain.backends.kubernetes.preflight import run_preflight
+    from jupyter_ktrain.backends.kubernetes.client.api import Api
+    from jupyter_ktrain.backends.kubernetes.plans.preflight import run_preflight
     from jupyter_ktrain.errors import PreflightError
-    from jupyter_ktrain.spec import JobSpec
+    from jupyter_ktrain.spec.job import JobSpec
 
     admin = Api.connect(str(test_cluster.cluster.admin_kubeconfig(tmp_path / "admin")), None)
     spec = JobSpec.create(name="pf", nodes=2, image="local/python", namespace="nowhere")

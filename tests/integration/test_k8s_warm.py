@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from jupyter_ktrain.backends.kubernetes.warm import order_run
+from jupyter_ktrain.backends.kubernetes.warm.orders import order_run
 from jupyter_ktrain.errors import JobCancelled, JobFailed
 from jupyter_ktrain.monitor.cell_error import job_error
 from jupyter_ktrain.pod.agent.deliver import REFUSED, seal

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from jupyter_ktrain.backends.kubernetes import watch
+from jupyter_ktrain.backends.kubernetes.status import watch
 
 from .k8s_helpers import configured_shell, wait_for
 

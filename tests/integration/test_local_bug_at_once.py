@@ -22,8 +22,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.cli import main as ktrain_cli
 from jupyter_ktrain.errors import JobFailed
+from jupyter_ktrain.frontends.cli import main as ktrain_cli
 from jupyter_ktrain.jobs import JobStatus
 from jupyter_ktrain.server.core import PanelCore
 from jupyter_ktrain.words import describe, replica_rows, status_text

@@ -26,8 +26,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.base import Job
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.local.procs import marked_pids, process_start
-from jupyter_ktrain.cli import main as ktrain_cli
 from jupyter_ktrain.errors import JobFailed, SpecError
+from jupyter_ktrain.frontends.cli import main as ktrain_cli
 from tests.jupyter_process import PanelServer as Server
 from tests.jupyter_process import panel_server
 from tests.notebook_cells import extension_shell
@@ -310,7 +310,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.errors import KtrainError
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 token, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 shell = InteractiveShell.instance()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -92,6 +93,22 @@ def ranks_where():
           flush=True)
     dist.destroy_process_group()
     return t.item()
+"""
+RAY_CELLS = """
+import os, socket, sys, time
+import ray
+
+def ray_where(n):
+    ray.init()
+
+    @ray.remote(scheduling_strategy="SPREAD")
+    def where(i):
+        time.sleep(1)
+        print(f"task {i} on {socket.gethostname()} interpreter {sys.executable} "
+              f"{sys.version.split()[0]} ray {ray.__version__}", flush=True)
+        return socket.gethostname()
+
+    return sorted(ray.get([where.remote(i) for i in range(n)]))
 """
 # lists the container's processes in state Z (zombies), from /proc
 ZOMBIES = (
@@ -217,6 +234,26 @@ def torch_base(real_node) -> str:  # type: ignore[no-untyped-def]
         pytest.skip(real_node.torch_skip)
     assert real_node.torch is not None
     return str(real_node.torch.result(timeout=600))
+
+
+@pytest.fixture(scope="module")
+def ray_base(real_node) -> str:  # type: ignore[no-untyped-def]
+    """HOST/base/debian-ray:1: the Debian + Python base with this venv's ``ray[default]`` (its
+    ``ray`` command, which KubeRay's pods run; about 280 MB), made once per machine, pushed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.cluster.node_images import push_layout
+
+    script = realnode.BUILD / "site-image.sh"
+    out = subprocess.run(
+        [str(script), sys.executable, "ray[default]"], stdout=subprocess.PIPE, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"site-image.sh failed ({out.returncode}); its lines are above")
+    layout = Path(out.stdout.strip().splitlines()[-1])
+    return push_layout(layout, real_node.registry, "base/debian-ray", "1")
 
 
 @pytest.fixture
@@ -471,6 +508,32 @@ def test_trainjob_meets_through_jobsets_headless_service(shell, test_cluster, to
     assert len(pods) == 2, pods
     for pod in pods:
         assert "interpreter /usr/bin/python" in test_cluster.kubectl("logs", pod).stdout
+
+
+def test_rayjob_meets_through_the_heads_service(shell, test_cluster, ray_base, capsys):
+    """KubeRay's own pods on a real runtime: ``ray start`` from the image's ``ray`` command,
+    the worker joins the head at its Service's name (CoreDNS, kube-proxy), the submitter's
+    ``ray job submit`` reaches the head's dashboard the same way, and KubeRay probes the pods
+    over HTTP because the job names its Ray (the image has no ``wget`` for the older probes)."""
+    ray = pytest.importorskip("ray")
+    shell.run_line_magic("ktrain", f"config base_image={ray_base}")
+    assert shell.run_cell(RAY_CELLS, store_history=True).success
+    job = shell.run_cell_magic(
+        "ktrain", f"--kind RayJob --nodes 2 --name real-ray {ON_NODE}", "hosts = ray_where(3)\n"
+    )
+    out = capsys.readouterr().out
+    state = test_cluster.kubectl("get", "rayjob", "real-ray", "-o", "json").stdout
+    assert job.state == "Succeeded", (out[-3000:], state[-3000:])
+    hosts = shell.user_ns["hosts"]
+    assert len(set(hosts)) == 2, (hosts, out[-3000:])  # the head's and the worker's
+    tasks = [ln for ln in out.splitlines() if "task " in ln and " interpreter " in ln]
+    assert len(tasks) == 3, out[-3000:]
+    for line in tasks:  # Debian's Python, with the image's Ray (not this machine's)
+        assert re.search(rf"interpreter /usr/bin/python3? 3\.11\.\d+ ray {ray.__version__}$", line)
+    assert json.loads(state)["spec"]["rayClusterSpec"]["rayVersion"], state[-2000:]
+    # the driver's output stays in the submitter's log after the Ray cluster is gone
+    logs = test_cluster.kubectl("logs", "-l", "ktrain.io/job=real-ray", "--tail", "-1").stdout
+    assert "task 0 on " in logs, logs[-2000:]
 
 
 def test_stop_leaves_the_machine_as_found(real_node):

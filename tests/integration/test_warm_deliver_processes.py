@@ -62,7 +62,7 @@ class _DroppingApi:
         return {"items": [pod]}
 
     def exec(self, namespace, pod, container, command, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def]
-        from jupyter_ktrain.backends.kubernetes.api import ExecLost, ExecResult
+        from jupyter_ktrain.backends.kubernetes.client.api import ExecLost, ExecResult
 
         self.execs += 1
         got = _deliver_process(self.folder, stdin)
@@ -75,8 +75,8 @@ class _DroppingApi:
 def test_a_delivery_whose_connection_drops_is_tried_again_and_applied_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jupyter_ktrain.backends.kubernetes import warm_delivery
-    from jupyter_ktrain.backends.kubernetes.warm_delivery import Courier
+    from jupyter_ktrain.backends.kubernetes.warm import delivery as warm_delivery
+    from jupyter_ktrain.backends.kubernetes.warm.delivery import Courier
 
     monkeypatch.setattr(warm_delivery, "EXEC_RETRY_S", 0.0)
     api = _DroppingApi(tmp_path, drops=1)

@@ -25,7 +25,7 @@ def train(steps, pause):
 """
 
 REPORT = """import json
-from jupyter_ktrain.notebook import last_monitor
+from jupyter_ktrain.frontends.notebook import last_monitor
 
 model, view = last_monitor()
 print("MONITOR " + json.dumps({

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import jupyter_ktrain as ktrain
-from jupyter_ktrain.pod import checkpoint as ckpt_mod
+from jupyter_ktrain.pod.checkpoint import plain as ckpt_mod
 from jupyter_ktrain.pod.protocol import format_rank_line, parse_line
 
 report_mod = importlib.import_module("jupyter_ktrain.pod.report")

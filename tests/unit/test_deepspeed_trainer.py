@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.deepspeed import (
+from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.spec.deepspeed import (
     build_config,
     config_bytes,
     resolve_deepspeed,
     trainer_arguments,
 )
-from jupyter_ktrain.errors import SpecError
 
 PROGRAM = """
 import transformers

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.local.causes import Bug
 from jupyter_ktrain.backends.local.joblog import say_stop_why
+from jupyter_ktrain.backends.local.supervisor.causes import Bug
 from jupyter_ktrain.pod.agent.runner import _verdict
 from jupyter_ktrain.pod.exits import (
     EXIT_DIR_ENV,

@@ -16,7 +16,7 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.backends.registry import get_backend, render_kubernetes
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.errors import MissingPackage, SpecError
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 PROGRAM = capture("train(2)\n", {"train": None}, ["", "def train(n):\n    return n\n"], {})
 

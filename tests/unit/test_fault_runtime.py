@@ -3,9 +3,9 @@ the test cluster installs it from Trainer's module, plus the failure policy of e
 
 from __future__ import annotations
 
-from jupyter_ktrain.backends.kubernetes.fault_runtime import fault_runtime, use_fault_runtime
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
-from jupyter_ktrain.spec import JobSpec, RunPolicy
+from jupyter_ktrain.backends.kubernetes.plans.fault_runtime import fault_runtime, use_fault_runtime
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
+from jupyter_ktrain.spec.job import JobSpec, RunPolicy
 
 CLUSTER_RUNTIME = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",

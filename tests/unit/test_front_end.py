@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain import cli_render
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.options import (
+from jupyter_ktrain.flags import (
     JOB_FLAGS,
     build_parser,
     parse_flags,
     spec_from_args,
     spec_from_yaml,
 )
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.frontends import cli_render
+from jupyter_ktrain.spec.job import JobSpec
 
 FLAGS = (
     "--name llm-ft --nodes 4 --image nvcr.io/nvidia/pytorch:24.03-py3 --namespace ai "

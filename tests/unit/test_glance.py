@@ -5,6 +5,7 @@ tests/browser/test_glance_browser.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,28 @@ def test_the_panels_payload_has_the_heatmaps_and_the_logs_starting_ranks() -> No
     small = metrics_payload(_big_job(nodes=2, gpus=2, ranks=4), 100)
     assert small["heatmaps"] == []
     assert small["log_start"] is None
+
+
+def test_a_big_jobs_metric_panel_is_a_band_and_the_ranks_that_matter_so_a_poll_stays_small():
+    """From 16 ranks up the panel's metric panel is the band of every rank (min, median, max
+    at each step) and the lines of rank 0 and the ranks that warned: its bytes do not grow
+    with the ranks (a 512-rank job's payload was one line per rank per metric)."""
+    p = metrics_payload(_big_job(), 100)
+    (loss,) = [panel for panel in p["panels"] if panel["key"] == "metric:loss"]
+    labels = [t["label"] for t in loss["traces"]]
+    assert labels == ["min of 32 ranks", "median of 32 ranks", "max of 32 ranks",
+                      "rank 0", "rank 5", "rank 9"]  # fmt: skip
+    band = {t["label"].split()[0]: t for t in loss["traces"][:3]}
+    assert band["min"]["x"] == [0.0, 1.0]
+    assert band["min"]["y"] == [1 / 32, 1 / 32]
+    assert band["max"]["y"] == [1.0, 1.0]
+    assert band["median"]["y"] == [1 / 16, 1 / 16]  # the 17th smallest of 1/1 .. 1/32
+    big = metrics_payload(_big_job(nodes=16, ranks=256), 100)
+    size = {n: len(json.dumps(x["panels"])) for n, x in ((32, p), (256, big))}
+    assert size[256] < size[32] * 1.2, size
+    small = metrics_payload(_big_job(nodes=2, gpus=2, ranks=8), 100)
+    (loss,) = [panel for panel in small["panels"] if panel["key"] == "metric:loss"]
+    assert [t["label"] for t in loss["traces"]] == [f"rank {r}" for r in range(8)]
 
 
 def test_the_widget_draws_the_heatmap_and_starts_its_log_with_the_ranks_that_matter() -> None:

@@ -1,14 +1,12 @@
-"""Hangs named (jupyter_ktrain.pod.hangs, and the model's ``rank-hung`` alert): who is named,
+"""Hangs named (jupyter_ktrain.hangs, and the model's ``rank-hung`` alert): who is named,
 after how long, with what the stacks say."""
 
 from __future__ import annotations
 
 import time
 
-from jupyter_ktrain.backends.local.hangwatch import JobHangs
-from jupyter_ktrain.jobs import JobShape, ReplicaStatus
-from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
-from jupyter_ktrain.pod.hangs import (
+from jupyter_ktrain.backends.local.supervisor.hangwatch import JobHangs
+from jupyter_ktrain.hangs import (
     DEFAULT_HANG_S,
     DEFAULT_START_HANG_S,
     START_FLOOR_S,
@@ -17,6 +15,8 @@ from jupyter_ktrain.pod.hangs import (
     stack_summary,
     stuck_outside_collectives,
 )
+from jupyter_ktrain.jobs import JobShape, ReplicaStatus
+from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.pod.protocol import Stack, format_rank_line, format_record
 
 T0 = 1_763_700_000.0

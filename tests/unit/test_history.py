@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jupyter_ktrain.backends.kubernetes.logs import FollowedLines
+from jupyter_ktrain.backends.kubernetes.logs.pod import FollowedLines
 from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus
 from jupyter_ktrain.pod.progress import Progress
 from jupyter_ktrain.store.history import (
@@ -120,7 +120,7 @@ def test_a_later_look_that_sees_fewer_pods_does_not_forget_how_they_ended() -> N
     operator deleted its pod) sees no pod: the kept status still says how it ended."""
     from dataclasses import replace
 
-    from jupyter_ktrain.backends.kubernetes.history import knowing_more
+    from jupyter_ktrain.backends.kubernetes.status.history import knowing_more
 
     first = _failed()
     later = replace(

@@ -11,8 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain.cli_render import render_main
 from jupyter_ktrain.config import config_path, load_config
+from jupyter_ktrain.frontends.cli_render import render_main
 
 BAD_IMAGES = ["UPPER/Case:tag with space", "nvcr.io//pytorch::", "host:99999999/a", "a@sha256:12"]
 

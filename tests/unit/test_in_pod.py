@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes import api
+from jupyter_ktrain.backends.kubernetes.client import api
 from jupyter_ktrain.backends.registry import default_backend_name
 from jupyter_ktrain.config import set_config
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.magics import run_line_command
+from jupyter_ktrain.frontends.magics import run_line_command
 from jupyter_ktrain.server import served_backends
 
 

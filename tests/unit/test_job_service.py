@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain import commands
 from jupyter_ktrain.backends.base import Backend
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.errors import BackendError, JobNotFound
+from jupyter_ktrain.frontends import commands
 from jupyter_ktrain.runner import verbs
 from jupyter_ktrain.server.core import PanelCore
 

@@ -43,10 +43,10 @@ def test_dry_run_needs_no_cluster(
 
 def test_attach_reads_the_shape_the_job_was_created_with() -> None:
     """What `%ktrain attach` shows for a cluster job: read back from its object, not 1 x 1."""
-    from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-    from jupyter_ktrain.backends.kubernetes.status import job_shape
+    from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+    from jupyter_ktrain.backends.kubernetes.status.derive import job_shape
     from jupyter_ktrain.jobs import JobShape
-    from jupyter_ktrain.spec import JobSpec
+    from jupyter_ktrain.spec.job import JobSpec
 
     spec = JobSpec.create(name="shape", backend="kubernetes", nodes=3, resources={"gpus": 4},
                           image="nvcr.io/nvidia/pytorch:24.03-py3")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.fields import (
+from jupyter_ktrain.backends.kubernetes.client.fields import (
     conditions,
     container_statuses,
     labels_of,
@@ -13,7 +13,7 @@ from jupyter_ktrain.backends.kubernetes.fields import (
     pod_phase,
     restarts,
 )
-from jupyter_ktrain.backends.kubernetes.resources import (
+from jupyter_ktrain.backends.kubernetes.client.resources import (
     CLUSTER_TRAINING_RUNTIME,
     CONFIG_MAP,
     OWNED,

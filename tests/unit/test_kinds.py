@@ -4,15 +4,17 @@ entry is wrong."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.kinds import BUILDERS, builder
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.backends.kubernetes.status import job_shape, replica_pods
-from jupyter_ktrain.backends.kubernetes.validate import CRD_DIR, validate_objects
+from jupyter_ktrain.backends.kubernetes.plans.kinds import BUILDERS, builder
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans.validate import CRD_DIR, validate_objects
+from jupyter_ktrain.backends.kubernetes.status.derive import job_shape, replica_pods
 from jupyter_ktrain.kinds import KIND_TABLE, KINDS, JobKind
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 KIND_LIST = list(KIND_TABLE.values())
 
@@ -49,7 +51,7 @@ def test_each_kind_renders_valid_objects_with_its_pods_in_rank_order(kind: JobKi
 
 
 def test_the_kind_flag_takes_every_kind_by_its_name() -> None:
-    from jupyter_ktrain.cli_render import build_parser, spec_from_args
+    from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
     assert set(KINDS) == {"PyTorchJob", "TFJob", "MPIJob", "TrainJob", "XGBoostJob", "RayJob"}
     for name in KINDS:
@@ -71,7 +73,7 @@ def test_xgboostjob_is_a_master_and_workers_running_one_process_each() -> None:
 
 
 def test_a_master_missing_or_doubled_is_what_the_xgboost_webhook_rejects() -> None:
-    from jupyter_ktrain.backends.kubernetes.validate import check_objects
+    from jupyter_ktrain.backends.kubernetes.plans.validate import check_objects
 
     spec = JobSpec(name="xgb", kind="XGBoostJob", nodes=2, backend="kubernetes", image="py:3")
     job = render(spec, CodeSource()).job
@@ -116,6 +118,19 @@ def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_en
     assert "workerGroupSpecs" not in one["spec"]["rayClusterSpec"]  # the head alone
 
 
+def test_rayjob_names_the_ray_its_program_pins_so_kuberay_probes_over_http() -> None:
+    """KubeRay probes a Ray 2.53+ pod over HTTP only when ``rayVersion`` says so; otherwise it
+    runs ``wget`` in the container, and a slim image (ours on the real node) never gets Ready."""
+    spec = JobSpec(name="ray", kind="RayJob", nodes=2, backend="kubernetes", image="py:3")
+    files = {"requirements.txt": b"numpy==2.3.0\nray==2.60.0\n"}
+    job = render(spec, CodeSource(), files).job
+    assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.60.0"
+    validate_objects([job])
+    assert "rayVersion" not in render(spec, CodeSource()).job["spec"]["rayClusterSpec"]
+    torch = JobSpec(name="t", nodes=2, backend="kubernetes", image="py:3")
+    assert "rayVersion" not in json.dumps(render(torch, CodeSource(), files).job)
+
+
 @pytest.mark.parametrize(
     ("deployment", "ray", "state"),
     [
@@ -131,7 +146,7 @@ def test_rayjob_is_a_head_and_workers_that_kuberay_starts_and_the_program_its_en
     ],
 )
 def test_rayjob_state_from_kuberays_two_fields(deployment: str, ray: str, state: str) -> None:
-    from jupyter_ktrain.backends.kubernetes.status import job_state
+    from jupyter_ktrain.backends.kubernetes.status.derive import job_state
 
     status = {"jobDeploymentStatus": deployment, "jobStatus": ray}
     if deployment == "Failed":

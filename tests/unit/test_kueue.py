@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jupyter_ktrain.backends.kubernetes.kueue import (
+from jupyter_ktrain.backends.kubernetes.status.derive import build_status
+from jupyter_ktrain.backends.kubernetes.status.kueue import (
     pending_position,
     queue_info,
     queued_message,
 )
-from jupyter_ktrain.backends.kubernetes.status import build_status
-from jupyter_ktrain.backends.kubernetes.watch import owned_workload
+from jupyter_ktrain.backends.kubernetes.status.watch import owned_workload
 from jupyter_ktrain.jobs import QUEUED, RUNNING
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 
@@ -163,7 +163,7 @@ def test_a_kind_kueue_ignores_is_refused_with_the_kinds_it_queues():
     import pytest
 
     from jupyter_ktrain.errors import SpecError
-    from jupyter_ktrain.options import parse_flags, spec_from_args
+    from jupyter_ktrain.flags import parse_flags, spec_from_args
 
     with pytest.raises(SpecError) as info:
         spec_from_args(parse_flags("--kind MPIJob --nodes 2 --kueue-queue team-a"))

@@ -11,14 +11,18 @@ from typing import Any
 import pytest
 
 from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, job_objects
-from jupyter_ktrain.backends.kubernetes.plan import PLACEHOLDER_DIGEST, cell_id, render_request
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, job_objects
+from jupyter_ktrain.backends.kubernetes.plans.plan import (
+    PLACEHOLDER_DIGEST,
+    cell_id,
+    render_request,
+)
 from jupyter_ktrain.backends.local import LocalBackend, LocalRequest
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
 from jupyter_ktrain.errors import BackendError
 from jupyter_ktrain.kinds import KIND_TABLE
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 PROGRAM = capture("train(2)\n", {"train": None}, ["", "def train(n):\n    return n\n"], {})
 REF = "reg.example/ktrain/code@sha256:" + "ab" * 32

@@ -1,9 +1,11 @@
-"""Which failure is a local job's (:mod:`jupyter_ktrain.backends.local.causes`): the rules its
-supervisor applies to the exit codes its ranks and nodes report, tried without processes."""
+"""Which failure is a local job's (:mod:`jupyter_ktrain.backends.local.supervisor.causes`): the
+rules its supervisor applies to the exit codes its ranks and nodes report, tried without
+processes."""
 
 from __future__ import annotations
 
-from jupyter_ktrain.backends.local.causes import (
+from jupyter_ktrain.backends.local.procs import NodeKill
+from jupyter_ktrain.backends.local.supervisor.causes import (
     GRACE_AFTER_FAILURE_S,
     Bug,
     cause_node,
@@ -13,9 +15,8 @@ from jupyter_ktrain.backends.local.causes import (
     out_of_restarts,
     outweighs,
     rank_codes,
-    restart_backoff,
 )
-from jupyter_ktrain.backends.local.procs import NodeKill
+from jupyter_ktrain.backends.local.supervisor.nodes import restart_backoff
 from jupyter_ktrain.failures import WorkerExit
 from jupyter_ktrain.pod.exits import is_bug, stopped_node_exit
 

@@ -14,8 +14,8 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.monitor.live import model_for
 from jupyter_ktrain.pod.agent.sampler import GpuInfo, select_gpus
-from jupyter_ktrain.rdma import resolve_profile
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
+from jupyter_ktrain.spec.rdma import resolve_profile
 
 # a 4 x H100 machine as NVML lists it (PCI bus order)
 MACHINE = [GpuInfo(i, f"GPU-{i}a2b3c4d-0000-1111-2222-33334444555{i}") for i in range(4)]

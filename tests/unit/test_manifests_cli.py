@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes import validate
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.cli_render import render_main
+from jupyter_ktrain.backends.kubernetes.plans import validate
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.rdma import PROFILES_ENV
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.frontends.cli_render import render_main
+from jupyter_ktrain.spec.job import JobSpec
+from jupyter_ktrain.spec.rdma import PROFILES_ENV
 
 SPECS = Path(__file__).resolve().parents[1] / "data" / "specs"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.options import spec_from_yaml
+from jupyter_ktrain.flags import spec_from_yaml
+from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 
 SEED_DS = Path(__file__).resolve().parents[1] / "data" / "seed-manifests" / "ds_config.json"
 BASE = "--name job --nodes 4 --gpus-per-node 8 --image img:1 "

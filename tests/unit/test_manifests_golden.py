@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render, to_yaml
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
-from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render, to_yaml
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
+from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 from jupyter_ktrain.kinds import KINDS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

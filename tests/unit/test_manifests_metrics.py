@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.preflight import required_access, serves_service_monitors
-from jupyter_ktrain.backends.kubernetes.retries import ApiFailure
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
+from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.preflight import (
+    required_access,
+    serves_service_monitors,
+)
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.options import parse_flags, spec_from_args
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.flags import parse_flags, spec_from_args
+from jupyter_ktrain.spec.job import JobSpec
 
 
 def _spec(flags: str) -> JobSpec:
@@ -155,7 +158,7 @@ def test_offline_dry_run_shows_the_service_and_says_why_no_monitor(
 def test_ktrain_render_writes_the_monitor_for_git(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    from jupyter_ktrain.cli_render import render_main
+    from jupyter_ktrain.frontends.cli_render import render_main
 
     argv = ["--name", "ft", "--image", "img", "--metrics-port", "9400", "--service-monitor"]
     assert render_main(argv) == 0

@@ -8,12 +8,12 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
-from jupyter_ktrain.deepspeed import resolve_deepspeed
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.rdma import resolve_profile
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.deepspeed import resolve_deepspeed
+from jupyter_ktrain.spec.job import JobSpec
+from jupyter_ktrain.spec.rdma import resolve_profile
 
 names = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 mounts = st.builds(

@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.manifests import render
-from jupyter_ktrain.backends.kubernetes.validate import validate_objects
-from jupyter_ktrain.cli_render import build_parser, spec_from_args
+from jupyter_ktrain.backends.kubernetes.plans.manifests import render
+from jupyter_ktrain.backends.kubernetes.plans.validate import validate_objects
 from jupyter_ktrain.errors import SpecError
-from jupyter_ktrain.options import spec_from_yaml
+from jupyter_ktrain.flags import spec_from_yaml
+from jupyter_ktrain.frontends.cli_render import build_parser, spec_from_args
 from jupyter_ktrain.pod.launch import node_command
-from jupyter_ktrain.spec_scheduling import DEFAULT_MAX_RESTARTS
+from jupyter_ktrain.spec.scheduling import DEFAULT_MAX_RESTARTS
 
 from .seedcmp import diff
 

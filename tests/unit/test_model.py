@@ -159,7 +159,7 @@ def test_a_recreated_pod_seen_first_while_initializing_is_said_to_restart_for_it
     """The operator made rank 1's pod anew after it was killed (exit 137); the watch may see
     the new pod while its container still waits (PodInitializing): the alert still says why
     it restarted, not the state it is in."""
-    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.backends.kubernetes.status.derive import build_status
     from jupyter_ktrain.words import replica_row
 
     job = {
@@ -206,7 +206,7 @@ def test_a_pod_the_operator_deleted_as_the_job_ended_reads_as_its_ranks_ended() 
     worker's pod before the kubelet said it ended. The replica is not "NotCreated": as its rank
     reported exit 0, it succeeded and its pod was deleted; one whose rank never said reads
     Deleted, with why."""
-    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.backends.kubernetes.status.derive import build_status
     from jupyter_ktrain.jobs import complete_exit_codes
 
     job = {

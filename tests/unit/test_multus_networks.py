@@ -3,7 +3,7 @@ so preflight looks up each NetworkAttachmentDefinition where Multus would."""
 
 from __future__ import annotations
 
-from jupyter_ktrain.backends.kubernetes.preflight import multus_networks
+from jupyter_ktrain.backends.kubernetes.plans.preflight import multus_networks
 
 
 def test_comma_separated_names_with_namespaces_and_interfaces() -> None:

@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.kinds import clean_pod_policy, stops_itself
-from jupyter_ktrain.backends.kubernetes.manifests import CodeSource, render
+from jupyter_ktrain.backends.kubernetes.plans.kinds import clean_pod_policy, stops_itself
+from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
 from jupyter_ktrain.pod.agent.peers import PEERS_ENV, Peers, parse_word, peers_address
 from jupyter_ktrain.pod.agent.runner import _told
 from jupyter_ktrain.pod.exits import PEER_FAILED, PEER_LOST
 from jupyter_ktrain.pod.ranks import node_index
-from jupyter_ktrain.spec import Elastic, JobSpec, RunPolicy
+from jupyter_ktrain.spec.job import Elastic, JobSpec, RunPolicy
 
 
 def _free_port() -> int:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from jupyter_ktrain.backends.kubernetes.logs import (
+from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
+from jupyter_ktrain.backends.kubernetes.logs.pod import (
     FollowedLines,
     PodLogSource,
     format_stamp,
     split_stamped,
 )
-from jupyter_ktrain.backends.kubernetes.retries import ApiFailure
 
 
 def _pod(uid: str, phase: str, state: dict[str, Any]) -> dict[str, Any]:

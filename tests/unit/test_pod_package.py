@@ -98,7 +98,7 @@ def test_the_package_init_imports_only_the_pod_side_eagerly() -> None:
 def test_the_lazy_public_names_resolve() -> None:
     import jupyter_ktrain
     from jupyter_ktrain.errors import KtrainError
-    from jupyter_ktrain.spec import JobSpec
+    from jupyter_ktrain.spec.job import JobSpec
 
     assert jupyter_ktrain.JobSpec is JobSpec
     assert jupyter_ktrain.KtrainError is KtrainError

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.pod import profiler, steps
-from jupyter_ktrain.pod.profile_summary import is_collective, summarize, union_s
+from jupyter_ktrain.pod.profiling import profiler, steps
+from jupyter_ktrain.pod.profiling.summary import is_collective, summarize, union_s
 from jupyter_ktrain.pod.protocol import Profile
 from jupyter_ktrain.runner.profile import no_steps_text, profile_text
 from tests.unit.test_gpu_check import _gpu_check

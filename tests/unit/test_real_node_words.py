@@ -4,7 +4,7 @@ wait for ever) in one line naming the reference."""
 
 from __future__ import annotations
 
-from jupyter_ktrain.backends.kubernetes.status import _missing_image
+from jupyter_ktrain.backends.kubernetes.status.derive import _missing_image
 from jupyter_ktrain.failures import classify
 
 REF = "127.0.0.1:5000/base/debian-python:no-such-tag"

@@ -114,7 +114,7 @@ def test_found_in_source_defaults_keywords_dicts_and_assignments() -> None:
 
 def test_env_flag_with_a_secret_value_is_refused_and_a_bare_name_is_local_only() -> None:
     from jupyter_ktrain import SpecError
-    from jupyter_ktrain.options import parse_flags, spec_from_args
+    from jupyter_ktrain.flags import parse_flags, spec_from_args
 
     with pytest.raises(SpecError, match="--secret-env HF_TOKEN=hf-token/token"):
         spec_from_args(parse_flags(f"--backend local --env HF_TOKEN={HF}"))

@@ -163,7 +163,7 @@ def test_ktrain_logs_folds_the_same_noise_and_whole_shows_it_as_written(
 ) -> None:
     """``ktrain logs NAME`` (and ``%ktrain logs``) shows every rank's lines as the panel and
     the widget do: torchrun's tear-down noise as its one line; ``--whole`` as written."""
-    from jupyter_ktrain import commands
+    from jupyter_ktrain.frontends import commands
     from jupyter_ktrain.monitor.torchrun import teardown_line
 
     monkeypatch.setenv("KTRAIN_HOME", str(tmp_path / "home"))

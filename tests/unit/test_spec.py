@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_ktrain import JobSpec, SpecError
-from jupyter_ktrain.options import parse_flags, spec_from_args
-from jupyter_ktrain.spec import default_name, max_name_length
+from jupyter_ktrain.flags import parse_flags, spec_from_args
+from jupyter_ktrain.spec.job import default_name, max_name_length
 
 
 def test_defaults_resolve_one_process_per_gpu_or_one() -> None:

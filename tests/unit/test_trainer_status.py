@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.status import trainer_progress
+from jupyter_ktrain.backends.kubernetes.status.derive import trainer_progress
 from jupyter_ktrain.pod import trainer_status
 from jupyter_ktrain.pod.trainer_status import StatusReporter, payload
 from jupyter_ktrain.words import describe
@@ -214,7 +214,7 @@ def test_trainer_status_reads_back_as_progress() -> None:
 
 def test_a_trainjob_status_with_trainer_status_gives_job_status_progress() -> None:
     """``Job.status()`` of a TrainJob nobody followed the logs of: from trainerStatus."""
-    from jupyter_ktrain.backends.kubernetes.status import build_status
+    from jupyter_ktrain.backends.kubernetes.status.derive import build_status
     from jupyter_ktrain.pod.progress import Progress
 
     sent = payload(Progress(45, 100, 1_795_000_000.0, 3600.0, 80.0), {}, 1_795_000_000.0)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_ktrain.backends.warm import check_warm, shape_changes, warm_shape
-from jupyter_ktrain.commands import parse_duration
 from jupyter_ktrain.errors import SpecError
+from jupyter_ktrain.frontends.commands import parse_duration
 from jupyter_ktrain.jobs import JobStatus, WarmInfo
 from jupyter_ktrain.pod.agent.warm import FolderControl, rank_environ
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 from jupyter_ktrain.words import run_waiting, warm_text, warm_words
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.warm import control_of, order_run, with_control
+from jupyter_ktrain.backends.kubernetes.warm.orders import control_of, order_run, with_control
 from jupyter_ktrain.packaging.configmap import render_code_configmap
 from jupyter_ktrain.pod.agent.deliver import (
     REFUSED,

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from jupyter_ktrain.backends.kubernetes.labels import SHAPE_ANNOTATION
-from jupyter_ktrain.backends.kubernetes.plan import describe, render_request
-from jupyter_ktrain.backends.kubernetes.warm import (
+from jupyter_ktrain.backends.kubernetes.plans.plan import describe, render_request
+from jupyter_ktrain.backends.kubernetes.warm.orders import (
     RunBook,
     control_of,
     order_run,
@@ -30,7 +30,7 @@ from jupyter_ktrain.pod.protocol import (
     format_record,
     parse_line,
 )
-from jupyter_ktrain.spec import JobSpec
+from jupyter_ktrain.spec.job import JobSpec
 
 
 def _objects(**values: object) -> dict[str, dict]:  # type: ignore[type-arg]

@@ -33,23 +33,23 @@ from ...pod.protocol import Profile, Stack
 from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
-from .api import Api
+from .client.api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
-from .dry_run import Planner
-from .history import ClusterHistory
-from .job_logs import JobLogs
-from .job_status import JobStatuses
-from .listing import JobListing
-from .plan import KubernetesRequest
+from .logs.streams import JobLogs
+from .plans.dry_run import Planner
+from .plans.plan import KubernetesRequest
 from .removal import Removal
 from .stacks import JobStacks
+from .status.history import ClusterHistory
+from .status.listing import JobListing
+from .status.reader import JobStatuses
 from .submit import Submitter
-from .warm_backend import WarmJobs
-from .warm_ledger import WarmLedger
+from .warm.ledger import WarmLedger
+from .warm.runs import WarmJobs
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["KubernetesBackend"]
 

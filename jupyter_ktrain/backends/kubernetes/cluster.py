@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from ...config import Config
 from ...errors import ClusterError
-from .api import Api
-from .job_runtime import JobRuntime
-from .kueue import QueuePositions
-from .watch import JobWatch
+from .client.api import Api
+from .status.job_runtime import JobRuntime
+from .status.kueue import QueuePositions
+from .status.watch import JobWatch
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["BACKEND_NAME", "Cluster", "Connection"]
 

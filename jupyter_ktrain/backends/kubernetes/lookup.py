@@ -7,11 +7,11 @@ from typing import Any
 
 from ...errors import JobNotFound
 from ...kinds import KIND_TABLE
+from .client.resources import job_resource
+from .client.retries import ApiFailure
 from .cluster import Cluster
 from .labels import JOB_LABEL
-from .resources import job_resource
-from .retries import ApiFailure
-from .watch import JobWatch
+from .status.watch import JobWatch
 
 __all__ = ["job_object", "job_objects", "kind_of", "stop_watch", "watch"]
 

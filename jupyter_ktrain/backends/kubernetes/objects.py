@@ -7,10 +7,10 @@ from typing import Any
 
 from ...errors import ClusterError
 from ...kinds import KIND_TABLE
+from .client.resources import OWNED, job_resource, resource_of
+from .client.retries import ApiFailure
 from .cluster import Cluster
-from .plan import Manifest, kind_and_name
-from .resources import OWNED, job_resource, resource_of
-from .retries import ApiFailure
+from .plans.plan import Manifest, kind_and_name
 
 __all__ = ["create", "delete_job", "delete_one", "own"]
 
@@ -50,19 +50,14 @@ def delete_job(cluster: Cluster, kind: str, name: str, ns: str) -> None:
     resource = job_resource(KIND_TABLE[kind])
     path = resource.path(ns, name)
     try:
-        cluster.api.request("DELETE", path, {"propagationPolicy": "Background"})
+        cluster.api.delete(path, {"propagationPolicy": "Background"})
     except ApiFailure as exc:
         if exc.status == 403:
             what = f"delete {resource.qualified} ({kind} {name!r} is left as it is)"
             raise cluster.forbidden(what) from None
-        if exc.status != 404:
-            raise
+        raise
 
 
 def delete_one(cluster: Cluster, kind: str, name: str, ns: str) -> None:
     """Delete one object made beside a job; gone already is no error."""
-    try:
-        cluster.api.request("DELETE", OWNED[kind].path(ns, name))
-    except ApiFailure as exc:
-        if exc.status != 404:
-            raise
+    cluster.api.delete(OWNED[kind].path(ns, name))

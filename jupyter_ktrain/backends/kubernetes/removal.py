@@ -9,15 +9,15 @@ import time
 
 from ...errors import BackendError, ClusterError, JobNotFound
 from ...kinds import KIND_TABLE
+from .client.resources import POD, job_resource
+from .client.retries import ApiFailure
 from .cluster import Cluster
-from .history import ClusterHistory, cancelled
-from .job_status import JobStatuses
 from .labels import JOB_LABEL
 from .lookup import kind_of, stop_watch
-from .metrics import metrics_service_name
 from .objects import delete_job, delete_one
-from .resources import POD, job_resource
-from .retries import ApiFailure
+from .plans.metrics import metrics_service_name
+from .status.history import ClusterHistory, cancelled
+from .status.reader import JobStatuses
 
 __all__ = ["DELETE_WAIT_S", "Removal"]
 

@@ -20,8 +20,8 @@ from ...errors import ClusterError
 from ...kinds import KIND_TABLE
 from ...pod.protocol import Profile, Stack, parse_line
 from ...pod.stacks import ASK_TIMEOUT_S, PROFILE_TIMEOUT_S
+from .client.fields import pod_phase
 from .cluster import Cluster
-from .fields import pod_phase
 from .lookup import kind_of, watch
 
 __all__ = ["JobStacks"]

@@ -10,16 +10,16 @@ from dataclasses import replace
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
+from ...store.warm import remember
 from ..base import LaunchPlan
 from ..warm import warm_shape
+from .client.resources import job_resource
 from .cluster import Cluster
-from .history import ClusterHistory
 from .lookup import watch
 from .objects import create, delete_one, own
-from .plan import KubernetesRequest, kind_and_name
-from .preflight import run_preflight
-from .resources import job_resource
-from .warm_backend import remember
+from .plans.plan import KubernetesRequest, kind_and_name
+from .plans.preflight import run_preflight
+from .status.history import ClusterHistory
 
 __all__ = ["Submitter"]
 

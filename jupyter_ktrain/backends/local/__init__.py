@@ -12,11 +12,12 @@ kernel. Laid out like :mod:`..kubernetes`:
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.daemon`: the process the backend starts for a job (``python -m
   jupyter_ktrain.backends.local.daemon``), which wires the rest: :mod:`.supervisor`, what owns
-  one job (:mod:`.causes`: which failure is the job's; :mod:`.joblog`: its output files), and
-  :mod:`.watchdog`, its parent, which ends the job when the supervisor dies;
+  one job (``supervisor/nodes.py``; ``output.py``: what it reads of its nodes' output;
+  ``causes.py``: which failure is the job's; ``warm_job.py``: a ``--warm`` job's supervisor;
+  ``watchdog.py``: its parent, which ends the job when the supervisor dies), :mod:`.joblog`:
+  its output files;
 - :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
-- :mod:`.warm_supervisor` and :mod:`.warm`: a ``--warm`` job's supervisor, and its runs as the
-  backend reads and orders them;
+- :mod:`.warm`: a ``--warm`` job's runs as the backend reads and orders them;
 - :mod:`.logs`: node logs read as they grow (:class:`FileLogSource`, :class:`LogIndex`);
 - :mod:`.gpus`: this machine's GPUs and each node's share;
 - :mod:`.procs`: every process of a job or node, found and stopped by its marker.

@@ -28,7 +28,7 @@ from ...extras import require_torch
 from ...jobs import CANCELLED, CANCELLED_REASON, TERMINAL_STATES, JobShape, JobStatus
 from ...pod.protocol import Profile, Stack
 from ...pod.stacks import STACKS_DIR_ENV, ask, ask_profile
-from ...spec import check_job_name
+from ...spec.job import check_job_name
 from ...store.files import make_private_dirs, open_append, store_error, write_private
 from ...store.home import jobs_dir, ktrain_home
 from ...store.jobdirs import create_job_dir, job_marker, release_reserve
@@ -48,7 +48,7 @@ from .warm import LocalWarm
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...pod.agent.sampler import GpuInfo
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["LocalBackend"]
 

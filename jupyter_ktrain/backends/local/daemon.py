@@ -16,9 +16,9 @@ from pathlib import Path
 from ...jobs import FAILED
 from .procs import kill_marked
 from .request import PlanError
-from .supervisor import Supervisor
-from .warm_supervisor import WarmSupervisor
-from .watchdog import watch
+from .supervisor.nodes import Supervisor
+from .supervisor.warm_job import WarmSupervisor
+from .supervisor.watchdog import watch
 
 __all__ = ["main"]
 

@@ -33,7 +33,7 @@ from ...jobs import (
     complete_exit_codes,
 )
 from ...kinds import DEFAULT_KIND
-from ...spec import check_job_name
+from ...spec.job import check_job_name
 from ...store.files import store_error
 from ...store.home import jobs_dir
 from ...store.jobdirs import job_marker

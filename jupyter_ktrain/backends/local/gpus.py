@@ -10,7 +10,7 @@ from ...errors import SpecError
 
 if TYPE_CHECKING:
     from ...pod.agent.sampler import GpuInfo
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["machine_gpus", "split_gpus"]
 

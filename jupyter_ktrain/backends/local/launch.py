@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ...kinds import KIND_TABLE
 from ...pod.agent.warm import CONTROL_ENV
-from ...pod.checkpoint import CHECKPOINTS_ENV
+from ...pod.checkpoint.plain import CHECKPOINTS_ENV
 from ...pod.exits import STOP_WHY_ENV
 from ...pod.launch import node_command, operator_env
 from ...pod.stacks import STACKS_DIR_ENV
@@ -41,7 +41,7 @@ from .state import LocalState, read_state
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
     from ...pod.agent.sampler import GpuInfo
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["BACKEND", "RESTART_DELAY_S", "Planner"]
 

@@ -15,7 +15,7 @@ from ...errors import BackendError
 from ...kinds import DEFAULT_KIND, KIND_TABLE
 
 if TYPE_CHECKING:
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
     from .request import NodeLaunch
 
 __all__ = [
@@ -73,14 +73,14 @@ def deepspeed_files(spec: JobSpec, program_source: str | None = None) -> dict[st
     against the program's ``TrainingArguments`` when it uses the Transformers Trainer)."""
     if spec.deepspeed is None:
         return {}
-    from ...deepspeed import CONFIG_FILE, config_bytes
+    from ...spec.deepspeed import CONFIG_FILE, config_bytes
 
     return {CONFIG_FILE: config_bytes(spec.deepspeed, spec.world_size, program_source)}
 
 
 def local_max_restarts(spec: JobSpec) -> int:
     """How often a local job restarts every node after a fault (``--max-restarts``, default
-    :data:`~jupyter_ktrain.spec_scheduling.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
+    :data:`~jupyter_ktrain.spec.scheduling.DEFAULT_MAX_RESTARTS`); ``--restart-policy Never``: 0."""
     policy = spec.run_policy
     return 0 if policy.restart_policy == "Never" else int(policy.max_restarts)
 
@@ -90,7 +90,7 @@ def cluster_only_settings(spec: JobSpec) -> list[str]:
     and says so before the job starts (a note), so the same cell runs here unchanged. CPU and
     memory requests and limits are among them: nothing limits a local job's memory (a
     per-process rlimit would not be the pod's limit, and breaks CUDA's address space)."""
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
     default = JobSpec(name=spec.name)
     res = spec.resources

@@ -21,13 +21,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...failures import ranks_text
-from ...pod.agent.forks import Server, forks_ranks, start_server
-
-if TYPE_CHECKING:
-    from .request import LocalRequest
 
 __all__ = [
     "MARKER_ENV",
@@ -35,7 +30,6 @@ __all__ = [
     "NodeKill",
     "die_with",
     "exit_code",
-    "job_fork_server",
     "kill_marked",
     "kill_node",
     "marked_pids",
@@ -200,21 +194,3 @@ def die_with(parent: int) -> Callable[[], None]:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
-
-
-def job_fork_server(plan: LocalRequest) -> Server | None:
-    """One fork server for the job, started before any thread (it warms on idle CPU,
-    :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
-    torchrun and ranks fork from it and do not import torch again. Unmarked, so no sweep
-    of an attempt ends it; it dies with this process. None where the nodes run no
-    torchrun, or it cannot start."""
-    launch = plan.nodes[0]
-    if not forks_ranks(launch.argv):
-        return None
-    env = {**os.environ, **launch.env}
-    for name in (MARKER_ENV, NODE_ENV):
-        env.pop(name, None)
-    try:
-        return start_server(launch.argv[0], env, preexec_fn=die_with(os.getpid()))
-    except OSError:
-        return None  # each node's agent starts its own

@@ -35,11 +35,11 @@ from .launch import BACKEND, Planner
 from .logs import FileLogSource
 from .request import LocalRequest, read_plan
 from .state import change_state, read_state
-from .warm_supervisor import IDLE_LIMIT, abort_run
+from .supervisor.warm_job import IDLE_LIMIT, abort_run
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
-    from ...spec import JobSpec
+    from ...spec.job import JobSpec
 
 __all__ = ["LocalWarm"]
 

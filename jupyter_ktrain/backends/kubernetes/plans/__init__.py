@@ -1,0 +1,5 @@
+"""What a submit creates and whether it can: ``plan.py`` (:class:`~.plan.KubernetesRequest`),
+``manifests.py`` with ``podtemplate.py``, ``kinds.py`` (one builder per job kind),
+``metrics.py`` and ``fault_runtime.py`` (the objects around the job), ``validate.py`` (schemas
+and semantic checks), ``preflight.py`` (can this cluster run it) and ``dry_run.py`` (the plan
+as text). Pure but for the preflight's reads."""

@@ -1,0 +1,57 @@
+"""What this process learnt of a cluster job from its logs (:class:`JobRuntime`): each rank's
+exit record and last lines, the progress the ranks reported, a warm job's runs. The lines come
+from the streams a follow reads (:class:`~.logs.PodLogSource`) or from the stored logs."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from ....pod.progress import JobProgress
+from ....pod.protocol import Exit, Metric, Resume, parse_line
+from ..logs.pod import FollowedLines
+from ..warm.orders import RunBook
+
+__all__ = ["TAIL_LINES", "JobRuntime"]
+
+TAIL_LINES = 50
+
+
+class JobRuntime:
+    """What the logs told us about one job: exit records, each rank's tail, last output."""
+
+    def __init__(self) -> None:
+        self.exits: dict[int, tuple[int, int]] = {}
+        self.tails: dict[int, collections.deque[str]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=TAIL_LINES)
+        )
+        self.last_progress: float | None = None
+        self.progress = JobProgress()  # percent done / ETA from records with a total
+        self.loaded = False
+        self.lock = threading.Lock()
+        self.book = RunBook()  # a warm job's runs, from the same lines
+        self.followers = 0  # run streams that feed ``book`` now
+        self.aborted: set[int] = set()  # runs this process asked every node to stop
+        self.followed: FollowedLines | None = None  # kept in the job store (cleanPodPolicy)
+
+    def on_followed(self, pod: str, ts: int, raw: str) -> None:
+        """A line a follow read: kept, then read like any other."""
+        if self.followed is not None:
+            self.followed.add(pod, ts, raw)
+        self.on_line(pod, ts, raw)
+
+    def on_line(self, pod: str, ts: int, raw: str) -> None:
+        line = parse_line(raw)
+        with self.lock:
+            self.book.feed(pod, line)
+            self.last_progress = time.time()
+            if line.rank is None:
+                return
+            record = line.typed
+            if line.record is None:
+                self.tails[line.rank].append(line.text)
+            elif isinstance(record, Exit):
+                self.exits.setdefault(line.rank, (ts, record.code))
+            elif isinstance(record, (Metric, Resume)):  # a resume measures the rate anew
+                self.progress.feed(line.rank, record, time.time())

@@ -1,0 +1,100 @@
+"""A cluster job's status, from its watch (:mod:`.watch`) and what its logs told
+(:class:`~.job_runtime.JobRuntime`), built by :func:`.status.build_status`; an ended job's is
+kept in its history, and answered from there once its objects are gone."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+from ....errors import ClusterError, JobNotFound
+from ....jobs import FAILED, JobShape, JobStatus, complete_exit_codes
+from ....kinds import job_kind
+from ....pod.protocol import EXIT, parse_line, record_type
+from ..client.fields import labels_of
+from ..cluster import Cluster
+from ..labels import WARM_LABEL
+from ..logs.pod import split_stamped
+from ..logs.stored import stored_logs
+from ..lookup import stop_watch, watch
+from ..warm.ledger import WarmLedger
+from .derive import build_status, job_shape, job_state
+from .history import ClusterHistory
+from .watch import JobWatch
+
+__all__ = ["JobStatuses"]
+
+
+class JobStatuses:
+    """The statuses of the jobs in the ``cluster`` context's namespace."""
+
+    def __init__(self, cluster: Cluster, history: ClusterHistory, ledger: WarmLedger) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.ledger = ledger
+
+    def status(self, name: str) -> JobStatus:
+        """The job's status; once its objects are gone, the one kept in its history."""
+        try:
+            found = watch(self.cluster, name)
+        except JobNotFound as exc:
+            return self.history.gone(name, exc).status
+        job = found.job
+        if job is None:
+            stop_watch(self.cluster, name)
+            self.cluster.kinds.pop(name, None)
+            ns = self.cluster.namespace
+            gone = JobNotFound(f"Job {name!r} is gone from namespace {ns!r}.")
+            return self.history.gone(name, gone).status
+        status = self._live(name, found, job)
+        if status.terminal:
+            self.history.keep(job, found.pods, status)
+        return status
+
+    def _live(self, name: str, found: JobWatch, job: dict[str, Any]) -> JobStatus:
+        rt = self.cluster.runtimes[name]
+        if job_state(job)[0] == FAILED and not rt.loaded:
+            # the operator may declare the job Failed before the followed streams reached
+            # every rank's exit record: read them from the stored logs once, with the kubelet's
+            # times (they decide who failed first); lines already followed are not fed twice
+            rt.loaded = True
+            followed = bool(rt.exits)
+            with contextlib.suppress(ClusterError):
+                for pod, raw in stored_logs(self.cluster, job, found.pods, stamped=True):
+                    parsed = split_stamped(raw.encode())
+                    ts, line = parsed if parsed is not None else (0, raw)
+                    record = parse_line(line).record if followed else None
+                    if not followed or record_type(record) == EXIT:
+                        rt.on_line(pod, ts, line)
+        workload = found.workload
+        position = self.cluster.queue.position(self.cluster.api, self.cluster.namespace, workload)
+        with rt.lock:
+            status = build_status(
+                job,
+                found.pods,
+                found.events,
+                dict(rt.exits),
+                {r: list(t) for r, t in rt.tails.items()},
+                dict(found.recreated),
+                rt.last_progress,
+                progress=rt.progress.progress,
+                recreations=dict(found.recreations),
+                last_exits=dict(found.last_exit),
+                workload=workload,
+                queue_position=position,
+                deleted=dict(found.deleted),
+            )
+        if WARM_LABEL in labels_of(job):
+            status = replace(status, warm=self.ledger.info(job, status.state))
+        kind = job_kind(str(job.get("kind") or ""))
+        if kind is None or not kind.replica_ranks:  # ranks map onto replicas only there
+            return status
+        return complete_exit_codes(status, job_shape(job).procs_per_node)
+
+    def shape(self, name: str) -> JobShape | None:
+        try:
+            job = watch(self.cluster, name).job
+        except JobNotFound as exc:
+            return self.history.gone(name, exc).shape
+        return job_shape(job) if job is not None else None
