@@ -45,7 +45,6 @@ class JobHangs:
         self._keep = keep
         self._stacks = stacks
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._hang: Hang | None = None
         self._asked: set[tuple[int, ...]] = set()
         self._kept: str | None = ""  # "": nothing said yet (an earlier job's is forgotten)
