@@ -77,3 +77,17 @@ def test_a_local_cpu_jobs_agents_sample_no_gpu_and_say_nothing_of_it(tmp_path: P
     for node in plan.request.nodes:
         agent = node.argv[: node.argv.index("--")]
         assert agent[-4:-2] == ("--gpu-sampling", "off"), node.argv
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_cluster_cpu_jobs_agents_sample_no_gpu_and_a_gpu_jobs_do(gpus: int) -> None:
+    """Every pod's agent of a PyTorchJob that asked for no GPU runs with ``--gpu-sampling off``;
+    one that asked for GPUs samples them (the default, ``auto``)."""
+    spec = JobSpec.create(
+        name="cpu", nodes=2, namespace="ml", image="base:1", resources={"gpus": gpus}
+    )
+    [job] = [o for o in job_objects(spec, CodeSource(image=REF)) if o["kind"] == "PyTorchJob"]
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        command = replica["template"]["spec"]["containers"][0]["command"]
+        agent = command[: command.index("--")]
+        assert ("--gpu-sampling" in agent) == (not gpus), command
