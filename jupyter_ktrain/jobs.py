@@ -7,6 +7,8 @@ backends, the monitor, the server and the front ends build on it.
   (which :attr:`JobStatus.terminal` asks);
 - :class:`ReplicaPhase`: a replica's phase, a ``str`` enum the same way (a pod's phase as the
   API says it, a local node's as ``state.json`` says it);
+- :class:`TrialState`: a sweep trial's state, a ``str`` enum the same way: running, one of the
+  ends of its job or ``Pruned``;
 - :data:`CANCELLED_BY_USER`: the words for a job or run stopped on the user's request, the same
   in a log line, a run's end and a cell's error, and :data:`CANCELLED_REASON`, its reason code
   (``Cancelled (CancelledByUser)``);
@@ -55,6 +57,7 @@ __all__ = [
     "JobStatus",
     "ReplicaPhase",
     "ReplicaStatus",
+    "TrialState",
     "View",
     "WarmInfo",
     "complete_exit_codes",
@@ -142,6 +145,24 @@ class ReplicaPhase(str, enum.Enum):
     @classmethod
     def _missing_(cls, value: object) -> ReplicaPhase:
         return cls.UNKNOWN
+
+
+class TrialState(str, enum.Enum):
+    """A sweep trial's state: its job's (running, or how it ended: the words of
+    :class:`JobState`, one word each) or ``Pruned`` (stopped by the sweep's pruning rule). A
+    member is its word, as :class:`JobState`'s are."""
+
+    __str__ = str.__str__
+    __hash__ = str.__hash__
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str(self), spec)
+
+    RUNNING = JobState.RUNNING.value
+    SUCCEEDED = JobState.SUCCEEDED.value
+    FAILED = JobState.FAILED.value
+    CANCELLED = JobState.CANCELLED.value
+    PRUNED = "Pruned"  # stopped by the sweep (its median rule), not by its job
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,20 @@ JOB_FLAGS: tuple[tuple[str | None, tuple[Flag, ...]], ...] = (
                 help="Kueue LocalQueue: wait there for quota (default: config kueue_queue)",
             ),
             _flag(
+                "--topology",
+                "scheduling.topology",
+                metavar="LEVEL",
+                help="Kueue places every node of the job in one domain of this topology level "
+                "(e.g. rack; needs --kueue-queue; default: config topology)",
+            ),
+            _flag(
+                "--topology-preferred",
+                "scheduling.topology_preferred",
+                metavar="LEVEL",
+                help="as --topology, but a job that fits no one domain is spread rather than kept "
+                "waiting",
+            ),
+            _flag(
                 "--service-account",
                 "scheduling.service_account",
                 help="ServiceAccount of the job's pods (default: none, and no API token)",

@@ -372,7 +372,8 @@ COMMANDS: tuple[Command, ...] = (
         (Arg("settings", "[key=value ...]", "settings", many=True),),
         "show or set defaults (backend, namespace, kubeconfig,\n"
         "context, registry, base_image, insecure_registries,\n"
-        "offline_requirements, kueue_queue, mlflow, ...); never secrets",
+        "offline_requirements, kueue_queue, topology, mlflow, ...);\n"
+        "never secrets",
         config,
         on_backend=False,
     ),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KtrainError
 from ..extras import EXTRAS, missing_modules
 from ..runner.front import TextFront
+from ..sweep.record import SweepRecord
 from ..widgets.controls import control_subshell, route_to_subshell
 from ..widgets.monitor import (
     MonitorView,
@@ -62,13 +63,13 @@ class NotebookFront(TextFront):
         else:
             super().say(text)
 
-    def show_sweep(self, record: Mapping[str, Any]) -> None:
+    def show_sweep(self, record: SweepRecord) -> None:
         """The sweep's widget (shown at its first record), drawn as ``record`` says; nothing
         with the text view (its lines are printed)."""
         if self.sweep is None:
             if not _widgets():
                 return
-            self.sweep = SweepWidget(str(record["name"]))
+            self.sweep = SweepWidget(record.name)
             self.sweep.show()
         self.sweep.update(record)
 

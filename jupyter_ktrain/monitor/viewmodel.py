@@ -22,6 +22,7 @@ Pure and stdlib only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -39,6 +40,7 @@ __all__ = [
     "OTHER_STATE_COLOUR",
     "PALETTE",
     "STATE_COLOURS",
+    "BandLine",
     "PanelKey",
     "PanelView",
     "SummaryValue",
@@ -47,6 +49,7 @@ __all__ = [
     "fmt_value",
     "job_state",
     "plot_panels",
+    "rank_band",
     "rank_colour",
     "series_colour",
     "state_colour",
@@ -230,6 +233,43 @@ def plot_panels(
     for field, gpu_traces in sorted(fields.items()):
         panels.append(PanelView(PanelKey("gpu", field), tuple(gpu_traces)))
     return panels
+
+
+@dataclass(frozen=True)
+class BandLine:
+    """One edge or the middle of a band over many ranks' traces: ``min of 512 ranks``."""
+
+    label: str
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+
+def rank_band(traces: Sequence[TraceView], points: int) -> list[BandLine]:
+    """min, median and max over ``traces`` at each x (binned to ``points`` x's when the
+    ranks' downsampled points fall apart): a big job's metric in three lines."""
+    by_x: dict[float, list[float]] = {}
+    for t in traces:
+        xs, ys = t.series.points(points)
+        for x, y in zip(xs, ys, strict=True):
+            by_x.setdefault(x, []).append(y)
+    keys = sorted(by_x)
+    if len(keys) > points:  # one bin per drawn point
+        lo, width = keys[0], (keys[-1] - keys[0]) / points or 1.0
+        bins: dict[int, tuple[list[float], list[float]]] = {}
+        for x in keys:
+            bxs, bys = bins.setdefault(min(points - 1, int((x - lo) / width)), ([], []))
+            bxs.append(x)
+            bys += by_x[x]
+        by_x = {sum(bxs) / len(bxs): bys for bxs, bys in bins.values()}
+        keys = sorted(by_x)
+    edges: dict[str, list[float]] = {"min": [], "median": [], "max": []}
+    for x in keys:
+        ys = sorted(by_x[x])
+        edges["min"].append(ys[0])
+        edges["median"].append(ys[len(ys) // 2])
+        edges["max"].append(ys[-1])
+    n = len(traces)
+    return [BandLine(f"{name} of {n} ranks", tuple(keys), tuple(ys)) for name, ys in edges.items()]
 
 
 def summary_values(model: MonitorModel) -> list[SummaryValue]:

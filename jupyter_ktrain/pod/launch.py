@@ -68,8 +68,9 @@ def node_command(
         return [*agent, python, *runtime]
     if launcher == "mpirun":
         head = [python, "-m", "jupyter_ktrain.pod.agent", "--gpu-sampling", "off", "--mpi-launcher"]
-        mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes), "-bind-to", "none",
-                  "-map-by", "slot", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]  # fmt: skip
+        # the long options both Open MPI 4 and 5 read (5's mpirun takes "-bind-to" for a program)
+        mpirun = ["mpirun", "--allow-run-as-root", "-np", str(processes), "--bind-to", "none",
+                  "--map-by", "slot", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]  # fmt: skip
         return [*head, "--", *mpirun, *agent, python, *runtime]
     raise ValueError(f"unknown launcher {launcher!r}")
 

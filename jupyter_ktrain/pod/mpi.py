@@ -16,6 +16,13 @@ MASTER_PORT`` passes it to every rank. A rank given none uses the hostfile when 
 else ``127.0.0.1`` when all ranks share its host. ``MASTER_PORT`` is :data:`MASTER_PORT` (29500,
 torch's own default) unless set.
 
+Open MPI 4 (ORTE) and Open MPI 5 (PRRTE) read their hostfile and rsh agent from different
+variables: the v1 MPI controller sets only the Open MPI 4 ones (``OMPI_MCA_orte_default_hostfile``,
+``OMPI_MCA_plm_rsh_agent``), which Open MPI 5 ignores without a word: its ``mpirun`` would start
+every rank on the launcher and the job would still succeed. :data:`OPEN_MPI_5_ENV` are the names
+Open MPI 5 reads (as Kubeflow Trainer v2.4 sets them), pointing at the same files; the launcher
+gets both (Open MPI 4 ignores ``PRTE_MCA_*``, Open MPI 5 ``OMPI_MCA_orte_*``).
+
 Standard library only: this runs in the job.
 """
 
@@ -31,7 +38,9 @@ from collections.abc import Callable, Mapping
 __all__ = [
     "HOSTFILE",
     "KUBECTL",
+    "KUBEXEC",
     "MASTER_PORT",
+    "OPEN_MPI_5_ENV",
     "hostfile_hosts",
     "launcher_env",
     "local_rank",
@@ -43,6 +52,10 @@ __all__ = [
 MASTER_PORT = 29500
 HOSTFILE = "/etc/mpi/hostfile"  # where the MPI controller mounts it (launcher only)
 KUBECTL = "/opt/kube/kubectl"  # where its kubectl-delivery init container puts kubectl
+KUBEXEC = "/etc/mpi/kubexec.sh"  # the controller's rsh agent: `kubectl exec` into a worker
+# Open MPI 5's runtime (PRRTE) reads these, not the controller's OMPI_MCA_orte_*/plm_rsh_*
+HOSTFILE_ENVS = ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile")
+OPEN_MPI_5_ENV = (("PRTE_MCA_prte_default_hostfile", HOSTFILE), ("PRTE_MCA_plm_ssh_agent", KUBEXEC))
 WAIT_S = 300.0
 
 _OMPI = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -109,8 +122,8 @@ def rank_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def read_hostfile(env: Mapping[str, str]) -> str | None:
-    """The hostfile mpirun uses (``OMPI_MCA_orte_default_hostfile``, else the controller's)."""
-    path = env.get("OMPI_MCA_orte_default_hostfile") or HOSTFILE
+    """The hostfile mpirun uses (Open MPI 4's or 5's variable, else the controller's)."""
+    path = next((env[k] for k in HOSTFILE_ENVS if env.get(k)), HOSTFILE)
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()

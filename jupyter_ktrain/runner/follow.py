@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..backends.capabilities import StacksShown
-from ..jobs import CANCELLED, FAILED, JobStatus
+from ..jobs import CANCELLED, FAILED, SUCCEEDED, JobStatus
 from ..monitor.cell_error import job_error
 from ..monitor.follow import follow as follow_loop
 from ..monitor.live import ModelSink, model_for
@@ -54,6 +54,6 @@ def follow(job: Job, front: Front) -> JobStatus | None:
     tracking.finished(sink, job, status, front.say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)
-    if status.state == "Succeeded":
+    if status.state == SUCCEEDED:
         front.bind({k: v for k, v in job.outputs.items() if k != "_"})
     return status

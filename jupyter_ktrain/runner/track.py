@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -22,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import OFF, check_uri, load_config
 from ..extras import require
-from ..store.records import hold, read_record, record_name, release, remove, write_record
+from ..jobs import SUCCEEDED
+from ..store.records import (
+    MlflowState,
+    RunRecord,
+    hold,
+    read_run,
+    record_name,
+    release,
+    remove,
+    write_run,
+)
 from ..tracking.cpu import SpareCpu
 from ..tracking.params import code_hash, job_params
 from ..tracking.points import Point, Reading, RecordReader
@@ -92,19 +103,17 @@ def started(job: Job, given: Mapping[str, Any], say: Callable[[str], None] = pri
     if plan is None:
         return
     where = check(plan.spec)
-    record: dict[str, Any] = {
-        "name": job.name,
-        "backend": job.backend.name,
-        "started": time.time(),
-        "params": job_params(plan.spec, given, plan.program.source),
-        "code_sha256": code_hash(dict(plan.files) or plan.program.files),
-    }
-    if job.run is not None:
-        record["run"] = job.run
-    if where is not None:
-        record["mlflow"] = {"uri": where[0], "experiment": where[1], "sent": {}}
+    record = RunRecord(
+        name=job.name,
+        backend=job.backend.name,
+        started=time.time(),
+        params=job_params(plan.spec, given, plan.program.source),
+        code_sha256=code_hash(dict(plan.files) or plan.program.files),
+        run=job.run,
+        mlflow=MlflowState(where[0], where[1]) if where is not None else None,
+    )
     try:
-        write_record(job.backend.name, record_key(job), record)
+        write_run(job.backend.name, record_key(job), record)
     except OSError as exc:
         say(f"warning: cannot keep the job's record ({exc}); it runs on, untracked.")
 
@@ -114,12 +123,12 @@ def under(job: Job, tags: Mapping[str, str]) -> None:
     run is made (a sweep's trial: ``mlflow.parentRunId``, its sweep, its number). An untracked
     job, or a store that cannot be written: nothing."""
     key = record_key(job)
-    record = read_record(job.backend.name, key)
-    if record is None or "mlflow" not in record:
+    record = read_run(job.backend.name, key)
+    if record is None or record.mlflow is None:
         return
-    record["mlflow"]["tags"] = dict(tags)
+    record = dataclasses.replace(record, mlflow=dataclasses.replace(record.mlflow, tags=tags))
     with contextlib.suppress(OSError):
-        write_record(job.backend.name, key, record)
+        write_run(job.backend.name, key, record)
 
 
 class TrackingSink:
@@ -167,10 +176,10 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
     """``inner``, wrapped to track the job when its record says where (a job started with
     tracking, also after a kernel restart: the same run, no point twice)."""
     key = record_key(job)
-    record = read_record(job.backend.name, key)
-    if record is None or "mlflow" not in record:
+    record = read_run(job.backend.name, key)
+    if record is None or record.mlflow is None:
         return inner
-    if record["mlflow"].get("finished"):
+    if record.mlflow.finished:
         return inner  # everything was sent
     held = hold(job.backend.name, key)
     if held is None:
@@ -179,8 +188,8 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
             "while the side panel follows it, or another kernel); this one does not send it."
         )
         return inner
-    record = read_record(job.backend.name, key) or record  # as the last holder left it
-    if record["mlflow"].get("finished"):
+    record = read_run(job.backend.name, key) or record  # as the last holder left it
+    if record.mlflow is None or record.mlflow.finished:
         release(held)
         return inner
     from ..tracking.mlflow_run import MlflowRun
@@ -190,11 +199,8 @@ def sink_for(job: Job, inner: Sink, say: Callable[[str], None]) -> Sink:
         job.name,
         record,
         run=job.run,
-        new_params=record.get("params") or {},
-        tags={
-            "ktrain.code_sha256": str(record.get("code_sha256", "")),
-            **record["mlflow"].get("tags", {}),
-        },
+        new_params=record.params,
+        tags={"ktrain.code_sha256": record.code_sha256, **(record.mlflow.tags or {})},
         spare=SpareCpu().spare if job.backend.ranks_here else None,
     )
     if job.plan is not None:
@@ -229,7 +235,7 @@ def _finish(
     sink: TrackingSink, job: Job, status: JobStatus, say: Callable[[str], None], wait_s: float
 ) -> bool:
     run = sink.run
-    if status.state == "Succeeded":
+    if status.state == SUCCEEDED:
         run.add(Reading(points=_result_points(job, status)))
     for path, text in _rank_logs(job):
         run.artifact(path, text)
@@ -291,13 +297,12 @@ def forget(backend: str, name: str) -> str:
     """Remove the job's record from the job store (``%ktrain delete``); what was removed where,
     as the end of a sentence ("" when it had none). Its MLflow run is kept: the tracking
     server's, not the job's."""
-    record = read_record(backend, name)
+    record = read_run(backend, name)
     folder = remove(backend, name)
     if folder is None:
         return ""
     said = f" Removed its record (params, tracking state) from {folder}."
-    if record is not None and "mlflow" in record and record["mlflow"].get("run_id"):
-        said += (
-            f" Its MLflow run {record['mlflow']['run_id']} at {record['mlflow']['uri']} is kept."
-        )
+    tracked = record.mlflow if record is not None else None
+    if tracked is not None and tracked.run_id:
+        said += f" Its MLflow run {tracked.run_id} at {tracked.uri} is kept."
     return said

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..backends.base import Job
 from ..backends.capabilities import job_shape
 from ..pod.protocol import LogLine, parse_line
-from ..store.records import read_record
+from ..store.records import read_run
 from . import track as session
 
 if TYPE_CHECKING:
@@ -140,8 +140,8 @@ class ServerTracking:
             f.let_go()
 
     def _start(self, backend: Backend, name: str, status: JobStatus) -> _Followed | None:
-        record = read_record(backend.name, name)
-        if record is None or "mlflow" not in record or record["mlflow"].get("finished"):
+        record = read_run(backend.name, name)
+        if record is None or record.mlflow is None or record.mlflow.finished:
             return None  # untracked, or all sent: nothing to do (and no lock to take)
         job = Job(name, backend, shape=job_shape(backend, name))  # its ranks: each one's log
         sink = session.sink_for(job, _Quiet(), self.say)

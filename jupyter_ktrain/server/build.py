@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from .. import words
 from ..monitor.glance import RANK_FILTER_RANKS
-from ..monitor.viewmodel import NOTICES, fmt_value, job_state, plot_panels, summary_values
+from ..monitor.viewmodel import (
+    NOTICES,
+    fmt_value,
+    job_state,
+    plot_panels,
+    rank_band,
+    summary_values,
+)
 from .payloads import (
     GpuHeatmap,
     JobDetail,
@@ -29,7 +36,6 @@ from .payloads import (
 
 if TYPE_CHECKING:
     from ..jobs import JobStatus, ReplicaStatus
-    from ..monitor.downsample import StreamingDownsampler
     from ..monitor.glance import GpuGrid
     from ..monitor.model import MonitorModel
     from ..words import StatusWords
@@ -141,7 +147,10 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         traces: list[MetricTrace] = []
         banded = key.kind == "metric" and len(panel.traces) >= BAND_RANKS
         if banded:
-            traces += _band([t.series for t in panel.traces], points)
+            traces += [
+                {"label": b.label, "colour": BAND_COLOUR, "x": list(b.x), "y": list(b.y)}
+                for b in rank_band(panel.traces, points)
+            ]
         for t in panel.traces:
             if banded and t.who not in shown:
                 continue
@@ -178,37 +187,6 @@ def metrics_payload(model: MonitorModel, points: int) -> MetricsPayload:
         "profile": None,
         "version": model.version,
     }
-
-
-def _band(series: list[StreamingDownsampler], points: int) -> list[MetricTrace]:
-    """min, median and max over ``series`` at each x (binned to ``points`` x's when the ranks'
-    points fall apart), as three traces in the band's colour."""
-    by_x: dict[float, list[float]] = {}
-    for s in series:
-        xs, ys = s.points(points)
-        for x, y in zip(xs, ys, strict=True):
-            by_x.setdefault(x, []).append(y)
-    keys = sorted(by_x)
-    if len(keys) > points:  # the ranks' downsampled x's differ: one bin per drawn point
-        lo, width = keys[0], (keys[-1] - keys[0]) / points or 1.0
-        bins: dict[int, tuple[list[float], list[float]]] = {}
-        for x in keys:
-            xs_, ys_ = bins.setdefault(min(points - 1, int((x - lo) / width)), ([], []))
-            xs_.append(x)
-            ys_ += by_x[x]
-        by_x = {sum(xs_) / len(xs_): ys_ for xs_, ys_ in bins.values()}
-        keys = sorted(by_x)
-    out: dict[str, list[float]] = {"min": [], "median": [], "max": []}
-    for x in keys:
-        ys = sorted(by_x[x])
-        out["min"].append(ys[0])
-        out["median"].append(ys[len(ys) // 2])
-        out["max"].append(ys[-1])
-    n = len(series)
-    return [
-        {"label": f"{name} of {n} ranks", "colour": BAND_COLOUR, "x": list(keys), "y": ys}
-        for name, ys in out.items()
-    ]
 
 
 def heatmap_payload(grid: GpuGrid) -> GpuHeatmap:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import TypedDict
 
 # imported at run time: scripts/gen_ts.py writes each Literal alias here as a TypeScript union
-from ..jobs import JobState
+from ..jobs import JobState, ReplicaPhase
 from ..monitor.glance import Level, Mark
+from ..sweep.record import SweepState
 
 __all__ = [
     "BackendProblem",
@@ -115,7 +116,7 @@ class JobsPayload(TypedDict):
 
 class ReplicaPayload(TypedDict):
     name: str
-    phase: str
+    phase: ReplicaPhase
     restarts: int
     node: str
     exit_code: int | None
@@ -314,7 +315,7 @@ class SweepSummary(TypedDict):
 
     name: str
     backend: str
-    state: str
+    state: SweepState
     state_colour: str
     objective: str
     done: int

@@ -5,27 +5,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ..sweep import verbs
+from ..sweep.record import SweepRecord
 from ..sweep.view import RowView, SweepView, sweep_view
 from .payloads import SweepCurve, SweepDetail, SweepRowPayload, SweepsPayload, SweepSummary
 
 __all__ = ["sweep_detail", "sweep_payload", "sweep_summary", "sweeps_payload"]
 
 
-def sweep_summary(record: Mapping[str, Any], view: SweepView | None = None) -> SweepSummary:
+def sweep_summary(record: SweepRecord, view: SweepView | None = None) -> SweepSummary:
     """A record's row in the panel's list."""
     view = view or sweep_view(record)
     best = view.best
     return {
-        "name": view.name, "backend": str(record.get("backend") or ""), "state": view.state,
+        "name": view.name, "backend": record.backend, "state": view.state,
         "state_colour": view.state_colour,
         "objective": view.objective, "done": view.done, "total": view.total,
         "running": view.running, "best": best.number if best else None,
         "best_objective": best.value if best else None, "best_text": view.best_text,
-        "started": float(record.get("started") or 0.0), "ended": record.get("ended"),
+        "started": record.started, "ended": record.ended,
     }  # fmt: skip
 
 
@@ -38,7 +36,7 @@ def _row(r: RowView) -> SweepRowPayload:
     }  # fmt: skip
 
 
-def sweep_detail(record: Mapping[str, Any], points: int) -> SweepDetail:
+def sweep_detail(record: SweepRecord, points: int) -> SweepDetail:
     """A record as its tab shows it, each curve at most ``points`` points."""
     view = sweep_view(record, points)
     rows = [_row(r) for r in view.rows]
@@ -49,9 +47,8 @@ def sweep_detail(record: Mapping[str, Any], points: int) -> SweepDetail:
     return {
         **sweep_summary(record, view),
         "header": view.header, "metric": view.metric, "names": list(view.names),
-        "space": [str(s) for s in record.get("space") or []],
-        "search": str(record.get("search") or ""), "parallel": int(record.get("parallel") or 1),
-        "warm": bool(record.get("warm")), "rows": rows, "curves": curves,
+        "space": list(record.space), "search": record.search, "parallel": record.parallel,
+        "warm": record.warm, "rows": rows, "curves": curves,
     }  # fmt: skip
 
 

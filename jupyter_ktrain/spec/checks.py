@@ -10,7 +10,14 @@ import re
 
 from ..errors import SpecError
 
-__all__ = ["check_dns_label", "check_env_name", "check_label", "check_nonneg", "check_quantity"]
+__all__ = [
+    "check_dns_label",
+    "check_env_name",
+    "check_label",
+    "check_nonneg",
+    "check_quantity",
+    "check_topology_level",
+]
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -55,6 +62,16 @@ def check_label(flag: str, key: str, value: str) -> None:
         raise SpecError(
             f"{flag} value {value!r} for {key!r} is not a valid label value: at most 63 "
             f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit."
+        )
+
+
+def check_topology_level(flag: str, level: str) -> None:
+    """A topology level: a node label key (``example.com/rack``) or its last part (``rack``)."""
+    if not _LABEL_KEY.match(level) or len(level.rsplit("/", 1)[-1]) > 63:
+        raise SpecError(
+            f"{flag} {level!r} is not a topology level: name a level of the queue's Topology, "
+            f"as its node label (e.g. {flag} cloud.example.com/rack) or the label's last part "
+            f"(e.g. {flag} rack)."
         )
 
 

@@ -231,6 +231,12 @@ def _check_cross_fields(spec: JobSpec) -> None:
             f"would run at once, outside the queue's quota. Use --kind "
             f"{_kinds_that(lambda k: not k.kueue_ignores)}, or drop --kueue-queue."
         )
+    placement = spec.scheduling.placement
+    if placement and info.kueue_ignores:
+        raise SpecError(
+            f"{placement[0]}: Kueue does not place {kind} ({info.kueue_ignores}). Use --kind "
+            f"{_kinds_that(lambda k: not k.kueue_ignores)}, or drop {placement[0]}."
+        )
     if spec.deepspeed is not None:
         if info.launcher != "torchrun":
             raise SpecError(

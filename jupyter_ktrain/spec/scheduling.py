@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..kinds import job_kind
-from .checks import check_dns_label, check_label, check_nonneg
+from .checks import check_dns_label, check_label, check_nonneg, check_topology_level
 
 __all__ = [
     "CLEAN_POD_POLICIES",
@@ -106,7 +106,10 @@ class InitContainer:
 @dataclass(frozen=True)
 class Scheduling:
     """Where and how pods are scheduled. ``gang`` is ``None`` or ``"volcano"``; ``queue`` is
-    the Volcano queue; ``kueue_queue`` the Kueue LocalQueue (a job label)."""
+    the Volcano queue; ``kueue_queue`` the Kueue LocalQueue (a job label). ``topology`` and
+    ``topology_preferred``: the topology level (a node label key, or its last part, e.g.
+    ``rack``) whose one domain must (may) hold every pod of the collective, through Kueue's
+    Topology-Aware Scheduling; at most one of them."""
 
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
@@ -115,6 +118,8 @@ class Scheduling:
     gang: str | None = None
     queue: str | None = None
     kueue_queue: str | None = None
+    topology: str | None = None
+    topology_preferred: str | None = None
     service_account: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     init_containers: tuple[InitContainer, ...] = ()
@@ -134,6 +139,15 @@ class Scheduling:
                 "--gang volcano and --kueue-queue both admit the job as a gang: pick one "
                 "(drop --kueue-queue, or drop --gang/--queue)."
             )
+        if self.topology and self.topology_preferred:
+            raise SpecError(
+                "--topology and --topology-preferred both name a level: keep one (--topology "
+                "requires one domain, --topology-preferred only prefers it)."
+            )
+        for flag, level in (("--topology", self.topology), ("--topology-preferred",
+                                                           self.topology_preferred)):  # fmt: skip
+            if level is not None:
+                check_topology_level(flag, level)
         named: tuple[tuple[str, str | None, str], ...] = (
             ("--queue", self.queue, "queue name"),
             ("--kueue-queue", self.kueue_queue, "LocalQueue name"),
@@ -155,6 +169,15 @@ class Scheduling:
         names = [c.name for c in self.init_containers]
         if len(set(names)) != len(names):
             raise SpecError("--init-container names must be unique; rename one.")
+
+    @property
+    def placement(self) -> tuple[str, str] | None:
+        """(flag, level) of the topology asked for, or None."""
+        if self.topology:
+            return "--topology", self.topology
+        if self.topology_preferred:
+            return "--topology-preferred", self.topology_preferred
+        return None
 
 
 @dataclass(frozen=True)

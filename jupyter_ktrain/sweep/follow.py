@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KtrainError
 from ..jobs import CANCELLED as JOB_CANCELLED
 from ..jobs import SUCCEEDED as JOB_SUCCEEDED
+from ..jobs import TrialState
 from ..monitor.cell_error import job_error
 from ..monitor.follow import follow
 from ..pod.protocol import LogLine, Metric
@@ -118,7 +119,7 @@ def follow_trial(
     tracking.finished(tracked, job, status, say)
     last = board.last(number)
 
-    def ended(state: str, value: float | None, error: str = "") -> Trial:
+    def ended(state: TrialState, value: float | None, error: str = "") -> Trial:
         return Trial(number, params, state, value, job.name, job.run, error, job)
 
     if sink.verdict is not None:

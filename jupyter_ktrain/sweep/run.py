@@ -33,7 +33,7 @@ from ..runner.run import check, run
 from ..runner.source import Source
 from ..runner.verbs import open_backend
 from ..spec.job import default_name
-from ..store.sweeps import keep_sweep
+from ..store.sweeps import SweepRecord, SweepState, TrialRow, keep_sweep
 from ..sweep_spec.options import SweepOptions
 from .follow import Board, follow_trial
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, make_record, row_of, running_row
@@ -57,7 +57,7 @@ class SweepShown(Protocol):
     writes it (the notebook draws its view). A text front has none: the lines said as the
     sweep runs are its view."""
 
-    def show_sweep(self, record: Mapping[str, Any]) -> None: ...
+    def show_sweep(self, record: SweepRecord) -> None: ...
 
 
 def run_sweep(source: Source, options: RunOptions, sweep: SweepOptions, front: Front) -> Sweep:
@@ -211,13 +211,13 @@ class _Runner:
         self.seen: set[str] = set()
         self.threads: list[threading.Thread] = []
         self.started = time.time()
-        self.live: dict[int, dict[str, Any]] = {}  # each running trial's row
-        self.rows: list[dict[str, Any]] = []  # each ended trial's row
+        self.live: dict[int, TrialRow] = {}  # each running trial's row
+        self.rows: list[TrialRow] = []  # each ended trial's row
         self.kept_at = 0.0
         self.failed_stop = False
         self.parent: SweepRun | None = None  # the sweep's MLflow run, when it is tracked
 
-    def state(self, ended: bool) -> str:
+    def state(self, ended: bool) -> SweepState:
         """The sweep's state now (``ended``: as it ended)."""
         if not ended:
             return RUNNING
@@ -229,7 +229,8 @@ class _Runner:
         with self.lock:
             rows = [*self.rows]
             rows += [
-                {**row, "objective": self.board.last(number)} for number, row in self.live.items()
+                dataclasses.replace(row, objective=self.board.last(number))
+                for number, row in self.live.items()
             ]
         curves = self.board.curves()
         record = make_record(

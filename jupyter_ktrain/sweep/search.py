@@ -21,12 +21,13 @@ from optuna.distributions import (
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from ..jobs import TrialState as Ended
 from ..sweep_spec.options import SweepOptions
 from ..sweep_spec.space import Param
 
 __all__ = ["Search"]
 
-_STATES = {"Succeeded": TrialState.COMPLETE, "Pruned": TrialState.PRUNED}
+_STATES = {Ended.SUCCEEDED: TrialState.COMPLETE, Ended.PRUNED: TrialState.PRUNED}
 
 
 def _distribution(param: Param) -> BaseDistribution:
@@ -78,7 +79,7 @@ class Search:
             self.asked[trial.number] = trial
             return trial.number, {p.name: trial.params[p.name] for p in self.params}
 
-    def tell(self, number: int, state: str, objective: float | None) -> None:
+    def tell(self, number: int, state: Ended, objective: float | None) -> None:
         """Trial ``number`` ended ``state`` (Succeeded with its objective, Pruned, Failed or
         Cancelled: the last two teach the sampler nothing)."""
         with self.lock:

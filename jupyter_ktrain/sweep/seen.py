@@ -8,13 +8,12 @@ and the trials ``%ktrain compare SWEEP`` compares.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from ..backends.base import Backend, Job
 from ..backends.capabilities import job_shape
 from ..errors import JobNotFound, KtrainError, SpecError
-from ..store.sweeps import remove_sweep
+from ..jobs import TrialState
+from ..store.sweeps import SweepRecord, SweepState, remove_sweep
 from ..tracking.compare import Entry
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, seen_state, sweep_of
 from .trials import Sweep, Trial
@@ -22,25 +21,24 @@ from .trials import Sweep, Trial
 __all__ = ["attach_text", "compare_entries", "delete_sweep", "list_row", "sweep_jobs"]
 
 
-def sweep_jobs(record: Mapping[str, Any]) -> list[str]:
+def sweep_jobs(record: SweepRecord) -> list[str]:
     """The jobs the sweep's trials ran as (a warm sweep's warm jobs), in name order."""
-    return sorted({str(r["job"]) for r in record.get("rows") or () if r.get("job")})
+    return sorted({r.job for r in record.rows if r.job})
 
 
-def _head(record: Mapping[str, Any], state: str) -> str:
-    rows = record.get("rows") or []
-    ended = sum(r.get("state") != RUNNING for r in rows)
-    name, backend = record["name"], record.get("backend", "?")
-    counted = f"{ended} of {record.get('trials')} trial(s) ended"
+def _head(record: SweepRecord, state: SweepState) -> str:
+    ended = sum(r.state != TrialState.RUNNING for r in record.rows)
+    name, backend = record.name, record.backend or "?"
+    counted = f"{ended} of {record.trials} trial(s) ended"
     why = {
-        RUNNING: f"Running in process {record.get('pid')} on {record.get('host')} (another "
+        RUNNING: f"Running in process {record.pid} on {record.host} (another "
         f"kernel or script): {counted} so far; this is its record as it stands",
         DONE: f"Done: {counted}",
         STOPPED: f"Stopped at a failed trial (--stop-on-failure): {counted}",
         INTERRUPTED: f"Interrupted: {counted}"
         + (
             "; the process that ran it is gone (a kernel restart?)"
-            if record.get("state") == RUNNING
+            if record.state == RUNNING
             else ""
         ),
     }.get(state, f"{state}: {counted}")
@@ -71,7 +69,7 @@ def _handled(trial: Trial, backend: Backend, exists: dict[str, bool]) -> Trial:
     return dataclasses.replace(trial, handle=handle)
 
 
-def attach_text(record: Mapping[str, Any], backend: Backend) -> tuple[str, Sweep]:
+def attach_text(record: SweepRecord, backend: Backend) -> tuple[str, Sweep]:
     """``%ktrain attach SWEEP``: what to say, and the :class:`Sweep` as it stands."""
     state = seen_state(record)
     kept = sweep_of(record)
@@ -82,7 +80,7 @@ def attach_text(record: Mapping[str, Any], backend: Backend) -> tuple[str, Sweep
     lines = [_head(record, state), sweep.table()]
     if state != RUNNING:
         for t in sweep.trials:
-            if t.state != RUNNING or not _alive(backend, t.job, t.run):
+            if t.state != TrialState.RUNNING or not _alive(backend, t.job, t.run):
                 continue
             where = f"{t.job!r} run {t.run}" if t.run is not None else repr(t.job)
             cancel = f"{t.job} --run {t.run}" if t.run is not None else t.job
@@ -90,25 +88,25 @@ def attach_text(record: Mapping[str, Any], backend: Backend) -> tuple[str, Sweep
                 f"Trial {t.number} still runs on {where}: follow it with `%ktrain attach "
                 f"{t.job}`, cancel it with `%ktrain cancel {cancel}`."
             )
-        if record.get("warm"):
+        if record.warm:
             warm = [j for j in sweep_jobs(record) if _alive(backend, j, None)]
             if warm:
                 lines.append(
                     f"Its warm job(s) {', '.join(warm)} still hold their nodes: `%ktrain warm "
-                    f"{warm[0]} --idle 0` ends one, `%ktrain delete {record['name']}` removes "
+                    f"{warm[0]} --idle 0` ends one, `%ktrain delete {record.name}` removes "
                     "the sweep and all its jobs."
                 )
     return "\n".join(lines), sweep
 
 
-def delete_sweep(record: Mapping[str, Any], backend: Backend) -> str:
+def delete_sweep(record: SweepRecord, backend: Backend) -> str:
     """``%ktrain delete SWEEP``: its trials' jobs and its record removed; one line. A sweep
     still running in a live process is refused (interrupt it there first)."""
-    name = record["name"]
+    name = record.name
     if seen_state(record) == RUNNING:
         raise SpecError(
-            f"Sweep {name!r} is running in process {record.get('pid')} on "
-            f"{record.get('host')}: interrupt it there (Ctrl-C, or interrupt its kernel), then "
+            f"Sweep {name!r} is running in process {record.pid} on "
+            f"{record.host}: interrupt it there (Ctrl-C, or interrupt its kernel), then "
             f"`%ktrain delete {name}`."
         )
     deleted = []
@@ -123,37 +121,36 @@ def delete_sweep(record: Mapping[str, Any], backend: Backend) -> str:
     return f"Deleted sweep {name!r}: its record and {jobs}."
 
 
-def list_row(record: Mapping[str, Any]) -> tuple[str, str, str]:
+def list_row(record: SweepRecord) -> tuple[str, str, str]:
     """The sweep's row of ``%ktrain list``: name, backend, what it is."""
-    rows = record.get("rows") or []
-    ended = sum(r.get("state") != RUNNING for r in rows)
-    best = next((r for r in rows if r.get("number") == record.get("best")), None)
+    ended = sum(r.state != TrialState.RUNNING for r in record.rows)
+    best = next((r for r in record.rows if r.number == record.best), None)
     told = ""
-    if best is not None and best.get("objective") is not None:
-        metric = str(record.get("objective", "")).split(":")[0]
-        told = f", best trial {best['number']} {metric}={float(best['objective']):.6g}"
-    what = f"sweep {seen_state(record)} · {ended}/{record.get('trials')} trial(s){told}"
-    return str(record["name"]), str(record.get("backend", "")), what
+    if best is not None and best.objective is not None:
+        metric = record.objective.split(":")[0]
+        told = f", best trial {best.number} {metric}={best.objective:.6g}"
+    what = f"sweep {seen_state(record)} · {ended}/{record.trials} trial(s){told}"
+    return record.name, record.backend, what
 
 
-def compare_entries(record: Mapping[str, Any]) -> tuple[list[Entry], str | None]:
+def compare_entries(record: SweepRecord) -> tuple[list[Entry], str | None]:
     """``%ktrain compare SWEEP``: one column per trial that ran on a job (its run of a warm
     job), its swept values and state as its params; and the metric: the objective's (None
     for ``result``, which has no curve)."""
     entries = [
         Entry(
-            f"trial {r['number']}",
-            str(r["job"]),
-            r.get("run"),
-            {**{k: str(v) for k, v in (r.get("params") or {}).items()}, "state": str(r["state"])},
+            f"trial {r.number}",
+            r.job,
+            r.run,
+            {**{k: str(v) for k, v in r.params.items()}, "state": str(r.state)},
         )
-        for r in record.get("rows") or ()
-        if r.get("job") and (r.get("run") is not None or not record.get("warm"))
+        for r in record.rows
+        if r.job and (r.run is not None or not record.warm)
     ]
-    metric = str(record.get("objective", "")).split(":")[0]
+    metric = record.objective.split(":")[0]
     if len(entries) < 2:
         raise SpecError(
-            f"Sweep {record['name']!r} has {len(entries)} trial(s) that ran so far: compare "
+            f"Sweep {record.name!r} has {len(entries)} trial(s) that ran so far: compare "
             "needs two or more."
         )
     return entries, (None if metric == "result" else metric)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..backends.base import Job
 from ..runner import track as tracking
+from ..store.sweeps import SweepState
 from ..sweep_spec.options import SweepOptions
 from ..tracking.sweep_run import SweepRun
 from .trials import Sweep
@@ -47,7 +48,7 @@ def trial_under(parent: SweepRun | None, job: Job, name: str, number: int) -> No
 
 
 def end_parent(
-    parent: SweepRun | None, state: str, result: Sweep, say: Callable[[str], None]
+    parent: SweepRun | None, state: SweepState, result: Sweep, say: Callable[[str], None]
 ) -> None:
     """The sweep ended in ``state``: the best trial to the parent run, which ends."""
     if parent is None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..jobs import TrialState
 from ..sweep_spec.objective import Objective
 
 if TYPE_CHECKING:
@@ -16,7 +17,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CANCELLED", "FAILED", "PRUNED", "SUCCEEDED", "Sweep", "Trial", "params_text"]
 
-SUCCEEDED, FAILED, PRUNED, CANCELLED = "Succeeded", "Failed", "Pruned", "Cancelled"
+SUCCEEDED, FAILED, PRUNED, CANCELLED = (
+    TrialState.SUCCEEDED,
+    TrialState.FAILED,
+    TrialState.PRUNED,
+    TrialState.CANCELLED,
+)
 
 
 @dataclass(frozen=True)
@@ -29,12 +35,16 @@ class Trial:
 
     number: int
     params: Mapping[str, Any]
-    state: str
+    state: TrialState
     objective: float | None = None
     job: str = ""
     run: int | None = None
     error: str = ""
     handle: Job | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, TrialState):  # a word (a record's, a caller's)
+            object.__setattr__(self, "state", TrialState(self.state))
 
     @property
     def where(self) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..backends.base import Backend, Job
 from ..errors import JobNotFound
@@ -16,7 +15,7 @@ from ..runner import verbs
 from ..runner.compare import compare_entries
 from ..runner.verbs import Deleted, JobList, Target
 from ..spec.job import check_job_name
-from ..store.sweeps import list_sweeps, read_sweep
+from ..store.sweeps import SweepRecord, list_sweeps, read_sweep
 from ..tracking.compare import Comparison, Entry
 from . import seen
 from .trials import Sweep
@@ -41,12 +40,12 @@ class SweepSeen:
     sweep: Sweep
 
 
-def _sweep(target: Target, name: str) -> tuple[dict[str, Any], Backend] | None:
+def _sweep(target: Target, name: str) -> tuple[SweepRecord, Backend] | None:
     """Sweep ``name``'s record and its backend, when there is one and no job of that name."""
     record = read_sweep(name)
     if record is None:
         return None
-    on = record.get("backend")
+    on = record.backend or None
     if target.backend not in (None, on) or (target.namespace is not None and on != "kubernetes"):
         return None  # another backend's job is asked for
     backend = Target(on, target.namespace).open()
@@ -62,7 +61,7 @@ def list_jobs(target: Target) -> Listed:
     jobs = verbs.list_jobs(target.backends())
     if target.namespace is not None:
         return Listed(jobs)
-    rows = [seen.list_row(r) for r in list_sweeps() if r.get("backend") in jobs.backends]
+    rows = [seen.list_row(r) for r in list_sweeps() if r.backend in jobs.backends]
     return Listed(jobs, tuple(rows))
 
 
@@ -106,12 +105,12 @@ def _existing(backend: Backend, entries: list[Entry]) -> list[Entry]:
     return there
 
 
-def records() -> list[dict[str, Any]]:
+def records() -> list[SweepRecord]:
     """Every sweep's record of the job store, newest first."""
     return list_sweeps()
 
 
-def record(name: str) -> dict[str, Any]:
+def record(name: str) -> SweepRecord:
     """Sweep ``name``'s record; JobNotFound when the store has none of that name."""
     check_job_name(name, "sweep", "The panel's Sweeps list")
     found = read_sweep(name)

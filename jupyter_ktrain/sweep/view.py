@@ -7,12 +7,14 @@ the side panel gets it through the server (``/ktrain/api/sweeps/NAME``). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..jobs import SUCCEEDED, JobState
 from ..monitor.downsample import minmax_lttb
 from ..monitor.viewmodel import rank_colour, state_colour
+from ..store.sweeps import SweepRecord, SweepState, TrialRow
 from .record import INTERRUPTED, RUNNING, seen_state
 
 __all__ = [
@@ -26,7 +28,11 @@ __all__ = [
 ]
 
 CURVE_POINTS = 500  # the most points of one trial's curve a view draws
-_AS_JOB = {"Done": "Succeeded", "Stopped": "Failed", "Interrupted": "Failed"}
+_AS_JOB: dict[str, JobState] = {
+    SweepState.DONE: JobState.SUCCEEDED,
+    SweepState.STOPPED: JobState.FAILED,
+    SweepState.INTERRUPTED: JobState.FAILED,
+}
 
 
 def sweep_colour(state: str) -> str:
@@ -72,7 +78,7 @@ class SweepView:
     """A sweep as its views show it (see the module docstring)."""
 
     name: str
-    state: str
+    state: SweepState
     objective: str
     metric: str
     names: tuple[str, ...]
@@ -123,25 +129,22 @@ def _reason(error: str) -> str:
     return line if len(line) <= 160 else line[:159] + "…"
 
 
-def _row(row: Mapping[str, Any], names: tuple[str, ...], best: Any, ended: bool) -> RowView:
-    number = int(row["number"])
-    params = row.get("params") or {}
-    state = str(row.get("state") or RUNNING)
+def _row(row: TrialRow, names: tuple[str, ...], best: int | None, ended: bool) -> RowView:
+    number, params, value, job, run, error = (
+        row.number, row.params, row.objective, row.job, row.run, row.error
+    )  # fmt: skip
+    state: str = row.state
     if state == RUNNING and ended:  # its writer is gone: the trial was never seen to end
         state = INTERRUPTED
-    value = row.get("objective")
-    value = float(value) if isinstance(value, (int, float)) else None
-    job, run = str(row.get("job") or ""), row.get("run")
-    error = str(row.get("error") or "")
     return RowView(
         number, tuple(value_text(params.get(n)) for n in names), state, value_text(value),
         value, job, run, f"{job} run {run}" if run is not None else job,
-        _reason(error) if state not in (RUNNING, "Succeeded") else "", number == best,
+        _reason(error) if state not in (RUNNING, SUCCEEDED) else "", number == best,
         rank_colour(number), sweep_colour(state),
     )  # fmt: skip
 
 
-def _curve(number: int, points: list[list[float]], limit: int) -> CurveView:
+def _curve(number: int, points: Sequence[tuple[int, float]], limit: int) -> CurveView:
     xs = [float(p[0]) for p in points]
     ys = [float(p[1]) for p in points]
     if len(xs) > limit:
@@ -149,22 +152,22 @@ def _curve(number: int, points: list[list[float]], limit: int) -> CurveView:
     return CurveView(number, f"trial {number}", rank_colour(number), tuple(xs), tuple(ys))
 
 
-def sweep_view(record: Mapping[str, Any], points: int = CURVE_POINTS) -> SweepView:
+def sweep_view(record: SweepRecord, points: int = CURVE_POINTS) -> SweepView:
     """The view of sweep ``record`` as a reader sees it now (Interrupted once its writer is
     gone: see :func:`~.record.seen_state`); each curve at most ``points`` points."""
     state = seen_state(record)
-    rows = record.get("rows") or []
+    rows = record.rows
     names: list[str] = []
     for row in rows:  # the space's names, in the order the trials hold them
-        names += [n for n in row.get("params") or {} if n not in names]
+        names += [n for n in row.params if n not in names]
     if not names:
-        names = [str(s).split("=", 1)[0] for s in record.get("space") or []]
-    objective = str(record.get("objective") or "")
-    shown = tuple(_row(r, tuple(names), record.get("best"), state != RUNNING) for r in rows)
-    curves = sorted((record.get("curves") or {}).items(), key=lambda c: int(c[0]))
+        names = [s.split("=", 1)[0] for s in record.space]
+    objective = record.objective
+    shown = tuple(_row(r, tuple(names), record.best, state != RUNNING) for r in rows)
+    curves = sorted(record.curves.items())
     return SweepView(
-        str(record["name"]), state, objective, objective.rsplit(":", 1)[0], tuple(names),
-        sum(r.state != RUNNING for r in shown), int(record.get("trials") or len(rows)),
+        record.name, state, objective, objective.rsplit(":", 1)[0], tuple(names),
+        sum(r.state != RUNNING for r in shown), record.trials or len(rows),
         sum(r.state == RUNNING for r in shown), shown,
-        tuple(_curve(int(k), v, points) for k, v in curves),
+        tuple(_curve(k, v, points) for k, v in curves),
     )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..spec.job import check_job_name
-from ..store.records import read_record, record_name
+from ..store.records import RunRecord, read_run, record_name
 
 __all__ = ["POINTS", "Comparison", "Entry", "compared", "entry", "figure", "text"]
 
@@ -95,7 +95,7 @@ def compared(
         e.label: (
             e.params
             if e.params is not None
-            else (read_record(backend, record_name(e.job, e.run)) or {}).get("params", {})
+            else _params(read_run(backend, record_name(e.job, e.run)))
         )
         for e in entries
     }
@@ -104,6 +104,10 @@ def compared(
         if len(set(values.values())) > 1:
             out.differ[key] = values
     return out
+
+
+def _params(record: RunRecord | None) -> Mapping[str, str]:
+    return record.params if record is not None else {}
 
 
 def text(c: Comparison) -> str:

@@ -25,6 +25,7 @@ sender retries by itself (every ``retry_s``), so unless the kernel sets them,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -32,7 +33,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..store.records import write_record
+from ..jobs import FAILED, SUCCEEDED, JobState
+from ..store.records import MlflowState, RunRecord, write_run
 from .cpu import SPARE_CORES
 from .points import Point, Reading, SentSteps
 
@@ -63,7 +65,8 @@ def run_link(uri: str, experiment_id: str | None, run_id: str) -> str:
 
 class MlflowRun:
     """The run of one job (see the module docstring). ``record`` is the job's record in the
-    store, whose ``mlflow`` part this keeps current (``run_id``, ``sent``); ``new_params`` are
+    store (a tracked one's: its ``mlflow`` is set), whose ``mlflow`` part this keeps current
+    (``run_id``, ``sent``, ``finished``: :attr:`state`, written back whole); ``new_params`` are
     logged when the run is created here (a resumed run has them already). ``run``: the
     job's run, on a warm job (its record is kept under ``NAME/runs/N``; the MLflow run is
     named ``NAME run N`` and tagged ``ktrain.run``)."""
@@ -72,7 +75,7 @@ class MlflowRun:
         self,
         backend: str,
         name: str,
-        record: dict[str, Any],
+        record: RunRecord,
         *,
         run: int | None = None,
         new_params: Mapping[str, str] | None = None,
@@ -86,10 +89,12 @@ class MlflowRun:
         self.backend, self.name, self.record = backend, name, record
         self.run = run
         self.key = name if run is None else f"{name}/runs/{run}"  # its record's, in the store
-        self.state: dict[str, Any] = record["mlflow"]
-        self.uri: str = self.state["uri"]
-        self.experiment: str = self.state["experiment"]
-        self.sent = SentSteps(self.state.get("sent"))
+        if record.mlflow is None:
+            raise ValueError(f"job {name!r} is not tracked: its record has no MLflow part")
+        self.state: MlflowState = record.mlflow
+        self.uri: str = self.state.uri
+        self.experiment: str = self.state.experiment
+        self.sent = SentSteps(self.state.sent)
         self._client_factory = client_factory
         self._client: Any = None
         self.max_pending, self.interval, self.retry_s = max_pending, interval, retry_s
@@ -100,7 +105,7 @@ class MlflowRun:
         self._unread_lines = 0
         self._inflight = 0  # points taken for the request in flight
         self._queued: set[tuple[str, int]] = set()
-        self._params = dict(new_params or {}) if not self.state.get("run_id") else {}
+        self._params = dict(new_params or {}) if not self.state.run_id else {}
         self._tags: dict[str, str] = dict(tags or {})
         self._artifacts: list[tuple[str, str]] = []
         self._end: tuple[str, int] | None = None  # (MLflow run status, end ms)
@@ -110,7 +115,7 @@ class MlflowRun:
         self.dropped = 0
         self.requests = 0  # log_batch calls made (the benchmark counts them)
         self.points_sent = 0
-        self.experiment_id: str | None = self.state.get("experiment_id")
+        self.experiment_id: str | None = self.state.experiment_id
         self._closed = False
         self._spare = spare
         self._waited_on = False  # someone waits for the sender: it holds nothing back
@@ -180,10 +185,10 @@ class MlflowRun:
             self._artifacts.append((path, text))
         self._wake.set()
 
-    def end(self, state: str, end_time: float | None) -> None:
+    def end(self, state: JobState, end_time: float | None) -> None:
         """The job ended in ``state``: once everything queued is sent, the run is terminated
         (FINISHED, FAILED or KILLED)."""
-        status = {"Succeeded": "FINISHED", "Failed": "FAILED"}.get(state, "KILLED")
+        status = {SUCCEEDED: "FINISHED", FAILED: "FAILED"}.get(state, "KILLED")
         with self._lock:
             self._tags["ktrain.state"] = state
             self._end = (status, int((end_time or time.time()) * 1000))
@@ -219,7 +224,7 @@ class MlflowRun:
 
     @property
     def link(self) -> str:
-        run_id = self.state.get("run_id")
+        run_id = self.state.run_id
         return run_link(self.uri, self.experiment_id, run_id) if run_id else "(no run yet)"
 
     # -- the sender's side ----------------------------------------------------------------
@@ -286,7 +291,8 @@ class MlflowRun:
         client = self._client
         if client is None:
             client = self._client = self._client_factory(self.uri)
-        if not self.state.get("run_id"):
+        run_id = self.state.run_id
+        if not run_id:
             self._create_run(client)
             return True
         with self._lock:
@@ -312,16 +318,15 @@ class MlflowRun:
             artifact = self._artifacts[0] if self._artifacts else None
             end = self._end
         if artifact is not None:
-            client.log_text(self.state["run_id"], artifact[1], artifact[0])
+            client.log_text(run_id, artifact[1], artifact[0])
             with self._lock:
                 self._artifacts.pop(0)
             return True
         if end is not None:
-            client.set_terminated(self.state["run_id"], status=end[0], end_time=end[1])
+            client.set_terminated(run_id, status=end[0], end_time=end[1])
             with self._lock:
                 self._end = None
-            self.state["finished"] = True
-            self._save()
+            self._save(finished=True)
         return False
 
     def _create_run(self, client: Any) -> None:
@@ -333,13 +338,12 @@ class MlflowRun:
             tags["ktrain.run"] = str(self.run)
         run = client.create_run(
             exp_id,
-            start_time=int(float(self.record.get("started") or time.time()) * 1000),
+            start_time=int((self.record.started or time.time()) * 1000),
             tags=tags,
             run_name=run_name,
         )
         self.experiment_id = exp_id
-        self.state.update(run_id=run.info.run_id, experiment_id=exp_id)
-        self._save()
+        self._save(run_id=str(run.info.run_id), experiment_id=str(exp_id))
 
     def _log_batch(
         self, client: Any, params: dict[str, str], tags: dict[str, str], points: list[Point]
@@ -347,7 +351,7 @@ class MlflowRun:
         from mlflow.entities import Metric, Param, RunTag
 
         client.log_batch(
-            self.state["run_id"],
+            self.state.run_id,
             metrics=[Metric(p.key, p.value, p.timestamp, p.step) for p in points],
             params=[Param(k, v) for k, v in params.items()],
             tags=[RunTag(k, v) for k, v in tags.items()],
@@ -367,8 +371,11 @@ class MlflowRun:
         if points:
             self._save()
 
-    def _save(self) -> None:
-        self.state["sent"] = self.sent.as_dict()
+    def _save(self, **change: Any) -> None:
+        """Keep the run's state in the job's record: what was sent, and ``change``."""
+        sent = {k: tuple((lo, hi) for lo, hi in v) for k, v in self.sent.as_dict().items()}
+        self.state = dataclasses.replace(self.state, sent=sent, **change)
+        self.record = dataclasses.replace(self.record, mlflow=self.state)
         # the store is best effort here: a full disk must not stop the sending
         with contextlib.suppress(OSError):
-            write_record(self.backend, self.key, self.record)
+            write_run(self.backend, self.key, self.record)

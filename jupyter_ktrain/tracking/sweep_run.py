@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..store.sweeps import SweepState
 from .mlflow_run import _quiet_client, run_link
 
 __all__ = ["SweepRun"]
@@ -71,7 +72,7 @@ class SweepRun:
 
     def end(
         self,
-        state: str,
+        state: SweepState,
         metric: str,
         best: tuple[int, Mapping[str, Any], float] | None,
         say: Callable[[str], None],
@@ -83,14 +84,14 @@ class SweepRun:
         if self.run_id is None:
             return
         now = int(time.time() * 1000)
-        tags = {"ktrain.state": state}
+        tags = {"ktrain.state": str(state)}
         metrics = []
         if best is not None:
             number, values, objective = best
             tags.update({f"best.{k}": str(v) for k, v in values.items()})
             tags["best.trial"] = str(number)
             metrics.append(Metric(f"best/{metric}", float(objective), now, 0))
-        status = "FINISHED" if state in ("Done", "Stopped") else "KILLED"
+        status = "FINISHED" if state in (SweepState.DONE, SweepState.STOPPED) else "KILLED"
         try:
             self.client.log_batch(
                 self.run_id,

@@ -13,10 +13,8 @@ when a curve changed, in one message (the browser draws it in its next frame).
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Any
 
-from ..sweep.record import RUNNING
+from ..sweep.record import RUNNING, SweepRecord
 from ..sweep.view import CurveView, SweepView, sweep_view
 from .plots import FigureAside, PanelFigure
 
@@ -114,7 +112,7 @@ class SweepWidget:
         display.display(self.widget)  # type: ignore[no-untyped-call]
         self._figure.start()
 
-    def update(self, record: Mapping[str, Any]) -> None:
+    def update(self, record: SweepRecord) -> None:
         """Draw the sweep as ``record`` says it stands."""
         view = sweep_view(record)
         self.view = view

@@ -6,6 +6,10 @@ export type Level = "error" | "warning";
 
 export type Mark = "idle" | "hot" | "";
 
+export type ReplicaPhase = "Pending" | "Queued" | "Running" | "Succeeded" | "Failed" | "Cancelled" | "Unknown" | "NotCreated" | "Deleted" | "Restarting" | "Ended" | "warm";
+
+export type SweepState = "Running" | "Done" | "Stopped" | "Interrupted";
+
 export interface BackendProblem {
   backend: string;
   error: string;
@@ -233,7 +237,7 @@ export interface ProgressPayload {
 
 export interface ReplicaPayload {
   name: string;
-  phase: string;
+  phase: ReplicaPhase;
   restarts: number;
   node: string;
   exit_code: number | null;
@@ -319,7 +323,7 @@ export interface SweepRowPayload {
 export interface SweepSummary {
   name: string;
   backend: string;
-  state: string;
+  state: SweepState;
   state_colour: string;
   objective: string;
   done: number;

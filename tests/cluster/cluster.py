@@ -275,7 +275,8 @@ class Cluster:
         return self
 
     def _cluster_role(self) -> None:
-        """What a notebook user may see outside its namespace: nodes and namespaces (read)."""
+        """What a notebook user may see outside its namespace: nodes and namespaces, the
+        cluster runtimes and Kueue's queues, flavors and topologies (read)."""
         role = {
             "metadata": {"name": "ktrain-notebook-cluster"},
             "rules": [
@@ -287,6 +288,11 @@ class Cluster:
                 {  # what the Kubeflow SDK's list_runtimes() reads
                     "apiGroups": ["trainer.kubeflow.org"],
                     "resources": ["clustertrainingruntimes"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {  # what --topology checks its level against (README: Placement)
+                    "apiGroups": ["kueue.x-k8s.io"],
+                    "resources": ["clusterqueues", "resourceflavors", "topologies"],
                     "verbs": ["get", "list", "watch"],
                 },
             ],

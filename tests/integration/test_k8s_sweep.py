@@ -89,13 +89,13 @@ def test_a_warm_sweep_runs_its_trials_on_two_warm_pytorchjobs_prunes_and_fails_o
     assert "Ended the sweep's warm job(s) ws-w0, ws-w1." in out
     record = read_sweep("ws")
     assert record is not None
-    assert (seen_state(record), record["warm"], record["backend"]) == ("Done", True, "kubernetes")
+    assert (seen_state(record), record.warm, record.backend) == ("Done", True, "kubernetes")
     assert [(t.number, t.state, t.job, t.run) for t in sweep_of(record).trials] == [
         (t.number, t.state, t.job, t.run) for t in sweep.trials
     ]
-    assert record["best"] == sweep.best.number
-    (row,) = [r for r in record["rows"] if r["number"] == by_x[4].number]
-    assert row["ended"] - row["started"] < 25, row  # stopped: its 300 steps take 30 s
+    assert record.best == sweep.best.number
+    (row,) = [r for r in record.rows if r.number == by_x[4].number]
+    assert row.ended - row.started < 25, row  # stopped: its 300 steps take 30 s
     # the sweep's warm jobs ended with it: deleted, with what they own
     wait_for(lambda: not {"ws-w0", "ws-w1"} & set(_jobs(test_cluster)), timeout=60, every=0.5)
 
@@ -151,5 +151,5 @@ def test_trials_without_warm_are_jobs_queued_through_kueue_one_at_a_time(
     assert any(made[name] < admitted for admitted, _, name in spans), (made, spans)
     record = read_sweep("qs")
     assert record is not None
-    assert (seen_state(record), record["warm"]) == ("Done", False)
-    assert sorted(r["state"] for r in record["rows"]) == ["Failed", "Succeeded", "Succeeded"]
+    assert (seen_state(record), record.warm) == ("Done", False)
+    assert sorted(r.state for r in record.rows) == ["Failed", "Succeeded", "Succeeded"]

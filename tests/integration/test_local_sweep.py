@@ -149,14 +149,14 @@ def test_a_grid_sweep_goes_on_past_a_failed_trial_and_prunes_a_bad_one(
     # the record every view reads says the same as the cell
     record = read_sweep("gs")
     assert record is not None
-    assert (seen_state(record), record["objective"], record["trials"]) == ("Done", "loss:min", 4)
+    assert (seen_state(record), record.objective, record.trials) == ("Done", "loss:min", 4)
     kept = sweep_of(record)
     assert [(t.number, t.state, t.objective, t.job) for t in kept.trials] == [
         (t.number, t.state, t.objective, t.job) for t in sweep.trials
     ]
-    assert record["best"] == sweep.best.number
-    assert all(r["started"] <= r["ended"] for r in record["rows"])
-    pruned_curve = record["curves"][str(by_x[4].number)]  # its loss as it reported it
+    assert record.best == sweep.best.number
+    assert all(r.started <= r.ended for r in record.rows)
+    pruned_curve = record.curves[by_x[4].number]  # its loss as it reported it
     assert len(pruned_curve) >= 3
     assert pruned_curve[-1][1] == 10.0
 
@@ -179,10 +179,10 @@ def test_a_trial_whose_job_is_deleted_under_it_is_failed_and_the_sweep_goes_on(
 
     def delete_the_long_trial() -> None:
         def running_job() -> str | None:
-            record = read_sweep("dl") or {}
-            for row in record.get("rows", []):
-                if row["params"] == {"x": 2} and row["state"] == "Running" and row["objective"]:
-                    return str(row["job"])
+            record = read_sweep("dl")
+            for row in record.rows if record is not None else ():
+                if row.params == {"x": 2} and row.state == "Running" and row.objective:
+                    return row.job
             return None
 
         deadline = time.monotonic() + 120
@@ -206,7 +206,7 @@ def test_a_trial_whose_job_is_deleted_under_it_is_failed_and_the_sweep_goes_on(
     assert shell.user_ns["y"] == 1
     record = read_sweep("dl")
     assert record is not None
-    assert [r["state"] for r in record["rows"]] == [t.state for t in sweep.trials]
+    assert [r.state for r in record.rows] == [t.state for t in sweep.trials]
     assert f"trial {by_x[2].number} {by_x[2].state}" in capsys.readouterr().out
 
 

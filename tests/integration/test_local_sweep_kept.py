@@ -13,15 +13,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.store.sweeps import read_sweep
+from jupyter_ktrain.store.sweeps import SweepRecord, TrialRow, read_sweep
 from jupyter_ktrain.sweep.record import seen_state
 from jupyter_ktrain.sweep.trials import Sweep
 from tests.notebook_cells import extension_shell
@@ -72,14 +71,14 @@ def _start(tmp_path: Path, name: str, values: str) -> subprocess.Popen[str]:
 
 
 def _wait_record(
-    proc: subprocess.Popen[str], name: str, check: Callable[[list[dict[str, Any]]], bool]
-) -> dict[str, Any]:
+    proc: subprocess.Popen[str], name: str, check: Callable[[Sequence[TrialRow]], bool]
+) -> SweepRecord:
     """The sweep's record once ``check(rows)`` holds (what the sweep itself wrote: it holds
     under load as well, however slowly the trials start)."""
     deadline = time.monotonic() + 180
     while True:
         record = read_sweep(name)
-        if record is not None and check(record["rows"]):
+        if record is not None and check(record.rows):
             return record
         if proc.poll() is not None:
             raise AssertionError(
@@ -98,16 +97,16 @@ def test_attach_after_the_sweeps_process_was_killed_shows_it_interrupted(
 ) -> None:
     proc = _start(tmp_path, "ka", "1,2,3")
 
-    def two_ended_one_reporting(rows: list[dict[str, Any]]) -> bool:
-        ended = [r for r in rows if r["state"] == "Succeeded"]
-        running = [r for r in rows if r["state"] == "Running" and r["objective"] is not None]
+    def two_ended_one_reporting(rows: Sequence[TrialRow]) -> bool:
+        ended = [r for r in rows if r.state == "Succeeded"]
+        running = [r for r in rows if r.state == "Running" and r.objective is not None]
         return len(ended) == 2 and len(running) == 1
 
     record = _wait_record(proc, "ka", two_ended_one_reporting)
     proc.kill()  # kill -9: the kernel gone mid-sweep, nothing written after
     proc.communicate(timeout=30)
-    running = next(r for r in record["rows"] if r["state"] == "Running")
-    assert running["params"] == {"x": 3}
+    running = next(r for r in record.rows if r.state == "Running")
+    assert running.params == {"x": 3}
     capsys.readouterr()
 
     sweep = shell.run_line_magic("ktrain", "attach ka")
@@ -157,8 +156,8 @@ def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
 ) -> None:
     proc = _start(tmp_path, "cc", "3,4")
 
-    def both_running(rows: list[dict[str, Any]]) -> bool:
-        return len(rows) == 2 and all(r["state"] == "Running" for r in rows)
+    def both_running(rows: Sequence[TrialRow]) -> bool:
+        return len(rows) == 2 and all(r.state == "Running" for r in rows)
 
     record = _wait_record(proc, "cc", both_running)
     started = time.monotonic()
@@ -168,10 +167,10 @@ def test_ctrl_c_cancels_every_running_trial_and_ends_the_warm_jobs(
     assert "Sweep 'cc' interrupted: its running trials were cancelled." in out, out
     assert "Ended the sweep's warm job(s) cc-w0, cc-w1." in out, out
     backend = LocalBackend()
-    for row in record["rows"]:  # each trial's run was cancelled, its warm job ended
-        assert backend.run_status(row["job"], row["run"]).state == "Cancelled"
+    for row in record.rows:  # each trial's run was cancelled, its warm job ended
+        assert backend.run_status(row.job, row.run).state == "Cancelled"
     assert all(s.terminal for s in backend.list_jobs()), backend.list_jobs()
     kept = read_sweep("cc")
     assert kept is not None
-    assert (kept["state"], seen_state(kept)) == ("Interrupted", "Interrupted")
-    assert [r["state"] for r in kept["rows"]] == ["Cancelled", "Cancelled"]
+    assert (kept.state, seen_state(kept)) == ("Interrupted", "Interrupted")
+    assert [r.state for r in kept.rows] == ["Cancelled", "Cancelled"]

@@ -117,6 +117,20 @@ def test_run_from_a_plain_script_on_the_local_backend(tmp_path: Path) -> None:
     assert "IPYTHON False" in out  # a script stays a script
 
 
+def test_a_job_turns_the_fork_server_off_and_runs_as_before(tmp_path: Path) -> None:
+    """``--env KTRAIN_FORK_SERVER=0`` (a node short of memory: the server holds about 0.4 GB
+    with torch imported, ``bench/pod_memory.py``): each node says so and its ranks start as
+    plain torchrun starts them; the job is the same."""
+    script = _script(tmp_path)
+    options = {**LOCAL, "name": "py-nofork", "env": ["KTRAIN_FORK_SERVER=0"]}
+    done = _python(script, "run", options)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert _result(out) == ["py-nofork", "Succeeded", 63.0]
+    said = "ranks start without a fork server (KTRAIN_FORK_SERVER=0 turns it off)"
+    assert out.count(said) == 2, out  # each node's agent
+
+
 def test_submit_returns_at_once_and_the_job_finishes_alone(tmp_path: Path) -> None:
     script = _script(tmp_path)
     done = _python(script, "submit", {**LOCAL, "name": "py-submit"})

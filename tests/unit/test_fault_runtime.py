@@ -110,3 +110,39 @@ def test_the_job_points_at_its_runtime_and_carries_the_limit_for_the_monitor() -
     assert out["metadata"]["annotations"]["ktrain.io/max-restarts"] == "3"
     assert runtime["metadata"]["labels"] == {"ktrain.io/job": "tj"}
     assert job["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime"  # not changed in place
+
+
+def _mpi_runtime(env: list[dict[str, str]]) -> dict[str, object]:
+    """An Open MPI runtime as Trainer's removed ``mpi-distributed`` was: a launcher and nodes."""
+
+    def job(name: str, container: str, extra: list[dict[str, str]]) -> dict[str, object]:
+        pod = {"containers": [{"name": container, "image": "mpi:5", "env": extra}]}
+        return {"name": name, "template": {"spec": {"template": {"spec": pod}}}}
+
+    return {
+        "spec": {
+            "mlPolicy": {"numNodes": 2, "mpi": {"numProcPerNode": 1, "sshAuthMountPath": "/s"}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [job("launcher", "launcher", env), job("node", "node", [])]
+                }
+            },
+        }
+    }
+
+
+def test_an_open_mpi_runtimes_launcher_gets_open_mpi_5s_variables_too() -> None:
+    mine = [{"name": "PRTE_MCA_plm_ssh_args", "value": "-p 2222"}]
+    runtime = fault_runtime(_spec(procs_per_node=4), _mpi_runtime(mine), {})
+    launcher, node = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    env = launcher["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    got = {e["name"]: e["value"] for e in env}
+    assert got == {
+        "PRTE_MCA_plm_ssh_args": "-p 2222",  # the runtime's own wins
+        "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
+        "PRTE_MCA_prte_keep_fqdn_hostnames": "false",
+        "PRTE_MCA_prte_set_default_slots": "4",
+    }
+    assert node["template"]["spec"]["template"]["spec"]["containers"][0]["env"] == []
+    torch = fault_runtime(_spec(), CLUSTER_RUNTIME, {})  # a torch runtime: nothing of MPI
+    assert "PRTE" not in str(torch)

@@ -160,3 +160,43 @@ def test_mpirun_starts_every_rank_through_the_agent() -> None:
     rank = ranks[ranks.index("python") :]
     assert rank == ["python", "-m", "jupyter_ktrain.pod.agent", "--code-dir", "/ktrain", "--",
                     "python", "-m", "jupyter_ktrain.pod.runtime", "/ktrain/program.py"]  # fmt: skip
+
+
+def test_rank_env_reads_open_mpi_5s_hostfile_variable(tmp_path: Path) -> None:
+    path = tmp_path / "hostfile"
+    path.write_text(HOSTFILE)
+    env = {**ompi(2, 4, 0, 2), "PRTE_MCA_prte_default_hostfile": str(path)}
+    assert mpi.rank_env(env)["MASTER_ADDR"] == "job-worker-0"
+
+
+def _env(flags: str) -> tuple[dict[str, str], set[str]]:
+    from jupyter_ktrain.backends.kubernetes.plans.kinds import mpijob
+    from jupyter_ktrain.backends.kubernetes.plans.podtemplate import CodeSource
+    from jupyter_ktrain.flags import parse_flags, spec_from_args
+
+    spec = spec_from_args(parse_flags(f"--kind MPIJob --nodes 2 --image py:3 {flags}"))
+    job = mpijob(spec, CodeSource(), {})
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    names = [e["name"] for e in launcher["env"]]
+    assert len(names) == len(set(names))
+    return {e["name"]: e.get("value", "") for e in launcher["env"]}, {
+        e["name"] for e in worker.get("env", [])
+    }
+
+
+def test_the_launcher_gives_open_mpi_5_the_hostfile_and_rsh_agent_under_its_names() -> None:
+    env, worker = _env("")
+    assert not worker & {k for k, _ in mpi.OPEN_MPI_5_ENV}  # mpirun runs on the launcher only
+    # the controller sets Open MPI 4's (OMPI_MCA_orte_default_hostfile, OMPI_MCA_plm_rsh_agent)
+    assert env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["PRTE_MCA_plm_ssh_agent"] == "/etc/mpi/kubexec.sh"
+    # the user's --env wins, and is there once
+    mine, _ = _env("--env PRTE_MCA_plm_ssh_agent=/opt/my-agent.sh")
+    assert mine["PRTE_MCA_plm_ssh_agent"] == "/opt/my-agent.sh"
+
+
+def test_mpirun_takes_the_long_options_open_mpi_5_reads() -> None:
+    argv = node_command(launcher="mpirun", processes=4)
+    assert {"--bind-to", "--map-by"} <= set(argv)
+    assert not {"-bind-to", "-map-by"} & set(argv)  # a program's name to Open MPI 5

@@ -13,10 +13,20 @@ from pathlib import Path
 import pytest
 
 import jupyter_ktrain
-from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus
+from jupyter_ktrain.jobs import Eviction, JobShape, JobStatus, ReplicaStatus, TrialState
 from jupyter_ktrain.store import home
 from jupyter_ktrain.store.history import HISTORY_VERSION, keep, kept
-from jupyter_ktrain.store.records import RECORD_VERSION, job_dir, read_record, write_record
+from jupyter_ktrain.store.records import (
+    RECORD_VERSION,
+    MlflowState,
+    RunRecord,
+    job_dir,
+    read_record,
+    read_run,
+    write_record,
+    write_run,
+)
+from jupyter_ktrain.store.sweeps import SWEEP_VERSION, SweepState, keep_sweep, read_sweep
 from jupyter_ktrain.store.versions import StoreVersionError
 
 PACKAGE = Path(jupyter_ktrain.__file__).resolve().parent
@@ -107,6 +117,71 @@ def test_a_record_is_versioned_and_read_tolerantly() -> None:
     path.write_text(json.dumps({"version": RECORD_VERSION + 1, "name": "r-a"}))
     with pytest.raises(StoreVersionError, match=r"history/local/r-a/run.json is version \d+"):
         read_record("local", "r-a")
+
+
+def test_an_old_run_record_reads_typed_and_is_written_back_the_same() -> None:
+    """A ``run.json`` from before versions and types (no ``version``, a key this version does
+    not know) reads as a :class:`RunRecord`; written back, the file holds what it held (less
+    the unknown key, plus the version)."""
+    old = {
+        "name": "r-b", "backend": "local", "started": 1700000000.5,
+        "params": {"lr": "0.1", "cell": "train()"}, "code_sha256": "ab12", "run": 3,
+        "mlflow": {"uri": "http://127.0.0.1:5000", "experiment": "ktrain", "run_id": "f00",
+                   "experiment_id": "7", "sent": {"loss": [[0, 9], [12, 12]]},
+                   "tags": {"ktrain.sweep": "s"}, "finished": True},
+        "later": {"a newer writer's": 1},
+    }  # fmt: skip
+    path = job_dir("local", "r-b") / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    record = read_run("local", "r-b")
+    assert record == RunRecord(
+        "r-b", "local", 1700000000.5, {"lr": "0.1", "cell": "train()"}, "ab12", 3,
+        MlflowState("http://127.0.0.1:5000", "ktrain", {"loss": ((0, 9), (12, 12))},
+                    {"ktrain.sweep": "s"}, "f00", "7", finished=True),
+    )  # fmt: skip
+    write_run("local", "r-b", record)
+    del old["later"]
+    assert json.loads(path.read_text()) == {**old, "version": RECORD_VERSION}
+    untracked = {"name": "r-c", "params": {}}  # the least a record held
+    path.write_text(json.dumps(untracked))
+    assert read_run("local", "r-b") == RunRecord("r-c")
+    path.write_text(json.dumps({"version": RECORD_VERSION + 1, "name": "r-b"}))
+    with pytest.raises(StoreVersionError, match=r"history/local/r-b/run.json is version \d+"):
+        read_run("local", "r-b")
+
+
+def test_an_old_sweep_record_reads_typed_its_states_as_enums(ktrain_home: Path) -> None:
+    """A sweep record from before versions reads as a :class:`SweepRecord`: each trial's state
+    a :class:`TrialState` (Pruned among its job's words), the sweep's a :class:`SweepState`;
+    written back it is the same file."""
+    old = {
+        "name": "sw", "backend": "local", "objective": "loss:min", "space": ["x=choice(1, 2)"],
+        "search": "grid", "trials": 2, "parallel": 1, "warm": False, "prune_after": 5,
+        "started": 10.0, "ended": 20.0, "state": "Done", "host": "h", "pid": 42,
+        "rows": [
+            {"number": 0, "params": {"x": 1}, "state": "Succeeded", "objective": 0.5,
+             "job": "sw-t0", "run": None, "error": "", "started": 10.0, "ended": 15.0},
+            {"number": 1, "params": {"x": 2}, "state": "Pruned", "objective": 0.9,
+             "job": "sw-t1", "run": None, "error": "pruned at step 5", "started": 11.0,
+             "ended": 16.0},
+        ],
+        "curves": {"1": [[0, 1.0], [5, 0.9]]}, "best": 0,
+    }  # fmt: skip
+    path = ktrain_home / "sweeps" / "sw.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**old, "later": 1}))
+    record = read_sweep("sw")
+    assert record is not None
+    assert (record.state, [r.state for r in record.rows]) == (
+        SweepState.DONE, [TrialState.SUCCEEDED, TrialState.PRUNED]
+    )  # fmt: skip
+    assert record.curves == {1: ((0, 1.0), (5, 0.9))}
+    keep_sweep(record)
+    assert json.loads(path.read_text()) == {**old, "version": SWEEP_VERSION}
+    path.write_text(json.dumps({**old, "version": SWEEP_VERSION + 1}))
+    with pytest.raises(StoreVersionError, match="newer jupyter-ktrain"):
+        read_sweep("sw")
 
 
 # -- its place: the bottom ------------------------------------------------------------------

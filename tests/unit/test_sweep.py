@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.runner.options import CellOptions, RunOptions
 from jupyter_ktrain.runner.source import call_source
+from jupyter_ktrain.store.sweeps import SweepRecord
 from jupyter_ktrain.sweep.prune import Pruned, prune_at
 from jupyter_ktrain.sweep.record import (
     DONE,
@@ -239,13 +241,14 @@ def test_the_record_holds_every_trial_in_order_the_best_and_each_curve() -> None
     live = running_row(1, {"x": 2}, "s-t1", None, 11.0, 0.25)
     record = make_record("s", "local", options, False, 9.0, RUNNING, [*ended, live],
                          {1: {0: 1.0, 1: 0.25}})  # fmt: skip
-    assert [(r["number"], r["state"]) for r in record["rows"]] == [
+    assert [(r.number, r.state) for r in record.rows] == [
         (0, "Failed"), (1, "Running"), (2, "Succeeded")
     ]  # fmt: skip
-    assert record["best"] == 2  # a running trial's value so far is no result yet
-    assert record["curves"] == {"1": [[0, 1.0], [1, 0.25]]}
-    assert record["space"] == ["x=choice(1, 2, 3)"]
-    kept = sweep_of(json.loads(json.dumps(record)))  # as a reader gets it from the store
+    assert record.best == 2  # a running trial's value so far is no result yet
+    assert record.to_json()["curves"] == {"1": [[0, 1.0], [1, 0.25]]}
+    assert record.space == ("x=choice(1, 2, 3)",)
+    # as a reader gets it from the store
+    kept = sweep_of(SweepRecord.from_json(json.loads(json.dumps(record.to_json()))))
     assert [t.state for t in kept.trials] == ["Failed", "Running", "Succeeded"]
     assert kept.best is not None
     assert kept.best.number == 2
@@ -255,10 +258,10 @@ def test_the_record_holds_every_trial_in_order_the_best_and_each_curve() -> None
 def test_a_record_whose_writer_is_gone_reads_interrupted() -> None:
     gone = int(Path("/proc/sys/kernel/pid_max").read_text())  # no process has it: pids are below
     options = SweepOptions.create(["x=choice(1,2)"], "loss:min")
-    record = {**make_record("s", "local", options, False, 1.0, RUNNING, [], {}), "pid": gone}
+    record = replace(make_record("s", "local", options, False, 1.0, RUNNING, [], {}), pid=gone)
     assert seen_state(record) == INTERRUPTED
-    assert seen_state({**record, "host": "another-host"}) == RUNNING  # not ours to tell
-    assert seen_state({**record, "state": DONE}) == DONE
+    assert seen_state(replace(record, host="another-host")) == RUNNING  # not ours to tell
+    assert seen_state(replace(record, state=DONE)) == DONE
 
 
 def test_a_sweeps_list_row_and_compare_columns_come_from_its_record() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from jupyter_ktrain.server.sweeps import sweep_detail, sweep_summary
+from jupyter_ktrain.store.sweeps import SweepRecord
 from jupyter_ktrain.sweep.record import DONE, RUNNING, make_record, row_of, running_row
 from jupyter_ktrain.sweep.trials import Trial
 from jupyter_ktrain.sweep.view import sweep_view
@@ -20,7 +22,7 @@ OPTIONS = SweepOptions.create(["lr=loguniform(1e-4,1e-1)", "opt=choice('adam','s
                               "loss:min", trials=5, parallel=2)  # fmt: skip
 
 
-def _record(state: str = RUNNING, **changes: Any) -> dict[str, Any]:
+def _record(state: str = RUNNING, **changes: Any) -> SweepRecord:
     failed = Trial(1, {"lr": 0.01, "opt": "sgd"}, "Failed", None, "s-t1",
                    error="ValueError: lr too high\nTraceback ...")  # fmt: skip
     pruned = Trial(2, {"lr": 0.0002, "opt": "sgd"}, "Pruned", 3.0, "s-w1", run=2,
@@ -33,7 +35,8 @@ def _record(state: str = RUNNING, **changes: Any) -> dict[str, Any]:
     live = running_row(3, {"lr": 0.003, "opt": "adam"}, "s-t3", None, 5.0, 0.4)
     curves = {0: {s: 1.0 / (s + 1) for s in range(1200)}, 3: {0: 0.9, 1: 0.4}}
     record = make_record("s", "local", OPTIONS, False, 1.0, state, [*ended, live], curves)
-    return {**json.loads(json.dumps(record)), **changes}  # as a reader gets it from the store
+    raw = {**json.loads(json.dumps(record.to_json())), **changes}
+    return SweepRecord.from_json(raw)  # as a reader gets it from the store
 
 
 def test_the_view_has_a_row_per_trial_the_best_marked_and_each_curve() -> None:
@@ -109,8 +112,8 @@ def test_the_widget_draws_each_record_and_folds_the_lines_said() -> None:
     assert widget.log_box.get_title(0) == "log (2 lines): trial 3 Succeeded, loss=0.4"
     assert "trial 3 started" in widget.log.value
     done = _record(DONE)
-    done["rows"][3] = {**done["rows"][3], "state": "Succeeded", "objective": 0.25, "ended": 7.0}
-    done["best"] = 3
+    last = replace(done.rows[3], state="Succeeded", objective=0.25, ended=7.0)
+    done = replace(done, rows=(*done.rows[:3], last), best=3)
     widget.update(done)  # the last record: the chart is drawn, waiting for it if need be
     assert not widget.live
     assert "Done · 5 of 5" not in widget.header.value  # 4 of the 5 asked ran

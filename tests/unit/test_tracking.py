@@ -19,6 +19,7 @@ from jupyter_ktrain.pod.protocol import (
     format_record,
     parse_line,
 )
+from jupyter_ktrain.store.records import RunRecord
 from jupyter_ktrain.tracking.cpu import Sample, SpareCpu, spare_cores
 from jupyter_ktrain.tracking.params import code_hash, constants, flat
 from jupyter_ktrain.tracking.points import Point, Reading, RecordReader, SentSteps
@@ -108,7 +109,9 @@ def test_a_refusing_server_is_one_warning_and_the_buffer_drops_the_oldest_beyond
         port = s.getsockname()[1]
     record = {"started": time.time(), "mlflow": {"uri": f"http://127.0.0.1:{port}",
                                                  "experiment": "x", "sent": {}}}  # fmt: skip
-    run = MlflowRun("local", "refused", record, max_pending=10, interval=0.05, retry_s=0.05)
+    run = MlflowRun(
+        "local", "refused", RunRecord.from_json(record), max_pending=10, interval=0.05, retry_s=0.05
+    )
     try:
         run.add(Reading(points=[Point("loss", float(i), i, 0) for i in range(25)]))
         deadline = time.monotonic() + 20
@@ -173,9 +176,9 @@ def test_a_sender_holds_everything_while_the_cpu_is_busy_until_the_job_ends_or_t
     from jupyter_ktrain.tracking import mlflow_run
     from jupyter_ktrain.tracking.mlflow_run import MlflowRun
 
-    def record() -> dict[str, object]:
-        return {"started": time.time(), "mlflow": {"uri": _refused_uri(), "experiment": "x",
-                                                   "sent": {}}}  # fmt: skip
+    def record() -> RunRecord:
+        return RunRecord.from_json({"started": time.time(), "mlflow": {
+            "uri": _refused_uri(), "experiment": "x", "sent": {}}})  # fmt: skip
 
     points = Reading(points=[Point("loss", float(i), i, 0) for i in range(2000)])
     busy = MlflowRun("local", "busy", record(), interval=0.05, retry_s=0.05, spare=lambda: 0.1)

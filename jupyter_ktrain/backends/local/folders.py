@@ -163,7 +163,7 @@ def to_status(name: str, raw: LocalState, shape: JobShape | None) -> JobStatus:
     replicas = tuple(
         ReplicaStatus(
             name=f"{name}-node-{i}",
-            phase=ReplicaPhase(n.phase or _phase(n.exit_code, raw.state)),
+            phase=n.phase or ReplicaPhase(_phase(n.exit_code, raw.state)),
             restarts=n.restarts,
             node="127.0.0.1",
             exit_code=n.exit_code,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BackendError
-from ...jobs import PENDING, JobState
+from ...jobs import PENDING, JobState, ReplicaPhase
 from ...pod.progress import Progress
 from ...store import jobdirs
 from ...store.versions import versioned
@@ -52,7 +52,7 @@ class NodeState:
     exit_code: int | None = None
     restarts: int = 0
     last_event: str = ""
-    phase: str = ""
+    phase: ReplicaPhase | None = None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -61,7 +61,7 @@ class NodeState:
             "restarts": self.restarts,
             "last_event": self.last_event,
         }
-        return {**out, "phase": self.phase} if self.phase else out
+        return {**out, "phase": self.phase.value} if self.phase is not None else out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> NodeState:
@@ -70,7 +70,7 @@ class NodeState:
             exit_code=_int_or_none(raw.get("exit_code")),
             restarts=int(raw.get("restarts") or 0),
             last_event=str(raw.get("last_event") or ""),
-            phase=str(raw.get("phase") or ""),
+            phase=ReplicaPhase(raw["phase"]) if raw.get("phase") else None,
         )
 
 

@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...hangs import Hang, HangWatch, hang_said
-from ...jobs import PENDING, QUEUED, RUNNING, JobShape, ReplicaStatus, is_terminal
+from ...jobs import PENDING, QUEUED, RUNNING, JobShape, JobState, ReplicaStatus, is_terminal
 from ...kinds import job_kind
 from ...pod.progress import JobProgress, Progress
 from ...pod.protocol import (
@@ -142,7 +142,7 @@ class MonitorModel(GpuWatch, LogBook):
             self.node_names[node] = replica
         return node
 
-    def set_state(self, state: str, now: float, message: str = "") -> None:
+    def set_state(self, state: JobState, now: float, message: str = "") -> None:
         h = self.header
         if state in (PENDING, QUEUED) and h.waiting_since is None:
             h.waiting_since = now  # its clock counts the wait

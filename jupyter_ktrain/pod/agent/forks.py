@@ -70,6 +70,7 @@ from .preimport import preimport_when_idle
 
 __all__ = [
     "FORKED_ENV",
+    "FORK_SERVER_ENV",
     "FORK_SOCKET_ENV",
     "LAUNCHER_ENV",
     "WARM_WAIT_S",
@@ -84,6 +85,9 @@ __all__ = [
 ]
 
 FORK_SOCKET_ENV = "KTRAIN_FORK_SOCKET"
+# "0" in a job's environment (``--env KTRAIN_FORK_SERVER=0``): no fork server (its memory, about
+# 0.4 GB a node with torch, kept; a restarted rank then imports torch again, as plain torchrun's)
+FORK_SERVER_ENV = "KTRAIN_FORK_SERVER"
 FORKED_ENV = "KTRAIN_FORKED"
 LAUNCHER_ENV = "KTRAIN_LAUNCHER_PID"
 _STREAMS = (0, 1, 2)
@@ -273,7 +277,9 @@ def start_server(
     python: str, env: Mapping[str, str], preexec_fn: Callable[[], None] | None = None
 ) -> Server:
     """Start a fork server listening on a socket of its own (it warms at once, on idle CPU);
-    raises ``OSError``."""
+    raises ``OSError`` (also where ``$KTRAIN_FORK_SERVER`` is ``0``: turned off)."""
+    if env.get(FORK_SERVER_ENV, "").strip() == "0":
+        raise OSError(f"{FORK_SERVER_ENV}=0 turns it off")
     folder = tempfile.mkdtemp(prefix="ktrain-forks-")  # short: a socket path has 108 bytes
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -23,6 +23,7 @@ from ..warm.runs import WarmJobs
 from .fault_runtime import use_fault_runtime
 from .plan import KubernetesRequest, describe, render_request
 from .preflight import Access, may, serves_service_monitors
+from .topology_check import check_topology
 
 if TYPE_CHECKING:
     from ....capture import CapturedProgram
@@ -59,12 +60,16 @@ class Planner:
             spec = spec.evolve(namespace="default")
             notes = (f"no cluster configured ({exc}); namespace shown as 'default'",)
         spec = self._default_image(spec)
+        offline = bool(notes)
         spec, notes = self._default_queue(spec, notes)
+        spec = self._default_topology(spec)
+        spec, checked = check_topology(None if offline else cluster.api, spec)
         monitor, notes = self._service_monitor(spec, notes)
         registry = cluster.config.registry or None
         request, files = render_request(spec, program, registry=registry, service_monitor=monitor)
         if KIND_TABLE[spec.kind].trainer_runtime and not notes:
             request, notes = self._fault_runtime(request, spec)
+        notes = (*notes, *checked)
         text = describe(request)
         return LaunchPlan(spec, program, BACKEND_NAME, request, text, files, notes)
 
@@ -102,6 +107,19 @@ class Planner:
             why = f"Kueue does not manage {spec.kind} ({ignores}): it runs unqueued"
             return spec, (*notes, f"config kueue_queue={queue} not applied: {why}")
         return spec.evolve(scheduling=replace(s, kueue_queue=queue)), notes
+
+    def _default_topology(self, spec: JobSpec) -> JobSpec:
+        """The configured topology level (``%ktrain config topology=...``) for a job Kueue
+        queues that names none."""
+        level, s = self.cluster.config.topology, spec.scheduling
+        if not level or not s.kueue_queue or s.placement is not None:
+            return spec
+        if KIND_TABLE[spec.kind].kueue_ignores:
+            return spec
+        try:
+            return spec.evolve(scheduling=replace(s, topology=level))
+        except SpecError as exc:  # the job's flags are fine: the saved default is not
+            raise SpecError(f"%ktrain config topology={level}: {exc}") from None
 
     def _fault_runtime(
         self, request: KubernetesRequest, spec: JobSpec

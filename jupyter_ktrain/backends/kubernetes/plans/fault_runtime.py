@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ....kinds import KIND_TABLE
+from ....pod.mpi import HOSTFILE
 from ....spec.job import JobSpec
 from ..labels import MAX_RESTARTS_ANNOTATION
 from .run_policy import stops_itself
@@ -88,6 +89,7 @@ def fault_runtime(
         account = ("serviceAccountName", "automountServiceAccountToken")
         if not spec.scheduling.service_account and not any(k in pod for k in account):
             pod["automountServiceAccountToken"] = False  # as every other kind's pods
+    _open_mpi_5(body, spec.nproc)
     meta: dict[str, Any] = {"name": spec.name, "labels": dict(labels)}
     if spec.namespace:
         meta["namespace"] = spec.namespace
@@ -97,6 +99,35 @@ def fault_runtime(
         "metadata": meta,
         "spec": body,
     }
+
+
+# Trainer (before v2.4) gives an Open MPI runtime's launcher Open MPI 4's variables only
+# (OMPI_MCA_orte_*, OMPI_MCA_plm_rsh_args): Open MPI 5 ignores them and runs every rank on
+# the launcher. Its v2.4 fix sets these too (keep_fqdn false: the hostfile's short names never
+# match what PRRTE resolves for itself); a Trainer that sets them replaces ours.
+_LAUNCHER_JOB = "launcher"
+
+
+def _open_mpi_5(body: dict[str, Any], nproc: int) -> None:
+    mpi = (body.get("mlPolicy") or {}).get("mpi")
+    if mpi is None or mpi.get("mpiImplementation", "OpenMPI") != "OpenMPI":
+        return
+    env = {
+        "PRTE_MCA_prte_default_hostfile": HOSTFILE,
+        "PRTE_MCA_prte_keep_fqdn_hostnames": "false",
+        "PRTE_MCA_prte_set_default_slots": str(nproc),
+        "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
+    }
+    for rjob in body["template"]["spec"].get("replicatedJobs") or []:
+        if rjob.get("name") != _LAUNCHER_JOB:
+            continue
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        for container in pod.get("containers") or []:
+            if container.get("name") not in (_LAUNCHER_JOB, "node"):
+                continue
+            have = {e.get("name") for e in container.get("env") or []}
+            extra = [{"name": k, "value": v} for k, v in env.items() if k not in have]
+            container["env"] = [*(container.get("env") or []), *extra]
 
 
 def use_fault_runtime(

@@ -25,8 +25,10 @@ from ....kinds import KIND_TABLE, JobKind
 from ....pod.agent.peers import PEERS_ENV
 from ....pod.agent.relaunch import MAX_RESTARTS_ENV
 from ....pod.launch import node_command, warm_command
+from ....pod.mpi import OPEN_MPI_5_ENV
 from ....spec.job import JobSpec
 from ..labels import PATCH_MANAGER
+from .placement import group_pod_sets
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 from .run_policy import (
     CLEAN_POD_POLICY,
@@ -113,6 +115,9 @@ def _replica(spec: JobSpec, rtype: str, replicas: int, template: dict[str, Any])
 
 
 def _object(spec: JobSpec, labels: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    key = KIND_TABLE[spec.kind].replica_key
+    if key and key in body:  # a head and its workers: one Kueue pod-set group
+        group_pod_sets(r["template"] for r in body[key].values())
     return {
         "apiVersion": KIND_TABLE[spec.kind].api_version,
         "kind": spec.kind,
@@ -292,6 +297,8 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
                 "template": copy.deepcopy(template),
             }
         ]
+    group_pod_sets([cluster["headGroupSpec"]["template"]] +
+                   [g["template"] for g in cluster.get("workerGroupSpecs", [])])  # fmt: skip
     body: dict[str, Any] = {
         "entrypoint": shlex.join(
             single_process_command(code.mount_path, gpus=bool(spec.resources.gpus))
@@ -365,15 +372,19 @@ def _cpu_only(spec: JobSpec) -> dict[str, dict[str, str]]:
 @_registered
 def mpijob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, Any]:
     """Launcher (runs mpirun, no GPUs) + Workers (``slotsPerWorker`` ranks each). The launcher's
-    agent restarts mpirun after a fault (:mod:`jupyter_ktrain.pod.agent.relaunch`)."""
+    agent restarts mpirun after a fault (:mod:`jupyter_ktrain.pod.agent.relaunch`). The
+    launcher also gets the hostfile and rsh agent under Open MPI 5's names (the controller
+    sets Open MPI 4's only), unless ``--env`` sets them."""
     kind = KIND_TABLE[spec.kind]
+    own = {k for k, _ in spec.env}
+    ompi5 = tuple((k, v) for k, v in OPEN_MPI_5_ENV if k not in own)
     launcher = PodRole(
         container=kind.container,
         command=mpi_launcher_command(spec, code.mount_path),
         trains=False,
         resources=LAUNCHER_RESOURCES,
         # the launcher pod is Never; its agent re-runs mpirun after a fault, this many times
-        extra_env=((MAX_RESTARTS_ENV, str(spec.run_policy.max_restarts)),),
+        extra_env=((MAX_RESTARTS_ENV, str(spec.run_policy.max_restarts)), *ompi5),
         api_access=True,  # mpirun starts the ranks with `kubectl exec`, as the operator's SA
     )
     worker = PodRole(container=kind.container, command=None)

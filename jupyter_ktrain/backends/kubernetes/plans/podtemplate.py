@@ -17,6 +17,7 @@ from ....spec.deepspeed import CONFIG_ENV, CONFIG_PATH
 from ....spec.job import JobSpec
 from ..labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
 from .metrics import METRICS_PORT_NAME, metrics_env
+from .placement import topology_annotations
 
 __all__ = [
     "MULTUS_ANNOTATION",
@@ -259,6 +260,8 @@ def pod_template(
     annotations = {ISTIO_ANNOTATION: "false"}
     if spec.rdma is not None and spec.rdma.networks and role.trains:
         annotations[MULTUS_ANNOTATION] = spec.rdma.networks
+    if role.trains:  # the pods of the collective: Kueue places them in one domain
+        annotations.update(topology_annotations(spec))
     return {
         "metadata": {"labels": dict(labels), "annotations": annotations},
         "spec": pod_spec(spec, code, role),

@@ -35,6 +35,7 @@ from ....pod.exits import PEER_LOST, restart_cause
 from ....pod.progress import Progress
 from ..client.fields import ContainerStatus, Terminated, conditions, container_statuses, pod_phase
 from ..labels import MAX_RESTARTS_ANNOTATION
+from ..plans.placement import assigned_domains, describe_domains
 from .kueue import queue_info, queued_message
 
 __all__ = [
@@ -76,7 +77,8 @@ def queued_state(
     job: Mapping[str, Any], workload: Mapping[str, Any] | None, position: int | None = None
 ) -> tuple[JobState, str, str]:
     """:func:`job_state`, except that a job its Kueue ``workload`` has not admitted (yet, or
-    again after an eviction) is ``Queued``, with Kueue's reason."""
+    again after an eviction) is ``Queued``, with Kueue's reason. An admitted job Kueue placed by
+    topology says where (its Workload's topology assignment) while it has nothing else to say."""
     state, reason, message = job_state(job)
     if workload and state == PENDING:
         queue = queue_info(workload, position)
@@ -84,7 +86,13 @@ def queued_state(
             return (QUEUED, *queued_message(queue))
         if not reason or reason.endswith("Suspended"):  # admitted: its pods are on their way
             where = f" to ClusterQueue {queue.cluster_queue!r}" if queue.cluster_queue else ""
+            placed = describe_domains(assigned_domains(workload))
+            where += f", placed: {placed}" if placed else ""
             return state, "Admitted", f"admitted by Kueue{where}"
+    if workload and not message and state not in TERMINAL_STATES:
+        placed = describe_domains(assigned_domains(workload))
+        if placed:
+            return state, reason, f"placed by Kueue: {placed}"
     return state, reason, message
 
 
@@ -309,6 +317,7 @@ def build_status(
     name = job["metadata"]["name"]
     state, reason, message = queued_state(job, workload, queue_position)
     queue = queue_info(workload) if workload else None
+    placed = describe_domains(assigned_domains(workload)) if workload else ""
     names = replica_pods(job) or sorted(pods)
     again, ended = recreations or {}, last_exits or {}
     # a pod deleted once the job ended is shown as last seen; while the job runs, a deleted
@@ -365,7 +374,7 @@ def build_status(
         max_restarts=_max_restarts(job),
         evictions=queue.evictions if queue is not None else (),
         dashboard=_dashboard(status),
-        admitted_by=f"ClusterQueue {queue.cluster_queue!r}"
+        admitted_by=f"ClusterQueue {queue.cluster_queue!r}" + (f" ({placed})" if placed else "")
         if queue is not None and queue.admitted and queue.cluster_queue
         else "",
     )

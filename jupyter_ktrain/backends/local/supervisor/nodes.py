@@ -45,7 +45,7 @@ from types import FrameType
 from typing import Any
 
 from ....failures import TorchrunReport, WorkerExit
-from ....jobs import CANCELLED, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED
+from ....jobs import CANCELLED, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED, ReplicaPhase
 from ....pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server, forks_ranks, start_server
 from ....pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ....pod.progress import JobProgress
@@ -278,10 +278,10 @@ class Supervisor(NodeOutput):
         said = f"node {node} exited {code} ({describe_exit(code)}); {gone.describe()}"
         tell_nodes(self.dir, said, [node])
 
-    def _nodes(self, phase: str = "") -> tuple[NodeState, ...]:
+    def _nodes(self, phase: ReplicaPhase | None = None) -> tuple[NodeState, ...]:
         return tuple(self._node(node, phase) for node in range(len(self.procs)))
 
-    def _node(self, node: int, phase: str) -> NodeState:
+    def _node(self, node: int, phase: ReplicaPhase | None) -> NodeState:
         """Node ``node`` as ``state.json`` says it; one stopped after a bug elsewhere reads as
         its ranks ended (:func:`.causes.stopped_node_exit`), and says why it was stopped."""
         proc, event = self.procs[node], self.events[node]
@@ -333,7 +333,7 @@ class Supervisor(NodeOutput):
                 else f"restarted with every node after node {node}'s {cause}"
             )
         text = f"restart {self.restarts} of at most {limit}: {why}; starting every node again"
-        nodes = self._nodes("Restarting")
+        nodes = self._nodes(ReplicaPhase.RESTARTING)
         self.save(reason="Restarting", message=text, restarts=self.restarts, nodes=nodes)
         tell_nodes(self.dir, text, range(len(self.plan.nodes)))
         left = _sweep(self.marker)
