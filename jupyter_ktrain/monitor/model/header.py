@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...jobs import PENDING, JobShape, is_terminal
+from ...jobs import PENDING, JobShape, JobState, is_terminal
 
 __all__ = ["Alert", "JobHeader", "Marker"]
 
@@ -18,7 +18,7 @@ class JobHeader:
     name: str
     shape: JobShape = field(default_factory=JobShape)
     backend: str = "local"
-    state: str = PENDING
+    state: JobState = PENDING
     message: str = ""
     image_digest: str | None = None
     start_time: float | None = None
