@@ -5,7 +5,7 @@ overhead on a training step, and the time from ``stacks`` to every rank's stack 
    step of about 0.1 s on this machine's CPU: short for a GPU job, whose steps take 0.1-2 s)
    runs through ``ktrain.run`` on the local backend without and with a ``ktrain.report``
    each step, followed here with the hang and straggler watch on
-   (:class:`~jupyter_ktrain.monitor.hangs.HangWatch`,
+   (:class:`~jupyter_ktrain.hangs.HangWatch`,
    :class:`~jupyter_ktrain.monitor.stragglers.StepTimes`): with reports, the watch has every
    step to time. Runs in ABBA pairs; each run's median step (after warm-up); the overhead is
    the median over pairs; the same loop under plain ``torchrun`` once, for scale. On a shared
@@ -40,7 +40,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPAT
 
 import jupyter_ktrain as ktrain  # noqa: E402
 from jupyter_ktrain.backends.local import LocalBackend  # noqa: E402
-from jupyter_ktrain.monitor.hangs import HangWatch  # noqa: E402
+from jupyter_ktrain.hangs import HangWatch  # noqa: E402
 from jupyter_ktrain.monitor.stragglers import StepTimes  # noqa: E402
 from jupyter_ktrain.pod.protocol import Metric, format_rank_line, parse_line  # noqa: E402
 from jupyter_ktrain.stacks import show_stacks  # noqa: E402

@@ -9,12 +9,10 @@ named ``cell [N]``. Every refusal is one line saying what to do instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from .backends.base import Backend
 from .backends.capabilities import WarmCapable, job_shape, stacks_shown
 from .errors import SpecError
-from .pod.protocol import Stack
+from .pod.stacks import stacks_text
 
 __all__ = ["check_rank", "refuse_ended", "show_stacks", "stacks_text"]
 
@@ -62,26 +60,3 @@ def show_stacks(backend: Backend, name: str, rank: int | None) -> str:
     if rank is not None:
         return f"Rank {rank} of {name!r} is not running now ({state}); nothing to show."
     return f"No rank of {name!r} runs now ({state}); nothing to show yet."
-
-
-def stacks_text(name: str, got: Sequence[tuple[str, Stack]]) -> str:
-    """Each rank's stack as Python shows a traceback: every thread, most recent call last."""
-    ranks = sum(1 for _, stack in got if stack.rank is not None)
-    plural = "s" if ranks != 1 else ""
-    lines = [f"Stacks of {name!r}, {ranks} rank{plural} (most recent call last):"]
-    for where, stack in got:
-        pod = f"pod {where}" if where else "a node"
-        head = pod if stack.rank is None else f"rank {stack.rank}" + (f" ({pod})" if where else "")
-        if stack.why:
-            lines += ["", f"{head}: {stack.why}"]
-            continue
-        lines += ["", f"{head}, pid {stack.pid}:"]
-        for thread, frames in stack.threads:
-            lines.append(f"  Thread {thread!r}:")
-            for file, line, function, code in frames:
-                lines.append(f'    File "{file}", line {line}, in {function}')
-                if code:
-                    lines.append(f"      {code}")
-            if not frames:
-                lines.append("    (in jupyter-ktrain's own code)")
-    return "\n".join(lines)

@@ -51,8 +51,17 @@ def steps_then_hang(hang_step, slow_rank):
         dist.all_reduce(t)
         ktrain.report(step=step, loss=1.0 / (step + 1))
         time.sleep(0.2)
+
+def first_all_reduce_hang(slow_rank):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    print(f"rank {rank} joined", flush=True)
+    if rank == slow_rank:
+        time.sleep(600)
+    dist.all_reduce(torch.ones(1))
 """
 HANG_SLEEP_LINE = 12  # the line of ``time.sleep(600)`` in HANG_CELL's function
+FIRST_HANG_SLEEP_LINE = 22  # the same in ``first_all_reduce_hang``: before any all-reduce
 
 # every rank "computes", reports its step, then all-reduces; rank ``slow_rank`` is slowed by a
 # busy loop of ``slow`` seconds a step, the others take 0.1 s (asleep: two cores are shared)

@@ -100,6 +100,9 @@ class Backend(ABC):
     name: str = "?"
     #: whether ``--rdma`` takes effect here (the monitor then checks NCCL's transport)
     rdma_capable: bool = True
+    # a job's hangs are watched where its state is kept, followed or not (the local
+    # supervisor): a follower names them in its cell but leaves the kept hang to that watch
+    hangs_watched: bool = False
     #: whether the job's ranks run on this machine's CPUs (its tracking then waits for spare
     #: CPU while the job runs, :mod:`jupyter_ktrain.tracking.cpu`)
     ranks_here: bool = False

@@ -178,7 +178,12 @@ def attach(target: Target, name: str) -> Reply:
 
 def status(target: Target, name: str) -> Reply:
     backend = target.open()
-    return Reply(status_text(verbs.status(backend, name), backend.name))
+    now = verbs.status(backend, name)
+    text = status_text(now, backend.name)
+    hang = verbs.kept_hang(backend.name, name, now)  # said by the cell or the job's watch
+    if hang is not None:
+        text += "\nwarning: " + str(hang.get("text", "")).replace("\n", "\n  ")
+    return Reply(text)
 
 
 def logs(

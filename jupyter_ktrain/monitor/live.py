@@ -141,6 +141,8 @@ class ModelSink:
     def _hang(self, now: float) -> None:
         """Take a new hang's stacks (once), give them to the model, keep what it says."""
         hang = self.model.hang
+        if hang is None:
+            self._asked.clear()  # a hang named again later gets its stacks taken again
         if hang is not None and self._stacks is not None and hang.ranks not in self._asked:
             self._asked.add(hang.ranks)
             threading.Thread(

@@ -50,7 +50,16 @@ def _digest(digest: str | None) -> str:
 
 def header_text(model: MonitorModel, now: float) -> str:
     """``mnist · PyTorchJob on local · Running 1m 05s · 42% (420/1000) · 1m 30s left · 2
-    node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``)."""
+    node(s) × 2 proc(s) · sha256:…`` (progress once the job reports a ``total``): the
+    :func:`header_parts` in one line."""
+    head, details = header_parts(model, now)
+    return f"{head} · {details}" if details else head
+
+
+def header_parts(model: MonitorModel, now: float) -> tuple[str, str]:
+    """The header's line that matters (the job, its kind and backend, its state and clock, its
+    progress) and its details (its shape, image, transport, the state's message): the widget
+    shows the first on one line and the details under it."""
     h = model.header
     parts = [
         h.name,
@@ -61,13 +70,14 @@ def header_text(model: MonitorModel, now: float) -> str:
         parts.insert(1, run_words(h.run))  # a warm job's run: said, not only in a tooltip
     if model.progress is not None:
         parts.append(progress_text(model.progress, now, h.finished, model.restarting))
-    parts.append(_shape(model))
+    details = [_shape(model)]
     if h.image_digest:
-        parts.append(_digest(h.image_digest))
+        details.append(_digest(h.image_digest))
     if model.transport is not None:
-        parts.append(model.transport.describe())
-    text = " · ".join(parts)
-    return f"{text} · {h.message}" if h.message else text
+        details.append(model.transport.describe())
+    if h.message:
+        details.append(h.message)
+    return " · ".join(parts), " · ".join(details)
 
 
 def text_line(entry: LogEntry) -> str:

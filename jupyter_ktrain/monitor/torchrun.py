@@ -16,7 +16,9 @@ recvValueWithTimeout failed ...``) with their ``Exception raised from ...`` and 
 c10d::TCPStore::doWait`` stacks, and, on a node whose ranks all finished, torchrun's logged
 ``Error waiting on exit barrier`` with its ``DistNetworkError`` traceback. The node's result
 stands (torchrun waits at that barrier only after its ranks succeeded): the block is folded into
-one line that says it is harmless (:func:`teardown_line`).
+one line that says it is harmless (:func:`teardown_line`). torchrun's other logged lines (which
+process it stopped, which one failed) lose the logger's prefix and the environment's path to
+Python (:func:`torchrun_said`).
 
 A rank whose collective broke because another rank or node died prints the traceback of that
 broken connection (gloo's ends in "... GLHF!") and exits with the lost peer's code
@@ -48,6 +50,7 @@ __all__ = [
     "job_logs",
     "lost_peer_line",
     "teardown_line",
+    "torchrun_said",
 ]
 
 # a stored line shown: (its time, the replica's read cursor once it is shown, the line); the
@@ -66,6 +69,13 @@ _C10D_WARN = re.compile(r"^\[[WE]\d{4} [^\]]*\] \[c10d\] .*(TCPStore|[Rr]ecv|Con
 _CPP_STACK = re.compile(r"^(Exception raised from |frame #\d+: |<omitting python frames>)")
 _LOG_PREFIX = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
 _BARRIER = "Error waiting on exit barrier"
+# torchrun's own one-line log messages, worded (a logger prefix and the environment's absolute
+# path to Python say nothing to the user)
+_FAILED = re.compile(
+    r"^failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)(?: of binary: .*)?$"
+)
+_CLOSING = re.compile(r"^Sending process (\d+) closing signal (\w+)$")
+_TORCH_LOGGER = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ torch/distributed/\S+:\d+\] ")
 
 
 def child_failed_line(job: str) -> str:
@@ -74,6 +84,30 @@ def child_failed_line(job: str) -> str:
         "torchrun: processes on this node ended with an error (its report, which names the "
         f"first one this node saw end: %ktrain logs {job} --whole)"
     )
+
+
+def torchrun_said(text: str) -> str | None:
+    """torchrun's own logged line (``E1125 10:18:40.533000 17703 torch/distributed/elastic/
+    multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 17788) of binary:
+    /.../bin/python``) as the views say it (``torchrun: local rank 1 (pid 17788) failed with
+    exit code 1``); None for any other line."""
+    prefix = _TORCH_LOGGER.match(text)
+    if prefix is None:
+        return None
+    said = text[prefix.end() :].strip()
+    failed = _FAILED.match(said)
+    if failed:
+        code, local, pid = failed.groups()
+        how = (
+            f"was killed by signal {-int(code)}"
+            if int(code) < 0
+            else f"failed with exit code {code}"
+        )
+        return f"torchrun: local rank {local} (pid {pid}) {how}"
+    closing = _CLOSING.match(said)
+    if closing:
+        return f"torchrun: stopping process {closing.group(1)} ({closing.group(2)})"
+    return f"torchrun: {said}"
 
 
 def teardown_line(job: str, barrier: bool) -> str:
@@ -168,7 +202,8 @@ class TorchrunFold:
             elif line.text.strip() == _TRACEBACK:
                 self._held = [line]
             else:
-                out.append(line)
+                said = torchrun_said(line.text)
+                out.append(line if said is None else LogLine(text=said, source="node"))
         return out
 
     def flush(self) -> list[LogLine]:

@@ -31,6 +31,7 @@ __all__ = [
     "NOT_RESTARTED",
     "PEER_FAILED",
     "PEER_LOST",
+    "STOP_WHY_ENV",
     "describe_exit",
     "is_bug",
     "node_exit",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 EXIT_DIR_ENV = "KTRAIN_EXIT_DIR"
+# a file where whoever stops a node (the local supervisor, after another node's bug) writes why
+# before its SIGTERM: the node's last line says that, not "stopped from outside: restartable"
+STOP_WHY_ENV = "KTRAIN_STOP_WHY"
 KILLED = 128 + signal.SIGKILL  # 137
 PEER_LOST = 128 + signal.SIGTERM  # 143
 PEER_FAILED = 3

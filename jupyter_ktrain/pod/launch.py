@@ -46,6 +46,7 @@ def node_command(
     *,
     launcher: str = "torchrun",
     processes: int = 1,
+    gpus: bool = True,
 ) -> list[str]:
     """argv of one replica; identical for every replica of a job.
 
@@ -56,8 +57,10 @@ def node_command(
     requirements are installed and GPUs sampled in the worker pods, where the ranks run; the
     launcher's agent only finds rank 0's address and mpirun passes it on (``-x``, see
     :mod:`jupyter_ktrain.pod.mpi`).
+    ``gpus`` False (a job that asked for none): the agent samples no GPU and says nothing of it.
     """
-    agent = [python, "-m", "jupyter_ktrain.pod.agent", "--code-dir", code_dir, "--"]
+    sampling = [] if gpus else ["--gpu-sampling", "off"]
+    agent = [python, "-m", "jupyter_ktrain.pod.agent", *sampling, "--code-dir", code_dir, "--"]
     runtime = ["-m", "jupyter_ktrain.pod.runtime", f"{code_dir}/{PROGRAM_FILE}"]
     if launcher == "torchrun":
         return [*agent, python, "-m", "torch.distributed.run", *runtime]

@@ -77,11 +77,7 @@ class _Prefixer:
             self.idle[read_end] = False
             if not chunk:
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            if len(pending) > _CHUNK:  # a very long line without a newline: pass it on
-                lines.append(pending)
-                pending = b""
+            lines, pending = _split(pending, chunk)
             if lines:
                 _write_lines(out, [prefix + line + b"\n" for line in lines])
             self.moved += len(chunk)
@@ -114,6 +110,23 @@ class _Prefixer:
 
     def write_direct(self, text: str) -> None:
         os.write(self.saved.get(1, 1), text.encode())
+
+
+def _split(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The whole lines of what was held (``pending``) and what was read now (``chunk``), and
+    what is held still. A progress bar's frame (tqdm: ``\\r  0%| | 0/40``, no newline) that
+    another write follows without a ``\\r`` of its own is a line of its own: the next text (a
+    logger's line) is not glued to the bar."""
+    lines: list[bytes] = []
+    if b"\r" in pending and chunk[:1] not in (b"\r", b"\n"):
+        lines.append(pending)
+        pending = b""
+    *more, pending = (pending + chunk).split(b"\n")
+    lines += more
+    if len(pending) > _CHUNK:  # a very long line without a newline: pass it on
+        lines.append(pending)
+        pending = b""
+    return lines, pending
 
 
 def _write_lines(fd: int, lines: list[bytes]) -> None:

@@ -84,6 +84,14 @@ class Progress:
     t: float
     eta_s: float | None = None
     step_s: float | None = None
+    # the rate is measured anew (its nodes restarted, it resumed, a step went back): until it is
+    # known, the job is restarting, not waiting or of unknown ETA
+    anew: bool = False
+
+    @property
+    def restarting(self) -> bool:
+        """Restarted, and the new attempt's rate not known yet (see ``anew``)."""
+        return self.anew and self.eta_s is None and not self.done
 
     @property
     def steps_done(self) -> int:
@@ -149,7 +157,7 @@ class Progress:
             return f"{head} · ETA unknown"
         if self.done:
             return head
-        if restarting:
+        if restarting or self.restarting:
             return f"{head} · restarting"
         stalled = self.stalled_for(now)
         waiting = self.waiting_for(now)
@@ -178,6 +186,7 @@ class Progress:
                 t=float(raw["t"]),
                 eta_s=None if eta is None else float(eta),
                 step_s=None if step_s is None else float(step_s),
+                anew=bool(raw.get("anew", False)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -203,7 +212,7 @@ def progress_short(
         return f"step {progress.step}"
     if finished or progress.done:
         return f"{pct:g}%"
-    if restarting:
+    if restarting or progress.restarting:
         return f"{pct:g}% · restarting"
     if progress.waiting_for(now) is not None and progress.stalled_for(now) is None:
         return f"{pct:g}% · waiting"
@@ -221,6 +230,7 @@ class ProgressTracker:
         self._intervals = 0
         self._total: int | None = None
         self._anchor: tuple[int, float] | None = None  # the step the next interval starts at
+        self._anew = False  # the rate is measured anew (Progress.anew)
 
     def update(self, step: int, total: int | None, t: float) -> Progress:
         """One observation: the job is at ``step`` (of ``total``, when given) at time ``t``."""
@@ -228,7 +238,7 @@ class ProgressTracker:
             self._total = int(total)
         last = self._anchor
         if last is not None and step < last[0]:  # restarted from a checkpoint: measure anew
-            self._step_s, self._intervals = None, 0
+            self._step_s, self._intervals, self._anew = None, 0, self.progress is not None
         elif last is not None and step > last[0] and t > last[1]:
             per_step = (t - last[1]) / (step - last[0])
             old = self._step_s
@@ -237,7 +247,9 @@ class ProgressTracker:
         elif last is not None and step == last[0]:
             t = last[1]  # nothing moved: the ETA keeps counting down from the last real step
         self._anchor = (step, t)
-        self.progress = Progress(step, self._total, t, self._eta(step), self._step_s)
+        eta = self._eta(step)
+        self._anew = self._anew and eta is None
+        self.progress = Progress(step, self._total, t, eta, self._step_s, self._anew)
         return self.progress
 
     def resumed(self, step: int, t: float) -> Progress | None:
@@ -247,8 +259,17 @@ class ProgressTracker:
         self._step_s, self._intervals, self._anchor = None, 0, None
         if self.progress is None:
             return None
-        self.progress = Progress(step, self._total, t, None, None)
+        self._anew = True
+        self.progress = Progress(step, self._total, t, None, None, True)
         return self.progress
+
+    def restarted(self, t: float) -> Progress | None:
+        """The job's nodes start again after a fault at ``t``: it stands where it was, and is
+        restarting until the new attempt's rate is known (whether it resumes from a checkpoint
+        or starts over). None before any progress."""
+        if self.progress is None:
+            return None
+        return self.resumed(self.progress.step, t)
 
     def _eta(self, step: int) -> float | None:
         known, step_s = self._total, self._step_s
@@ -270,6 +291,10 @@ class JobProgress:
     @property
     def progress(self) -> Progress | None:
         return self.tracker.progress
+
+    def restarted(self, t: float) -> Progress | None:
+        """The job's nodes start again after a fault (:meth:`ProgressTracker.restarted`)."""
+        return self.tracker.restarted(t)
 
     def feed(self, rank: int, record: Metric | Resume, now: float) -> Progress | None:
         """Take ``rank``'s record (at ``record.t``, else ``now``): the job's new progress when

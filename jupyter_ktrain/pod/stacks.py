@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -49,6 +49,7 @@ __all__ = [
     "ask_profile",
     "serve",
     "stacks_dir",
+    "stacks_text",
     "take",
 ]
 
@@ -282,3 +283,26 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def stacks_text(name: str, got: Sequence[tuple[str, Stack]]) -> str:
+    """Each rank's stack as Python shows a traceback: every thread, most recent call last."""
+    ranks = sum(1 for _, stack in got if stack.rank is not None)
+    plural = "s" if ranks != 1 else ""
+    lines = [f"Stacks of {name!r}, {ranks} rank{plural} (most recent call last):"]
+    for where, stack in got:
+        pod = f"pod {where}" if where else "a node"
+        head = pod if stack.rank is None else f"rank {stack.rank}" + (f" ({pod})" if where else "")
+        if stack.why:
+            lines += ["", f"{head}: {stack.why}"]
+            continue
+        lines += ["", f"{head}, pid {stack.pid}:"]
+        for thread, frames in stack.threads:
+            lines.append(f"  Thread {thread!r}:")
+            for file, line, function, code in frames:
+                lines.append(f'    File "{file}", line {line}, in {function}')
+                if code:
+                    lines.append(f"      {code}")
+            if not frames:
+                lines.append("    (in jupyter-ktrain's own code)")
+    return "\n".join(lines)

@@ -31,10 +31,11 @@ def follow(job: Job, front: Front) -> JobStatus | None:
     view = front.view(job, model)
     view.show()
     # a rank named hung gets every rank's stack taken once; the side panel shows what the cell
-    # says of it (the store's hang.json)
+    # says of it (the store's hang.json), or what the job's own watch says where it has one
     backend = job.backend
     stacks = partial(backend.stacks, job.name) if isinstance(backend, StacksShown) else None
-    keep = partial(keep_hang, backend.name, job.name)
+    watched = backend.hangs_watched and job.run is None  # a warm job's runs: the cell's
+    keep = None if watched else partial(keep_hang, backend.name, job.name)
     models = ModelSink(model, view, stacks=stacks, keep_hang=keep)
     sink = tracking.sink_for(job, models, front.say)  # MLflow, when configured
     try:
@@ -48,7 +49,8 @@ def follow(job: Job, front: Front) -> JobStatus | None:
         )
         return None
     view.close()
-    keep(None)  # an ended job hangs no more
+    if keep is not None:
+        keep(None)  # an ended job hangs no more
     tracking.finished(sink, job, status, front.say)
     if status.state in (FAILED, CANCELLED):
         raise job_error(job, status)

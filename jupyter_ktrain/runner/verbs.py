@@ -278,10 +278,21 @@ def failure(backend: Backend, status: JobStatus) -> str | None:
     return failure_summary(Job(status.name, backend), status).strip() or None
 
 
-def kept_hang(backend: str, name: str) -> dict[str, Any] | None:
-    """What the cell that follows the job said of a hang, with the stacks it took (the job
-    store's), or None."""
-    return read_hang(backend, name)
+def kept_hang(backend: str, name: str, status: JobStatus) -> dict[str, Any] | None:
+    """What was said of the job's hang now, with the stacks taken (the job store's: by the cell
+    that follows it, or the job's own watch), while it runs; None: no hang, or one said of an
+    earlier job of this name."""
+    if status.terminal:
+        return None
+    hang = read_hang(backend, name)
+    return hang if hang is not None and _same_start(hang.get("started"), status.started) else None
+
+
+def _same_start(kept: object, started: float | None) -> bool:
+    """Whether a hang kept for a job of this name was said of this one (not an earlier job)."""
+    if kept is None or started is None:
+        return kept is None and started is None
+    return isinstance(kept, (int, float)) and abs(float(kept) - started) < 1.0
 
 
 def kept_profile(backend: str, name: str) -> dict[str, Any] | None:

@@ -251,8 +251,8 @@ class PanelCore:
         b, status = self._find(name, backend)
         with self.feeds.model(self._backend(b), b, name, status) as model:
             payload = metrics_payload(model, self.plot_points)
-        hang = None if status.terminal else verbs.kept_hang(b, name)
-        if hang is not None and _same_start(hang.get("started"), status.started):
+        hang = verbs.kept_hang(b, name, status)
+        if hang is not None:
             # what the cell that follows the job says of a hang, with the stacks it took
             payload["warnings"].append(str(hang.get("text", "")))
             payload["stacks"] = str(hang.get("stacks", ""))
@@ -317,13 +317,6 @@ class PanelCore:
             replicas=(),
         )
         return self._detail(b, gone)
-
-
-def _same_start(kept: object, started: float | None) -> bool:
-    """Whether a hang kept for a job of this name was said of this one (not an earlier job)."""
-    if kept is None or started is None:
-        return kept is None and started is None
-    return isinstance(kept, (int, float)) and abs(float(kept) - started) < 1.0
 
 
 def profile_shown(backend: str, name: str) -> ProfileShown | None:

@@ -138,7 +138,7 @@ class JobSpec:
     metrics_port: int | None = None  # the agent's Prometheus endpoint; None: off
     warm: bool = False  # keep the nodes' agents after a run; the next same-shape cell reuses them
     # seconds a rank may make no progress before it is named hung (None: the larger of 2 min
-    # and 10x its median step time; jupyter_ktrain.monitor.hangs)
+    # and 10x its median step time; jupyter_ktrain.hangs)
     hang_after: float | None = None
     # the MLflow tracking URI of this job's run ("off": none; None: config mlflow) and experiment
     mlflow: str | None = None

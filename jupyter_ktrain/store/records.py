@@ -14,7 +14,7 @@ Jupyter server while the side panel follows it), so two never send the same poin
 ``%ktrain delete`` removes the folder (:func:`remove`).
 
 Beside it, ``hang.json``: the ranks the follower named as hung while the job ran, and their
-stacks (:func:`keep_hang`, :func:`read_hang`; :mod:`jupyter_ktrain.monitor.hangs`), which the
+stacks (:func:`keep_hang`, :func:`read_hang`; :mod:`jupyter_ktrain.hangs`), which the
 side panel shows as the cell does; removed when they move again. The record is versioned
 (:data:`RECORD_VERSION`, read by :func:`.versions.versioned`): a newer jupyter-ktrain's record is
 refused with one line.

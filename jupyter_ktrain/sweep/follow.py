@@ -128,7 +128,9 @@ def follow_trial(
             f"pruned at step {v.step}: {objective.name}={v.value:.6g}, worse than the other "
             f"trials' median {v.median:.6g}"
         )
-        return ended(PRUNED, last, why)
+        # its value where it was pruned, as ``why`` says: the lines read after the verdict (until
+        # the cancel took) are steps the rule never compared
+        return ended(PRUNED, v.value, why)
     if status.state == JOB_SUCCEEDED:
         value, error = _objective(job, objective, last)
         return ended(SUCCEEDED, value) if value is not None else ended(FAILED, None, error)

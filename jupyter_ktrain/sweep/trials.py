@@ -28,9 +28,10 @@ SUCCEEDED, FAILED, PRUNED, CANCELLED = (
 @dataclass(frozen=True)
 class Trial:
     """Trial ``number``: the swept names' ``params``, its ``state`` (Succeeded, Failed, Pruned,
-    Cancelled), its ``objective`` (a pruned trial's: its last reported value), the ``job`` it
-    ran as (``run``: its run there, on a warm job), ``error``: why it failed or was pruned
-    (one line); ``handle``: the :class:`~jupyter_ktrain.backends.base.Job` (logs, result)."""
+    Cancelled), its ``objective`` (a pruned trial's: its value at the step it was pruned at, as
+    ``error`` says), the ``job`` it ran as (``run``: its run there, on a warm job), ``error``:
+    why it failed or was pruned (one line); ``handle``: the
+    :class:`~jupyter_ktrain.backends.base.Job` (logs, result)."""
 
     number: int
     params: Mapping[str, Any]

@@ -36,7 +36,7 @@ from typing import IO, Any
 from ..jobs import CANCELLED, View
 from ..monitor.logbook import LogEntry
 from ..monitor.model import MonitorModel
-from ..monitor.text import TextView, header_text
+from ..monitor.text import TextView, header_parts
 from ..monitor.viewmodel import (
     NOTICES,
     PanelKey,
@@ -47,6 +47,7 @@ from ..monitor.viewmodel import (
     state_colour,
     summary_values,
 )
+from .frontend import in_kernel, open_in_panel, widgets_available
 from .html import log_line_html, notice_html, replica_table, strip_tags
 from .plots import FigureAside
 from .rankfilter import RankFilter
@@ -62,6 +63,7 @@ __all__ = [
 ]
 
 PANEL_BUTTON_CLASS = "ktrain-open-panel"
+_ONE_LINE = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis"
 
 Callback = Callable[[], None]
 
@@ -105,7 +107,8 @@ class MonitorView:
         self.max_plot_ranks = max_plot_ranks
         self._lock = threading.Lock()
 
-        self.header = w.HTML()
+        # the header takes the row's width beside its buttons, and shrinks (its head cut short)
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.cancel_button = w.Button(
             description="Cancel",
             icon="stop",
@@ -256,10 +259,17 @@ class MonitorView:
     def _update_header(self, now: float) -> None:
         m = self.model
         colour = state_colour(m.header.state)
-        text = html.escape(header_text(m, now))
+        head, details = (html.escape(part) for part in header_parts(m, now))
         pct = m.progress.percent if m.progress is not None else None
         bar = "" if pct is None else f' <progress value="{pct:g}" max="100"></progress>'
-        self.header.value = f'<b style="color:{colour}">●</b> {text}{bar}'
+        # the line that matters on one line, its details on one line under it (each cut short
+        # where the row is narrow, whole in its tooltip; the alerts say a restart's why too)
+        self.header.value = (
+            f'<div class="ktrain-HeaderHead" title="{head}" style="{_ONE_LINE}">'
+            f'<b style="color:{colour}">●</b> {head}{bar}</div>'
+            f'<div class="ktrain-HeaderDetails" title="{details}" style="color:#666;{_ONE_LINE}">'
+            f"{details}</div>"
+        )
         self._update_cancel_button()
         alerts = m.alerts()
         self.alerts.value = "".join(
@@ -271,10 +281,11 @@ class MonitorView:
         if m.replicas != self._replica_rows:
             self._replica_rows = list(m.replicas)
             self.replicas.value = replica_table(m)
-        labels = m.labels()
+        labels = [self.rank_filter.label(), *m.labels()]  # "every rank": as the filter has it
         if labels != self._labels:
             self._labels = labels
-            self.rank_select.options = [("all ranks", ""), *((lb, lb) for lb in labels)]
+            every, *ranks = labels
+            self.rank_select.options = [(every, ""), *((lb, lb) for lb in ranks)]
 
     # -- logs ---------------------------------------------------------------------------
     def _update_logs(self) -> None:
@@ -459,41 +470,11 @@ class MonitorView:
 
 
 # ---------------------------------------------------------------------------------------
-def open_in_panel() -> None:
-    """The kernel's half of the "Open in side panel" button: nothing to do here.
-
-    Pass it as ``on_open_panel`` to enable the button. The kernel cannot run JupyterLab
-    commands (and is busy while the cell follows the job), so the browser does the work: the
-    button carries the DOM classes ``ktrain-open-panel`` and ``ktrain-job-NAME``, and the
-    jupyter-ktrain JupyterLab extension's document click listener sees the click, reveals the
-    "ktrain jobs" panel, highlights the job and opens its tab (``ktrain:open-job``). Without
-    that extension (classic Notebook, VS Code) the click does nothing.
-    """
-
-
 def _panel_hint(button_class: str, name_class: str) -> Any:
     """What the panel button says where the side panel is not loaded (:mod:`.panelhint`)."""
     from .panelhint import PanelHint
 
     return PanelHint(button_class=button_class, name_class=name_class)
-
-
-def in_kernel() -> bool:
-    """True in a Jupyter kernel (a shell with a kernel, so with comms for widgets)."""
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def widgets_available() -> bool:
-    """True in a kernel with a comm when ipywidgets and anywidget import."""
-    try:
-        import anywidget  # noqa: F401
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
-    return in_kernel()
 
 
 def make_view(

@@ -1,8 +1,9 @@
 """The widget's rank filter for a big job's log pane (:mod:`jupyter_ktrain.monitor.glance`).
 
 From 16 ranks up the pane starts with rank 0 and every rank that printed a warning or an
-error (each new one joins while the user has not chosen); a multiple choice of every rank
-that printed a line reaches the others' lines. Lines of no rank (the agent's, the
+error (each new one joins while the user has not chosen; they head the choice, in view); a
+multiple choice of every rank that printed a line reaches the others' lines, and the rank
+selector beside it says how many are chosen, not "all ranks". Lines of no rank (the agent's, the
 launcher's) always show. Below 16 ranks it stays hidden and shows every rank.
 """
 
@@ -46,9 +47,12 @@ class RankFilter:
         if start is None:
             return False
         flagged = model.flagged
+        # the ranks it starts with (rank 0, those that printed a warning or an error) first:
+        # in view at the top of the box, not below its rows
+        first = set(start) | set(flagged)
         options = tuple(
             (f"rank {r}" + (f" ({flagged[r]})" if r in flagged else ""), r)
-            for r in sorted(model.ranks | set(start))
+            for r in sorted(model.ranks | set(start), key=lambda r: (r not in first, r))
         )
         value = tuple(self.widget.value) if self.touched else start
         if (options, value) != self._said:
@@ -63,6 +67,14 @@ class RankFilter:
         chosen = frozenset(value)
         changed, self.chosen = chosen != self.chosen, chosen
         return changed
+
+    def label(self) -> str:
+        """What the rank selector's "every rank" choice shows while this filter is in use:
+        ``3 chosen ranks`` (``all ranks`` while it is hidden or every rank is chosen)."""
+        chosen, every = self.chosen, len(self.widget.options)
+        if chosen is None or len(chosen) >= every:
+            return "all ranks"
+        return f"{len(chosen)} chosen rank" + ("" if len(chosen) == 1 else "s")
 
     def shows(self, entry: LogEntry) -> bool:
         """Whether ``entry`` is in the pane: a chosen rank's, or of no rank."""

@@ -5,7 +5,8 @@
  * rank's colour; the pane keeps the last MAX_SHOWN_LINES and follows the end while scrolled
  * there. From 16 ranks up a rank filter (a multiple choice) shows, with rank 0 and every rank
  * that printed a warning or an error chosen (the server says which: the metrics payload's
- * log_start), until the user chooses; lines of no rank (the agent's) always show.
+ * log_start), listed first, until the user chooses; the rank selector beside it then says how
+ * many are chosen, not "all ranks"; lines of no rank (the agent's) always show.
  */
 import { api } from './api';
 import { rankColour } from './colours';
@@ -30,6 +31,7 @@ export class LogView {
   private shown = 0;
   private generation = 0;
   private ended = false;
+  private everyLabel = 'all ranks'; // the rank selector's first choice (sayChosen)
 
   /** ``onFilter`` runs after the rank or the filter changed (and the pane was emptied): read
    * again at once. */
@@ -53,6 +55,7 @@ export class LogView {
     this.rankFilter.onchange = () => {
       this.touched = true;
       this.chosen = new Set(Array.from(this.rankFilter.selectedOptions, o => Number(o.value)));
+      this.sayChosen();
       changed();
     };
     this.allRanks.textContent = 'all ranks';
@@ -78,9 +81,14 @@ export class LogView {
     if (start === null) {
       return;
     }
-    const ranks = Array.from(new Set([...(m.log_ranks ?? []), ...start])).sort((a, b) => a - b);
-    const chosen = this.touched ? (this.chosen ?? new Set(ranks)) : new Set(start);
     const flagged = m.log_flagged ?? {};
+    // the ranks it starts with (rank 0, those that warned or failed) first: in view at the top
+    // of the box, not below its rows
+    const first = new Set([...start, ...Object.keys(flagged).map(Number)]);
+    const ranks = Array.from(new Set([...(m.log_ranks ?? []), ...start])).sort(
+      (a, b) => Number(!first.has(a)) - Number(!first.has(b)) || a - b
+    );
+    const chosen = this.touched ? (this.chosen ?? new Set(ranks)) : new Set(start);
     const key = JSON.stringify([ranks, [...chosen].sort((a, b) => a - b), flagged]);
     if (key === this.filterKey) {
       return;
@@ -97,6 +105,7 @@ export class LogView {
     this.filterBox.hidden = false;
     const before = this.chosen === null ? '' : [...this.chosen].sort((a, b) => a - b).join(',');
     this.chosen = chosen;
+    this.sayChosen();
     if ([...chosen].sort((a, b) => a - b).join(',') !== before) {
       this.restart(); // the next poll reads the chosen ranks' lines from the start
     }
@@ -145,6 +154,15 @@ export class LogView {
     this.box.textContent = '';
   }
 
+  /** The rank selector's "every rank" choice says what the rank filter beside it chose:
+   * `3 chosen ranks` (`all ranks` while it is hidden or every rank is chosen). */
+  private sayChosen(): void {
+    const n = this.chosen === null ? null : this.chosen.size;
+    const every = n === null || n >= this.rankFilter.options.length;
+    this.everyLabel = every ? 'all ranks' : `${n} chosen rank${n === 1 ? '' : 's'}`;
+    this.rankSelect.options[0].text = this.everyLabel;
+  }
+
   /** A rank seen for the first time joins the selector (in order; the choice stays). */
   private noteRank(rank: number | null): void {
     if (rank === null || this.ranks.has(rank)) {
@@ -154,7 +172,7 @@ export class LogView {
     const sorted = Array.from(this.ranks).sort((a, b) => a - b);
     const value = this.rankSelect.value;
     this.rankSelect.replaceChildren(
-      new Option('all ranks', ''),
+      new Option(this.everyLabel, ''),
       ...sorted.map(r => new Option(`rank ${r}`, String(r)))
     );
     this.rankSelect.value = value;

@@ -89,7 +89,7 @@ export class JobsPanel extends Widget {
     this.status.className = 'ktrain-PanelStatus';
     this.list = document.createElement('table');
     this.list.className = 'ktrain-JobTable';
-    this.sweeps = new SweepList(openSweep);
+    this.sweeps = new SweepList(openSweep, () => this.isVisible && !document.hidden);
     this.node.append(bar, this.status, this.list, this.sweeps.node);
     // an open job tab polls its job every second: its figures replace the row's at once
     this.unsubscribe = subscribe(job => this.updateRow(job));
@@ -285,6 +285,7 @@ export class JobsPanel extends Widget {
   dispose(): void {
     this.stopPolling();
     this.unsubscribe();
+    this.sweeps.dispose();
     super.dispose();
   }
 }

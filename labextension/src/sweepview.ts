@@ -11,6 +11,7 @@ import { PolledWidget } from './polled';
 import { api, KtrainApiError } from './api';
 import { renderChart } from './chart';
 import { SweepDetail, SweepRowPayload } from './payloads';
+import { publishSweep } from './progress';
 
 export const SWEEP_POLL_MS = 1000;
 
@@ -63,6 +64,7 @@ export class SweepView extends PolledWidget {
 
   private render(d: SweepDetail): void {
     this.running = d.state === 'Running';
+    publishSweep(d); // the panel's Sweeps row says the same at once
     this.header.dataset.state = d.state;
     const dot = document.createElement('b');
     dot.style.color = d.state_colour;

@@ -2,8 +2,9 @@
 :data:`~tests.integration.glance_checks.GLANCE_CELL` as a 4 x 8 local job (4 nodes of 8 GPUs'
 samples). The cell's widget and the job's tab in the side panel each show the GPUs as one
 heatmap (4 rows of 8, the idle and hot GPUs marked, the field chosen in a selector) instead of
-32 lines, and start the log with rank 0 and the ranks that warned or failed; choosing rank 7 in
-the rank filter brings its lines. Each view marks its redraws on the page's timeline
+32 lines, and start the log with rank 0 and the ranks that warned or failed (listed first in
+the rank filter, the rank selector beside it saying "3 chosen ranks"); choosing rank 7 in the
+rank filter brings its lines. Each view marks its redraws on the page's timeline
 (``performance.measure``): while the job runs both redraw it again and again, none taking
 100 ms. The Long Tasks and Long Animation Frames APIs record what else took the main thread,
 for the report (a busy machine makes long frames that are no redraw's). Numbers:
@@ -144,6 +145,21 @@ def test_a_32_rank_job_is_one_heatmap_and_a_filtered_log_in_the_widget_and_the_p
             widget_filter = out.locator(".widget-select-multiple select")
             assert tab_filter.evaluate(chosen) == start
             assert widget_filter.evaluate(chosen) == start
+            # the chosen ranks head each box, in view of its rows (rank 9's error was below
+            # them), and the rank selector beside it says they are chosen, not "all ranks"
+            rows = (
+                "s => [...s.options].slice(0, s.size || 6)"
+                ".map(o => o.textContent.replace(/\\u00a0/g, ' ').split(' (')[0])"
+            )
+            assert tab_filter.evaluate(rows)[:3] == start
+            assert widget_filter.evaluate(rows)[:3] == start
+            every = "s => s.options[0].textContent.replace(/\\u00a0/g, ' ')"
+            assert page.locator(f"{TAB} select.ktrain-RankSelect").evaluate(every) == (
+                "3 chosen ranks"
+            )
+            said = "s.options[0].textContent.replace(/\\u00a0/g, ' ') === '3 chosen ranks'"
+            dropdowns = "[...document.querySelectorAll('.widget-dropdown select')]"
+            page.wait_for_function(f"() => {dropdowns}.some(s => {said})", timeout=10_000)
             # nothing lost: rank 7 chosen, its lines come
             tab_filter.select_option(label="rank 7")
             widget_filter.select_option(label="rank\u00a07")

@@ -2,7 +2,9 @@
 2 x 2 local job under Run All; the widget shows every rank's lines, its loss plot grows while
 the job runs, the header ends Succeeded, and the notebook's kernel indicator reads busy all the
 while (JupyterLab 4.6 asks the kernel for a subshell when the widget's first comm opens; that
-request's idle must not leave it reading Idle). A screenshot goes to test-artifacts/."""
+request's idle must not leave it reading Idle); beside the file browser at 1100 and 900 px its
+header is two lines, not more.
+A screenshot goes to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -228,6 +230,37 @@ HEADER = """() => {
 }"""
 
 
+# the header's lines at the page's width: its height over its line height, its text
+HEADER_LINES = """() => {
+  const h = [...document.querySelectorAll('.widget-html-content')]
+    .find(e => e.textContent.includes('●'));
+  if (!h) return null;
+  const line = parseFloat(getComputedStyle(h).lineHeight);
+  return {lines: h.getBoundingClientRect().height / line, text: h.textContent};
+}"""
+
+
+def _header_fits(page: Any) -> None:
+    """At 1100 px and at 900 px, JupyterLab's file browser open beside the notebook, the header
+    is two lines: the job, its state, clock and progress on one, its details on the next, each
+    cut short where the row is narrow (a header that wrapped read three lines at 1100 px with a
+    longer message, four here at 900 px); then the page as it was."""
+    was = page.viewport_size
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+    try:
+        for width in (1100, 900):
+            page.set_viewport_size({"width": width, "height": was["height"]})
+            page.wait_for_timeout(500)  # a layout after the resize
+            seen = page.evaluate(HEADER_LINES)
+            assert seen is not None
+            print(f"widget header at {width} px: {seen['lines']:.2f} lines")
+            assert "Running" in seen["text"], seen
+            assert seen["lines"] <= 2.2, (width, seen)
+    finally:
+        page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+        page.set_viewport_size(was)
+
+
 def _assert_busy_while_running(samples: list[list[str]]) -> None:
     """The indicator read busy whenever the header said Running: an idle status that another
     thread's request ends with may blink, but never stays (two samples in a row)."""
@@ -281,6 +314,7 @@ def _watch_job(page: Any, name: str) -> None:
     header = page.evaluate(HEADER)
     assert "Running" in header, header  # the plot grew while the job was still running
     screenshot(page, "widget-jupyterlab-running.png")
+    _header_fits(page)
     page.wait_for_function(f"() => ({HEADER})().includes('Succeeded')", timeout=90_000)
     _assert_busy_while_running(page.evaluate("() => window.__ktrainSamples"))
     # the header can say Succeeded one tick before the view's final plot redraw (close())

@@ -17,7 +17,11 @@ from jupyter_ktrain.errors import JobFailed
 from jupyter_ktrain.monitor.stragglers import STEP_TIME
 from jupyter_ktrain.server.core import PanelCore
 from jupyter_ktrain.store.records import read_hang
-from tests.notebook_cells import HANG_SLEEP_LINE
+from tests.notebook_cells import FIRST_HANG_SLEEP_LINE, HANG_SLEEP_LINE
+
+
+def _timeless(text: str) -> str:
+    return re.sub(r"for [\d.]+ (s|min|h)\b", "for (a while)", text)
 
 
 def _panel_until_named(
@@ -86,7 +90,9 @@ def hang_named_in_cell_and_panel(
     payload = seen.get("payload")
     assert payload is not None, out
     [warning] = [w for w in payload["warnings"] if "made no progress" in w]
-    assert warning.splitlines()[0] == said[-1].removeprefix("[ktrain] warning: ")
+    # the same words (the local job's own watch says it a moment apart: its seconds may differ)
+    cell = said[-1].removeprefix("[ktrain] warning: ")
+    assert _timeless(warning.splitlines()[0]) == _timeless(cell)
     assert waits.search(warning), warning
     stacks = payload["stacks"]
     assert stacks.startswith(f"Stacks of {name!r}, 2 ranks (most recent call last):"), stacks
@@ -138,3 +144,105 @@ def straggler_named_in_cell_and_panel(
     late = [(a, b) for a, b in zip(by_rank["rank 0"], by_rank["rank 3"], strict=False)][5:]
     assert late, by_rank
     assert all(b > a for a, b in late), late
+
+
+def _panel_warning(panel: PanelCore, name: str, deadline: float) -> dict[str, Any] | None:
+    """The panel's view of the job once it shows a hang with the stacks, else None by then."""
+    while time.monotonic() < deadline:
+        try:
+            payload = panel.metrics(name)
+        except Exception:  # the job is not there yet
+            payload = None
+        if payload is not None and payload["stacks"]:
+            return payload
+        time.sleep(0.3)
+    return None
+
+
+def first_collective_hang_named(
+    shell: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    *,
+    flags: str,
+    name: str,
+    panel: PanelCore,
+    cancel: Callable[[str], Any],
+    ended: Callable[[str], bool],
+    where: tuple[str, str],
+    backend: str,
+) -> None:
+    """``first_all_reduce_hang(1)`` (:data:`HANG_CELL`: rank 1 sleeps before the first
+    all-reduce, rank 0 waits in it; no step is ever reported) with ``--hang-after 8s``, twice:
+    followed by the cell (the cell names rank 1 and where it waits, the panel says it) and
+    detached (no cell: ``%ktrain status`` and the panel say it, from the job's own watch).
+    ``where``: how rank 0's and rank 1's places are named."""
+    waits = re.compile(
+        rf"rank 1 waits in sleep <- first_all_reduce_hang \(cell \[\d+\], line "
+        rf"{FIRST_HANG_SLEEP_LINE}\)"
+    )
+    named = (
+        re.escape(f"rank 1 ({where[1]}) has made no progress for ")
+        + r"(\d+)"
+        + re.escape(
+            " s: every rank is stopped before its first step, the others inside a "
+            "collective, it is not"
+        )
+    )
+    # followed: the cell, then the panel
+    seen: dict[str, Any] = {}
+    poll = threading.Thread(
+        target=_panel_until_named, args=(panel, name, lambda: cancel(name), seen), daemon=True
+    )
+    poll.start()
+    with pytest.raises(JobFailed, match="cancelled"):
+        shell.run_cell_magic(
+            "ktrain", f"{flags} --hang-after 8s --name {name}", "first_all_reduce_hang(1)\n"
+        )
+    poll.join(timeout=30)
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "made no progress" in line]
+    assert said, out
+    both = f"[ktrain] warning: rank 0 ({where[0]}), rank 1 ({where[1]}) have made no progress for "
+    assert said[0].startswith(both), said
+    assert said[0].endswith(
+        "every rank is stopped before its first step (a rendezvous or a first collective that "
+        "does not complete?)"
+    ), said
+    quiet = re.fullmatch(r"\[ktrain\] warning: " + named, said[-1])
+    assert quiet is not None, said
+    assert 8 <= int(quiet.group(1)) <= 15, said  # named within the limit's next checks
+    assert waits.search(out), out
+    payload = seen.get("payload")
+    assert payload is not None, out
+    [warning] = [w for w in payload["warnings"] if "made no progress" in w]
+    assert re.fullmatch(named, warning.splitlines()[0]), warning
+    assert waits.search(warning), warning
+    rank0, rank1 = re.split(r"\nrank 1[ ,]", payload["stacks"])
+    assert "in all_reduce" in rank0, rank0
+    assert f"line {FIRST_HANG_SLEEP_LINE}, in first_all_reduce_hang" in rank1, rank1
+    assert read_hang(backend, name) is None  # ended: forgotten
+    # detached: no cell follows it; the job's own watch names it for status and the panel
+    alone = f"{name}-detached"
+    shell.run_cell_magic(
+        "ktrain", f"{flags} --hang-after 8s --name {alone} --detach", "first_all_reduce_hang(1)\n"
+    )
+    capsys.readouterr()
+    try:
+        payload = _panel_warning(panel, alone, time.monotonic() + 180)
+        assert payload is not None, "the panel never said the hang of a detached job"
+        [warning] = [w for w in payload["warnings"] if "made no progress" in w]
+        assert re.fullmatch(named, warning.splitlines()[0]), warning
+        assert waits.search(warning), warning
+        shell.run_line_magic("ktrain", f"status {alone}")
+        status = capsys.readouterr().out
+        assert re.search(r"warning: " + named, status), status
+        assert waits.search(status), status
+    finally:
+        cancel(alone)
+    deadline = time.monotonic() + 60
+    while not ended(alone) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ended(alone)
+    assert read_hang(backend, alone) is None
+    shell.run_line_magic("ktrain", f"status {alone}")
+    assert "made no progress" not in capsys.readouterr().out

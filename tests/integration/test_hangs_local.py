@@ -3,8 +3,11 @@ a step after every all-reduce; at step 5 rank 1 sleeps before the all-reduce, so
 inside it and neither makes progress. With ``--hang-after 4s`` the cell names rank 1 (not rank
 0, which only waits), says where it waits (its stack, taken once automatically: ``sleep <-
 steps_then_hang (cell [N], line 12)``), and the side panel's job tab says the same, with the
-stacks; both forget it once the job ends. A straggler: rank 3 of 2x2 computes 0.3 s a step in a
-busy loop, the others 0.1 s; the cell and the panel name rank 3 and plot each rank's step time.
+stacks; both forget it once the job ends. Before any step: rank 1 sleeps before the first
+all-reduce (``--hang-after 8s``): named with where it waits, followed by the cell and detached
+(``%ktrain status`` and the panel, from the supervisor's own watch). A straggler: rank 3 of
+2x2 computes 0.3 s a step in a busy loop, the others 0.1 s; the cell and the panel name rank 3
+and plot each rank's step time.
 Bad ``--hang-after`` is one line, before anything starts."""
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.server.core import PanelCore
 from tests.notebook_cells import HANG_CELL, STRAGGLER_CELL, extension_shell
 
-from .hang_checks import hang_named_in_cell_and_panel, straggler_named_in_cell_and_panel
+from .hang_checks import (
+    first_collective_hang_named,
+    hang_named_in_cell_and_panel,
+    straggler_named_in_cell_and_panel,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +60,22 @@ def test_a_rank_asleep_before_an_all_reduce_is_named_with_its_stack_in_cell_and_
     logs = "\n".join(line for _, line in LocalBackend().read_logs(NAME))
     assert re.search(r'"step": ?4\b', logs)  # every rank reported step 4; none step 5
     assert not re.search(r'"step": ?5\b', logs)
+
+
+def test_a_rank_that_never_reaches_the_first_all_reduce_is_named_followed_and_detached(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first_collective_hang_named(
+        shell,
+        capsys,
+        flags="--nodes 2 --procs-per-node 1",
+        name="first-hang",
+        panel=PanelCore({"local": LocalBackend}),
+        cancel=LocalBackend().cancel,
+        ended=lambda name: LocalBackend().status(name).terminal,
+        where=("node 0", "node 1"),
+        backend="local",
+    )
 
 
 def test_a_rank_slowed_by_a_busy_loop_is_named_the_straggler_and_each_ranks_step_time_plotted(

@@ -64,8 +64,11 @@ def test_child_failed_banner_is_one_line_and_every_rank_line_stays() -> None:
     for gone in ("Root Cause", "ChildFailedError", "torch/distributed/run.py", "exitcode  :"):
         assert gone not in joined
     assert [x for x in shown if x.source != "node"] == [x for x in lines if x.source != "node"]
-    # torchrun's one-line log messages (which process it stopped, which failed) stay
-    assert any("failed (exitcode: 1) local_rank: 1" in t for t in texts)
+    # torchrun's one-line log messages (which process it stopped, which failed) stay, worded:
+    # no logger prefix, no absolute path of the environment's Python
+    assert "torchrun: local rank 1 (pid 17788) failed with exit code 1" in texts
+    assert "torchrun: stopping process 17787 (SIGTERM)" in texts
+    assert not [t for t in texts if "of binary" in t or "/.venv/" in t or "api.py:" in t], texts
 
 
 def test_a_stopped_torchrun_is_one_line() -> None:

@@ -6,11 +6,16 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
+from jupyter_ktrain.backends.local.joblog import say_stop_why
+from jupyter_ktrain.backends.local.supervisor.causes import Bug
 from jupyter_ktrain.pod.agent.runner import _verdict
 from jupyter_ktrain.pod.exits import (
     EXIT_DIR_ENV,
     KILLED,
     PEER_LOST,
+    STOP_WHY_ENV,
     describe_exit,
     node_exit,
     peer_lost,
@@ -86,3 +91,26 @@ def test_a_node_stopped_from_outside_after_its_ranks_finished_reads_as_finished(
     assert _verdict(143, node(1, 0), sigterm)[0] == 1  # its own rank's bug
     assert _verdict(-signal.SIGTERM, node(), sigterm)[0] == 143  # no rank had started
     assert _verdict(0, node(0), [])[0] == 0
+
+
+def test_a_node_stopped_for_another_nodes_bug_says_so_not_stopped_from_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local supervisor stops the other nodes after a bug: it writes why first, and the
+    stopped node's last line says that (not a pod deleted, preempted or evicted: restartable)."""
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    write_rank_code(0, None, {EXIT_DIR_ENV: str(exits)})
+    why = tmp_path / "stop-why"
+    monkeypatch.setenv(STOP_WHY_ENV, str(why))
+    say_stop_why({STOP_WHY_ENV: str(why)}, Bug(1.0, node=0, code=1, rank=0).stop_why())
+    code, said = _verdict(-signal.SIGTERM, str(exits), [signal.SIGTERM])
+    assert code == 143
+    assert said == (
+        "stopped by SIGTERM: rank 0 (node 0) failed with exit code 1, a bug: not restarted (the "
+        "job failed)"
+    )
+    say_stop_why({STOP_WHY_ENV: str(why)}, None)  # the next attempt: nothing said yet
+    exits.mkdir()
+    write_rank_code(0, None, {EXIT_DIR_ENV: str(exits)})
+    assert "stopped from outside by SIGTERM" in _verdict(143, str(exits), [signal.SIGTERM])[1]

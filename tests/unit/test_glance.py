@@ -183,9 +183,18 @@ def test_the_widget_draws_the_heatmap_and_starts_its_log_with_the_ranks_that_mat
     chooser = view.rank_filter.widget
     assert chooser.layout.display == ""
     assert chooser.value == (0, 5, 9)
-    assert [label for label, _ in chooser.options][4:6] == ["rank 4", "rank 5 (warning)"]
+    # the chosen ranks head the box (in view of its six rows, rank 9's error too), and the rank
+    # selector beside it says they are chosen, not "all ranks"
+    labels = [label for label, _ in chooser.options]
+    assert labels[: chooser.rows] == ["rank 0", "rank 5 (warning)", "rank 9 (error)", "rank 1",
+                                      "rank 2", "rank 3"]  # fmt: skip
+    assert sorted(r for _, r in chooser.options) == list(range(32))
+    view.update(T0 + 2.5)
+    assert view.rank_select.options[0] == ("3 chosen ranks", "")
     chooser.value = (7, 9)  # the user chooses: rank 7's lines come back, rank 0's go
     view.update(T0 + 3)
+    view.update(T0 + 3.1)
+    assert view.rank_select.options[0] == ("2 chosen ranks", "")
     text = view.log_text()
     assert "[rank7] step from 7" in text
     assert "[rank0]" not in text

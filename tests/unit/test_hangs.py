@@ -1,15 +1,21 @@
-"""Hangs named (jupyter_ktrain.monitor.hangs, and the model's ``rank-hung`` alert): who is named,
+"""Hangs named (jupyter_ktrain.hangs, and the model's ``rank-hung`` alert): who is named,
 after how long, with what the stacks say."""
 
 from __future__ import annotations
 
-from jupyter_ktrain.jobs import ReplicaStatus
-from jupyter_ktrain.monitor.hangs import (
+import time
+
+from jupyter_ktrain.backends.local.supervisor.hangwatch import JobHangs
+from jupyter_ktrain.hangs import (
+    DEFAULT_HANG_S,
+    DEFAULT_START_HANG_S,
+    START_FLOOR_S,
     HangWatch,
     hang_text,
     stack_summary,
     stuck_outside_collectives,
 )
+from jupyter_ktrain.jobs import JobShape, ReplicaStatus
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.pod.protocol import Stack, format_rank_line, format_record
 
@@ -118,3 +124,106 @@ def test_a_rank_stopped_at_the_step_the_others_are_at_is_not_named_alone() -> No
     hang = watch.check(T0 + 1.3 + 4.2)
     assert hang is not None
     assert (hang.ranks, hang.every) == ((0, 1), True)
+
+
+def _in_all_reduce(rank: int) -> Stack:
+    return _stack(rank, ("cell [2]", 7, "train", "dist.all_reduce(t)"),
+                  (f"{SITE}/torch/distributed/distributed_c10d.py", 2501, "all_reduce",
+                   "work.wait()"))  # fmt: skip
+
+
+def test_before_any_step_every_rank_quiet_for_the_limit_is_a_hang_of_them_all() -> None:
+    """The first collective: rank 1 never reaches it, rank 0 waits in it; neither reported a
+    step. Named once every rank of the world (heard from or not) is quiet for the limit, counted
+    from the attempt's start or the last line, whichever came later."""
+    watch = HangWatch(after=10)
+    watch.start(T0, world=3)
+    watch.heard(0, T0 + 2)  # "ready" after init_process_group; rank 2 said nothing yet
+    watch.heard(1, T0 + 3)
+    assert watch.check(T0 + 12.9) is None  # 9.9 s since the last line
+    hang = watch.check(T0 + 13.5)
+    assert hang is not None
+    assert (hang.ranks, hang.every, hang.first, hang.others) == ((0, 1, 2), True, True, None)
+    assert hang_text(hang) == (
+        "rank 0, rank 1, rank 2 have made no progress for 10 s: every rank is stopped before its "
+        "first step (a rendezvous or a first collective that does not complete?)"
+    )
+    watch.heard(0, T0 + 14, step=0)  # a step: the start-up is over, the usual limits apply
+    assert watch.check(T0 + 30) is None
+    # a restart starts the clock again; the default is the start-up limit, not 2 min
+    watch = HangWatch()
+    watch.start(T0, world=2)
+    watch.forget(T0 + 100)
+    assert watch.check(T0 + 100 + DEFAULT_START_HANG_S - 1) is None
+    assert watch.check(T0 + 101 + DEFAULT_START_HANG_S) is not None
+    assert DEFAULT_START_HANG_S > DEFAULT_HANG_S
+    # one rank waits for no other: quiet is busy, never hung before its first step
+    alone = HangWatch(after=1)
+    alone.start(T0, world=1)
+    assert alone.check(T0 + 60) is None
+
+
+def test_the_model_names_the_rank_that_never_reached_the_first_collective_and_where_it_is() -> None:
+    m = MonitorModel(JobHeader(name="j", shape=JobShape("PyTorchJob", 2, 1)), hang_after=10)
+    m.set_state("Running", T0)
+    for rank in (0, 1):
+        m.feed_text(format_rank_line(rank, "ready"), T0 + 1, node=rank)
+    assert m.check(T0 + 10) == []
+    [alert] = m.check(T0 + 12)
+    assert (alert.code, alert.key) == ("rank-hung", "0,1")
+    assert "before its first step" in alert.message
+    sleeping = _stack(1, ("cell [2]", 5, "train", "time.sleep(600)"))
+    m.hang_stacks([("", _in_all_reduce(0)), ("", sleeping)], T0 + 13)
+    [alert] = m.alerts()
+    assert alert.message.splitlines() == [
+        "rank 1 (node 1) has made no progress for 11 s: every rank is stopped before its first "
+        "step, the others inside a collective, it is not",
+        "rank 1 waits in sleep <- train (cell [2], line 5)",
+        "(every rank's whole stack: %ktrain stacks j)",
+    ]
+
+
+def test_a_rendezvous_that_never_completes_is_named_with_no_rank_to_ask() -> None:
+    m = MonitorModel(JobHeader(name="j", shape=JobShape("PyTorchJob", 2, 2)), hang_after=5)
+    m.set_state("Running", T0)  # no rank ever printed: torchrun waits for a node
+    assert m.check(T0 + START_FLOOR_S - 1) == []  # before any rank printed: a slow start
+    [alert] = m.check(T0 + START_FLOOR_S + 1)
+    said = f"rank 0, rank 1, rank 2, rank 3 have made no progress for {START_FLOOR_S + 1:.0f} s"
+    assert alert.message.startswith(said)
+    m.hang_stacks([], T0 + 62)  # no rank has a socket to answer
+    [alert] = m.alerts()
+    assert alert.message.splitlines()[1:] == [
+        "no rank answered: the nodes may wait in torchrun's rendezvous (a node that never "
+        "joined, a wrong MASTER_ADDR?)"
+    ]
+
+
+def test_the_supervisors_watch_keeps_what_it_says_without_a_cell() -> None:
+    """The local supervisor's watch (followed or not): the hang said at once, then with the
+    stacks; forgotten when a named rank moves and at the end."""
+    kept: list[dict[str, object] | None] = []
+    got = [_in_all_reduce(0), _stack(1, ("cell [2]", 5, "train", "time.sleep(600)"))]
+    hangs = JobHangs("j", 4.0, world=2, nproc=1, keep=kept.append, stacks=lambda: got)
+    hangs.start(T0, started=T0 - 1)
+    hangs.heard(0, None, T0 + 1)
+    hangs.check(T0 + 4.5)
+    assert kept == [None]  # the start forgets an earlier attempt's; nothing yet
+    hangs.check(T0 + 5.5)
+    deadline = time.monotonic() + 5
+    while len(kept) < 3 and time.monotonic() < deadline:  # the stacks come from a thread
+        time.sleep(0.01)
+    first, said = kept[1], kept[2]
+    assert first is not None
+    assert said is not None
+    assert str(first["text"]).startswith("rank 0 (node 0), rank 1 (node 1) have made no progress")
+    assert said["started"] == T0 - 1
+    assert str(said["text"]).splitlines()[:2] == [
+        "rank 1 (node 1) has made no progress for 4 s: every rank is stopped before its first "
+        "step, the others inside a collective, it is not",
+        "rank 1 waits in sleep <- train (cell [2], line 5)",
+    ]
+    assert str(said["stacks"]).startswith("Stacks of 'j', 2 ranks")
+    hangs.heard(1, None, T0 + 6)  # it moves again
+    assert kept[-1] is None
+    hangs.stop()
+    assert kept[-1] is None

@@ -67,3 +67,27 @@ def test_pinning_the_pushed_image_equals_rendering_with_it(kind: str) -> None:
     assert pinned.image_digest == "sha256:" + "ab" * 32
     assert placeholder in repr(request.objects)  # the dry run's request is as it was
     assert placeholder not in repr(pinned.objects)
+
+
+def test_a_local_cpu_jobs_agents_sample_no_gpu_and_say_nothing_of_it(tmp_path: Path) -> None:
+    """A job that asked for no GPU: each node's agent runs with ``--gpu-sampling off`` (NVML is
+    never loaded, so no "GPU sampling off: NVML not available" on every node at every start)."""
+    plan = LocalBackend(tmp_path).dryrun(JobSpec.create(name="cpu", nodes=2), PROGRAM)
+    assert isinstance(plan.request, LocalRequest)
+    for node in plan.request.nodes:
+        agent = node.argv[: node.argv.index("--")]
+        assert agent[-4:-2] == ("--gpu-sampling", "off"), node.argv
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_cluster_cpu_jobs_agents_sample_no_gpu_and_a_gpu_jobs_do(gpus: int) -> None:
+    """Every pod's agent of a PyTorchJob that asked for no GPU runs with ``--gpu-sampling off``;
+    one that asked for GPUs samples them (the default, ``auto``)."""
+    spec = JobSpec.create(
+        name="cpu", nodes=2, namespace="ml", image="base:1", resources={"gpus": gpus}
+    )
+    [job] = [o for o in job_objects(spec, CodeSource(image=REF)) if o["kind"] == "PyTorchJob"]
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        command = replica["template"]["spec"]["containers"][0]["command"]
+        agent = command[: command.index("--")]
+        assert ("--gpu-sampling" in agent) == (not gpus), command

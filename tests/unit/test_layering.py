@@ -94,7 +94,7 @@ def test_the_check_sees_relative_lazy_and_absolute_imports() -> None:
 # A top-level folder or module imports only its own layer and the ones below (never a higher
 # one), and no two import each other. A new top-level name is placed here, on purpose.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "pod", "kinds", "failures", "jobs"),  # the job vocabulary, the pod's own code
+    ("errors", "pod", "kinds", "failures", "jobs", "hangs"),  # the job vocabulary, the pod's code
     ("words", "store", "capture", "packaging", "extras"),  # the job store, the code, the image
     ("config", "sweep_spec"),  # the user's defaults; a sweep's values
     ("spec",),  # what a job is asked to be, what it is made of, its presets
@@ -280,7 +280,7 @@ def test_the_adapter_check_sees_a_reach_inside_a_function(tmp_path: Path) -> Non
 MAX_LINES = 500
 MAX_MODULES = 15
 # Modules still over MAX_LINES, each to be split along its seams; nothing may be added.
-LONG_NOT_YET = {"monitor/model.py", "widgets/monitor.py"}
+LONG_NOT_YET: set[str] = set()
 README = PACKAGE.parent / "README.md"
 
 

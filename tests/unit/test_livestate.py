@@ -130,3 +130,26 @@ def test_the_log_notice_comes_only_when_lines_really_left_the_view() -> None:
         m.feed_text(format_rank_line(1, f"line {i}"), T0 + 10)
     view.update(T0 + 10)
     assert out.getvalue().count("older lines left the view; they are in the log files") == 1
+
+
+def test_a_progress_bars_first_frame_is_a_line_of_its_own_not_glued_to_the_next_line() -> None:
+    """What a rank writes, read as it came (one read per write): tqdm's first frame (no
+    newline), then a logger's line on the same stream. The rank's prefixer makes the frame a
+    line of its own, so every view shows the bar under ``[rank0]`` and the logger's line
+    apart (they showed ``0/40 [00:00<?, ?it/s][transformers] ...`` as one line)."""
+    from jupyter_ktrain.pod.program import _split
+
+    reads = [b"\r  0%|          | 0/40 [00:00<?, ?it/s]", b"[transformers] loading weights\n"]
+    reads += [b"\r 50%|#####     | 20/40", b"\r100%|##########| 40/40", b"\n", b"done\n"]
+    lines: list[bytes] = []
+    pending = b""
+    for chunk in reads:
+        got, pending = _split(pending, chunk)
+        lines += got
+    assert pending == b""
+    assert [shown_text(x.decode()) for x in lines] == [
+        "  0%|          | 0/40 [00:00<?, ?it/s]",
+        "[transformers] loading weights",
+        "100%|##########| 40/40",
+        "done",
+    ]

@@ -8,8 +8,15 @@ import pytest
 from jupyter_ktrain.jobs import JobShape
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.monitor.text import header_text
-from jupyter_ktrain.pod.progress import MIN_INTERVALS, Progress, ProgressTracker, fmt_duration
-from jupyter_ktrain.pod.protocol import format_rank_line, format_record
+from jupyter_ktrain.pod.progress import (
+    MIN_INTERVALS,
+    JobProgress,
+    Progress,
+    ProgressTracker,
+    fmt_duration,
+    progress_short,
+)
+from jupyter_ktrain.pod.protocol import Metric, Resume, format_rank_line, format_record
 
 T0 = 1_795_000_000.0
 
@@ -127,7 +134,7 @@ def test_after_a_resume_the_eta_comes_from_the_rate_since_the_resume() -> None:
     resumed = job.feed(0, Resume(step=9, rank=0, t=back), back)
     assert resumed is not None
     assert (resumed.step, resumed.eta_s) == (9, None)
-    assert "ETA unknown" in resumed.describe(back)
+    assert resumed.describe(back).endswith(" · restarting")  # until its rate is known
     seen = [job.feed(0, Metric(0, back + 0.3 * (s - 9), s, 60), back) for s in (10, 11)]
     assert seen[0] is not None
     assert seen[0].eta_s is None  # one step since the resume: unknown
@@ -156,3 +163,44 @@ def test_the_monitor_model_and_the_replayed_history_measure_anew_after_a_resume(
     assert p is not None
     assert p.eta_s == pytest.approx(46 * 0.3)
     assert progress_from_logs(lines)[-1] == p
+
+
+def test_a_restart_says_restarting_until_the_new_attempts_rate_is_known_never_flickering() -> None:
+    """After a fault the nodes start again (``restarted``); the ranks come up, resume from a
+    checkpoint (or start over) and step again. Every moment until the new attempt's time left
+    is known says ``restarting``: never a stale countdown, ``waiting`` or ``ETA unknown``
+    between (what the views showed: restarting -> 10s left -> waiting -> ETA unknown)."""
+    for resumes in (True, False):
+        job = JobProgress()
+        for step in range(10):
+            job.feed(0, Metric(0, T0 + step, step, 20, {"loss": 1.0}), T0)
+        assert job.progress is not None
+        assert job.progress.describe(T0 + 9.5) == "50% (10/20) · 10s left"
+        fault = T0 + 10
+        assert job.restarted(fault) is not None
+        said = []
+        t = fault
+        if resumes:  # the ranks load the checkpoint of step 7 at fault + 4 s
+            job.feed(0, Resume(step=7, rank=0, t=fault + 4), fault + 4)
+        first = 8 if resumes else 0
+        steps = [(first + k, fault + 6 + k) for k in range(4)]
+        for step, at in steps:
+            while t < at:  # what the views say every 0.5 s until the step comes
+                p = job.progress
+                assert p is not None
+                said.append(p.describe(t))
+                t += 0.5
+            job.feed(0, Metric(0, at, step, 20, {"loss": 1.0}), at)
+        p = job.progress
+        assert p is not None
+        final = p.describe(t)
+        words = ["left" if w.endswith(" left") else w.split(" · ")[1] for w in said]
+        turn = words.index("left")  # restarting until the rate is known, then the time left
+        assert turn > 0, words
+        assert words == ["restarting"] * turn + ["left"] * (len(words) - turn), words
+        assert final.endswith(" left"), final
+        assert progress_short(p, t) != f"{p.percent:g}% · restarting"
+        # serialised (state.json), it still says so
+        again = Progress.from_dict({**Progress(3, 20, T0, anew=True).to_dict()})
+        assert again is not None
+        assert again.describe(T0 + 30) == "20% (4/20) · restarting"

@@ -284,3 +284,63 @@ def test_a_sweeps_list_row_and_compare_columns_come_from_its_record() -> None:
     one = make_record("s", "local", options, True, 1.0, DONE, rows[:1], {})
     with pytest.raises(SpecError, match="Sweep 's' has 1 trial"):
         compare_entries(one)
+
+
+class _ReportingJob:
+    """A job that reported ``values`` (step -> loss) on rank 0 and runs until cancelled: the
+    follow loop reads it as a backend's job (no process)."""
+
+    def __init__(self, name: str, values: dict[int, float]) -> None:
+        from jupyter_ktrain.pod.protocol import format_rank_line, format_record
+
+        self.name, self.run, self.backend = name, None, self
+        self.cancelled = False
+        self._lines = [
+            format_rank_line(0, format_record({"type": "metric", "step": s, "loss": v}))
+            for s, v in values.items()
+        ]
+
+    def log_sources(self) -> list[_ReportingJob]:
+        return [self]
+
+    replica = "trial-node-0"
+
+    def read(self) -> list[str]:
+        lines, self._lines = self._lines, []
+        return lines
+
+    def finish(self) -> list[str]:
+        return self.read()
+
+    def close(self) -> None:
+        return None
+
+    def more_log_sources(self, name: str, known: object) -> list[object]:
+        return []
+
+    def status(self) -> object:
+        from jupyter_ktrain.jobs import CANCELLED, RUNNING, JobStatus
+
+        return JobStatus(self.name, CANCELLED if self.cancelled else RUNNING)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_pruned_trial_is_worth_the_value_it_was_pruned_at_not_a_later_step() -> None:
+    """The verdict at step 5 (13.9422 against a median of 2); steps 6 and 7 came in the same
+    read, before the cancel took: the trial's value is the one its error names."""
+    from jupyter_ktrain.sweep.follow import Board, follow_trial
+    from jupyter_ktrain.sweep_spec.objective import Objective
+
+    objective = Objective("loss", minimize=True)
+    board = Board(objective, prune_after=5)
+    for other in (1, 2):
+        for step in range(8):
+            board.add(other, step, 2.0)
+    job = _ReportingJob("trial-3", {s: 13.9422 - 0.003 * max(0, s - 5) for s in range(8)})
+    trial = follow_trial(3, {"lr": 0.1}, job, board, objective, say=lambda _: None)  # type: ignore[arg-type]
+    assert trial.state == "Pruned"
+    assert trial.error.startswith("pruned at step 5: loss=13.9422, worse than")
+    assert trial.objective == 13.9422
+    assert board.last(3) == pytest.approx(13.9362)  # what the old code showed (13.94 -> 13.93)

@@ -123,3 +123,28 @@ def test_an_ordered_idle_limit_ends_the_wait_and_an_old_run_is_not_rerun(tmp_pat
     started = time.monotonic()
     assert control.next_run(3, time.time()) is None
     assert 0.15 < time.monotonic() - started < 2
+
+
+def test_while_a_warm_jobs_nodes_start_every_view_says_it_waits_with_a_running_clock() -> None:
+    """Its nodes import torch: the job is Pending with what it waits for (the panel's row said
+    Running), and the cell's monitor of its first run, Pending too, counts the wait (it said
+    ``Pending 0s``, its clock stopped)."""
+    from jupyter_ktrain.backends.local.folders import to_status
+    from jupyter_ktrain.backends.local.state import LocalState, WarmState
+    from jupyter_ktrain.jobs import JobShape
+    from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
+    from jupyter_ktrain.monitor.text import header_text
+    from jupyter_ktrain.words import status_words
+
+    shape = JobShape("PyTorchJob", 2, 1)
+    starting = LocalState(state="Running", started=1000.0, warm=WarmState(ready=1))
+    status = to_status("w", starting, shape)
+    assert (status.state, status.message) == ("Pending", "its nodes import torch (1 of 2 ready)")
+    assert status_words(status, 1002.0).line.startswith("Pending · ")
+    ready = to_status("w", LocalState(state="Running", warm=WarmState(ready=2)), shape)
+    assert (ready.state, ready.message) == ("Running", "")
+    m = MonitorModel(JobHeader(name="w", shape=shape, run=1))
+    m.set_state("Pending", 1000.0, "waiting for the warm job's nodes: its nodes import torch")
+    assert " · Pending 3s · " in header_text(m, 1003.0)
+    m.set_state("Running", 1004.0)
+    assert " · Running 2s · " in header_text(m, 1006.0)

@@ -66,6 +66,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     name = BACKEND
     rdma_capable = False  # --rdma is a pod network setting; local nodes talk over loopback
+    hangs_watched = True  # by each job's supervisor (.hangwatch)
     ranks_here = True
 
     def __init__(

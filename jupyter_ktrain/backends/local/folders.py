@@ -20,6 +20,7 @@ from ...errors import JobNotFound, SpecError
 from ...jobs import (
     CANCELLED,
     FAILED,
+    PENDING,
     RUNNING,
     SUCCEEDED,
     TERMINAL_STATES,
@@ -37,6 +38,7 @@ from ...store.files import store_error
 from ...store.home import jobs_dir
 from ...store.jobdirs import job_marker
 from ...store.versions import versioned
+from ...words import warm_starting
 from .procs import marked_pids, process_start
 from .request import PLAN
 from .state import LocalState, StateError, WarmState, read_state
@@ -169,11 +171,17 @@ def to_status(name: str, raw: LocalState, shape: JobShape | None) -> JobStatus:
         )
         for i, n in enumerate(raw.nodes)
     )
+    warm = warm_info(raw.warm, shape) if raw.warm is not None else None
+    state, message = raw.state, raw.message
+    if warm is not None and warm.starting and state == RUNNING:
+        # its nodes still import torch: no run can go yet, so every view says it waits (as
+        # its first run does), not that it runs
+        state, message = PENDING, message or warm_starting(warm)
     status = JobStatus(
         name=name,
-        state=raw.state,
+        state=state,
         reason=raw.reason,
-        message=raw.message,
+        message=message,
         exit_codes=dict(raw.exit_codes),
         replicas=replicas,
         started=raw.started,
@@ -181,7 +189,7 @@ def to_status(name: str, raw: LocalState, shape: JobShape | None) -> JobStatus:
         failed_rank=raw.failed_rank,
         progress=raw.progress,
         max_restarts=raw.max_restarts,
-        warm=warm_info(raw.warm, shape) if raw.warm is not None else None,
+        warm=warm,
     )
     return complete_exit_codes(status, shape.procs_per_node if shape else 1)
 

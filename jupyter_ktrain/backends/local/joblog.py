@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ...pod.exits import STOP_WHY_ENV
 from ...pod.protocol import format_agent_line
 from ...store.files import open_append
 
-__all__ = ["SIGNAL_BASE", "JobLog", "copy_error_text", "tell_nodes"]
+__all__ = ["SIGNAL_BASE", "JobLog", "copy_error_text", "say_stop_why", "tell_nodes"]
 
 SIGNAL_BASE = 128  # exit code of a process killed by signal N: 128 + N
 
@@ -37,6 +38,20 @@ class JobLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.file.close()
+
+
+def say_stop_why(env: Mapping[str, str], why: str | None) -> None:
+    """Why the nodes are stopped, where each node's agent reads it when it words its end
+    (:data:`~jupyter_ktrain.pod.exits.STOP_WHY_ENV`); None: an attempt starts, nothing said
+    yet (an earlier job's word is forgotten). A write that fails is left out (the agent then
+    says it was stopped from outside)."""
+    path = env.get(STOP_WHY_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            if why is None:
+                Path(path).unlink(missing_ok=True)
+            else:
+                Path(path).write_text(why + "\n", encoding="utf-8")
 
 
 def tell_nodes(job_dir: Path, text: str, nodes: Iterable[int]) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ...kinds import KIND_TABLE
 from ...pod.agent.warm import CONTROL_ENV
 from ...pod.checkpoint.plain import CHECKPOINTS_ENV
+from ...pod.exits import STOP_WHY_ENV
 from ...pod.launch import node_command, operator_env
 from ...pod.stacks import STACKS_DIR_ENV
 from ..base import LaunchPlan
@@ -119,11 +120,13 @@ class Planner:
                 **metrics_env(spec, node),
                 **dict(kind.driver_env),
                 MARKER_ENV: marker,
+                STOP_WHY_ENV: str(job_dir / "stop-why"),  # why the supervisor stopped a node
                 # the ranks' sockets for `stacks`: short (a socket path has 108 bytes), the job's
                 STACKS_DIR_ENV: os.path.join(tempfile.gettempdir(), f"ktrain-stacks-{marker[:16]}"),
                 **spec.env_dict,
             }
-            argv = node_command(str(code_dir), python=self.python)
+            # a CPU job's agent samples no GPU: nothing to say of NVML on each node's start
+            argv = node_command(str(code_dir), python=self.python, gpus=bool(spec.resources.gpus))
             if spec.warm:  # a warm agent: its runs' programs come through the job's folder
                 argv = [self.python, "-m", "jupyter_ktrain.pod.agent.warm"]
                 env["PYTHONPATH"] = python_path.split(os.pathsep, 1)[1]  # no code dir: per run
@@ -140,6 +143,7 @@ class Planner:
             restart_delay_s=RESTART_DELAY_S,
             warm=spec.warm,
             replaces=replaces,
+            hang_after_s=spec.hang_after,
         )
         files = {**program.files, **deepspeed_files(spec, program.source)}
         ignored = cluster_only_settings(spec)

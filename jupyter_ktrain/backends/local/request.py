@@ -58,16 +58,21 @@ class LocalRequest:
     warm: bool = False  # the nodes are warm agents (--warm): they stay for the next run
     reuse: bool = False  # a run on a warm job that already runs: nothing new is started
     replaces: str = ""  # a warm job of this name with another shape, deleted first
+    hang_after_s: float | None = None  # --hang-after (None: the watch's own limits)
 
     @property
     def nproc(self) -> int:
         """Processes per node (torchrun's ``--nproc-per-node``, from the first node's
         environment; 1 where it says none)."""
-        env = self.nodes[0].env if self.nodes else {}
         try:
-            return max(1, int(env.get("PET_NPROC_PER_NODE", "1")))
+            return max(1, int(self.env.get("PET_NPROC_PER_NODE", "1")))
         except ValueError:
             return 1
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The first node's environment ({} in a plan with no nodes)."""
+        return self.nodes[0].env if self.nodes else {}
 
     def with_port(self, port: int) -> LocalRequest:
         """This plan with its rendezvous on ``port`` (a restart's, when another took its own)."""
@@ -91,6 +96,7 @@ class LocalRequest:
             "max_restarts": self.max_restarts,
             "restart_delay_s": self.restart_delay_s,
             "warm": self.warm,
+            "hang_after_s": self.hang_after_s,
         }
 
     @classmethod
@@ -102,7 +108,7 @@ class LocalRequest:
             nodes = tuple(
                 NodeLaunch(tuple(n["argv"]), dict(n["env"]), str(n["cwd"])) for n in raw["nodes"]
             )
-            limit = raw.get("max_restarts")
+            limit, hang_after = raw.get("max_restarts"), raw.get("hang_after_s")
             return cls(
                 master_port=int(raw.get("master_port") or 0),
                 marker=str(raw["marker"]),
@@ -110,6 +116,7 @@ class LocalRequest:
                 max_restarts=None if limit is None else int(limit),
                 restart_delay_s=float(raw.get("restart_delay_s", OLD_RESTART_DELAY_S)),
                 warm=bool(raw.get("warm", False)),
+                hang_after_s=None if hang_after is None else float(hang_after),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"plan.json is not a job's plan ({exc!r} missing or wrong)") from exc

@@ -47,6 +47,7 @@ from ..exits import (
     EXIT_DIR_ENV,
     PEER_FAILED,
     PEER_LOST,
+    STOP_WHY_ENV,
     node_exit,
     read_rank_codes,
     stopped_node_exit,
@@ -364,6 +365,22 @@ def _verdict(child_code: int, exit_dir: str, stopped: list[int]) -> tuple[int, s
         if code != outside:  # its ranks had all ended: a bug's code reads as the bug
             return code, why
         name = signal.Signals(stopped[0]).name
+        told = _stop_why(os.environ)
+        if told:  # the stopper said why: the job's own end, not a pod taken away
+            return code, f"stopped by {name}: {told}"
         why = f"stopped from outside by {name} (its pod deleted, preempted or evicted, or the "
         why += "job cancelled): restartable"
     return code, why
+
+
+def _stop_why(env: Mapping[str, str]) -> str:
+    """Why whoever stopped this node did (:data:`~..exits.STOP_WHY_ENV`'s file); "" when none
+    said."""
+    path = env.get(STOP_WHY_ENV)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(500).strip()
+    except OSError:
+        return ""

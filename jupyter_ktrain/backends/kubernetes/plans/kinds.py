@@ -71,21 +71,25 @@ LAUNCHER_RESOURCES = {"limits": {"cpu": "2", "memory": "4Gi"}}
 TRAINJOB_TARGET = "node"
 
 
-def replica_command(kind: JobKind, code_dir: str, python: str = "python") -> list[str]:
-    """What every replica of ``kind`` runs: the agent and the kind's ``launcher``."""
-    return node_command(code_dir, python, launcher=kind.launcher)
+def replica_command(
+    kind: JobKind, code_dir: str, python: str = "python", gpus: bool = True
+) -> list[str]:
+    """What every replica of ``kind`` runs: the agent and the kind's ``launcher`` (``gpus``
+    False: a job that asked for none, whose agents sample no GPU and say nothing of it)."""
+    return node_command(code_dir, python, launcher=kind.launcher, gpus=gpus)
 
 
-def single_process_command(code_dir: str, python: str = "python") -> list[str]:
+def single_process_command(code_dir: str, python: str = "python", gpus: bool = True) -> list[str]:
     """One process per replica under the agent (TFJob: TensorFlow reads TF_CONFIG)."""
-    return node_command(code_dir, python, launcher="single")
+    return node_command(code_dir, python, launcher="single", gpus=gpus)
 
 
 def mpi_launcher_command(spec: JobSpec, code_dir: str, python: str = "python") -> list[str]:
     """``mpirun`` for the launcher: one rank per slot, each through the agent in its worker pod
     (its env comes from the pod; rank 0's address from the launcher, see
     ``jupyter_ktrain.pod.mpi``)."""
-    return node_command(code_dir, python, launcher="mpirun", processes=spec.world_size)
+    gpus = bool(spec.resources.gpus)
+    return node_command(code_dir, python, launcher="mpirun", processes=spec.world_size, gpus=gpus)
 
 
 def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
@@ -172,7 +176,9 @@ def pytorchjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     if stops_itself(spec):  # its nodes stop each other when one fails (cleanPodPolicy None)
         extra = (*extra, (PEERS_ENV, "1"))
     role = PodRole(
-        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+        container=kind.container,
+        command=replica_command(kind, code.mount_path, gpus=bool(spec.resources.gpus)),
+        extra_env=extra,
     )
     if spec.warm:  # the warm agent; its runs come through the job's code ConfigMap
         from ..warm.orders import IDLE_TTL_S, warm_env, warm_key_env
@@ -222,7 +228,9 @@ def tfjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str, 
     kind = KIND_TABLE[spec.kind]
     extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (cleanPodPolicy None)
     role = PodRole(
-        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+        container=kind.container,
+        command=replica_command(kind, code.mount_path, gpus=bool(spec.resources.gpus)),
+        extra_env=extra,
     )
     template = pod_template(spec, code, role, labels)
     replicas = _head_and_workers(spec, "Chief", template)
@@ -250,7 +258,9 @@ def xgboostjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[
     kind = KIND_TABLE[spec.kind]
     extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (cleanPodPolicy None)
     role = PodRole(
-        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+        container=kind.container,
+        command=replica_command(kind, code.mount_path, gpus=bool(spec.resources.gpus)),
+        extra_env=extra,
     )
     replicas = _head_and_workers(spec, "Master", pod_template(spec, code, role, labels))
     body = with_run_policy({}, spec, spec.nodes)
@@ -290,7 +300,9 @@ def rayjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[str,
     group_pod_sets([cluster["headGroupSpec"]["template"]] +
                    [g["template"] for g in cluster.get("workerGroupSpecs", [])])  # fmt: skip
     body: dict[str, Any] = {
-        "entrypoint": shlex.join(single_process_command(code.mount_path)),
+        "entrypoint": shlex.join(
+            single_process_command(code.mount_path, gpus=bool(spec.resources.gpus))
+        ),
         "shutdownAfterJobFinishes": True,
         "submitterPodTemplate": _ray_submitter(template, labels),
     }
@@ -412,7 +424,9 @@ def trainjob(spec: JobSpec, code: CodeSource, labels: dict[str, str]) -> dict[st
     kind = KIND_TABLE[spec.kind]
     extra = ((PEERS_ENV, "1"),) if stops_itself(spec) else ()  # (fault_runtime: per node)
     role = PodRole(
-        container=kind.container, command=replica_command(kind, code.mount_path), extra_env=extra
+        container=kind.container,
+        command=replica_command(kind, code.mount_path, gpus=bool(spec.resources.gpus)),
+        extra_env=extra,
     )
     template = pod_template(spec, code, role, labels)
     ps = template["spec"]

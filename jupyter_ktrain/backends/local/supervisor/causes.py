@@ -54,6 +54,11 @@ class Bug:
         who = f"node {self.node}" if self.rank is None else f"rank {self.rank} (node {self.node})"
         return f"{who} failed with exit code {self.code}, a bug: the job fails at once; stopped"
 
+    def stop_why(self) -> str:
+        """Why the other nodes were stopped, as each says it in its last line."""
+        who = f"node {self.node}" if self.rank is None else f"rank {self.rank} (node {self.node})"
+        return f"{who} failed with exit code {self.code}, a bug: not restarted (the job failed)"
+
     def stopped_event(self, code: int) -> str:
         """What another node stopped for it last did, as the replica tables say it (``code``:
         its exit code as :func:`stopped_node_exit` reads it)."""

@@ -25,6 +25,7 @@ it: if the supervisor dies before the job ended (``kill -9``, the kernel's OOM k
 watchdog stops every process of the job (found by its marker, :mod:`.procs`) and writes the
 job's final state, Failed with the reason. Each node process also gets SIGTERM from the kernel
 the moment the supervisor dies (``PR_SET_PDEATHSIG``), which its agent forwards to torchrun.
+Its hangs are watched here too (:mod:`.hangwatch`), followed by a cell or not.
 A copy of the output that fails (a full disk, a quota) ends the job Failed with the reason
 instead of leaving it blocked on a full pipe. A rank killed by a signal cannot report its own
 end; torchrun's failure report says which rank it was, and the job's failure names it.
@@ -38,6 +39,7 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -47,8 +49,10 @@ from ....jobs import CANCELLED, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED, Re
 from ....pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server, forks_ranks, start_server
 from ....pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ....pod.progress import JobProgress
+from ....pod.stacks import STACKS_DIR_ENV
 from ....store.jobdirs import release_reserve
-from ..joblog import JobLog, tell_nodes
+from ....store.records import keep_hang
+from ..joblog import JobLog, say_stop_why, tell_nodes
 from ..plan import free_port, port_free
 from ..procs import (
     MARKER_ENV,
@@ -73,6 +77,7 @@ from .causes import (
     out_of_restarts,
     rank_codes,
 )
+from .hangwatch import JobHangs, asked
 from .output import NodeOutput
 
 __all__ = ["Supervisor"]
@@ -112,6 +117,10 @@ class Supervisor(NodeOutput):
         self.no_restart = ""  # why a fault was not restarted (its restarts ran out)
         self.stop_error = ""  # processes of a failed attempt that could not be stopped
         self.forks: Server | None = None  # the job's fork server (restarted ranks fork)
+        world, env = len(self.plan.nodes) * self.plan.nproc, self.plan.env
+        keep = partial(keep_hang, "local", job_dir.name)  # said without a cell (.hangwatch)
+        self.hangs = JobHangs(job_dir.name, self.plan.hang_after_s, world, self.plan.nproc,
+                              keep, asked(env.get(STACKS_DIR_ENV)))  # fmt: skip
         self.state = LocalState(
             supervisor_pid=os.getpid(),
             supervisor_start=process_start(os.getpid()),
@@ -133,6 +142,7 @@ class Supervisor(NodeOutput):
         """Every node process first, then the threads that copy their output (a process
         forked while threads run may deadlock before it runs its command)."""
         base_env = dict(os.environ)
+        say_stop_why(self.plan.env, None)
         die_with_us = die_with(os.getpid())
         for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
@@ -156,6 +166,7 @@ class Supervisor(NodeOutput):
             self.pumps.append(pump)
         started = self.state.started or time.time()  # the job's, not this attempt's
         self.save(state=RUNNING, started=started, nodes=self._nodes(), reason="", message="")
+        self.hangs.start(time.time(), started)
 
     def terminate(self, *_args: Any) -> None:
         for proc in self.procs:
@@ -222,6 +233,8 @@ class Supervisor(NodeOutput):
                 kill_marked(self.marker, exclude={os.getpid()})
             if self.bug is not None and not self.cancelled:
                 self._stop_for_bug(self.bug, codes, now)
+            if failed_at is None and not stop:
+                self.hangs.check(time.time())
             time.sleep(0.05)
         for node, proc in enumerate(self.procs):  # those that ended in the last poll
             if proc.returncode not in (None, 0) and node not in self.ended:
@@ -240,6 +253,7 @@ class Supervisor(NodeOutput):
             self.stopped = frozenset(k for k, c in enumerate(codes) if c is None)
             others = sorted(self.stopped - {bug.node})
             tell_nodes(self.dir, bug.stop_line(), others)
+            say_stop_why(self.plan.env, bug.stop_why())  # before the SIGTERM: its last line
             for node in others:
                 if None not in rank_codes(self.exit_codes, node, self.plan.nproc):
                     kill_node(self.marker, node)
@@ -343,9 +357,10 @@ class Supervisor(NodeOutput):
         with self.lock:
             self.procs, self.pumps, self.reports, self.ended = [], [], {}, []
             self.reaped = {}
+            again = self.progress.restarted(time.time())  # restarting until its rate is known
             self.exit_codes.clear()
             self.first_failure, self.bug, self.stopped = None, None, None
-            self.state = replace(self.state, failed_rank=None)  # the new attempt's, once one fails
+            self.state = replace(self.state, failed_rank=None, progress=again)  # the new attempt's
         self.start()
         return True
 
@@ -387,6 +402,7 @@ class Supervisor(NodeOutput):
         if self.progress.progress is not None:  # the last update may have been held back
             self.state = replace(self.state, progress=self.progress.progress)
         self.save(state=state, reason=reason, message=message, finished=time.time(), nodes=nodes)
+        self.hangs.stop()
         release_reserve(self.dir)
         if self.forks is not None:  # once the end is written: its interpreter takes a while
             self.forks.stop()

@@ -2,7 +2,7 @@
 :class:`~.nodes.Supervisor` that copies it): each node's lines to ``node-K.log`` with their
 arrival times (``node-K.times``), each rank's own lines to ``rank-R.log``, and from the records
 and torchrun's failure report, the ranks' exit codes, the job's first failure, its first bug
-and its progress."""
+and its progress; each rank's progress goes to the job's hang watch (:mod:`.hangwatch`)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..joblog import JobLog, copy_error_text
 from ..request import LocalRequest
 from ..state import LocalState
 from .causes import Bug, first_cause, outweighs
+from .hangwatch import JobHangs
 
 CANCEL_LINE = (format_agent_line(CANCELLED_BY_USER) + "\n").encode()
 PROGRESS_SAVE_S = 0.25  # the views show this progress (one truth): a few times a second
@@ -43,6 +44,7 @@ class NodeOutput:
     progress: JobProgress
     progress_saved: float
     state: LocalState
+    hangs: JobHangs
 
     def save(self, **changes: Any) -> None:
         raise NotImplementedError
@@ -99,6 +101,8 @@ class NodeOutput:
             return
         if line.rank is None:
             return
+        step = line.record.get("step") if line.record is not None else None
+        self.hangs.heard(line.rank, step if type(step) is int else None, time.time())
         if line.record is None:
             with self.lock:
                 self._rank_file(line.rank).write(line.text.encode() + b"\n")

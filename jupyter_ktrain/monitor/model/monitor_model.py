@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from ..jobs import PENDING, QUEUED, RUNNING, JobShape, JobState, ReplicaStatus, is_terminal
-from ..kinds import job_kind
-from ..pod.progress import JobProgress, Progress
-from ..pod.protocol import (
+from ...hangs import Hang, HangWatch, hang_said
+from ...jobs import PENDING, QUEUED, RUNNING, JobShape, JobState, ReplicaStatus, is_terminal
+from ...kinds import job_kind
+from ...pod.progress import JobProgress, Progress
+from ...pod.protocol import (
     METRIC,
     RESERVED_KEYS,
     Checkpoint,
@@ -50,79 +51,19 @@ from ..pod.protocol import (
     parse_record,
     record_type,
 )
-from ..words import replica_restart_text
-from .downsample import StreamingDownsampler
-from .glance import GpuGrid, gpu_grids, start_ranks
-from .hangs import Hang, HangWatch, hang_text, stack_summary, stuck_outside_collectives
-from .logbook import LogBook
-from .nccl import NcclTransportParser, Transport
-from .stragglers import STEP_TIME, StepTimes
+from ...words import replica_restart_text
+from ..downsample import StreamingDownsampler
+from ..glance import start_ranks
+from ..logbook import LogBook
+from ..nccl import NcclTransportParser, Transport
+from ..stragglers import STEP_TIME, StepTimes
+from .gpuwatch import GpuWatch, _GpuWatch, _num
+from .header import Alert, JobHeader, Marker
 
-__all__ = [
-    "GPU_FIELDS",
-    "Alert",
-    "JobHeader",
-    "Marker",
-    "MonitorModel",
-]
-
-GPU_FIELDS = ("util", "mem_used", "power", "temp")
+__all__ = ["MonitorModel"]
 
 
-@dataclass
-class JobHeader:
-    """The header line of the monitor: the job, its ``shape`` (how it was started), and the
-    state the monitor last saw. ``start_time``/``end_time`` are epoch seconds."""
-
-    name: str
-    shape: JobShape = field(default_factory=JobShape)
-    backend: str = "local"
-    state: JobState = PENDING
-    message: str = ""
-    image_digest: str | None = None
-    start_time: float | None = None
-    end_time: float | None = None
-    run: int | None = None  # a warm job's run this monitor follows (None: any other job)
-
-    def elapsed(self, now: float) -> float:
-        if self.start_time is None:
-            return 0.0
-        return max(0.0, (self.end_time if self.end_time is not None else now) - self.start_time)
-
-    @property
-    def finished(self) -> bool:
-        return is_terminal(self.state)
-
-
-@dataclass(frozen=True)
-class Alert:
-    """A warning shown above the logs. ``code``: ``rdma-fallback``, ``gpu-low-util``,
-    ``rank-hung`` (:mod:`.hangs`), ``straggler`` (:mod:`.stragglers`), ``restart``,
-    ``resume``, ``admitted``, ``evicted``, ``link``; ``key`` tells instances apart (a rank, a
-    GPU, a replica's n-th restart)."""
-
-    code: str
-    key: str
-    message: str
-    since: float
-
-
-@dataclass(frozen=True)
-class Marker:
-    """A restart in the metric plots: at step ``x``, ``text`` says what happened there."""
-
-    x: float
-    text: str
-
-
-@dataclass
-class _GpuWatch:
-    low_since: float | None = None
-    last_t: float = 0.0
-    last: dict[str, Any] = field(default_factory=dict)
-
-
-class MonitorModel(LogBook):
+class MonitorModel(GpuWatch, LogBook):
     """State of one job's monitor (see module docstring for the contract)."""
 
     def __init__(
@@ -154,7 +95,7 @@ class MonitorModel(LogBook):
         self._nccl: dict[str, NcclTransportParser] = {}
         self._hangs = HangWatch(hang_after)
         self.hang: Hang | None = None  # the ranks named as hung now (check)
-        self._hang_stacks: dict[int, Stack] = {}  # their stacks, once taken (hang_stacks)
+        self._hang_stacks: dict[int, Stack] | None = None  # their stacks, once taken
         self._rank_node: dict[int, int] = {}
         self.node_names: dict[int, str] = {}  # a node's replica (its pod): see node_of
         self._nodes: dict[str, int] = {}
@@ -203,6 +144,8 @@ class MonitorModel(LogBook):
 
     def set_state(self, state: JobState, now: float, message: str = "") -> None:
         h = self.header
+        if state in (PENDING, QUEUED) and h.waiting_since is None:
+            h.waiting_since = now  # its clock counts the wait
         if state == h.state and message == h.message:
             return
         self.version += 1
@@ -212,6 +155,9 @@ class MonitorModel(LogBook):
         if state == RUNNING and h.start_time is None:
             h.start_time = now
             self._t0 = self._t0 if self._t0 is not None else now
+        if state == RUNNING:  # the ranks start: a hang before any step counts from here
+            # (a driver-only kind's tasks report as its driver: its world waits on no rank)
+            self._hangs.start(now, 0 if self._concurrent_steps else self._world() or 0)
         if is_terminal(state):
             h.end_time = now if h.end_time is None else h.end_time
             for key in [k for k in self._alerts if k[0] in ("rank-hung", "gpu-low-util")]:
@@ -238,15 +184,17 @@ class MonitorModel(LogBook):
         if rows == self.replicas:
             return
         before = {r.name: r.restarts for r in self.replicas}
+        now = now if now is not None else time.time()
         for r in rows:
             if r.restarts > before.get(r.name, 0):
-                self._hangs.forget()
+                self._hangs.forget(now)
+                self._progress.restarted(now)  # restarting until the new rate is known
                 self._step_times.forget()
                 self._alerts[("restart", f"{r.name}#{r.restarts}")] = Alert(
                     "restart",
                     f"{r.name}#{r.restarts}",
                     replica_restart_text(r, max_restarts),
-                    now if now is not None else time.time(),
+                    now,
                 )
         self.replicas = rows
         self.version += 1
@@ -320,17 +268,15 @@ class MonitorModel(LogBook):
             return self._live_progress
         return self._progress.progress
 
-    def gpu_grids(self) -> list[GpuGrid]:
-        """The GPUs' heatmaps, one per field, from 8 GPUs up (:mod:`.glance`; none below)."""
-        names = {node: self.node_word(node) for node, _ in self.gpu_last}
-        return gpu_grids(self.gpu_last, names, self.low_util_pct)
-
     def start_ranks(self) -> tuple[int, ...] | None:
         """The ranks a log view starts with, from 16 ranks up (:func:`.glance.start_ranks`):
         rank 0 and those that printed a warning or an error; None for a smaller job."""
+        return start_ranks(self.ranks | set(range(self._world() or 0)), self.flagged)
+
+    def _world(self) -> int | None:
+        """The job's ranks, from its shape (None: unknown)."""
         shape = self.header.shape
-        world = shape.nodes * shape.procs_per_node if shape != JobShape() else 0
-        return start_ranks(self.ranks | set(range(world)), self.flagged)
+        return shape.nodes * shape.procs_per_node if shape != JobShape() else None
 
     def metric_names(self) -> list[str]:
         return sorted({name for _, name in self.metrics})
@@ -397,8 +343,7 @@ class MonitorModel(LogBook):
         """Each rank's step time once every rank reported ``step`` (a series of its own), and
         the straggler alert (:mod:`.stragglers`)."""
         shape = self.header.shape
-        world = shape.nodes * shape.procs_per_node if shape != JobShape() else None
-        for r, seconds in self._step_times.feed(rank, step, t, world).items():
+        for r, seconds in self._step_times.feed(rank, step, t, self._world()).items():
             series = self.metrics.get((r, STEP_TIME))
             if series is None:
                 series = self.metrics[(r, STEP_TIME)] = StreamingDownsampler(self.plot_points)
@@ -444,7 +389,7 @@ class MonitorModel(LogBook):
         from which step (and a changed world size), and the plots' marker there."""
         step = rec.step
         self.resumes += 1
-        self._hangs.forget()  # a new attempt: every rank's pace starts afresh
+        self._hangs.forget(now)  # a new attempt: every rank's pace starts afresh
         self._step_times.forget()
         size = rec.world_size
         said = f"resumed from step {step}"  # the alert and the plots' marker say the same
@@ -463,46 +408,6 @@ class MonitorModel(LogBook):
             self.markers.append(marker)
             self._rewinds = set()
         self._marker_is_resume = True
-
-    def _gpu(self, rec: dict[str, Any], now: float, node: int | None) -> None:
-        n = rec.get("node", node if node is not None else 0)
-        g = rec.get("gpu")
-        if not isinstance(n, int) or not isinstance(g, int):
-            return
-        t = _num(rec.get("t"), now)
-        x = self.elapsed_x(t)
-        for name in GPU_FIELDS:
-            value = rec.get(name)
-            if isinstance(value, (int, float)):
-                series = self.gpus.get((n, g, name))
-                if series is None:
-                    series = self.gpus[(n, g, name)] = StreamingDownsampler(self.plot_points)
-                series.append(x, float(value))
-        self.gpu_last[(n, g)] = rec
-        self._watch_util(n, g, rec, t)
-
-    def _watch_util(self, n: int, g: int, rec: dict[str, Any], t: float) -> None:
-        util = rec.get("util")
-        if not isinstance(util, (int, float)):
-            return
-        w = self._gpu_watch.setdefault((n, g), _GpuWatch())
-        w.last_t, w.last = t, rec
-        key = ("gpu-low-util", f"{n}/{g}")
-        if util >= self.low_util_pct:
-            w.low_since = None
-            self._alerts.pop(key, None)
-            return
-        if w.low_since is None:
-            w.low_since = t
-        low_for = t - w.low_since
-        if self.header.state == RUNNING and low_for >= self.low_util_s and key not in self._alerts:
-            self._alerts[key] = Alert(
-                "gpu-low-util",
-                key[1],
-                f"GPU {g} on node {n} has been under {self.low_util_pct:g}% busy for "
-                f"{low_for:.0f} s while the job runs (input pipeline or communication bound?)",
-                t,
-            )
 
     def _nccl_line(self, line: LogLine, node: int | None, now: float) -> None:
         stream = f"rank{line.rank}" if line.rank is not None else f"{line.source}@{node}"
@@ -545,24 +450,14 @@ class MonitorModel(LogBook):
         for key in [k for k in self._alerts if k[0] == "rank-hung"]:
             del self._alerts[key]
         if not keep_stacks:
-            self._hang_stacks = {}
+            self._hang_stacks = None
         self.hang = hang
         self.version += 1
         if hang is None:
             return
-        outside = stuck_outside_collectives(self._hang_stacks.values())
-        if hang.every and outside and set(outside) != set(hang.ranks):
-            hang = replace(hang, ranks=tuple(outside))
-        lines = [hang_text(hang, self._where(hang.ranks))]
-        for rank in hang.ranks:
-            stack = self._hang_stacks.get(rank)
-            said = stack_summary(stack) if stack is not None else ""
-            if said:
-                lines.append(f"rank {rank} waits in {said}")
-        if self._hang_stacks:
-            lines.append(f"(every rank's whole stack: %ktrain stacks {self.header.name})")
-        said_key = hang.key + ("+stacks" if self._hang_stacks else "")
-        self._alerts[("rank-hung", said_key)] = Alert("rank-hung", said_key, "\n".join(lines), now)
+        hang, text = hang_said(hang, self._hang_stacks, self._where(hang.steps), self.header.name)
+        said_key = hang.key + ("+stacks" if self._hang_stacks is not None else "")
+        self._alerts[("rank-hung", said_key)] = Alert("rank-hung", said_key, text, now)
 
     def _where(self, ranks: Iterable[int]) -> dict[int, str]:
         """Where each rank runs, as the views name it: its pod, or its local node."""
@@ -580,7 +475,3 @@ class MonitorModel(LogBook):
             name = self.replicas[node].name
         local = self.header.backend == "local" or not name
         return f"node {node}" if local else f"pod {name}"
-
-
-def _num(value: Any, default: float) -> float:
-    return float(value) if isinstance(value, (int, float)) else default

@@ -8,6 +8,15 @@ limit (:meth:`~HangWatch.check`). The limit is ``after`` seconds when the user s
 median gap between its lines when it reports no steps). Only a rank that used to make progress
 (three times or more) can hang: one that printed once at the start is not "stuck".
 
+Before any step (start-up: imports, the rendezvous, the first collective) the ranks are
+watched as one: once the attempt started (:meth:`~HangWatch.start`, again at each restart) and
+no rank reported a step, every rank of the world (``world``, those heard from or not) quiet for
+``after`` seconds, else :data:`DEFAULT_START_HANG_S`, since the last line of any rank is a hang
+of them all (``first``); the stacks then tell which never reached the collective the others
+wait in. Before any rank printed (the nodes start torchrun, import, meet at the rendezvous), at
+least :data:`START_FLOOR_S`: a slow start is not a hang. A job of one rank waits for no other:
+it is never said to hang before its first step.
+
 Who is named:
 
 - some ranks stopped, the others go on: the stopped ones, with the step they are at and the
@@ -27,14 +36,17 @@ import re
 import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..pod.protocol import Stack
+from .pod.protocol import Stack
 
 __all__ = [
     "DEFAULT_HANG_S",
+    "DEFAULT_START_HANG_S",
+    "START_FLOOR_S",
     "Hang",
     "HangWatch",
+    "hang_said",
     "hang_text",
     "in_collective",
     "stack_summary",
@@ -42,6 +54,10 @@ __all__ = [
 ]
 
 DEFAULT_HANG_S = 120.0
+# before the first step: imports, a data set's first shard, a model's download may print
+# nothing for minutes; under NCCL's 10 min collective timeout, which would end the job unnamed
+DEFAULT_START_HANG_S = 300.0
+START_FLOOR_S = 60.0  # before any rank printed: what a loaded machine's start may take
 STEP_FACTOR = 10.0  # times a rank's median step time
 MIN_BEATS = 3  # progress seen this often before a rank can be said to hang
 _KEEP = 50  # recent gaps kept per rank for its median
@@ -74,6 +90,7 @@ class Hang:
     every: bool
     steps: dict[int, int | None]
     others: int | None
+    first: bool = False  # before any step: start-up, the rendezvous or the first collective
 
     @property
     def key(self) -> str:
@@ -86,6 +103,15 @@ class HangWatch:
     def __init__(self, after: float | None = None) -> None:
         self.after = after
         self._paces: dict[int, _Pace] = {}
+        self._since: float | None = None  # when this attempt's ranks started (start)
+        self.world = 0  # the ranks of the job (0: unknown, only those heard from)
+
+    def start(self, now: float, world: int = 0) -> None:
+        """This attempt's ranks started at ``now`` (once; :meth:`forget` starts another);
+        ``world``: how many ranks the job has, when known."""
+        if self._since is None:
+            self._since = now
+        self.world = world or self.world
 
     def heard(self, rank: int, now: float, step: int | None = None) -> None:
         """Rank ``rank`` made progress at ``now`` (a line, or a record at ``step``)."""
@@ -102,9 +128,12 @@ class HangWatch:
                 pace.step_gaps.append((now - pace.step_at) / (step - pace.step))
             pace.step, pace.step_at = step, now
 
-    def forget(self) -> None:
-        """A new attempt (a restart, a resume): every rank starts afresh."""
+    def forget(self, now: float | None = None) -> None:
+        """A new attempt (a restart, a resume): every rank starts afresh (at ``now``: a
+        restart's ranks start again, a resume's already run)."""
         self._paces.clear()
+        if now is not None:
+            self._since = now
 
     def limit(self, rank: int) -> float:
         """How long ``rank`` may make no progress before it is said to hang."""
@@ -117,6 +146,9 @@ class HangWatch:
 
     def check(self, now: float) -> Hang | None:
         """The ranks that hang now, or None."""
+        first = self._check_start(now)
+        if first is not None:
+            return first
         steady = {r: p for r, p in self._paces.items() if p.beats >= MIN_BEATS}
         stopped = {r: p for r, p in steady.items() if now - p.last > self.limit(r)}
         if not stopped:
@@ -142,6 +174,23 @@ class HangWatch:
         return Hang(tuple(ranks), _quiet(stopped, ranks, now),
                     min(self.limit(r) for r in ranks), False, steps,
                     max(going) if going else None)  # fmt: skip
+
+    def _check_start(self, now: float) -> Hang | None:
+        """Before any step: every rank quiet for the start-up limit (module docstring)."""
+        paces = self._paces
+        if self._since is None or any(p.step is not None for p in paces.values()):
+            return None
+        ranks = sorted(set(range(self.world)) | set(paces))
+        if len(ranks) < 2:  # one rank waits for no other: a quiet one is busy, not stuck
+            return None
+        last = max([self._since, *(p.last for p in paces.values())])
+        limit = self.after if self.after is not None else DEFAULT_START_HANG_S
+        if not paces:  # no rank printed yet: the nodes may still be starting
+            limit = max(limit, START_FLOOR_S)
+        if now - last <= limit:
+            return None
+        steps: dict[int, int | None] = dict.fromkeys(ranks)
+        return Hang(tuple(ranks), now - last, limit, True, steps, None, first=True)
 
 
 def _quiet(paces: dict[int, _Pace], ranks: Iterable[int], now: float) -> float:
@@ -173,12 +222,43 @@ def hang_text(hang: Hang, where: dict[int, str] | None = None) -> str:
             return (f"{head}: every rank is stopped; the others reached step {hang.others} and "
                     f"wait there, {it} at step {at[-1]}")  # fmt: skip
         if len(hang.ranks) < len(hang.steps):
-            return f"{head}: every rank is stopped, the others inside a collective, {it} not"
+            before = " before its first step" if hang.first else ""
+            return (f"{head}: every rank is stopped{before}, the others inside a collective, "
+                    f"{it} not")  # fmt: skip
+        if hang.first:
+            return (f"{head}: every rank is stopped before its first step (a rendezvous or a "
+                    "first collective that does not complete?)")  # fmt: skip
         step = f", all at step {at[0]}" if len(at) == 1 else ""
         return f"{head}: every rank is stopped{step} (a collective nobody left?)"
     if hang.others is not None and at:
         return f"{head}; the others are at step {hang.others}, {it} at {at[-1]}"
     return f"{head} while the others go on"
+
+
+def hang_said(
+    hang: Hang, stacks: dict[int, Stack] | None, where: dict[int, str], name: str
+) -> tuple[Hang, str]:
+    """What the views say of ``hang`` once the ranks' ``stacks`` are in (by rank; None before):
+    when every rank is stopped, the ranks not inside a collective are the ones named; then
+    where each named rank waits. ``where``: each rank's place ("node 1", "pod j-worker-1");
+    ``name``: the job's. The hang as named, and the words (lines)."""
+    asked = stacks is not None
+    stacks = stacks or {}
+    outside = stuck_outside_collectives(stacks.values())
+    if hang.every and outside and set(outside) != set(hang.ranks):
+        hang = replace(hang, ranks=tuple(outside))
+    lines = [hang_text(hang, where)]
+    for rank in hang.ranks:
+        stack = stacks.get(rank)
+        said = stack_summary(stack) if stack is not None else ""
+        if said:
+            lines.append(f"rank {rank} waits in {said}")
+    if hang.first and asked and all(s.why for s in stacks.values()):
+        lines.append("no rank answered: the nodes may wait in torchrun's rendezvous (a node "
+                     "that never joined, a wrong MASTER_ADDR?)")  # fmt: skip
+    if stacks:
+        lines.append(f"(every rank's whole stack: %ktrain stacks {name})")
+    return hang, "\n".join(lines)
 
 
 def _innermost_user(frames: Sequence[tuple[str, int, str, str]]) -> int:
