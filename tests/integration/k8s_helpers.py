@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -71,6 +73,30 @@ def configured_shell(
     sh = make_shell(test_cluster)
     yield sh
     sh.reset(new_session=True)
+
+
+@contextlib.contextmanager
+def panel_listing(name: str) -> Iterator[list[tuple[str, str]]]:
+    """The side panel's job list, polled every 0.3 s while the body runs, as the panel polls
+    it: job ``name``'s (state, message) at each poll that lists it."""
+    from jupyter_ktrain.server.core import PanelCore
+
+    panel, listed, stop = PanelCore.from_names(["kubernetes"]), [], threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            for job in panel.jobs()["jobs"]:
+                if job["name"] == name:
+                    listed.append((job["state"], job["message"]))
+            stop.wait(0.3)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        yield listed
+    finally:
+        stop.set()
+        poller.join(30)
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 60, every: float = 0.1) -> Any:

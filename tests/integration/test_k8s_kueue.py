@@ -19,7 +19,7 @@ from jupyter_ktrain.server.core import PanelCore
 
 from ..cluster.cluster import Node
 from ..cluster.controlplane import KUEUE_PODS_READY_TIMEOUT_S
-from .k8s_helpers import configured_shell, wait_for
+from .k8s_helpers import configured_shell, panel_listing, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -54,22 +54,8 @@ def test_a_job_over_the_queues_quota_waits_queued_with_kueues_reason_then_runs(
     capsys.readouterr()
 
     # the side panel's job list, polled while the cell runs, as the panel polls it
-    panel, listed, stop = PanelCore.from_names(["kubernetes"]), [], threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            for job in panel.jobs()["jobs"]:
-                if job["name"] == "second":
-                    listed.append((job["state"], job["message"]))
-            stop.wait(0.3)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    try:
+    with panel_listing("second") as listed:
         k8s_shell.run_cell_magic("ktrain", f"{QUEUED} --name second", "steps(3, 0.1)\n")
-    finally:
-        stop.set()
-        poller.join(30)
     out = capsys.readouterr().out
 
     # the cell said it waited, in Kueue's own words: which resource is short, by how much

@@ -7,7 +7,6 @@ Kueue's reason in the cell and the panel, and runs in the rack the first gives b
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import pytest
@@ -18,11 +17,10 @@ from IPython.core.error import UsageError
 
 from jupyter_ktrain.backends.registry import get_backend
 from jupyter_ktrain.errors import JobNotFound
-from jupyter_ktrain.server.core import PanelCore
 
 from ..cluster.cluster import Node
 from ..cluster.pytest_plugin import TAS_NODE_LABEL
-from .k8s_helpers import configured_shell, wait_for
+from .k8s_helpers import configured_shell, panel_listing, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -113,22 +111,8 @@ def test_a_job_lands_in_one_rack_and_one_that_fits_no_rack_waits_with_the_reason
     assert "hostname=r1-b" in first.message, first
     capsys.readouterr()
 
-    panel, listed, stop = PanelCore.from_names(["kubernetes"]), [], threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            for job in panel.jobs()["jobs"]:
-                if job["name"] == "second":
-                    listed.append((job["state"], job["message"]))
-            stop.wait(0.3)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    try:
+    with panel_listing("second") as listed:
         k8s_shell.run_cell_magic("ktrain", f"{JOB} --topology rack --name second", "steps(2, 0)\n")
-    finally:
-        stop.set()
-        poller.join(30)
     out = capsys.readouterr().out
     queued = [line for line in out.splitlines() if "second: Queued" in line]
     # Kueue's own reason: no domain of the level has room for the pod set (its words name the
