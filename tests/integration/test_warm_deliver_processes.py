@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
 from jupyter_ktrain.pod.agent.deliver import (
     REFUSED,
     STALE,
@@ -60,6 +61,10 @@ class _DroppingApi:
                "spec": {"containers": [{"name": "pytorch", "command": [sys.executable],
                                         "env": [{"name": "KTRAIN_WARM_CONFIGMAP"}]}]}}  # fmt: skip
         return {"items": [pod]}
+
+    # the client's verbs, as the real client has them over this get
+    find = RealApi.find
+    items = RealApi.items
 
     def exec(self, namespace, pod, container, command, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def]
         from jupyter_ktrain.backends.kubernetes.client.api import ExecLost, ExecResult

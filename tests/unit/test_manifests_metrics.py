@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
 from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.backends.kubernetes.plans.preflight import (
@@ -113,6 +114,8 @@ class _Discovery:
             raise self.answer
         return self.answer
 
+    find = RealApi.find  # the client's verb, as the real client has it over this get
+
 
 def test_service_monitors_are_found_by_discovery() -> None:
     served = {"resources": [{"name": "podmonitors"}, {"name": "servicemonitors"}]}
@@ -181,6 +184,10 @@ class _RecordingApi:
         if method == "POST":
             return {**body, "metadata": {**body["metadata"], "uid": f"uid-{len(self.calls)}"}}
         return {}
+
+    # the client's verbs, as the real client has them over this request
+    create = RealApi.create
+    patch = RealApi.patch
 
 
 def test_the_job_creates_and_owns_its_metrics_objects_at_their_api_paths() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
 from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.backends.kubernetes.plans.placement import (
@@ -92,13 +93,15 @@ class Api:
     def __init__(self, objects: dict[str, dict[str, Any] | None]) -> None:
         self.objects = objects
 
-    def get(self, path: str) -> dict[str, Any]:
+    def get(self, path: str, query: Any = None) -> dict[str, Any]:
         for suffix, obj in self.objects.items():
             if path.endswith(suffix):
                 if obj is None:
                     raise ApiFailure("forbidden", status=403)
                 return obj
         raise ApiFailure("not found", status=404)
+
+    find = RealApi.find  # the client's verb, as the real client has it over this get
 
 
 def _cluster(levels: list[str], topology: str = "tas") -> Api:

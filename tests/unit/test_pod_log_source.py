@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
 from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.logs.pod import (
     FollowedLines,
@@ -63,7 +64,7 @@ class _Api:
 
     def __init__(self, watch: _Watch) -> None:
         self.watch = watch
-        self.logs = {
+        self.lines = {
             "a": [b"2026-11-25T10:00:01.000000000Z rank 0 trains steps 0-11"],
             "b": [b"2026-11-25T10:00:05.000000000Z resumed from step 5"],
         }
@@ -74,7 +75,9 @@ class _Api:
             raise ApiFailure("not found", status=404)
         return self.watch.pod
 
-    def stream_lines(self, path: str, query: Any) -> Any:
+    def stream_lines(
+        self, path: str, query: Any, read_timeout: float | None = None, partial: bool = False
+    ) -> Any:
         pod = self.watch.pod
         if pod is None:
             raise ApiFailure("not found", status=404)
@@ -83,7 +86,11 @@ class _Api:
             # the container exits while followed; the pod is Failed, still there
             self.watch.set(_pod("a", "Failed", EXITED))
             self.first_stream_over.set()
-        return iter(self.logs[uid])
+        return iter(self.lines[uid])
+
+    # the client's verbs, as the real client has them over this get and stream
+    find = RealApi.find
+    logs = RealApi.logs
 
 
 def test_a_failed_pod_made_anew_by_the_operator_is_followed_into_its_new_pod() -> None:

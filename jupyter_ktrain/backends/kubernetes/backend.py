@@ -36,6 +36,7 @@ from ..logsource import LogSource
 from .client.api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
 from .logs.streams import JobLogs
+from .lookup import close as close_cluster
 from .plans.dry_run import Planner
 from .plans.plan import KubernetesRequest
 from .removal import Removal
@@ -78,12 +79,12 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         self.job_stacks = JobStacks(self.cluster)
         # each command makes a backend: the watches it opened and the connection it made end
         # with it (nothing it holds points back at it); a watch ends sooner when idle
-        self._closer = weakref.finalize(self, self.cluster.close)
+        self._closer = weakref.finalize(self, close_cluster, self.cluster)
 
     def close(self) -> None:
         """End this backend's watches and close its connections now (a later read of a job
         watches it anew)."""
-        self.cluster.close()
+        close_cluster(self.cluster)
 
     @property
     def namespace(self) -> str:

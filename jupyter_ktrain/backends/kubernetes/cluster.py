@@ -4,13 +4,12 @@ logs told, their kinds, Kueue's queue positions). The backend makes one and pass
 no part reaches back to the backend.
 
 Each command makes a backend: the watches its parts opened and the connection it made end with
-it (:meth:`Cluster.close`; the watches' threads hold no reference to it), and a watch ends
+it (:func:`.lookup.close`; the watches' threads hold no reference to it), and a watch ends
 sooner when idle (:class:`~.watch.JobWatch`).
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 from ...config import Config
 from ...errors import ClusterError
 from .client.api import Api
-from .status.job_runtime import JobRuntime
+from .status.job_runtime import Runtimes
 from .status.kueue import QueuePositions
 from .status.watch import JobWatch
 
@@ -60,14 +59,14 @@ class Cluster:
     config: Config
     connection: Connection
     say: Callable[[str], None]
-    #: job -> its watch (a cache of the job, its pods and events)
+    # Each registry is written by one part only (tests/unit/test_registry_owners.py):
+    #: job -> its watch (a cache of the job, its pods and events); written by :mod:`.lookup`
     watches: dict[str, JobWatch] = field(default_factory=dict)
-    #: job -> what its logs told this process
-    runtimes: collections.defaultdict[str, JobRuntime] = field(
-        default_factory=lambda: collections.defaultdict(JobRuntime)
-    )
-    #: job -> its kind, as created or found
+    #: job -> what its logs told this process; written through its own methods
+    runtimes: Runtimes = field(default_factory=Runtimes)
+    #: job -> its kind, as created or found; written by :mod:`.lookup`
     kinds: dict[str, str] = field(default_factory=dict)
+    #: Kueue's queue positions, as read; written through its own methods
     queue: QueuePositions = field(default_factory=QueuePositions)
 
     @property
@@ -92,9 +91,6 @@ class Cluster:
         )
 
     def close(self) -> None:
-        """End the job watches and close the connection this opened (a later read of a job
-        watches it anew)."""
-        for watch in list(self.watches.values()):
-            watch.stop()
-        self.watches.clear()
+        """Close the connection this opened (the job watches are ended by
+        :func:`.lookup.close`, which calls this)."""
         self.connection.close()

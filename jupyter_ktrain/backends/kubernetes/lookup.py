@@ -1,5 +1,9 @@
 """Finding a job of this tool in the cluster context's namespace: its objects by label (every
-kind), its kind, its watch (opened on the first read, opened anew once it stopped idle)."""
+kind), its kind, its watch (opened on the first read, opened anew once it stopped idle).
+
+This module owns two registries of the cluster context: ``kinds`` and ``watches`` are written
+here only (the other parts call :func:`remember_kind`, :func:`forget_kind`, :func:`watch`,
+:func:`stop_watch` and :func:`close`)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,16 @@ from .cluster import Cluster
 from .labels import JOB_LABEL
 from .status.watch import JobWatch
 
-__all__ = ["job_object", "job_objects", "kind_of", "stop_watch", "watch"]
+__all__ = [
+    "close",
+    "forget_kind",
+    "job_object",
+    "job_objects",
+    "kind_of",
+    "remember_kind",
+    "stop_watch",
+    "watch",
+]
 
 
 def job_objects(cluster: Cluster, selector: str, name: str = "") -> list[dict[str, Any]]:
@@ -27,14 +40,16 @@ def job_objects(cluster: Cluster, selector: str, name: str = "") -> list[dict[st
         resource = job_resource(info)
         path = resource.path(cluster.namespace)
         try:
-            items = cluster.api.get(path, {"labelSelector": selector}).get("items") or []
+            found = cluster.api.find(path, {"labelSelector": selector})
         except ApiFailure as exc:
-            if exc.status == 403:
-                denied.append(resource.qualified)
-            if exc.status in (403, 404):
-                continue
-            raise
+            if exc.status != 403:
+                raise
+            denied.append(resource.qualified)
+            continue
+        if found is None:  # the kind is not served
+            continue
         readable = True
+        items = list(found.get("items") or [])
         for item in items:
             item.setdefault("kind", kind)
         out += items
@@ -42,6 +57,16 @@ def job_objects(cluster: Cluster, selector: str, name: str = "") -> list[dict[st
         why = f" (to find job {name!r}; cancel and delete need delete too)" if name else ""
         raise cluster.forbidden(f"list {_some(denied)}{why}")
     return out
+
+
+def remember_kind(cluster: Cluster, name: str, kind: str) -> None:
+    """Job ``name`` is of ``kind`` (it was created, or a run ordered on it)."""
+    cluster.kinds[name] = kind
+
+
+def forget_kind(cluster: Cluster, name: str) -> None:
+    """Job ``name`` is gone: its kind is looked up anew if a job of that name comes back."""
+    cluster.kinds.pop(name, None)
 
 
 def kind_of(cluster: Cluster, name: str) -> str:
@@ -76,6 +101,15 @@ def stop_watch(cluster: Cluster, name: str) -> None:
     found = cluster.watches.pop(name, None)
     if found is not None:
         found.stop()
+
+
+def close(cluster: Cluster) -> None:
+    """End the job watches and close the connection the context opened (a later read of a job
+    watches it anew)."""
+    for found in list(cluster.watches.values()):
+        found.stop()
+    cluster.watches.clear()
+    cluster.close()
 
 
 def job_object(cluster: Cluster, name: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ __all__ = ["create", "delete_job", "delete_one", "own"]
 def create(cluster: Cluster, obj: Manifest, ns: str) -> dict[str, Any]:
     """Create ``obj`` in ``ns``; the object as created."""
     path = resource_of(kind_and_name(obj)[0]).path(ns)
-    created: dict[str, Any] = cluster.api.request("POST", path, body=obj)
+    created: dict[str, Any] = cluster.api.create(path, obj)
     return created
 
 
@@ -36,9 +36,7 @@ def own(cluster: Cluster, job: dict[str, Any], created: list[tuple[str, str]], n
         path = OWNED[kind].path(ns, name)
         body = {"metadata": {"ownerReferences": [ref]}}
         try:
-            cluster.api.request(
-                "PATCH", path, body=body, content_type="application/merge-patch+json"
-            )
+            cluster.api.patch(path, body)
         except ClusterError:
             delete_job(cluster, job["kind"], job["metadata"]["name"], ns)
             raise

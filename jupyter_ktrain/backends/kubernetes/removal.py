@@ -13,7 +13,7 @@ from .client.resources import POD, job_resource
 from .client.retries import ApiFailure
 from .cluster import Cluster
 from .labels import JOB_LABEL
-from .lookup import kind_of, stop_watch
+from .lookup import forget_kind, kind_of, stop_watch
 from .objects import delete_job, delete_one
 from .plans.metrics import metrics_service_name
 from .status.history import ClusterHistory, cancelled
@@ -50,13 +50,13 @@ class Removal:
         delete_job(cluster, kind, name, ns)
         delete_one(cluster, "ConfigMap", f"{name}-code", ns)
         delete_one(cluster, "Service", metrics_service_name(name), ns)
-        with contextlib.suppress(ApiFailure):  # 404 too where the CRD is not installed
+        with contextlib.suppress(ApiFailure):  # where it may not be deleted (RBAC)
             delete_one(cluster, "ServiceMonitor", metrics_service_name(name), ns)
         selector = {"labelSelector": f"{JOB_LABEL}={name}"}
         job_path = job_resource(KIND_TABLE[kind]).path(ns, name)
         deadline = time.monotonic() + DELETE_WAIT_S
         while True:
-            left = cluster.api.get(POD.path(ns), selector).get("items") or []
+            left = cluster.api.items(POD.path(ns), selector)
             job_left = cluster.api.exists(job_path)
             if not left and not job_left:
                 break
@@ -69,8 +69,8 @@ class Removal:
             for pod in left:
                 delete_one(cluster, "Pod", pod["metadata"]["name"], ns)
             time.sleep(0.2)
-        cluster.kinds.pop(name, None)
-        cluster.runtimes.pop(name, None)
+        forget_kind(cluster, name)
+        cluster.runtimes.forget(name)
 
     def _keep(self, name: str, by: str) -> None:
         """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,

@@ -15,7 +15,7 @@ from ..base import LaunchPlan
 from ..warm import warm_shape
 from .client.resources import job_resource
 from .cluster import Cluster
-from .lookup import watch
+from .lookup import remember_kind, watch
 from .objects import create, delete_one, own
 from .plans.plan import KubernetesRequest, kind_and_name
 from .plans.preflight import run_preflight
@@ -67,7 +67,7 @@ class Submitter:
             for kind, name in created:
                 delete_one(cluster, kind, name, ns)
             raise
-        cluster.kinds[spec.name] = spec.kind
+        remember_kind(cluster, spec.name, spec.kind)
         self.history.started(spec.name)
         watch(cluster, spec.name)
         if spec.warm:

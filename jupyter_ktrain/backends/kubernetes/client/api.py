@@ -30,6 +30,7 @@ __all__ = [
     "Api",
     "ExecLost",
     "ExecResult",
+    "WatchExpired",
     "in_cluster",
 ]
 
@@ -42,6 +43,11 @@ def in_cluster() -> bool:
     ``KUBERNETES_SERVICE_HOST`` and the service account's projected token (a Kubeflow notebook
     pod runs as its profile's ``default-editor``)."""
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
+
+
+class WatchExpired(ClusterError):
+    """A watch's ``resourceVersion`` is too old (``410 Gone``, on open or as an ERROR event):
+    list the collection again and watch from there."""
 
 
 class ExecLost(ClusterError):
@@ -240,8 +246,56 @@ class Api:
             raise
         return True
 
+    def replace(self, path: str, body: Any) -> Any:
+        """PUT ``body`` over the object at ``path`` (a 409 when its resourceVersion is not the
+        server's any more); the object as now."""
+        return self.request("PUT", path, body=body)
+
     def exists(self, path: str) -> bool:
         return self.find(path) is not None
+
+    def logs(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        read_timeout: float | None = None,
+        partial: bool = False,
+    ) -> Iterator[bytes]:
+        """The lines of a pod's ``pods/log`` at ``path`` (see :meth:`stream_lines`); none when
+        the pod is gone (404) or its container has no log to give (400: not running yet, or
+        no previous instance)."""
+        try:
+            yield from self.stream_lines(path, query, read_timeout=read_timeout, partial=partial)
+        except ApiFailure as exc:
+            if exc.status not in (400, 404):
+                raise
+
+    def watch(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        read_timeout: float | None = None,
+        opened: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """WATCH the collection at ``path``: (type, object) of each event, bookmarks too, until
+        the server ends the stream. :class:`WatchExpired` when the version asked for is too
+        old; another ERROR event is a ClusterError. ``opened``: see :meth:`stream_lines`."""
+        try:
+            for raw in self.stream_lines(path, query, read_timeout=read_timeout, opened=opened):
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                kind, obj = str(event.get("type")), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise WatchExpired(f"watch {path}: {obj.get('message', obj)}")
+                    raise ClusterError(f"watch {path}: {obj.get('message', obj)}")
+                yield kind, obj
+        except ApiFailure as exc:
+            if exc.status == 410:
+                raise WatchExpired(str(exc)) from None
+            raise
 
     def stream_lines(
         self,

@@ -30,7 +30,6 @@ from ...logsource import LogSource
 from ..client.api import Api
 from ..client.fields import ContainerStatus, container_statuses, pod_phase
 from ..client.resources import POD
-from ..client.retries import ApiFailure
 from ..status.watch import JobWatch
 
 __all__ = ["FollowedLines", "PodLogSource", "format_stamp", "parse_timestamp", "split_stamped"]
@@ -289,13 +288,8 @@ class PodLogSource(LogSource):
         return job is None or job_state(job)[0] in ("Succeeded", "Failed")
 
     def _fresh_pod(self) -> dict[str, Any] | None:
-        try:
-            pod: dict[str, Any] = self.api.get(self._path()[: -len("/log")])
-            return pod
-        except ApiFailure as exc:
-            if exc.status == 404:
-                return None
-            raise
+        pod: dict[str, Any] | None = self.api.find(self._path()[: -len("/log")])
+        return pod
 
     def _run(self) -> None:
         try:
@@ -356,30 +350,16 @@ class PodLogSource(LogSource):
 
     def _follow(self) -> int:
         self._dedupe.reconnect()
-        try:
-            return self._emit(self.api.stream_lines(self._path(), self._query(follow=True)))
-        except ApiFailure as exc:
-            # 400: the container is not running (yet, or any more); 404: the pod was deleted
-            if exc.status not in (400, 404):
-                raise
-            return 0
+        # nothing when the container is not running (yet, or any more) or the pod was deleted
+        return self._emit(self.api.logs(self._path(), self._query(follow=True)))
 
     def _emit_since(self) -> int:
         self._dedupe.reconnect()
-        try:
-            return self._emit(self.api.stream_lines(self._path(), self._query(follow=False)))
-        except ApiFailure as exc:
-            if exc.status not in (400, 404):
-                raise
-            return 0
+        return self._emit(self.api.logs(self._path(), self._query(follow=False)))
 
     def _previous(self) -> None:
         self._dedupe.reconnect()
-        try:
-            self._emit(self.api.stream_lines(self._path(), self._query(False, previous=True)))
-        except ApiFailure as exc:
-            if exc.status not in (400, 404):
-                raise
+        self._emit(self.api.logs(self._path(), self._query(False, previous=True)))
 
 
 def _pod_done(pod: dict[str, Any]) -> bool:

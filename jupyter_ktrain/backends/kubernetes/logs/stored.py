@@ -10,7 +10,6 @@ from typing import Any
 from ....kinds import job_kind
 from ..client.fields import restarts
 from ..client.resources import POD
-from ..client.retries import ApiFailure
 from ..cluster import Cluster
 from ..status.derive import replica_pods
 from .pod import FollowedLines
@@ -37,12 +36,8 @@ def stored_logs(
             query["timestamps"] = True
         passes = [{**query, "previous": True}] if restarts(obj) else []
         for q in [*passes, query]:
-            try:
-                for raw in cluster.api.stream_lines(path, q, partial=True):
-                    yield pod, raw.decode("utf-8", "replace")
-            except ApiFailure as exc:
-                if exc.status not in (400, 404):
-                    raise
+            for raw in cluster.api.logs(path, q, partial=True):
+                yield pod, raw.decode("utf-8", "replace")
 
 
 def log_request(cluster: Cluster, job: Mapping[str, Any], pod: str) -> tuple[str, dict[str, Any]]:

@@ -38,7 +38,7 @@ class JobLogs:
             return []
         container = KIND_TABLE[job.get("kind") or kind_of(self.cluster, name)].container
         pods = [p for p in replica_pods(job) or sorted(found.pods) if p not in known]
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         if rt.followed is None:
             rt.followed = FollowedLines.of_job(job)
         api = self.cluster.api

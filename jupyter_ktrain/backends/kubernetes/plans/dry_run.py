@@ -135,19 +135,19 @@ class Planner:
         )
         api = self.cluster.api
         try:
-            cluster_runtime = api.get(CLUSTER_TRAINING_RUNTIME.path(name=spec.runtime))
+            cluster_runtime = api.find(CLUSTER_TRAINING_RUNTIME.path(name=spec.runtime))
         except ApiFailure as exc:
-            if exc.status == 404:
-                raise PreflightError(
-                    [
-                        f"ClusterTrainingRuntime {spec.runtime!r} does not exist: pick one of "
-                        "`kubectl get clustertrainingruntimes` with --runtime, or ask an admin "
-                        "to install Trainer's runtimes."
-                    ]
-                ) from None
             if exc.status != 403:
                 raise
             return request, (f"cannot read it (RBAC): {as_it_is}",)
+        if cluster_runtime is None:
+            raise PreflightError(
+                [
+                    f"ClusterTrainingRuntime {spec.runtime!r} does not exist: pick one of "
+                    "`kubectl get clustertrainingruntimes` with --runtime, or ask an admin "
+                    "to install Trainer's runtimes."
+                ]
+            )
         group, plural = TRAINING_RUNTIME.group, TRAINING_RUNTIME.plural
         wanted = (Access("create", plural, group), Access("patch", plural, group))
         if not may(api, request.namespace, *wanted):

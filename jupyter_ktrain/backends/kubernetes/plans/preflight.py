@@ -90,11 +90,12 @@ def required_access(
 def serves_service_monitors(api: Api) -> bool:
     """Whether the Prometheus operator's ServiceMonitor API is served (its CRDs exist)."""
     try:
-        resources = api.get(f"/apis/{SERVICE_MONITOR.api_version}").get("resources") or []
+        served = api.find(f"/apis/{SERVICE_MONITOR.api_version}")
     except ApiFailure as exc:
-        if exc.status in (403, 404):
+        if exc.status == 403:
             return False
         raise
+    resources = (served or {}).get("resources") or []
     return any(r.get("name") == SERVICE_MONITOR.plural for r in resources)
 
 
@@ -148,12 +149,7 @@ def unchecked_line(skipped: list[str]) -> list[str]:
 
 def _crd(api: Api, spec: JobSpec) -> list[str]:
     job = job_resource(KIND_TABLE[spec.kind])
-    try:
-        resources = api.get(f"/apis/{job.api_version}").get("resources") or []
-    except ApiFailure as exc:
-        if exc.status != 404:
-            raise
-        resources = []
+    resources = (api.find(f"/apis/{job.api_version}") or {}).get("resources") or []
     if any(r.get("name") == job.plural for r in resources):
         return []
     return [
@@ -165,14 +161,11 @@ def _crd(api: Api, spec: JobSpec) -> list[str]:
 def _namespace(api: Api, namespace: str) -> bool | None:
     """Whether the namespace exists; None when this user may not read namespaces."""
     try:
-        api.get(f"/api/v1/namespaces/{namespace}")
+        return api.find(f"/api/v1/namespaces/{namespace}") is not None
     except ApiFailure as exc:
-        if exc.status == 404:
-            return False
         if exc.status != 403:
             raise
         return None
-    return True
 
 
 def _namespace_problems(exists: bool | None, denials: list[list[str]], namespace: str) -> list[str]:
@@ -209,9 +202,7 @@ def _access(api: Api, access: Access, namespace: str) -> list[str]:
         "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": attrs},
     }
-    answer = api.request(
-        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
-    )
+    answer = api.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
     if (answer.get("status") or {}).get("allowed"):
         return []
     res = access.describe().split(" ", 1)[1]
@@ -226,15 +217,13 @@ def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] 
     """The object, {} when it cannot be checked (403: ``what`` goes to ``warnings``), None
     when it does not exist."""
     try:
-        found: dict[str, Any] = api.get(path)
-        return found
+        found: dict[str, Any] | None = api.find(path)
     except ApiFailure as exc:
-        if exc.status == 404:
-            return None
-        if exc.status == 403:
-            warnings.append(what)
-            return {}
-        raise
+        if exc.status != 403:
+            raise
+        warnings.append(what)
+        return {}
+    return found
 
 
 def _references(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> list[str]:
@@ -282,19 +271,20 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
     s = spec.scheduling
     if s.queue:
         try:
-            api.get(f"/apis/scheduling.volcano.sh/v1beta1/queues/{s.queue}")
+            there: bool | None = api.exists(f"/apis/scheduling.volcano.sh/v1beta1/queues/{s.queue}")
         except ApiFailure as exc:
-            if exc.status not in (403, 404):
+            if exc.status != 403:
                 raise
             # a user who may not read cluster-scoped queues gets 403 whether or not Volcano is
             # there: discovery (readable by everyone) tells which
-            if exc.status == 404 or not api.exists("/apis/scheduling.volcano.sh"):
-                out.append(
-                    f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
-                    f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
-                )
-            else:  # the job waits if it does not exist
-                warnings.append(f"Volcano queue {s.queue!r} (--queue)")
+            there = None if api.exists("/apis/scheduling.volcano.sh") else False
+        if there is False:
+            out.append(
+                f"Volcano queue {s.queue!r} (--queue) does not exist (or Volcano is not "
+                f"installed): create it (vcctl queue create -n {s.queue}) or drop --queue."
+            )
+        elif there is None:  # the job waits if it does not exist
+            warnings.append(f"Volcano queue {s.queue!r} (--queue)")
     if s.kueue_queue:
         problem = _kueue_queue_problem(api, namespace, s.kueue_queue, warnings)
         if problem:
@@ -320,7 +310,7 @@ def _kueue_queue_problem(api: Api, namespace: str, queue: str, warnings: list[st
     if _get(api, path, warnings, what) is not None:  # there, or not readable (named)
         return ""
     try:
-        items = api.get(queues.path(namespace)).get("items") or []
+        items = api.items(queues.path(namespace))
         names = sorted(str(i["metadata"]["name"]) for i in items)
     except ApiFailure:
         names = []
@@ -406,7 +396,7 @@ def _nodes(api: Api, spec: JobSpec, warnings: list[str]) -> list[str]:
     if not want:
         return []
     try:
-        nodes = api.get("/api/v1/nodes").get("items") or []
+        nodes = api.items("/api/v1/nodes")
     except ApiFailure as exc:
         if exc.status != 403:
             raise

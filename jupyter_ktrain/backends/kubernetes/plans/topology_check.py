@@ -31,13 +31,12 @@ class _Unreadable(Exception):
 def _get(api: Any, path: str) -> dict[str, Any] | None:
     """The object, None when it does not exist; :class:`_Unreadable` when it may not be read."""
     try:
-        return dict(api.get(path))
+        found = api.find(path)
     except ApiFailure as exc:
-        if exc.status == 404:
-            return None
         if exc.status in (401, 403):
             raise _Unreadable(path) from None
         raise
+    return None if found is None else dict(found)
 
 
 def _match(level: str, labels: list[str]) -> str | None:

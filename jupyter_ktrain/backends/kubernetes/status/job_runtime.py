@@ -13,9 +13,32 @@ from ....pod.protocol import Exit, Metric, Resume, parse_line
 from ..logs.pod import FollowedLines
 from ..warm.orders import RunBook
 
-__all__ = ["TAIL_LINES", "JobRuntime"]
+__all__ = ["TAIL_LINES", "JobRuntime", "Runtimes"]
 
 TAIL_LINES = 50
+
+
+class Runtimes:
+    """The cluster context's registry of what each job's logs told this process: job ->
+    :class:`JobRuntime`, made when first asked for. Written here only."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobRuntime] = {}
+
+    def of(self, name: str) -> JobRuntime:
+        """The job's runtime; a new, empty one when this process has none yet."""
+        found = self._jobs.get(name)
+        if found is None:
+            found = self._jobs.setdefault(name, JobRuntime())
+        return found
+
+    def get(self, name: str) -> JobRuntime | None:
+        """The job's runtime if this process has one (none is made)."""
+        return self._jobs.get(name)
+
+    def forget(self, name: str) -> None:
+        """Drop what the job's logs told (it was deleted)."""
+        self._jobs.pop(name, None)
 
 
 class JobRuntime:

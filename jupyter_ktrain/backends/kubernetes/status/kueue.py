@@ -160,12 +160,16 @@ class QueuePositions:
             return pos
         path = PENDING_WORKLOADS.path(namespace)
         try:
-            got = api.get(f"{path}/{info.queue}/pendingworkloads")
+            got = api.find(f"{path}/{info.queue}/pendingworkloads")
         except ClusterError as exc:
-            # not served (404) or not allowed (403): not asked again; anything else (503 while
-            # the aggregated API comes up) is asked again after every_s
-            if getattr(exc, "status", None) in (403, 404):
+            # not allowed (403): not asked again; anything else (503 while the aggregated API
+            # comes up) is asked again after every_s
+            if getattr(exc, "status", None) == 403:
                 self.served = False
+            self._last[name] = (time.monotonic(), pos)
+            return pos
+        if got is None:  # not served (404): not asked again
+            self.served = False
             self._last[name] = (time.monotonic(), pos)
             return pos
         self.served = True
@@ -180,7 +184,7 @@ class QueuePositions:
         if not any(QUEUE_LABEL in labels_of(j) for j in jobs):
             return []
         try:
-            got = api.get(WORKLOAD.path(namespace))
+            found: list[dict[str, Any]] = api.items(WORKLOAD.path(namespace))
         except ClusterError:
             return []
-        return list(got.get("items") or [])
+        return found

@@ -106,7 +106,7 @@ class JobListing:
                 "batch.kubernetes.io/job-completion-index=0"
             )
             path = POD.path(self.cluster.namespace)
-            found = self.cluster.api.get(path, {"labelSelector": selector}).get("items") or []
+            found = self.cluster.api.items(path, {"labelSelector": selector})
             pods = [p["metadata"]["name"] for p in found]
         if not pods:
             return None
@@ -114,6 +114,6 @@ class JobListing:
         query["tailLines"] = PROGRESS_TAIL_LINES
         rt = JobRuntime()  # the same reading of records as a followed job's
         # a stalled read ends the tail (what came is used): a list never hangs on one pod
-        for raw in self.cluster.api.stream_lines(path, query, read_timeout=10.0, partial=True):
+        for raw in self.cluster.api.logs(path, query, read_timeout=10.0, partial=True):
             rt.on_line(pods[0], 0, raw.decode("utf-8", "replace"))
         return rt.progress.progress

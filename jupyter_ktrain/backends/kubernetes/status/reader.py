@@ -17,7 +17,7 @@ from ..cluster import Cluster
 from ..labels import WARM_LABEL
 from ..logs.pod import split_stamped
 from ..logs.stored import stored_logs
-from ..lookup import stop_watch, watch
+from ..lookup import forget_kind, stop_watch, watch
 from ..warm.ledger import WarmLedger
 from .derive import build_status, job_shape, job_state
 from .history import ClusterHistory
@@ -43,7 +43,7 @@ class JobStatuses:
         job = found.job
         if job is None:
             stop_watch(self.cluster, name)
-            self.cluster.kinds.pop(name, None)
+            forget_kind(self.cluster, name)
             ns = self.cluster.namespace
             gone = JobNotFound(f"Job {name!r} is gone from namespace {ns!r}.")
             return self.history.gone(name, gone).status
@@ -53,7 +53,7 @@ class JobStatuses:
         return status
 
     def _live(self, name: str, found: JobWatch, job: dict[str, Any]) -> JobStatus:
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         if job_state(job)[0] == FAILED and not rt.loaded:
             # the operator may declare the job Failed before the followed streams reached
             # every rank's exit record: read them from the stored logs once, with the kubelet's

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import threading
 import time
 import weakref
@@ -25,10 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ....errors import ClusterError
-from ..client.api import Api
+from ..client.api import Api, WatchExpired
 from ..client.fields import container_statuses, labels_of, pod_phase
 from ..client.resources import EVENT, POD, WORKLOAD, Resource
-from ..client.retries import ApiFailure
 from ..labels import JOB_LABEL
 from . import kueue
 
@@ -85,7 +83,7 @@ class Informer:
             end()
 
     def _list(self) -> None:
-        data = self.api.request("GET", self.path, self.query)
+        data = self.api.get(self.path, self.query)
         fresh = {o["metadata"]["name"]: o for o in data.get("items") or []}
         gone = set(self.objects) - set(fresh)
         self.objects = fresh
@@ -106,32 +104,26 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_TIMEOUT_S),
         }
-        lines = self.api.stream_lines(
+        events = self.api.watch(
             self.path, query, read_timeout=WATCH_TIMEOUT_S + 30, opened=self._opened
         )
-        for raw in lines:
-            if self._stop.is_set():
-                return True
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                continue
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    return False
-                raise ClusterError(f"watch {self.path}: {obj.get('message', obj)}")
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                self._rv = rv
-            if kind == "BOOKMARK":
-                continue
-            name = obj["metadata"]["name"]
-            if kind == "DELETED":
-                self.objects.pop(name, None)
-            else:
-                self.objects[name] = obj
-            self.on_change(kind, obj)
+        try:
+            for kind, obj in events:
+                if self._stop.is_set():
+                    return True
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if rv:
+                    self._rv = rv
+                if kind == "BOOKMARK":
+                    continue
+                name = obj["metadata"]["name"]
+                if kind == "DELETED":
+                    self.objects.pop(name, None)
+                else:
+                    self.objects[name] = obj
+                self.on_change(kind, obj)
+        except WatchExpired:
+            return False
         return True
 
     def _run(self) -> None:
@@ -143,12 +135,6 @@ class Informer:
                     need_list = False
                 need_list = not self._watch_once()
                 backoff = 0.2
-            except ApiFailure as exc:
-                if exc.status == 410:
-                    need_list = True
-                    continue
-                self._failed(exc, backoff)
-                backoff = min(backoff * 2, 5.0)
             except ClusterError as exc:
                 self._failed(exc, backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -47,17 +47,13 @@ class Courier:
         """The job's key, from its Secret (read once)."""
         if (namespace, job) not in self._keys:
             path = SECRET.path(namespace, warm_secret(job))
-            try:
-                secret = self.api.get(path)
-            except ApiFailure as exc:
-                if exc.status == 404:
-                    raise BackendError(
-                        f"The warm job {job!r} has no key (Secret {warm_secret(job)!r} is "
-                        "missing: the job was made by an older jupyter-ktrain, or the Secret "
-                        f"was deleted). End it with `%ktrain delete {job}` and run the cell "
-                        "again."
-                    ) from None
-                raise
+            secret = self.api.find(path)
+            if secret is None:
+                raise BackendError(
+                    f"The warm job {job!r} has no key (Secret {warm_secret(job)!r} is "
+                    "missing: the job was made by an older jupyter-ktrain, or the Secret "
+                    f"was deleted). End it with `%ktrain delete {job}` and run the cell again."
+                )
             raw = (secret.get("data") or {}).get(KEY_FIELD, "")
             self._keys[(namespace, job)] = base64.b64decode(raw).decode()
         return self._keys[(namespace, job)]
@@ -65,7 +61,7 @@ class Courier:
     def pods(self, namespace: str, job: str) -> list[tuple[str, str, str]]:
         """(pod, container, python) of each running pod of the job's warm agents."""
         path = POD.path(namespace)
-        items = self.api.get(path, {"labelSelector": f"{JOB_LABEL}={job}"}).get("items") or []
+        items = self.api.items(path, {"labelSelector": f"{JOB_LABEL}={job}"})
         out = []
         for pod in items:
             if pod_phase(pod) != "Running":

@@ -45,7 +45,7 @@ class WarmLedger:
     def put_configmap(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Write the ledger (409 when another kernel wrote it first); the ConfigMap as now."""
         path = CONFIG_MAP.path(self.cluster.namespace, f"{name}-code")
-        got: dict[str, Any] = self.cluster.api.request("PUT", path, body=body)
+        got: dict[str, Any] = self.cluster.api.replace(path, body)
         return got
 
     def control(self, name: str) -> dict[str, Any]:
@@ -55,7 +55,7 @@ class WarmLedger:
     def book(self, name: str) -> RunBook:
         """The job's runs: as followed, or read from its pods' stored logs when no run is
         followed in this process (a cancel from another cell, a new kernel)."""
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         if rt.followers:
             return rt.book
         book = RunBook()

@@ -26,7 +26,7 @@ from ..client.retries import ApiFailure
 from ..cluster import BACKEND_NAME, Cluster
 from ..labels import SHAPE_ANNOTATION, WARM_LABEL
 from ..logs.streams import JobLogs
-from ..lookup import job_object, job_objects
+from ..lookup import job_object, job_objects, remember_kind
 from ..plans.plan import KubernetesRequest, describe
 from ..status.derive import job_state
 from ..status.job_runtime import JobRuntime
@@ -195,7 +195,7 @@ class WarmJobs:
             problems = self.courier.deliver(self.cluster.namespace, name, now, self._nodes(name))
             if problems:
                 self._stop_undelivered(name, run, problems)
-            self.cluster.kinds[name] = plan.spec.kind
+            remember_kind(self.cluster, name, plan.spec.kind)
             return run
         raise BackendError(f"Could not order a run on the warm job {name!r} (conflicts).")
 
@@ -213,7 +213,7 @@ class WarmJobs:
 
     def _stopping(self, name: str, run: int) -> bool:
         """Run ``run`` failed on a node or was ordered to stop: its other nodes are ending it."""
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         if run in rt.aborted:
             return True
         return bool(self.ledger.book(name).failed_nodes(run)) or str(run) in (
@@ -236,7 +236,7 @@ class WarmJobs:
     def run_status(self, name: str, run: int) -> JobStatus:
         job = self.statuses.status(name)
         nodes = self._nodes(name)
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         book = self.ledger.book(name)
         with rt.lock:
             status = book.status(name, run, nodes, job)
@@ -254,7 +254,7 @@ class WarmJobs:
         return status
 
     def run_log_sources(self, name: str, run: int) -> list[LogSource]:
-        rt = self.cluster.runtimes[name]
+        rt = self.cluster.runtimes.of(name)
         return [_RunSource(s, run, rt) for s in self.logs.sources(name)]
 
     def read_run_logs(self, name: str, run: int) -> Iterator[tuple[str, str]]:
