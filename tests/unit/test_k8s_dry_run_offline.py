@@ -14,20 +14,25 @@ FLAGS = (
 )
 
 
+@pytest.mark.parametrize("namespace", ["", " --namespace ai-training"])
 def test_dry_run_needs_no_cluster(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    namespace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """With its namespace given, nothing asks the cluster for one: the render still needs
+    none (the topology check connected, and a dry run without a kubeconfig failed)."""
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     sh = InteractiveShell.instance()
     sh.reset(new_session=True)
     sh.extension_manager.load_extension("jupyter_ktrain")
     assert sh.run_cell("def train(model, epochs):\n    return epochs", store_history=True).success
-    job = sh.run_cell_magic("ktrain", FLAGS, 'train(model="meta-llama/Llama-2-13b-hf", epochs=3)')
+    cell = 'train(model="meta-llama/Llama-2-13b-hf", epochs=3)'
+    job = sh.run_cell_magic("ktrain", FLAGS + namespace, cell)
     out = capsys.readouterr().out
     assert job.dry_run
     kinds = [o["kind"] for o in job.plan.request.objects]
     assert kinds == ["ConfigMap", "PyTorchJob"]
-    assert "namespace shown as 'default'" in out
+    if not namespace:
+        assert "namespace shown as 'default'" in out
     for text in (
         "kind: PyTorchJob",
         "NCCL_IB_GID_INDEX",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....errors import ClusterError, PreflightError, SpecError
 from ....kinds import KIND_TABLE
@@ -63,7 +63,7 @@ class Planner:
         offline = bool(notes)
         spec, notes = self._default_queue(spec, notes)
         spec = self._default_topology(spec)
-        spec, checked = check_topology(None if offline else cluster.api, spec)
+        spec, checked = check_topology(self._topology_api(spec, offline), spec)
         monitor, notes = self._service_monitor(spec, notes)
         registry = cluster.config.registry or None
         request, files = render_request(spec, program, registry=registry, service_monitor=monitor)
@@ -72,6 +72,17 @@ class Planner:
         notes = (*notes, *checked)
         text = describe(request)
         return LaunchPlan(spec, program, BACKEND_NAME, request, text, files, notes)
+
+    def _topology_api(self, spec: JobSpec, offline: bool) -> Any:
+        """The API that checks a ``--topology`` level against the queue's Topology; None where
+        nothing asks for one or no cluster is there to read (a dry run renders without one: a
+        job whose namespace is given never touched the cluster before this)."""
+        if offline or spec.scheduling.placement is None:
+            return None
+        try:
+            return self.cluster.api
+        except ClusterError:
+            return None
 
     def _default_image(self, spec: JobSpec) -> JobSpec:
         """The image of a job that names none: ``%ktrain config base_image``, else, in a pod
