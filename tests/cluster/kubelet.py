@@ -18,8 +18,11 @@ on the real node:
   the real node runs the image's own interpreter with only what the image holds.
 - PID 1: a container's first process here is not PID 1 (the PID namespace is shared), so
   orphans are not handed to it; on the real node the agent is PID 1 and reaps them.
-- signals on deletion: both send SIGTERM to the container's first process, then SIGKILL after
-  the grace period.
+- signals on deletion: both send SIGTERM to the container's first process, then SIGKILL; the
+  real kubelet after the pod's grace period (``terminationGracePeriodSeconds``, 30 s by
+  default), this one after 3 s, whatever the pod says. A torchrun that takes longer than 3 s to
+  stop its ranks (a loaded machine) ends 137 here where a real node sees 143:
+  ``test_k8s_elastic_resume``'s deleted worker asserts 143 and fails then.
 - memory limits are not enforced: ``OOMKilled`` comes only on request (``Faults.oom_kill``);
   the real node's cgroup kills the process and containerd reports ``OOMKilled``, exit 137.
 - capabilities: containers here run with root's full set (``IPC_LOCK`` whether asked or not);
