@@ -60,21 +60,27 @@ __all__ = [
     "TrialState",
     "View",
     "WarmInfo",
+    "Word",
     "complete_exit_codes",
     "is_terminal",
 ]
 
 
-class JobState(str, enum.Enum):
-    """A job's state. A member is its word (``str(RUNNING) == "Running"``, equal and hashed
-    alike), so a state read as a string from ``state.json`` or an API matches it. Whether a
-    state is an end: :func:`is_terminal`."""
+class Word(str, enum.Enum):
+    """The base of every enum whose member is its word: ``str(m)``, ``f"{m}"``, equality and
+    hash are the word's, so a word read as a string (a JSON file, an API) matches it."""
 
     __str__ = str.__str__
     __hash__ = str.__hash__
 
     def __format__(self, spec: str) -> str:
         return str.__format__(str(self), spec)
+
+
+class JobState(Word):
+    """A job's state. A member is its word (``str(RUNNING) == "Running"``, equal and hashed
+    alike), so a state read as a string from ``state.json`` or an API matches it. Whether a
+    state is an end: :func:`is_terminal`."""
 
     PENDING = "Pending"
     QUEUED = "Queued"  # waiting in a queue (Kueue) for quota: created, not yet admitted
@@ -118,16 +124,10 @@ def is_terminal(state: str | None) -> bool:
     return state in TERMINAL_STATES
 
 
-class ReplicaPhase(str, enum.Enum):
+class ReplicaPhase(Word):
     """A replica's phase. A member is its word, as :class:`JobState`'s are, so a phase read as a
     string (a pod's ``status.phase``, a history file's) matches it; a word this version does not
     know reads as :attr:`UNKNOWN`. A pod's phases, then the words the backends and views add."""
-
-    __str__ = str.__str__
-    __hash__ = str.__hash__
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(str(self), spec)
 
     PENDING = "Pending"
     QUEUED = "Queued"
@@ -147,16 +147,10 @@ class ReplicaPhase(str, enum.Enum):
         return cls.UNKNOWN
 
 
-class TrialState(str, enum.Enum):
+class TrialState(Word):
     """A sweep trial's state: its job's (running, or how it ended: the words of
     :class:`JobState`, one word each) or ``Pruned`` (stopped by the sweep's pruning rule). A
     member is its word, as :class:`JobState`'s are."""
-
-    __str__ = str.__str__
-    __hash__ = str.__hash__
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(str(self), spec)
 
     RUNNING = JobState.RUNNING.value
     SUCCEEDED = JobState.SUCCEEDED.value

@@ -22,14 +22,13 @@ An entry a file lacks takes its default; one this version does not know is ignor
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..jobs import TrialState
+from ..jobs import TrialState, Word
 from .files import make_private_dirs, replace_private, store_error
 from .home import ktrain_home
 from .versions import versioned
@@ -49,17 +48,11 @@ __all__ = [
 SWEEP_VERSION = 1
 
 
-class SweepState(str, enum.Enum):
+class SweepState(Word):
     """A sweep's state: Running while its process runs it, then Done, Stopped (at a failed
     trial, ``--stop-on-failure``) or Interrupted. A member is its word (as
     :class:`~jupyter_ktrain.jobs.JobState`'s); a word this version does not know reads as
     Interrupted."""
-
-    __str__ = str.__str__
-    __hash__ = str.__hash__
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(str(self), spec)
 
     RUNNING = "Running"
     DONE = "Done"
