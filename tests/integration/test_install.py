@@ -1,6 +1,7 @@
 """jupyter-ktrain installed as users install it: built the standard way from a clean copy of
-the repository (``python -m build``), then ``pip install``-ed into fresh virtual environments,
-and used from there alone (see ``tests/install_env.py``).
+the repository (``python -m build``), then installed into fresh virtual environments (by ``uv
+pip install``, and by pip for the bare install), and used from there alone (see
+``tests/install_env.py``).
 
 - The wheel and the sdist both carry the side panel and its ``install.json``; a build without
   npm fails and says what to install.
@@ -120,7 +121,7 @@ def _version(dists: Dists) -> str:
 def installed(
     request: pytest.FixtureRequest, dists: Dists, tmp_path: Path
 ) -> Iterator[tuple[str, Venv]]:
-    """The wheel with the newest JupyterLab, or the sdist (pip builds its wheel) with the
+    """The wheel with the newest JupyterLab, or the sdist (the installer builds its wheel) with the
     oldest supported one; both with the notebook and kubernetes extras, torch provided."""
     which = request.param
     artefact, lab = (dists.wheel, NEWEST) if which == "wheel" else (dists.sdist, OLDEST)
@@ -305,7 +306,7 @@ def test_a_partial_install_says_the_missing_piece_and_its_fix_in_one_line(
     home = tmp_path / "ktrain-home"
     # the base package and a kernel: no extras, no torch, no ipywidgets
     venv = make_venv(tmp_path / "venv", [str(dists.wheel), "ipykernel"], _log("pip-bare"),
-                     torch=False, home=home)  # fmt: skip
+                     torch=False, home=home, installer="pip")  # fmt: skip
     (tmp_path / "train.py").write_text(SCRIPT)
     # no torch: the local backend refuses the job before making it
     done = subprocess.run([venv.python, "train.py"], env=venv.env, cwd=tmp_path,
