@@ -24,6 +24,7 @@ pytest.importorskip("kubernetes")
 from tests.cluster import realnode
 from tests.cluster.node_host import machine_state
 from tests.cluster.realnode import LABEL, RealNode
+from tests.notebook_cells import reported
 
 from .k8s_helpers import configured_shell, wait_for
 
@@ -96,6 +97,7 @@ def ranks_where():
 """
 RAY_CELLS = """
 import os, socket, sys, time
+import jupyter_ktrain as ktrain
 import ray
 
 def ray_where(n):
@@ -104,6 +106,7 @@ def ray_where(n):
     @ray.remote(scheduling_strategy="SPREAD")
     def where(i):
         time.sleep(1)
+        ktrain.report(step=i, task=float(i))
         print(f"task {i} on {socket.gethostname()} interpreter {sys.executable} "
               f"{sys.version.split()[0]} ray {ray.__version__}", flush=True)
         return socket.gethostname()
@@ -524,8 +527,24 @@ def test_rayjob_meets_through_the_heads_service(shell, test_cluster, ray_base, c
     out = capsys.readouterr().out
     state = test_cluster.kubectl("get", "rayjob", "real-ray", "-o", "json").stdout
     assert job.state == "Succeeded", (out[-3000:], state[-3000:])
-    hosts = shell.user_ns["hosts"]
+    hosts = shell.user_ns["hosts"]  # the driver's result, from the submitter's log
     assert len(set(hosts)) == 2, (hosts, out[-3000:])  # the head's and the worker's
+    # KubeRay's own pods: a head and a worker, each its own address and Ready by KubeRay's
+    # probes, and KubeRay's submitter Job ran the driver
+    pods = json.loads(test_cluster.kubectl("get", "pods", "-o", "json").stdout)["items"]
+    ray_pods = [p for p in pods if "ray.io/node-type" in p["metadata"]["labels"]]
+    assert set(hosts) <= {p["metadata"]["name"] for p in ray_pods}, (hosts, out[-3000:])
+    types = sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods)
+    assert types == ["head", "worker"], types
+    assert all(p["status"]["containerStatuses"][0]["ready"] for p in ray_pods), ray_pods
+    assert len({p["status"]["podIP"] for p in ray_pods}) == 2, [p["status"] for p in ray_pods]
+    assert any("job-name" in p["metadata"]["labels"] for p in pods), [p["metadata"] for p in pods]
+    assert "Ray dashboard: http://real-ray-" in out, out[
+        -3000:
+    ]  # the head Service's, as KubeRay says
+    # a report from inside a task is the driver's record (Ray's prefix read through)
+    values = sorted(v for vs in reported(job, "task").values() for v in vs)
+    assert values == [0.0, 1.0, 2.0], (values, out[-3000:])
     tasks = [ln for ln in out.splitlines() if "task " in ln and " interpreter " in ln]
     assert len(tasks) == 3, out[-3000:]
     for line in tasks:  # Debian's Python, with the image's Ray (not this machine's)
