@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ....errors import ClusterError, PreflightError, SpecError
 from ....kinds import KIND_TABLE
 from ...base import LaunchPlan
-from ...warm import check_warm
-from ..client.api import in_cluster
+from ...warm_shape import check_warm
+from ..client.kube_api import in_cluster
 from ..client.resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINING_RUNTIME
 from ..client.retries import ApiFailure
 from ..cluster import BACKEND_NAME, Cluster

@@ -23,7 +23,7 @@ from typing import Any
 from ....errors import PreflightError
 from ....kinds import KIND_TABLE
 from ....spec.job import JobSpec
-from ..client.api import Api
+from ..client.kube_api import Api
 from ..client.resources import (
     LOCAL_QUEUE,
     NETWORK_ATTACHMENT,

@@ -19,8 +19,8 @@ from typing import Any
 from ....errors import BackendError, ClusterError
 from ....pod.agent.deliver import REFUSED, STALE, seal
 from ....pod.agent.mirror import CONFIGMAP_ENV
-from ..client.api import Api, ExecLost
 from ..client.fields import pod_phase
+from ..client.kube_api import Api, ExecLost
 from ..client.resources import POD, SECRET
 from ..client.retries import ApiFailure
 from ..labels import JOB_LABEL

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from ....errors import BackendError, ClusterError, JobNotFound, SpecError
 from ....jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
 from ....pod.protocol import RUN, RUN_END, parse_line, record_type
-from ....store.warm import forget_ended
+from ....store.warm_ledger import forget_ended
 from ...base import LaunchPlan
 from ...logsource import LogSource
-from ...warm import shape_changes, warm_shape
+from ...warm_shape import shape_changes, warm_shape
 from ..client.fields import annotations_of, labels_of
 from ..client.retries import ApiFailure
 from ..cluster import BACKEND_NAME, Cluster
