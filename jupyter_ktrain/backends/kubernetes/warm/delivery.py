@@ -107,7 +107,7 @@ class Courier:
                 )
                 break
             except (ExecLost, ApiFailure) as exc:
-                transient = isinstance(exc, ExecLost) or exc.status >= 500 or exc.status == 429
+                transient = isinstance(exc, ExecLost) or exc.transient
                 if not transient or attempt == EXEC_TRIES:
                     tried = f" (tried {attempt} times)" if attempt > 1 else ""
                     return f"pod {pod}: {exc}{tried}"
