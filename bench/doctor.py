@@ -43,7 +43,7 @@ from jupyter_ktrain.backends.local import LocalBackend  # noqa: E402
 from jupyter_ktrain.hangs import HangWatch  # noqa: E402
 from jupyter_ktrain.monitor.stragglers import StepTimes  # noqa: E402
 from jupyter_ktrain.pod.protocol import Metric, format_rank_line, parse_line  # noqa: E402
-from jupyter_ktrain.stacks import show_stacks  # noqa: E402
+from jupyter_ktrain.rank_stacks import show_stacks  # noqa: E402
 
 WARMUP = 20  # steps left out of a run's median
 

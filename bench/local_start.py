@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from jupyter_ktrain.backends.local import LocalBackend  # noqa: E402
 from jupyter_ktrain.capture import capture  # noqa: E402
-from jupyter_ktrain.monitor.follow import follow  # noqa: E402
+from jupyter_ktrain.monitor.follow_loop import follow  # noqa: E402
 from jupyter_ktrain.spec.job import JobSpec  # noqa: E402
 
 NODES, NPROC, ROUNDS = 2, 2, int(os.environ.get("BENCH_ROUNDS", "5"))

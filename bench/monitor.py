@@ -153,7 +153,7 @@ def throughput(kubeconfig: Path, ns: str) -> dict[str, Any]:
 
     def ours() -> None:
         from jupyter_ktrain.backends.base import Job
-        from jupyter_ktrain.monitor.follow import follow
+        from jupyter_ktrain.monitor.follow_loop import follow
 
         got: dict[int, list[str]] = {}
 

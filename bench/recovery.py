@@ -74,7 +74,7 @@ from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.capture import capture
 from jupyter_ktrain.config import Config
 from jupyter_ktrain.flags import parse_flags, spec_from_args
-from jupyter_ktrain.monitor.follow import follow
+from jupyter_ktrain.monitor.follow_loop import follow
 from tests.cluster.cluster import Cluster
 from tests.resume_cells import SETUP
 

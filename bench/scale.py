@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import comm
 
 from jupyter_ktrain.jobs import JobShape, JobState, JobStatus, ReplicaPhase, ReplicaStatus
-from jupyter_ktrain.monitor.follow import follow
+from jupyter_ktrain.monitor.follow_loop import follow
 from jupyter_ktrain.monitor.live import ModelSink
 from jupyter_ktrain.monitor.model import JobHeader, MonitorModel
 from jupyter_ktrain.pod.protocol import format_rank_line, format_record

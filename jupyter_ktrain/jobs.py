@@ -118,7 +118,7 @@ def is_terminal(state: str | None) -> bool:
 
     ``Deleted`` is a job that is gone: no backend writes it as a job's state (a job deleted
     while followed, or cancelled on a cluster, reads ``Cancelled`` with the reason
-    :data:`DELETED_REASON`: :mod:`jupyter_ktrain.monitor.follow`), and a replica whose pod
+    :data:`DELETED_REASON`: :mod:`jupyter_ktrain.monitor.follow_loop`), and a replica whose pod
     was deleted reads it as its phase (:class:`ReplicaPhase`). A job in it is over all the
     same: nothing it does changes any more, so a follow loop that sees it stops."""
     return state in TERMINAL_STATES

@@ -3,7 +3,7 @@
 Spec validation, rendering, schema validation, the preflight, status and the Kubernetes
 backend all read :data:`KIND_TABLE`; none of them names a kind. Adding a kind is one
 :class:`JobKind` entry here plus its builder, a function of ``(spec, code, labels)``
-registered by name in :mod:`jupyter_ktrain.backends.kubernetes.plans.kinds` (this module imports
+registered by name in :mod:`jupyter_ktrain.backends.kubernetes.plans.builders` (this module imports
 nothing of the backends, so the spec can read it), and its CRD in ``jupyter_ktrain/crds/``.
 
 Pure data: no I/O, no imports of the rest of the package.
@@ -69,7 +69,7 @@ class JobKind:
     plural: str
     crd_file: str  # in jupyter_ktrain/crds/
     container: str  # the container the controller looks for (and reads exit codes from)
-    builder: str  # its builder's name in jupyter_ktrain.backends.kubernetes.plans.kinds
+    builder: str  # its builder's name in jupyter_ktrain.backends.kubernetes.plans.builders
     launcher: Literal["torchrun", "single", "mpirun"]
     replica_key: str | None = None  # "pytorchReplicaSpecs"; None: no replica specs
     replicas: tuple[ReplicaType, ...] = ()  # in node-rank order

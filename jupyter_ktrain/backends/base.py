@@ -30,7 +30,7 @@ from ..words import describe
 from .capabilities import WarmCapable, job_shape, warm_capable
 from .logsource import LogSource
 from .results import progress_from_logs, results_from_lines
-from .warm import check_warm
+from .warm_shape import check_warm
 
 if TYPE_CHECKING:
     from ..capture import CapturedProgram

@@ -51,7 +51,7 @@ class Named(Protocol):
 
 
 class WarmRuns(Protocol):
-    """The runs of a backend's warm jobs: local ``local.warm.LocalWarm``, Kubernetes
+    """The runs of a backend's warm jobs: local ``local.warm_runs.LocalWarm``, Kubernetes
     ``kubernetes.warm_backend.WarmJobs``."""
 
     def latest_run(self, name: str) -> int | None: ...

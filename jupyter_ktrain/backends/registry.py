@@ -33,7 +33,7 @@ def default_backend_name() -> str:
     in a pod with a service account token (a Kubeflow notebook: its cluster is the one the
     pod runs on, its namespace the pod's), else ``local``."""
     from ..config import load_config
-    from .kubernetes.client.api import in_cluster
+    from .kubernetes.client.kube_api import in_cluster
 
     return load_config().backend or ("kubernetes" if in_cluster() else "local")
 

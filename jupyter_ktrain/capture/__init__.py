@@ -1,5 +1,5 @@
 """Notebook cell -> self-contained program (source slice, values, requirements)."""
 
-from .program import CapturedProgram, capture
+from .cell_program import CapturedProgram, capture
 
 __all__ = ["CapturedProgram", "capture"]

@@ -1,4 +1,4 @@
-"""The captured program's text (:mod:`.program` captures, this writes): the notebook's
+"""The captured program's text (:mod:`.cell_program` captures, this writes): the notebook's
 definitions in an order that runs, the values that are not literals in one pickle stream, the
 cell, and the map of the program's lines back to the notebook cells they came from.
 """
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .encode import LOAD_NEXT, encode_together
 from .locate import cell_label
-from .values import LOAD_NEXT, encode_together
 
 __all__ = ["NOT_PICKLED", "Item", "emit", "ordered", "stream_values"]
 

@@ -180,7 +180,7 @@ def build_parser(prog: str = "%%ktrain") -> argparse.ArgumentParser:
 
 
 def _add_sweep_flags(g: argparse._ArgumentGroup) -> None:
-    """The sweep's flags (read by :func:`jupyter_ktrain.sweep_spec.options.sweep_options`)."""
+    """The sweep's flags (read by :func:`jupyter_ktrain.sweep_spec.sweep_options.sweep_options`)."""
     g.add_argument(
         "--sweep",
         action="append",

@@ -30,9 +30,9 @@ from ..runner.options import RunOptions
 from ..runner.run import run as run_job
 from ..runner.source import call_source
 from ..runner.verbs import Job
-from ..sweep.run import check_call, run_sweep
+from ..sweep.driver import check_call, run_sweep
 from ..sweep.trials import Sweep
-from ..sweep_spec.options import SweepOptions, space_texts
+from ..sweep_spec.sweep_options import SweepOptions, space_texts
 
 __all__ = ["run", "submit", "sweep"]
 

@@ -3,11 +3,12 @@
 
 A :class:`Command` names its arguments (:class:`Arg`) and a handler that takes plain values,
 calls one verb of the job service (:mod:`.runner.verbs`; a name that may be a sweep's:
-:mod:`.sweep.verbs`) and renders its result as a :class:`Reply`: the text to print, a figure for
-a front end that can show one, a job to follow, an error to raise after the text. :func:`parse`
-turns ``argv`` into a :class:`Call` (every bad input one :class:`SpecError` saying what was
-wrong and the usage); :func:`help_text` lists the table. To add a line command: write its
-handler, add its row to :data:`COMMANDS`; both front ends and both helps then have it.
+:mod:`.sweep.sweep_verbs`) and renders its result as a :class:`Reply`: the text to print, a
+figure for a front end that can show one, a job to follow, an error to raise after the text.
+:func:`parse` turns ``argv`` into a :class:`Call` (every bad input one :class:`SpecError`
+saying what was wrong and the usage); :func:`help_text` lists the table. To add a line
+command: write its handler, add its row to :data:`COMMANDS`; both front ends and both helps
+then have it.
 
 Messages name commands as typed in a notebook (``%ktrain X``); the console script rewords them
 for a shell. Nothing here imports IPython.
@@ -26,8 +27,8 @@ from ..runner import verbs
 from ..runner.verbs import PROFILE_STEPS, Job, Target
 from ..spec.job import check_job_name
 from ..spec.values import parse_duration
-from ..sweep import verbs as sweep_verbs
-from ..tracking import compare as comparing
+from ..sweep import sweep_verbs
+from ..tracking import side_by_side as comparing
 from ..words import cancelled_text, describe, status_text
 
 __all__ = [
@@ -152,7 +153,7 @@ TARGET_ARGS = (
 
 
 def list_jobs(target: Target) -> Reply:
-    """Jobs of every listed backend and their sweeps (:func:`.sweep.verbs.list_jobs`); a
+    """Jobs of every listed backend and their sweeps (:func:`.sweep.sweep_verbs.list_jobs`); a
     backend that could not answer is one line of the error, after the others' jobs (the list
     is incomplete, so the command fails)."""
     listed = sweep_verbs.list_jobs(target)
@@ -238,7 +239,8 @@ def delete(target: Target, name: str, history: bool = False) -> Reply:
 
 
 def check_compare_name(name: str) -> str:
-    """A job's name, or ``NAME:N`` for run N of a warm job (:func:`.tracking.compare.entry`)."""
+    """A job's name, or ``NAME:N`` for run N of a warm job
+    (:func:`.tracking.side_by_side.entry`)."""
     comparing.entry(name)
     return name
 

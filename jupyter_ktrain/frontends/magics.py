@@ -21,7 +21,7 @@ from ..runner.options import CellOptions
 from ..runner.run import run
 from ..runner.source import cell_source
 from ..runner.verbs import Job
-from ..sweep.run import run_sweep
+from ..sweep.driver import run_sweep
 from ..sweep.trials import Sweep
 from ..widgets.controls import kernel_busy
 from . import commands
@@ -52,7 +52,7 @@ def join_continued(line: str, cell: str) -> tuple[str, str]:
 def run_job_cell(line: str, cell: str, shell: Any) -> Job | Sweep | None:
     """The whole ``%%ktrain`` cell: its flags parsed once into the runner's options, the
     cell's body over the kernel's namespace, the notebook as the front; with ``--sweep``,
-    many runs of it (:func:`~jupyter_ktrain.sweep.run.run_sweep`)."""
+    many runs of it (:func:`~jupyter_ktrain.sweep.driver.run_sweep`)."""
     line, cell = join_continued(line, cell)
     options = CellOptions.from_line(line)
     if options.run.help:

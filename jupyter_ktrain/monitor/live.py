@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..jobs import JobShape
 from ..pod.protocol import LogLine, Stack, parse_line
-from ..stacks import stacks_text
+from ..rank_stacks import stacks_text
 from ..words import status_words
 from .model import JobHeader, MonitorModel
 from .torchrun import TorchrunFold
@@ -59,7 +59,7 @@ def model_for(job: Job, **options: Any) -> MonitorModel:
 
 
 class ModelSink:
-    """A :class:`~jupyter_ktrain.monitor.follow.Sink` that feeds ``model`` and refreshes
+    """A :class:`~jupyter_ktrain.monitor.follow_loop.Sink` that feeds ``model`` and refreshes
     ``view`` (throttled by the view itself). Call everything from one thread. torchrun's own
     failure reports are folded to one line each (:mod:`.torchrun`); a failed job's header says
     which rank failed first, not the backend's reason code."""

@@ -7,12 +7,12 @@ Submodules import lazily.
     image.py         pure manifest/config mutation (append_layer)
     reference.py     image reference parsing
     auth.py          credentials (docker config.json, helpers) and challenges
-    registry.py      OCI distribution client (manifests, blobs, uploads)
+    oci_client.py    OCI distribution client (manifests, blobs, uploads)
     registry_session.py  its HTTP session over httpx: auth, retries, errors
     push.py          push_code_image: the whole append-and-push
     requirements.py  which route the pinned requirements take (pod start or shipped wheels)
     configmap.py     the ConfigMap route
-    progress.py      text and ipywidgets progress bars
+    push_progress.py text and ipywidgets progress bars
 """
 
 from __future__ import annotations

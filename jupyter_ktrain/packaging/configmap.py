@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import PackagingError
 from ..pod.launch import CODE_DIR, LIB_DIR
 from .layer import code_files
-from .progress import human_bytes
+from .push_progress import human_bytes
 
 __all__ = [
     "CONFIGMAP_LIMIT",

@@ -26,9 +26,9 @@ from ..errors import PackagingError
 from .auth import Credentials, find_credentials
 from .image import INDEX_TYPES, MANIFEST_ACCEPT, Image, append_layer, select_platform
 from .layer import LayerCache, build_layer, code_files
-from .progress import human_bytes
+from .oci_client import BytesSource, Progress, RegistryClient
+from .push_progress import human_bytes
 from .reference import Reference
-from .registry import BytesSource, Progress, RegistryClient
 from .requirements import RequirementsPlan, plan_requirements
 
 __all__ = ["PushResult", "content_tag", "fetch_image", "push_code_image"]

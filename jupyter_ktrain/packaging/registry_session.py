@@ -1,4 +1,4 @@
-"""The HTTP side of the registry client (:mod:`.registry`): one registry host over httpx.
+"""The HTTP side of the registry client (:mod:`.oci_client`): one registry host over httpx.
 
 - auth: anonymous, Basic, Bearer (``WWW-Authenticate`` challenge -> token endpoint, token
   cached for the union of scopes asked so far); credentials from :mod:`.auth`.

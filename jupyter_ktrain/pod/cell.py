@@ -1,6 +1,6 @@
 """The cell in the program: ``run_cell``, which the program the kernel writes calls last.
 
-The program (:mod:`jupyter_ktrain.capture.program`) ends with ``run_cell(_KTRAIN_CELL,
+The program (:mod:`jupyter_ktrain.capture.cell_program`) ends with ``run_cell(_KTRAIN_CELL,
 globals())``: the ``%%ktrain`` cell runs in the program's globals, and on rank 0 the names it
 binds come back to the notebook as one ``result`` record. Standard library only.
 """

@@ -2,7 +2,7 @@
 [N]``, line M, and the product's own frames are left out.
 
 The program the kernel writes maps its lines back to the notebook cells they came from
-(``_KTRAIN_LINES``, :mod:`jupyter_ktrain.capture.program`); this reads that map. Standard
+(``_KTRAIN_LINES``, :mod:`jupyter_ktrain.capture.cell_program`); this reads that map. Standard
 library only.
 """
 

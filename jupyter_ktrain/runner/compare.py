@@ -1,6 +1,6 @@
 """Comparing jobs, from their stored lines: each column's curves read from its job (or its
 run of a warm job) and rebuilt into a monitor model as the side panel does, then put side by
-side with the params the job store keeps (:func:`jupyter_ktrain.tracking.compare.compared`).
+side with the params the job store keeps (:func:`jupyter_ktrain.tracking.side_by_side.compared`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..backends.capabilities import job_shape, warm_capable
 from ..errors import SpecError
 from ..monitor.live import model_from_logs
-from ..tracking.compare import POINTS, Comparison, Entry, compared, entry
+from ..tracking.side_by_side import POINTS, Comparison, Entry, compared, entry
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

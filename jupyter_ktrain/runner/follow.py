@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..backends.capabilities import StacksShown
 from ..jobs import CANCELLED, FAILED, SUCCEEDED, JobStatus
 from ..monitor.cell_error import job_error
-from ..monitor.follow import follow as follow_loop
+from ..monitor.follow_loop import follow as follow_loop
 from ..monitor.live import ModelSink, model_for
 from ..store.records import keep_hang
 from . import track as tracking

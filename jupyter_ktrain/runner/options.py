@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import SpecError
 from ..flags import build_parser, env_names, parse_flags, spec_from_values, values_from_args
 from ..spec.job import JobSpec
-from ..sweep_spec.options import SWEEP_DESTS, SweepOptions, sweep_options
+from ..sweep_spec.sweep_options import SWEEP_DESTS, SweepOptions, sweep_options
 
 __all__ = ["CellOptions", "RunOptions"]
 

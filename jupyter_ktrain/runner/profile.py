@@ -24,7 +24,7 @@ from ..backends.base import Backend
 from ..backends.capabilities import stacks_shown
 from ..errors import SpecError
 from ..pod.protocol import Profile
-from ..stacks import check_rank, refuse_ended
+from ..rank_stacks import check_rank, refuse_ended
 from ..store.profiles import keep_profile, trace_name, traces_dir
 
 __all__ = ["SHOWN_OPS", "no_steps_text", "profile_text", "show_profile"]

@@ -13,7 +13,7 @@ import dataclasses
 from ..backends.base import Backend, Job
 from ..backends.capabilities import job_shape
 from ..backends.registry import get_backend
-from ..backends.warm import check_warm
+from ..backends.warm_shape import check_warm
 from ..errors import JobNotFound, KtrainError
 from ..spec.job import JobSpec
 from ..words import describe

@@ -41,7 +41,7 @@ from ..tracking.points import Point, Reading, RecordReader
 if TYPE_CHECKING:
     from ..backends.base import Job
     from ..jobs import JobStatus
-    from ..monitor.follow import Sink
+    from ..monitor.follow_loop import Sink
     from ..spec.job import JobSpec
     from ..tracking.mlflow_run import MlflowRun
 

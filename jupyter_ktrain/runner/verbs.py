@@ -24,11 +24,11 @@ from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import CANCELLED, FAILED, JobShape, JobStatus
 from ..monitor.text import failure_summary
 from ..monitor.torchrun import job_logs
+from ..rank_stacks import show_stacks
 from ..spec.values import parse_duration
-from ..stacks import show_stacks
 from ..store.profiles import read_profile, trace_file, trace_name
 from ..store.records import job_dir, read_hang
-from ..tracking.compare import Comparison, entry
+from ..tracking.side_by_side import Comparison, entry
 from ..words import ended_by_user
 from . import track
 from .compare import comparison

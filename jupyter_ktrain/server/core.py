@@ -30,9 +30,9 @@ from ..runner import verbs
 from ..runner.feeds import JobFeeds
 from ..runner.track_detached import ServerTracking
 from ..spec.job import check_job_name
-from ..tracking.compare import entry
+from ..tracking.side_by_side import entry
 from .build import job_detail, job_summary, metrics_payload
-from .compare import compare_payload
+from .compare_payload import compare_payload
 from .payloads import (
     BackendProblem,
     ComparePayload,
@@ -47,7 +47,7 @@ from .payloads import (
     SweepDetail,
     SweepsPayload,
 )
-from .sweeps import sweep_payload, sweeps_payload
+from .sweep_payloads import sweep_payload, sweeps_payload
 
 if TYPE_CHECKING:
     from ..jobs import JobStatus

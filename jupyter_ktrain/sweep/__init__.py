@@ -4,5 +4,5 @@
 What a sweep is asked for (its space, objective and search options) are values below the
 service (:mod:`jupyter_ktrain.sweep_spec`). Pure parts here: the median pruning rule
 (:mod:`.prune`) and the results (:mod:`.trials`: :class:`~.trials.Sweep`). The edges: Optuna's
-samplers (:mod:`.search`) and the trials run on jobs (:mod:`.run`).
+samplers (:mod:`.search`) and the trials run on jobs (:mod:`.driver`).
 """

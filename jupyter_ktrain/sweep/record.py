@@ -17,7 +17,7 @@ from typing import Any
 from ..jobs import TrialState
 from ..store.sweeps import SweepRecord, SweepState, TrialRow
 from ..sweep_spec.objective import parse_objective
-from ..sweep_spec.options import SweepOptions
+from ..sweep_spec.sweep_options import SweepOptions
 from .trials import Sweep, Trial, best_of
 
 __all__ = [

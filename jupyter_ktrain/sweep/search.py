@@ -22,8 +22,8 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from ..jobs import TrialState as Ended
-from ..sweep_spec.options import SweepOptions
 from ..sweep_spec.space import Param
+from ..sweep_spec.sweep_options import SweepOptions
 
 __all__ = ["Search"]
 

@@ -14,7 +14,7 @@ from ..backends.capabilities import job_shape
 from ..errors import JobNotFound, KtrainError, SpecError
 from ..jobs import TrialState
 from ..store.sweeps import SweepRecord, SweepState, remove_sweep
-from ..tracking.compare import Entry
+from ..tracking.side_by_side import Entry
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, seen_state, sweep_of
 from .trials import Sweep, Trial
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..backends.base import Job
 from ..runner import track as tracking
 from ..store.sweeps import SweepState
-from ..sweep_spec.options import SweepOptions
+from ..sweep_spec.sweep_options import SweepOptions
 from ..tracking.sweep_run import SweepRun
 from .trials import Sweep
 

@@ -12,7 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from jupyter_ktrain.packaging.registry import RegistryClient
+from jupyter_ktrain.packaging.oci_client import RegistryClient
 
 BUILD = Path(__file__).resolve().parent / "build" / "images.sh"
 

@@ -322,7 +322,7 @@ def push_base_image(
 
     from jupyter_ktrain.packaging import image as im
     from jupyter_ktrain.packaging.layer import sha256_digest
-    from jupyter_ktrain.packaging.registry import BytesSource, RegistryClient
+    from jupyter_ktrain.packaging.oci_client import BytesSource, RegistryClient
 
     built = []
     for item in layers:

@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from jupyter_ktrain.backends.local import LocalBackend
 from jupyter_ktrain.runner.compare import comparison
 from jupyter_ktrain.server.core import PanelCore
-from jupyter_ktrain.tracking import compare
+from jupyter_ktrain.tracking import side_by_side
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_two_jobs_compared_on_their_loss_with_what_differed(
     c = comparison(LocalBackend(), ["cmp-a", "cmp-b"])
     assert c.curves["cmp-a"][0] == [float(s) for s in range(20)]
     assert c.curves["cmp-b"][1][0] == pytest.approx(4.0)
-    fig = compare.figure(c)
+    fig = side_by_side.figure(c)
     assert [t.type for t in fig.data] == ["scatter", "scatter", "table"]
     # delete says what it removed where
     assert shell.run_cell("%ktrain delete cmp-a").success

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from jupyter_ktrain.monitor.follow import follow
+from jupyter_ktrain.monitor.follow_loop import follow
 
 from .k8s_helpers import configured_shell, wait_for
 

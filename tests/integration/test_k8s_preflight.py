@@ -76,7 +76,7 @@ def test_missing_namespace_is_one_sentence(k8s_shell, test_cluster):
 
 
 def test_missing_namespace_seen_by_an_admin_says_how_to_create_it(test_cluster, tmp_path):
-    from jupyter_ktrain.backends.kubernetes.client.api import Api
+    from jupyter_ktrain.backends.kubernetes.client.kube_api import Api
     from jupyter_ktrain.backends.kubernetes.plans.preflight import run_preflight
     from jupyter_ktrain.errors import PreflightError
     from jupyter_ktrain.spec.job import JobSpec

@@ -173,7 +173,7 @@ def test_profiles_see_and_touch_only_their_own_jobs(
 def test_preflight_of_a_profile_user_says_once_what_it_did_not_check(alice: Any) -> None:
     """What the profile may not read (nodes, Kueue's LocalQueues) is one warning line; what it
     may read (its PVCs, its Secrets) is checked as before."""
-    from jupyter_ktrain.backends.kubernetes.client.api import Api
+    from jupyter_ktrain.backends.kubernetes.client.kube_api import Api
     from jupyter_ktrain.backends.kubernetes.plans.preflight import run_preflight
     from jupyter_ktrain.errors import PreflightError
     from jupyter_ktrain.flags import parse_flags, spec_from_args

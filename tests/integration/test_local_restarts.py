@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_ktrain.backends.local import LocalBackend
-from jupyter_ktrain.backends.local import launch as local_launch
+from jupyter_ktrain.backends.local import LocalBackend, planner
 from jupyter_ktrain.backends.local.procs import marked_pids, process_start
 from jupyter_ktrain.errors import JobFailed
 
@@ -175,7 +174,7 @@ def test_a_cancel_while_a_restart_waits_starts_nothing_more(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(local_launch, "RESTART_DELAY_S", 60.0)  # a wait long enough to cancel in
+    monkeypatch.setattr(planner, "RESTART_DELAY_S", 60.0)  # a wait long enough to cancel in
     job = shell.run_cell_magic(  # killed at every attempt: the second restart waits (backoff)
         "ktrain",
         "--nodes 2 --procs-per-node 2 --name waits --detach",

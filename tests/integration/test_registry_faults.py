@@ -15,9 +15,9 @@ import pytest
 from jupyter_ktrain.errors import RegistryError
 from jupyter_ktrain.packaging.image import MANIFEST_ACCEPT
 from jupyter_ktrain.packaging.layer import LayerCache, sha256_digest
+from jupyter_ktrain.packaging.oci_client import BytesSource, RegistryClient
 from jupyter_ktrain.packaging.push import content_tag, push_code_image
 from jupyter_ktrain.packaging.reference import Reference
-from jupyter_ktrain.packaging.registry import BytesSource, RegistryClient
 
 from .registry_tools import Fault, FaultProxy, Registry
 

@@ -69,7 +69,7 @@ def test_a_server_that_answered_and_drops_for_a_second_is_waited_for(tmp_path: P
     import json
     import threading
 
-    from jupyter_ktrain.backends.kubernetes.client.api import Api
+    from jupyter_ktrain.backends.kubernetes.client.kube_api import Api
 
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:

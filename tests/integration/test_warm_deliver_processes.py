@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
+from jupyter_ktrain.backends.kubernetes.client.kube_api import Api as RealApi
 from jupyter_ktrain.pod.agent.deliver import (
     REFUSED,
     STALE,
@@ -67,7 +67,7 @@ class _DroppingApi:
     items = RealApi.items
 
     def exec(self, namespace, pod, container, command, stdin=b"", timeout=30.0):  # type: ignore[no-untyped-def]
-        from jupyter_ktrain.backends.kubernetes.client.api import ExecLost, ExecResult
+        from jupyter_ktrain.backends.kubernetes.client.kube_api import ExecLost, ExecResult
 
         self.execs += 1
         got = _deliver_process(self.folder, stdin)

@@ -13,7 +13,7 @@ AREAS = (
     "jupyter_ktrain.backends.capabilities",
     "jupyter_ktrain.backends.logsource",
     "jupyter_ktrain.backends.registry",
-    "jupyter_ktrain.backends.warm",
+    "jupyter_ktrain.backends.warm_shape",
     "jupyter_ktrain.backends.results",
     "jupyter_ktrain.config",
 )

@@ -135,7 +135,7 @@ class Expands:
 
 
 def test_a_pickle_that_passes_the_limit_is_stopped_there() -> None:
-    from jupyter_ktrain.capture.values import MAX_VALUE_BYTES, EncodeFailure, encode_value
+    from jupyter_ktrain.capture.encode import MAX_VALUE_BYTES, EncodeFailure, encode_value
 
     with pytest.raises(EncodeFailure, match="its pickle passes the 16 MiB limit"):
         encode_value([Expands()], lambda obj: None)

@@ -120,7 +120,7 @@ def test_a_later_look_that_sees_fewer_pods_does_not_forget_how_they_ended() -> N
     operator deleted its pod) sees no pod: the kept status still says how it ended."""
     from dataclasses import replace
 
-    from jupyter_ktrain.backends.kubernetes.status.history import knowing_more
+    from jupyter_ktrain.backends.kubernetes.status.cluster_history import knowing_more
 
     first = _failed()
     later = replace(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.client import api
+from jupyter_ktrain.backends.kubernetes.client import kube_api
 from jupyter_ktrain.backends.registry import default_backend_name
 from jupyter_ktrain.config import set_config
 from jupyter_ktrain.errors import SpecError
@@ -21,7 +21,7 @@ def pod_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     (folder / "token").write_text("t")
     (folder / "namespace").write_text("kubeflow-user\n")
-    monkeypatch.setattr(api, "SA_DIR", folder)
+    monkeypatch.setattr(kube_api, "SA_DIR", folder)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.delenv("KTRAIN_PANEL_BACKENDS", raising=False)
     return folder

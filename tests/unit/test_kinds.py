@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from jupyter_ktrain.backends.kubernetes.plans.kinds import BUILDERS, builder
+from jupyter_ktrain.backends.kubernetes.plans.builders import BUILDERS, builder
 from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
 from jupyter_ktrain.backends.kubernetes.plans.validate import CRD_DIR, validate_objects
 from jupyter_ktrain.backends.kubernetes.status.derive import job_shape, replica_pods

@@ -74,14 +74,14 @@ def test_the_check_sees_relative_lazy_and_absolute_imports() -> None:
         "def f():\n"
         "    from ..backends.kubernetes.rdma import resolve_profile\n"
         "from ..backends import kubernetes\n"
-        "import jupyter_ktrain.backends.kubernetes.client.api\n"
+        "import jupyter_ktrain.backends.kubernetes.client.kube_api\n"
         "from .. import backends\n"
     )
     found = imported_modules(source, "jupyter_ktrain.server.core", is_package=False)
     assert {
         "jupyter_ktrain.backends.kubernetes.rdma",
         "jupyter_ktrain.backends.kubernetes",
-        "jupyter_ktrain.backends.kubernetes.client.api",
+        "jupyter_ktrain.backends.kubernetes.client.kube_api",
         "jupyter_ktrain.backends",
     } <= found
     registry = imported_modules(
@@ -100,7 +100,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("spec",),  # what a job is asked to be, what it is made of, its presets
     ("tracking",),  # MLflow runs, fed from the job store's records
     ("backends",),  # local and Kubernetes, behind one interface
-    ("monitor", "stacks", "flags"),  # reading a job; the job flags and YAML files
+    ("monitor", "rank_stacks", "flags"),  # reading a job; its ranks' stacks; job flags, YAML files
     ("runner",),  # the job service: every verb
     ("sweep",),  # a client of the service: many runs of one cell
     ("widgets",),  # the views
@@ -110,7 +110,7 @@ TOP = "jupyter_ktrain"
 
 
 def top_level(module: str, package: Path = PACKAGE) -> str | None:
-    """``jupyter_ktrain.backends.local.plan`` -> ``backends``; the package itself, or a name
+    """``jupyter_ktrain.backends.local.plan_parts`` -> ``backends``; the package itself, or a name
     its ``__init__`` defines (``__version__``): None."""
     parts = module.split(".")
     if len(parts) < 2 or parts[0] != TOP:
@@ -219,7 +219,7 @@ BEHIND_THE_SERVICE = ("backends", "store", "monitor")  # reached through runner/
 # types), used to render a payload. To go through the service next; nothing may be added.
 NOT_YET = {
     "server/build.py": {"monitor.viewmodel", "monitor.glance", "monitor.model"},
-    "server/compare.py": {"monitor.downsample", "monitor.viewmodel"},
+    "server/compare_payload.py": {"monitor.downsample", "monitor.viewmodel"},
     "server/payloads.py": {"monitor.glance"},
 }
 
@@ -301,6 +301,40 @@ def test_no_folder_holds_more_than_15_modules() -> None:
         if (count := len(list(folder.glob("*.py")))) > MAX_MODULES
     }
     assert crowded == {}, f"group these folders' modules into sub-packages: {crowded}"
+
+
+# File names that may be used more than once: Python's own (a package, its ``-m`` entry), and
+# each backend's ``backend.py``, where the registry finds its class (``local.backend``,
+# ``kubernetes.backend``): the same role in each backend's folder, one name on purpose.
+SHARED_NAMES = {"__init__.py", "__main__.py", "backend.py"}
+
+
+def names_used_twice(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """Each file name used by more than one module of ``package`` (outside
+    :data:`SHARED_NAMES`) -> those modules' paths."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name not in SHARED_NAMES:
+            paths.setdefault(path.name, []).append(path.relative_to(package).as_posix())
+    return {name: found for name, found in paths.items() if len(found) > 1}
+
+
+def test_no_file_name_is_used_twice() -> None:
+    """A module's name says what it is without its folder: a second ``warm.py`` is named for
+    what it holds (``warm_shape.py``, ``warm_runs.py``, ``store/warm_ledger.py``)."""
+    twice = names_used_twice()
+    assert twice == {}, (
+        f"name these modules for what each holds (or list it in SHARED_NAMES): {twice}"
+    )
+
+
+def test_the_name_check_names_each_module(tmp_path: Path) -> None:
+    package = tmp_path / TOP
+    for rel in ("a/plan.py", "b/plan.py", "a/backend.py", "b/backend.py", "a/__init__.py"):
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text("")
+    (package / "b" / "__init__.py").write_text("")
+    assert names_used_twice(package) == {"plan.py": ["a/plan.py", "b/plan.py"]}
 
 
 def readme_map(readme: Path = README) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
+from jupyter_ktrain.backends.kubernetes.client.kube_api import Api as RealApi
 from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.backends.kubernetes.plans.preflight import (

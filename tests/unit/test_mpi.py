@@ -170,7 +170,7 @@ def test_rank_env_reads_open_mpi_5s_hostfile_variable(tmp_path: Path) -> None:
 
 
 def _env(flags: str) -> tuple[dict[str, str], set[str]]:
-    from jupyter_ktrain.backends.kubernetes.plans.kinds import mpijob
+    from jupyter_ktrain.backends.kubernetes.plans.builders import mpijob
     from jupyter_ktrain.backends.kubernetes.plans.podtemplate import CodeSource
     from jupyter_ktrain.flags import parse_flags, spec_from_args
 

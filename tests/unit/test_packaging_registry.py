@@ -13,8 +13,8 @@ import pytest
 
 from jupyter_ktrain.errors import RegistryError, SpecError
 from jupyter_ktrain.packaging.auth import Credentials, parse_challenge
+from jupyter_ktrain.packaging.oci_client import BytesSource, RegistryClient
 from jupyter_ktrain.packaging.reference import Reference
-from jupyter_ktrain.packaging.registry import BytesSource, RegistryClient
 from jupyter_ktrain.packaging.registry_session import is_plain_http
 
 

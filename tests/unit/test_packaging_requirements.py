@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_ktrain.errors import PackagingError
-from jupyter_ktrain.packaging.progress import TextProgress, human_bytes
+from jupyter_ktrain.packaging.push_progress import TextProgress, human_bytes
 from jupyter_ktrain.packaging.requirements import plan_requirements
 from jupyter_ktrain.pod.install import ensure_requirements, missing_pins
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.plans.kinds import clean_pod_policy, stops_itself
+from jupyter_ktrain.backends.kubernetes.plans.builders import clean_pod_policy, stops_itself
 from jupyter_ktrain.backends.kubernetes.plans.manifests import CodeSource, render
 from jupyter_ktrain.pod.agent.peers import PEERS_ENV, Peers, parse_word, peers_address
 from jupyter_ktrain.pod.agent.runner import _told

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
-from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
+from jupyter_ktrain.backends.kubernetes.client.kube_api import Api as RealApi
+from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure, api_failure
 from jupyter_ktrain.backends.kubernetes.plans.manifests import render
 from jupyter_ktrain.backends.kubernetes.plans.placement import (
     GROUP_ANNOTATION,
@@ -97,7 +97,7 @@ class Api:
         for suffix, obj in self.objects.items():
             if path.endswith(suffix):
                 if obj is None:
-                    raise ApiFailure("forbidden", status=403)
+                    raise api_failure("forbidden", status=403)  # as the client raises it
                 return obj
         raise ApiFailure("not found", status=404)
 

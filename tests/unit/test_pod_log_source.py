@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from jupyter_ktrain.backends.kubernetes.client.api import Api as RealApi
+from jupyter_ktrain.backends.kubernetes.client.kube_api import Api as RealApi
 from jupyter_ktrain.backends.kubernetes.client.retries import ApiFailure
 from jupyter_ktrain.backends.kubernetes.logs.pod import (
     FollowedLines,

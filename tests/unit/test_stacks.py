@@ -1,7 +1,7 @@
 """A rank's stacks (:mod:`jupyter_ktrain.pod.stacks`) in this process: a thread answers on the
 rank's socket while the main thread waits; a program's lines are named by their notebook cell;
 a rank that ended is left out and one that does not answer says so; and the text the command
-shows (:func:`jupyter_ktrain.stacks.stacks_text`)."""
+shows (:func:`jupyter_ktrain.rank_stacks.stacks_text`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from jupyter_ktrain.pod.protocol import Stack
 from jupyter_ktrain.pod.stacks import STACKS_DIR_ENV, ask, main, serve, stacks_dir, take
-from jupyter_ktrain.stacks import stacks_text
+from jupyter_ktrain.rank_stacks import stacks_text
 
 PROGRAM = """\
 import threading

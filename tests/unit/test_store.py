@@ -251,7 +251,7 @@ def test_a_newer_versions_history_is_left_out_of_a_list_not_the_whole_list() -> 
     (its `%ktrain status` says why), the others are listed."""
     from types import SimpleNamespace
 
-    from jupyter_ktrain.backends.kubernetes.status.history import ClusterHistory
+    from jupyter_ktrain.backends.kubernetes.status.cluster_history import ClusterHistory
 
     keep("kubernetes", _status(), None)
     newer = keep("kubernetes", dataclasses.replace(_status(), name="st-b"), None)

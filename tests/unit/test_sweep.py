@@ -15,6 +15,7 @@ from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.runner.options import CellOptions, RunOptions
 from jupyter_ktrain.runner.source import call_source
 from jupyter_ktrain.store.sweeps import SweepRecord
+from jupyter_ktrain.sweep.driver import check_call
 from jupyter_ktrain.sweep.prune import Pruned, prune_at
 from jupyter_ktrain.sweep.record import (
     DONE,
@@ -26,13 +27,12 @@ from jupyter_ktrain.sweep.record import (
     seen_state,
     sweep_of,
 )
-from jupyter_ktrain.sweep.run import check_call
 from jupyter_ktrain.sweep.search import Search
 from jupyter_ktrain.sweep.seen import compare_entries, list_row
 from jupyter_ktrain.sweep.trials import Sweep, Trial
 from jupyter_ktrain.sweep_spec.objective import Objective, as_number, parse_objective
-from jupyter_ktrain.sweep_spec.options import SweepOptions
 from jupyter_ktrain.sweep_spec.space import Param, parse_param
+from jupyter_ktrain.sweep_spec.sweep_options import SweepOptions
 
 
 @pytest.mark.parametrize(
@@ -330,7 +330,7 @@ class _ReportingJob:
 def test_a_pruned_trial_is_worth_the_value_it_was_pruned_at_not_a_later_step() -> None:
     """The verdict at step 5 (13.9422 against a median of 2); steps 6 and 7 came in the same
     read, before the cancel took: the trial's value is the one its error names."""
-    from jupyter_ktrain.sweep.follow import Board, follow_trial
+    from jupyter_ktrain.sweep.follow_trial import Board, follow_trial
     from jupyter_ktrain.sweep_spec.objective import Objective
 
     objective = Objective("loss", minimize=True)

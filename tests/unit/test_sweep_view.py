@@ -9,12 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jupyter_ktrain.server.sweeps import sweep_detail, sweep_summary
+from jupyter_ktrain.server.sweep_payloads import sweep_detail, sweep_summary
 from jupyter_ktrain.store.sweeps import SweepRecord
 from jupyter_ktrain.sweep.record import DONE, RUNNING, make_record, row_of, running_row
 from jupyter_ktrain.sweep.trials import Trial
 from jupyter_ktrain.sweep.view import sweep_view
-from jupyter_ktrain.sweep_spec.options import SweepOptions
+from jupyter_ktrain.sweep_spec.sweep_options import SweepOptions
 from jupyter_ktrain.widgets.html import strip_tags
 from jupyter_ktrain.widgets.sweep import SweepWidget, table_html
 

@@ -14,7 +14,7 @@ from jupyter_ktrain.jobs import (
     ReplicaStatus,
     is_terminal,
 )
-from jupyter_ktrain.monitor.follow import follow
+from jupyter_ktrain.monitor.follow_loop import follow
 from jupyter_ktrain.pod.protocol import LogLine
 from jupyter_ktrain.server.build import replica_payload
 from jupyter_ktrain.words import describe, status_words

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_ktrain.backends.warm import check_warm, shape_changes, warm_shape
+from jupyter_ktrain.backends.warm_shape import check_warm, shape_changes, warm_shape
 from jupyter_ktrain.errors import SpecError
 from jupyter_ktrain.frontends.commands import parse_duration
 from jupyter_ktrain.jobs import JobStatus, WarmInfo

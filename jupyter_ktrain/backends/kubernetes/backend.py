@@ -13,9 +13,9 @@ parts it needs, never the backend:
 - :class:`~.job_status.JobStatuses` and :class:`~.listing.JobListing`: status from a watch
   cache (:mod:`.watch`); :class:`~.job_logs.JobLogs`: logs from per-pod streams (:mod:`.logs`);
 - :class:`~.warm_backend.WarmJobs`: the runs of ``--warm`` jobs;
-- :class:`~.history.ClusterHistory`: ended jobs, kept past their objects;
+- :class:`~.cluster_history.ClusterHistory`: ended jobs, kept past their objects;
 - :class:`~.removal.Removal`: cancel and delete;
-- :class:`~.stacks.JobStacks`: every running rank's stack, asked in its pod (``pods/exec``).
+- :class:`~.pod_stacks.JobStacks`: every running rank's stack, asked in its pod (``pods/exec``).
 
 Jobs are found by label (:mod:`.lookup`), so a fresh kernel can list and re-attach.
 """
@@ -33,15 +33,15 @@ from ...pod.protocol import Profile, Stack
 from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
-from .client.api import Api
+from .client.kube_api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
 from .logs.streams import JobLogs
 from .lookup import close as close_cluster
 from .plans.dry_run import Planner
 from .plans.plan import KubernetesRequest
+from .pod_stacks import JobStacks
 from .removal import Removal
-from .stacks import JobStacks
-from .status.history import ClusterHistory
+from .status.cluster_history import ClusterHistory
 from .status.listing import JobListing
 from .status.reader import JobStatuses
 from .submit import Submitter

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...config import Config
 from ...errors import ClusterError
-from .client.api import Api
+from .client.kube_api import Api
 from .status.job_runtime import Runtimes
 from .status.kueue import QueuePositions
 from .status.watch import JobWatch

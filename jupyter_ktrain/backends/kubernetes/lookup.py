@@ -12,7 +12,7 @@ from typing import Any
 from ...errors import JobNotFound
 from ...kinds import KIND_TABLE
 from .client.resources import job_resource
-from .client.retries import ApiFailure
+from .client.retries import Forbidden
 from .cluster import Cluster
 from .labels import JOB_LABEL
 from .status.watch import JobWatch
@@ -41,9 +41,7 @@ def job_objects(cluster: Cluster, selector: str, name: str = "") -> list[dict[st
         path = resource.path(cluster.namespace)
         try:
             found = cluster.api.find(path, {"labelSelector": selector})
-        except ApiFailure as exc:
-            if exc.status != 403:
-                raise
+        except Forbidden:
             denied.append(resource.qualified)
             continue
         if found is None:  # the kind is not served

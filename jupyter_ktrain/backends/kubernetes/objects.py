@@ -8,7 +8,7 @@ from typing import Any
 from ...errors import ClusterError
 from ...kinds import KIND_TABLE
 from .client.resources import OWNED, job_resource, resource_of
-from .client.retries import ApiFailure
+from .client.retries import Forbidden
 from .cluster import Cluster
 from .plans.plan import Manifest, kind_and_name
 
@@ -49,11 +49,9 @@ def delete_job(cluster: Cluster, kind: str, name: str, ns: str) -> None:
     path = resource.path(ns, name)
     try:
         cluster.api.delete(path, {"propagationPolicy": "Background"})
-    except ApiFailure as exc:
-        if exc.status == 403:
-            what = f"delete {resource.qualified} ({kind} {name!r} is left as it is)"
-            raise cluster.forbidden(what) from None
-        raise
+    except Forbidden:
+        what = f"delete {resource.qualified} ({kind} {name!r} is left as it is)"
+        raise cluster.forbidden(what) from None
 
 
 def delete_one(cluster: Cluster, kind: str, name: str, ns: str) -> None:

@@ -15,8 +15,8 @@ from .cluster import Cluster
 from .labels import JOB_LABEL
 from .lookup import forget_kind, kind_of, stop_watch
 from .objects import delete_job, delete_one
-from .plans.metrics import metrics_service_name
-from .status.history import ClusterHistory, cancelled
+from .plans.scrape import metrics_service_name
+from .status.cluster_history import ClusterHistory, cancelled
 from .status.reader import JobStatuses
 
 __all__ = ["DELETE_WAIT_S", "Removal"]

@@ -10,16 +10,16 @@ from dataclasses import replace
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
-from ...store.warm import remember
+from ...store.warm_ledger import remember
 from ..base import LaunchPlan
-from ..warm import warm_shape
+from ..warm_shape import warm_shape
 from .client.resources import job_resource
 from .cluster import Cluster
 from .lookup import remember_kind, watch
 from .objects import create, delete_one, own
 from .plans.plan import KubernetesRequest, kind_and_name
 from .plans.preflight import run_preflight
-from .status.history import ClusterHistory
+from .status.cluster_history import ClusterHistory
 
 __all__ = ["Submitter"]
 
@@ -76,8 +76,8 @@ class Submitter:
 
     def _push(self, plan: LaunchPlan[KubernetesRequest]) -> KubernetesRequest:
         """Push the code image; the plan's request with its reference pinned by digest."""
-        from ...packaging.progress import auto_progress
         from ...packaging.push import push_code_image
+        from ...packaging.push_progress import auto_progress
 
         spec, program, cfg = plan.spec, plan.program, self.cluster.config
         base = spec.image or cfg.base_image

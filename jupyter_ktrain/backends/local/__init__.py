@@ -6,8 +6,8 @@ kernel. Laid out like :mod:`..kubernetes`:
   list, delete, logs), each handed on to the part that does it;
 - :mod:`.folders`: :class:`~.folders.JobFolders`, the jobs as their folders say (state, status,
   shape, the list), read by the backend and its warm part alike;
-- :mod:`.launch`: :class:`~.launch.Planner`, a new job's plan (each node's command and
-  environment); :mod:`.plan`: the parts of a plan besides the request (port, DeepSpeed files,
+- :mod:`.planner`: :class:`~.planner.Planner`, a new job's plan (each node's command and
+  environment); :mod:`.plan_parts`: the parts of a plan besides the request (port, DeepSpeed files,
   restart limit, cluster-only settings, the dry run's text);
 - :mod:`.request`: :class:`LocalRequest`, what the backend hands the supervisor (``plan.json``);
 - :mod:`.daemon`: the process the backend starts for a job (``python -m
@@ -17,7 +17,7 @@ kernel. Laid out like :mod:`..kubernetes`:
   ``watchdog.py``: its parent, which ends the job when the supervisor dies), :mod:`.joblog`:
   its output files;
 - :mod:`.state`: :class:`~.state.LocalState`, what the supervisor writes back (``state.json``);
-- :mod:`.warm`: a ``--warm`` job's runs as the backend reads and orders them;
+- :mod:`.warm_runs`: a ``--warm`` job's runs as the backend reads and orders them;
 - :mod:`.logs`: node logs read as they grow (:class:`FileLogSource`, :class:`LogIndex`);
 - :mod:`.gpus`: this machine's GPUs and each node's share;
 - :mod:`.procs`: every process of a job or node, found and stopped by its marker.

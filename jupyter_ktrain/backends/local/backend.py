@@ -35,15 +35,15 @@ from ...store.jobdirs import create_job_dir, job_marker, release_reserve
 from ..base import Backend, Job, LaunchPlan, Request
 from ..capabilities import ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
-from ..warm import warm_shape
+from ..warm_shape import warm_shape
 from .folders import JOB_META, JOB_META_VERSION, JobFolders, alive
 from .gpus import machine_gpus
-from .launch import BACKEND, Planner
 from .logs import FileLogSource, LogIndex
+from .planner import BACKEND, Planner
 from .procs import marked_pids, stop_marked
 from .request import PLAN, LocalRequest, read_plan
 from .state import LocalState, change_state
-from .warm import LocalWarm
+from .warm_runs import LocalWarm
 
 if TYPE_CHECKING:
     from ...capture import CapturedProgram
@@ -62,7 +62,7 @@ class LocalBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     Its parts are each handed what they need, none the backend: the job folders
     (:class:`~.folders.JobFolders`: state, status, shape, the list), the planner of new jobs
-    (:class:`~.launch.Planner`) and the warm part (:class:`~.warm.LocalWarm`, given both)."""
+    (:class:`~.planner.Planner`) and the warm part (:class:`~.warm_runs.LocalWarm`, given both)."""
 
     name = BACKEND
     rdma_capable = False  # --rdma is a pod network setting; local nodes talk over loopback

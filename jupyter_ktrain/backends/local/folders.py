@@ -1,5 +1,5 @@
 """The local jobs as their folders say (``$KTRAIN_HOME/jobs/NAME``): :class:`JobFolders`, what
-:class:`~.backend.LocalBackend` and its warm part (:mod:`.warm`) both read, each handed the
+:class:`~.backend.LocalBackend` and its warm part (:mod:`.warm_runs`) both read, each handed the
 same one: a job's folder, its state (and the truth about it when its supervisor is gone), its
 status, its shape and what it was started as (``job.json``), and every job of the store.
 

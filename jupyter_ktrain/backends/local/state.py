@@ -23,7 +23,7 @@ from ...jobs import PENDING, JobState, ReplicaPhase
 from ...pod.progress import Progress
 from ...store import jobdirs
 from ...store.versions import versioned
-from ..warm import DEFAULT_IDLE_S
+from ..warm_shape import DEFAULT_IDLE_S
 
 __all__ = [
     "STATE_VERSION",

@@ -1,8 +1,8 @@
 """The nodes of a job tell each other that one failed, so every node ends by itself.
 
 A PyTorchJob, an XGBoostJob or a TFJob is made with ``cleanPodPolicy: None`` (see
-``jupyter_ktrain.backends.kubernetes.plans.kinds``): the operator deletes no pod when the job ends,
-so every replica's log stays readable after a success (a worker still tearing down or
+``jupyter_ktrain.backends.kubernetes.plans.builders``): the operator deletes no pod when the job
+ends, so every replica's log stays readable after a success (a worker still tearing down or
 printing as the master's or the chief's success ends the job) and after a failure. What
 ``Running`` did, stopping the pods that still run when the job failed, the nodes' agents do
 themselves:

@@ -3,7 +3,10 @@
 :func:`with_retries`: 429 waits ``Retry-After`` (capped), 5xx and dropped connections back off
 exponentially, both bounded; a server that cannot be reached is one line
 (:func:`unreachable_line`: which server, why, which kubeconfig and context). A failure with an
-HTTP status the caller may handle (404, 409, 410...) is an :class:`ApiFailure`.
+HTTP status the caller may handle is an :class:`ApiFailure` (:func:`api_failure`), typed where
+a caller decides on it: :class:`Forbidden` (403: RBAC refuses it), :class:`Conflict` (409),
+:class:`Unauthorized` (401). The client's verbs decide "already gone" (404) themselves; no
+caller reads a status.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from ....errors import ClusterError
 
 __all__ = [
     "ApiFailure",
+    "Conflict",
+    "Forbidden",
     "RetryPolicy",
+    "Unauthorized",
+    "api_failure",
     "connection_errors",
     "connection_problem",
     "unreachable_line",
@@ -34,6 +41,71 @@ class ApiFailure(ClusterError):
     def __init__(self, message: str, *, status: int = 0, reason: str = "", body: Any = None):
         super().__init__(message, status=status, reason=reason)
         self.body = body
+
+    @property
+    def transient(self) -> bool:
+        """Whether the server may answer otherwise soon: too many requests (429), or its own
+        trouble (5xx)."""
+        return self.status == 429 or self.status >= 500
+
+
+class Unauthorized(ApiFailure):
+    """401: the server does not take this client's credentials."""
+
+
+class Forbidden(ApiFailure):
+    """403: RBAC refuses the request: ``verb`` (``list``, ``create``...) on ``resource``
+    (``pytorchjobs.kubeflow.org``, ``pods/exec``) in ``namespace`` ("" for a cluster-scoped
+    one); ``said`` is the server's message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        verb: str = "",
+        resource: str = "",
+        namespace: str = "",
+        said: str = "",
+        reason: str = "",
+        body: Any = None,
+    ):
+        super().__init__(message, status=403, reason=reason, body=body)
+        self.verb = verb
+        self.resource = resource
+        self.namespace = namespace
+        self.said = said
+
+
+class Conflict(ApiFailure):
+    """409: the object changed since it was read (a replace with an old ``resourceVersion``),
+    or one of its name exists already (a create)."""
+
+
+def api_failure(
+    message: str,
+    *,
+    status: int,
+    asked: tuple[str, str, str] = ("", "", ""),
+    said: str = "",
+    reason: str = "",
+    body: Any = None,
+) -> ApiFailure:
+    """The failure of a request the server answered with ``status``: a :class:`Forbidden`
+    (carrying ``asked``: verb, resource, namespace; and ``said``, the server's message), a
+    :class:`Conflict`, an :class:`Unauthorized`, else a plain :class:`ApiFailure`."""
+    if status == 403:
+        verb, resource, namespace = asked
+        return Forbidden(
+            message,
+            verb=verb,
+            resource=resource,
+            namespace=namespace,
+            said=said,
+            reason=reason,
+            body=body,
+        )
+    typed = {401: Unauthorized, 409: Conflict}.get(status, ApiFailure)
+    return typed(message, status=status, reason=reason, body=body)
 
 
 class RetryPolicy:

@@ -27,8 +27,8 @@ from typing import Any
 
 from ....errors import ClusterError
 from ...logsource import LogSource
-from ..client.api import Api
 from ..client.fields import ContainerStatus, container_statuses, pod_phase
+from ..client.kube_api import Api
 from ..client.resources import POD
 from ..status.watch import JobWatch
 
@@ -59,9 +59,10 @@ def format_stamp(ns: int) -> str:
 class FollowedLines:
     """The lines the follows of one job read, per pod, kept in the job store:
     ``$KTRAIN_HOME/history/kubernetes/NAME/logs/UID/POD.log`` (private; ``%ktrain delete
-    --history`` removes it; :mod:`.history` keeps it past the job). A pod the operator deleted
-    (``cleanPodPolicy: Running`` deletes a failed job's running pods) takes its log with it,
-    and what a follow read of it is then all there is; on disk, every process reads it
+    --history`` removes it; :mod:`.cluster_history` keeps it past the job). A pod the
+    operator deleted (``cleanPodPolicy: Running`` deletes a failed job's running pods) takes
+    its log with it, and what a follow read of it is then all there is; on disk, every process
+    reads it
     (``%ktrain logs``, a new kernel, the panel's server). Two processes following the job both
     write: a line is read once (by its kubelet timestamp and text). Each pod's file keeps its
     newest KEPT_BYTES or so."""

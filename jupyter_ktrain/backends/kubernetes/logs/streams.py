@@ -1,6 +1,6 @@
 """A cluster job's logs: the streams a follow reads (one :class:`~.logs.PodLogSource` per pod,
 more as pods appear) and the stored lines (:mod:`.stored_logs`); once the job's objects are
-gone, the lines kept in its history (:class:`~.history.ClusterHistory`)."""
+gone, the lines kept in its history (:class:`~.cluster_history.ClusterHistory`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from ....kinds import KIND_TABLE
 from ...logsource import LogSource
 from ..cluster import Cluster
 from ..lookup import kind_of, watch
+from ..status.cluster_history import ClusterHistory
 from ..status.derive import replica_pods
-from ..status.history import ClusterHistory
 from .pod import FollowedLines, PodLogSource, split_stamped
 from .stored import stored_logs
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from ....errors import ClusterError, PreflightError, SpecError
 from ....kinds import KIND_TABLE
 from ...base import LaunchPlan
-from ...warm import check_warm
-from ..client.api import in_cluster
+from ...warm_shape import check_warm
+from ..client.kube_api import in_cluster
 from ..client.resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINING_RUNTIME
-from ..client.retries import ApiFailure
+from ..client.retries import Forbidden
 from ..cluster import BACKEND_NAME, Cluster
 from ..warm.runs import WarmJobs
 from .fault_runtime import use_fault_runtime
@@ -147,9 +147,7 @@ class Planner:
         api = self.cluster.api
         try:
             cluster_runtime = api.find(CLUSTER_TRAINING_RUNTIME.path(name=spec.runtime))
-        except ApiFailure as exc:
-            if exc.status != 403:
-                raise
+        except Forbidden:
             return request, (f"cannot read it (RBAC): {as_it_is}",)
         if cluster_runtime is None:
             raise PreflightError(

@@ -22,11 +22,11 @@ from ....errors import SpecError
 from ....kinds import KIND_TABLE
 from ....spec.deepspeed import CONFIG_FILE, config_bytes
 from ....spec.job import JobSpec
-from .kinds import builder, pin_ray_version
-from .metrics import metrics_objects
+from .builders import builder, pin_ray_version
 from .podtemplate import CodeSource, job_labels
+from .scrape import metrics_objects
 
-REQUIREMENTS = "requirements.txt"  # the program's pins, shipped beside it (capture/program.py)
+REQUIREMENTS = "requirements.txt"  # the program's pins, shipped beside it (capture/cell_program.py)
 
 __all__ = ["CodeSource", "Rendered", "job_objects", "render", "shipped_files", "to_yaml"]
 
@@ -61,7 +61,7 @@ def render(
     ``files`` are extra files to ship (returned merged with the generated ones); ``cell``
     labels the job and its pods ``ktrain.io/cell`` so the notebook can find them later. With
     ``spec.metrics_port`` the metrics Service comes first, and a ServiceMonitor with
-    ``service_monitor`` (the cluster serves ``monitoring.coreos.com``; see :mod:`.metrics`);
+    ``service_monitor`` (the cluster serves ``monitoring.coreos.com``; see :mod:`.scrape`);
     ``program_source`` makes a generated DeepSpeed config fit the program's Transformers
     ``TrainingArguments`` when it has them. Raises :class:`SpecError` for what the schema
     cannot express (see :mod:`.validate`).

@@ -140,7 +140,7 @@ def _warm_before(
 ) -> tuple[Manifest, Manifest]:
     """A warm job's ConfigMap ordering run 1 (the pods start it from their mount of it), and
     the Secret with the job's key (what every later delivery is signed with)."""
-    from ...warm import DEFAULT_IDLE_S
+    from ...warm_shape import DEFAULT_IDLE_S
     from ..warm.orders import key_secret, with_control
 
     control = {"run": 1, "abort": {}, "idle_limit_s": DEFAULT_IDLE_S}
@@ -151,7 +151,7 @@ def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
     """The job labelled warm, with the shape a later cell compares its own with."""
     import json
 
-    from ...warm import warm_shape
+    from ...warm_shape import warm_shape
 
     meta: dict[str, object] = dict(cast("Mapping[str, Mapping[str, object]]", job)["metadata"])
     labels = cast("Mapping[str, str]", meta.get("labels") or {})

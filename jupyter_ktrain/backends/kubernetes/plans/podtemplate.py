@@ -1,7 +1,7 @@
 """The one pod-template builder every kind shares (PyTorchJob, TFJob, MPIJob, TrainJob).
 
 Pure: a :class:`~jupyter_ktrain.spec.job.JobSpec` and a :class:`CodeSource` in, a plain
-``PodTemplateSpec`` dict out. Kind wrappers (:mod:`.kinds`) only choose the container name,
+``PodTemplateSpec`` dict out. Kind wrappers (:mod:`.builders`) only choose the container name,
 the command and whether the pod trains (GPUs, RDMA devices, /dev/shm) or only launches.
 """
 
@@ -16,8 +16,8 @@ from ....pod.launch import CODE_DIR, WARM_DIR
 from ....spec.deepspeed import CONFIG_ENV, CONFIG_PATH
 from ....spec.job import JobSpec
 from ..labels import CELL_LABEL, JOB_LABEL, KIND_LABEL, MANAGED_BY
-from .metrics import METRICS_PORT_NAME, metrics_env
 from .placement import topology_annotations
+from .scrape import METRICS_PORT_NAME, metrics_env
 
 __all__ = [
     "MULTUS_ANNOTATION",

@@ -23,7 +23,7 @@ from typing import Any
 from ....errors import PreflightError
 from ....kinds import KIND_TABLE
 from ....spec.job import JobSpec
-from ..client.api import Api
+from ..client.kube_api import Api
 from ..client.resources import (
     LOCAL_QUEUE,
     NETWORK_ATTACHMENT,
@@ -32,7 +32,7 @@ from ..client.resources import (
     SERVICE_MONITOR,
     job_resource,
 )
-from ..client.retries import ApiFailure
+from ..client.retries import ApiFailure, Forbidden
 
 __all__ = [
     "Access",
@@ -91,10 +91,8 @@ def serves_service_monitors(api: Api) -> bool:
     """Whether the Prometheus operator's ServiceMonitor API is served (its CRDs exist)."""
     try:
         served = api.find(f"/apis/{SERVICE_MONITOR.api_version}")
-    except ApiFailure as exc:
-        if exc.status == 403:
-            return False
-        raise
+    except Forbidden:
+        return False
     resources = (served or {}).get("resources") or []
     return any(r.get("name") == SERVICE_MONITOR.plural for r in resources)
 
@@ -162,9 +160,7 @@ def _namespace(api: Api, namespace: str) -> bool | None:
     """Whether the namespace exists; None when this user may not read namespaces."""
     try:
         return api.find(f"/api/v1/namespaces/{namespace}") is not None
-    except ApiFailure as exc:
-        if exc.status != 403:
-            raise
+    except Forbidden:
         return None
 
 
@@ -218,9 +214,7 @@ def _get(api: Api, path: str, warnings: list[str], what: str) -> dict[str, Any] 
     when it does not exist."""
     try:
         found: dict[str, Any] | None = api.find(path)
-    except ApiFailure as exc:
-        if exc.status != 403:
-            raise
+    except Forbidden:
         warnings.append(what)
         return {}
     return found
@@ -272,9 +266,7 @@ def _queues(api: Api, spec: JobSpec, namespace: str, warnings: list[str]) -> lis
     if s.queue:
         try:
             there: bool | None = api.exists(f"/apis/scheduling.volcano.sh/v1beta1/queues/{s.queue}")
-        except ApiFailure as exc:
-            if exc.status != 403:
-                raise
+        except Forbidden:
             # a user who may not read cluster-scoped queues gets 403 whether or not Volcano is
             # there: discovery (readable by everyone) tells which
             there = None if api.exists("/apis/scheduling.volcano.sh") else False
@@ -397,9 +389,7 @@ def _nodes(api: Api, spec: JobSpec, warnings: list[str]) -> list[str]:
         return []
     try:
         nodes = api.items("/api/v1/nodes")
-    except ApiFailure as exc:
-        if exc.status != 403:
-            raise
+    except Forbidden:
         warnings.append(f"whether a node offers {_describe(want)} per pod (nodes)")
         return []
     selector = dict(spec.scheduling.node_selector)

@@ -15,7 +15,7 @@ from typing import Any
 from ....errors import PreflightError, SpecError
 from ....spec.job import JobSpec
 from ..client.resources import LOCAL_QUEUE, Resource
-from ..client.retries import ApiFailure
+from ..client.retries import Forbidden, Unauthorized
 
 __all__ = ["CLUSTER_QUEUE", "RESOURCE_FLAVOR", "TOPOLOGY", "check_topology"]
 
@@ -32,10 +32,8 @@ def _get(api: Any, path: str) -> dict[str, Any] | None:
     """The object, None when it does not exist; :class:`_Unreadable` when it may not be read."""
     try:
         found = api.find(path)
-    except ApiFailure as exc:
-        if exc.status in (401, 403):
-            raise _Unreadable(path) from None
-        raise
+    except (Unauthorized, Forbidden):
+        raise _Unreadable(path) from None
     return None if found is None else dict(found)
 
 

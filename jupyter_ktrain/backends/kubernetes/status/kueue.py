@@ -24,6 +24,7 @@ from ....errors import ClusterError
 from ....jobs import Eviction
 from ..client.fields import Condition, conditions, labels_of
 from ..client.resources import PENDING_WORKLOADS, WORKLOAD
+from ..client.retries import Forbidden
 
 __all__ = [
     "QUEUE_LABEL",
@@ -164,7 +165,7 @@ class QueuePositions:
         except ClusterError as exc:
             # not allowed (403): not asked again; anything else (503 while the aggregated API
             # comes up) is asked again after every_s
-            if getattr(exc, "status", None) == 403:
+            if isinstance(exc, Forbidden):
                 self.served = False
             self._last[name] = (time.monotonic(), pos)
             return pos

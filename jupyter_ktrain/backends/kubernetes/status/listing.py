@@ -18,10 +18,10 @@ from ..cluster import Cluster
 from ..labels import MANAGED_BY
 from ..logs.stored import log_request
 from ..lookup import job_objects
-from ..plans.kinds import TRAINJOB_TARGET
+from ..plans.builders import TRAINJOB_TARGET
 from ..warm.ledger import WarmLedger
+from .cluster_history import ClusterHistory
 from .derive import queued_state, replica_pods, trainer_progress
-from .history import ClusterHistory
 from .job_runtime import JobRuntime
 from .reader import JobStatuses
 from .watch import owned_workload

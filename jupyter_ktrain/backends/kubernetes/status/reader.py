@@ -19,8 +19,8 @@ from ..logs.pod import split_stamped
 from ..logs.stored import stored_logs
 from ..lookup import forget_kind, stop_watch, watch
 from ..warm.ledger import WarmLedger
+from .cluster_history import ClusterHistory
 from .derive import build_status, job_shape, job_state
-from .history import ClusterHistory
 from .watch import JobWatch
 
 __all__ = ["JobStatuses"]

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ....errors import ClusterError
-from ..client.api import Api, WatchExpired
 from ..client.fields import container_statuses, labels_of, pod_phase
+from ..client.kube_api import Api, WatchExpired
 from ..client.resources import EVENT, POD, WORKLOAD, Resource
 from ..labels import JOB_LABEL
 from . import kueue

@@ -19,8 +19,8 @@ from typing import Any
 from ....errors import BackendError, ClusterError
 from ....pod.agent.deliver import REFUSED, STALE, seal
 from ....pod.agent.mirror import CONFIGMAP_ENV
-from ..client.api import Api, ExecLost
 from ..client.fields import pod_phase
+from ..client.kube_api import Api, ExecLost
 from ..client.resources import POD, SECRET
 from ..client.retries import ApiFailure
 from ..labels import JOB_LABEL
@@ -107,7 +107,7 @@ class Courier:
                 )
                 break
             except (ExecLost, ApiFailure) as exc:
-                transient = isinstance(exc, ExecLost) or exc.status >= 500 or exc.status == 429
+                transient = isinstance(exc, ExecLost) or exc.transient
                 if not transient or attempt == EXEC_TRIES:
                     tried = f" (tried {attempt} times)" if attempt > 1 else ""
                     return f"pod {pod}: {exc}{tried}"

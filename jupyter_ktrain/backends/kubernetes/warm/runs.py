@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from ....errors import BackendError, ClusterError, JobNotFound, SpecError
 from ....jobs import CANCELLED_BY_USER, PENDING, RUNNING, SUCCEEDED, JobStatus
 from ....pod.protocol import RUN, RUN_END, parse_line, record_type
-from ....store.warm import forget_ended
+from ....store.warm_ledger import forget_ended
 from ...base import LaunchPlan
 from ...logsource import LogSource
-from ...warm import shape_changes, warm_shape
+from ...warm_shape import shape_changes, warm_shape
 from ..client.fields import annotations_of, labels_of
-from ..client.retries import ApiFailure
+from ..client.retries import ApiFailure, Conflict
 from ..cluster import BACKEND_NAME, Cluster
 from ..labels import SHAPE_ANNOTATION, WARM_LABEL
 from ..logs.streams import JobLogs
@@ -168,9 +168,7 @@ class WarmJobs:
             change(control)
             try:
                 now = self.ledger.put_configmap(name, with_control(cm, control))
-            except ApiFailure as exc:
-                if exc.status != 409:
-                    raise
+            except Conflict:
                 continue
             problems = self.courier.deliver(self.cluster.namespace, name, now)
             if problems and strict:
@@ -188,10 +186,8 @@ class WarmJobs:
             body, run = order_run(self.ledger.configmap(name), plan.request.objects[0])
             try:
                 now = self.ledger.put_configmap(name, body)
-            except ApiFailure as exc:
-                if exc.status == 409:
-                    continue
-                raise
+            except Conflict:
+                continue
             problems = self.courier.deliver(self.cluster.namespace, name, now, self._nodes(name))
             if problems:
                 self._stop_undelivered(name, run, problems)

@@ -53,7 +53,7 @@ from ....pod.stacks import STACKS_DIR_ENV
 from ....store.jobdirs import release_reserve
 from ....store.records import keep_hang
 from ..joblog import JobLog, say_stop_why, tell_nodes
-from ..plan import free_port, port_free
+from ..plan_parts import free_port, port_free
 from ..procs import (
     MARKER_ENV,
     NODE_ENV,

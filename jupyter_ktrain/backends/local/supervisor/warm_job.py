@@ -36,7 +36,7 @@ from ....pod.progress import JobProgress, fmt_duration
 from ....pod.protocol import EXIT, READY, RUN, RUN_END, Metric, Resume, parse_line, record_type
 from ....store.files import make_private_dirs, replace_private, write_private
 from ....store.jobdirs import release_reserve
-from ...warm import DEFAULT_IDLE_S
+from ...warm_shape import DEFAULT_IDLE_S
 from ..joblog import JobLog
 from ..state import LocalState, NodeState, WarmState, save_state
 from .nodes import Supervisor

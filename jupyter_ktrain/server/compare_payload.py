@@ -11,7 +11,7 @@ from ..monitor.viewmodel import rank_colour
 from .payloads import CompareCurve, CompareParam, ComparePayload
 
 if TYPE_CHECKING:
-    from ..tracking.compare import Comparison
+    from ..tracking.side_by_side import Comparison
 
 __all__ = ["compare_payload"]
 

@@ -20,6 +20,7 @@ from typing import Any
 from ....errors import ClusterError
 from .retries import (
     ApiFailure,
+    api_failure,
     connection_errors,
     connection_problem,
     unreachable_line,
@@ -61,8 +62,9 @@ def _shutdown(resp: Any) -> None:
         resp.shutdown()
 
 
-def _failure(exc: Any, what: str) -> ApiFailure:
-    """An ApiFailure from the client's ApiException, with the server's Status message."""
+def _failure(exc: Any, what: str, asked: tuple[str, str, str]) -> ApiFailure:
+    """An ApiFailure from the client's ApiException, with the server's Status message, typed by
+    its status (:func:`~.retries.api_failure`; ``asked``: see :func:`_asked`)."""
     status = int(getattr(exc, "status", 0) or 0)
     body: dict[str, Any] = {}
     try:
@@ -72,9 +74,40 @@ def _failure(exc: Any, what: str) -> ApiFailure:
         pass
     body["_headers"] = dict(getattr(exc, "headers", None) or {})
     message = body.get("message") or getattr(exc, "reason", "") or "error"
-    return ApiFailure(
-        f"{what}: {status} {message}", status=status, reason=body.get("reason", ""), body=body
+    return api_failure(
+        f"{what}: {status} {message}",
+        status=status,
+        asked=asked,
+        said=message,
+        reason=body.get("reason", ""),
+        body=body,
     )
+
+
+#: RBAC's verb of a request by its method, on one object (on a collection: ``_ON_ALL``)
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_ON_ALL = {"get": "list", "delete": "deletecollection"}
+
+
+def _asked(method: str, path: str, query: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """What a request asks, in RBAC's words: (verb, resource, namespace). ``GET
+    /apis/kubeflow.org/v1/namespaces/ns/pytorchjobs`` asks ("list", "pytorchjobs.kubeflow.org",
+    "ns"); ``GET /api/v1/namespaces/ns/pods/p/log``, ("get", "pods/log", "ns"); a
+    cluster-scoped resource's namespace is "", a discovery path is its own resource."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else ("/".join(parts[1:2]), parts[3:])
+    if not rest:  # discovery (/apis/GROUP/VERSION): a non-resource URL
+        return "get", path, ""
+    namespace = ""
+    if len(rest) > 2 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    verb = _VERBS.get(method, method.lower())
+    if (query or {}).get("watch"):
+        verb = "watch"
+    elif len(rest) < 2:
+        verb = _ON_ALL.get(verb, verb)
+    resource = f"{rest[0]}.{group}" if group else rest[0]
+    return verb, "/".join([resource, *rest[2:3]]), namespace
 
 
 class Api:
@@ -182,7 +215,7 @@ class Api:
             )
         except ApiException as exc:
             self.answered = self.answered or bool(exc.status)  # an HTTP status is an answer
-            raise _failure(exc, f"{method} {path}") from None
+            raise _failure(exc, f"{method} {path}", _asked(method, path, query)) from None
         self.answered = True
         return resp
 
@@ -358,6 +391,7 @@ class Api:
         core = client.CoreV1Api(client.ApiClient(self.client.configuration))
         self.requests += 1
         what = f"exec in pod {pod}"
+        asked = ("create", "pods/exec", namespace)
         try:
             ws = stream(
                 core.connect_get_namespaced_pod_exec,
@@ -374,11 +408,11 @@ class Api:
         except ApiException as exc:
             if not exc.status:  # the client's wrapping of a WebSocket that failed or dropped
                 raise ExecLost(f"{what}: {exc.reason or 'the connection was lost'}") from None
-            raise _failure(exc, what) from None
+            raise _failure(exc, what, asked) from None
         except (OSError, _websocket_errors()) as exc:
             status = int(getattr(exc, "status_code", 0) or 0)  # the upgrade was refused
             if status:
-                raise ApiFailure(f"{what}: {status} {exc}", status=status) from None
+                raise api_failure(f"{what}: {status} {exc}", status=status, asked=asked) from None
             raise ExecLost(f"{what}: {connection_problem(exc)}") from None
         try:
             if stdin:  # a text frame: the command reads what it needs (no EOF in v4)

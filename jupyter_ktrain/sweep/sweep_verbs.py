@@ -16,7 +16,7 @@ from ..runner.compare import compare_entries
 from ..runner.verbs import Deleted, JobList, Target
 from ..spec.job import check_job_name
 from ..store.sweeps import SweepRecord, list_sweeps, read_sweep
-from ..tracking.compare import Comparison, Entry
+from ..tracking.side_by_side import Comparison, Entry
 from . import seen
 from .trials import Sweep
 

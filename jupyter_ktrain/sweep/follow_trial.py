@@ -16,7 +16,7 @@ from ..jobs import CANCELLED as JOB_CANCELLED
 from ..jobs import SUCCEEDED as JOB_SUCCEEDED
 from ..jobs import TrialState
 from ..monitor.cell_error import job_error
-from ..monitor.follow import follow
+from ..monitor.follow_loop import follow
 from ..pod.protocol import LogLine, Metric
 from ..runner import track as tracking
 from ..sweep_spec.objective import Objective, as_number

@@ -1,6 +1,6 @@
 """The runs of a local ``--warm`` job, for :class:`~.backend.LocalBackend`, which delegates its
 warm hooks here and hands this part what it uses (the job folders, :class:`~.folders.JobFolders`,
-and the planner of a new job, :class:`~.launch.Planner`), not itself: find the live warm job a
+and the planner of a new job, :class:`~.planner.Planner`), not itself: find the live warm job a
 cell runs on (or say why a new one starts), order a run through the job's folder
 (``runs/N/code``, then ``control.json``, which the nodes' warm agents watch), read a run's state
 and logs (``runs/N/``, written by :mod:`.warm_supervisor`), cancel a run, change the idle limit.
@@ -29,10 +29,10 @@ from ...store.files import make_private_dirs, replace_private, write_private
 from ...words import describe, run_waiting
 from ..base import LaunchPlan
 from ..logsource import LogSource
-from ..warm import check_warm, shape_changes, warm_shape
+from ..warm_shape import check_warm, shape_changes, warm_shape
 from .folders import JobFolders, to_status
-from .launch import BACKEND, Planner
 from .logs import FileLogSource
+from .planner import BACKEND, Planner
 from .request import LocalRequest, read_plan
 from .state import change_state, read_state
 from .supervisor.warm_job import IDLE_LIMIT, abort_run

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CaptureError, SecretError
+from .encode import EncodeFailure, encode_value, too_big
 from .locate import cell_label, locate, locate_assignment
 from .names import bound_names, name_use
+from .pins import Requirements
 from .program_text import NOT_PICKLED, Item, emit, ordered, stream_values
-from .requirements import Requirements
 from .secrets import (
     CELL,
     EnvSecrets,
@@ -35,7 +36,6 @@ from .secrets import (
     refusal,
     secret_at,
 )
-from .values import EncodeFailure, encode_value, too_big
 
 __all__ = ["CapturedProgram", "capture"]
 

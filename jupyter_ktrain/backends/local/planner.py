@@ -25,7 +25,7 @@ from ...pod.stacks import STACKS_DIR_ENV
 from ..base import LaunchPlan
 from .folders import JobFolders
 from .gpus import split_gpus
-from .plan import (
+from .plan_parts import (
     cluster_only_settings,
     deepspeed_files,
     describe_plan,

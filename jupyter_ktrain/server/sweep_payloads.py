@@ -1,11 +1,11 @@
 """The side panel's sweeps: each sweep's record in the job store
-(:func:`jupyter_ktrain.sweep.verbs.records`) as its :class:`~.payloads.SweepSummary` (the list) and
-:class:`~.payloads.SweepDetail` (its tab), through the view the cell's widget draws
+(:func:`jupyter_ktrain.sweep.sweep_verbs.records`) as its :class:`~.payloads.SweepSummary`
+(the list) and :class:`~.payloads.SweepDetail` (its tab), through the view the cell's widget draws
 (:func:`jupyter_ktrain.sweep.view.sweep_view`), so the two show the same."""
 
 from __future__ import annotations
 
-from ..sweep import verbs
+from ..sweep import sweep_verbs
 from ..sweep.record import SweepRecord
 from ..sweep.view import RowView, SweepView, sweep_view
 from .payloads import SweepCurve, SweepDetail, SweepRowPayload, SweepsPayload, SweepSummary
@@ -54,9 +54,9 @@ def sweep_detail(record: SweepRecord, points: int) -> SweepDetail:
 
 def sweeps_payload() -> SweepsPayload:
     """Every sweep of the job store, newest first."""
-    return {"sweeps": [sweep_summary(r) for r in verbs.records()]}
+    return {"sweeps": [sweep_summary(r) for r in sweep_verbs.records()]}
 
 
 def sweep_payload(name: str, points: int) -> SweepDetail:
     """Sweep ``name``'s detail; JobNotFound (404) when the store has none of that name."""
-    return sweep_detail(verbs.record(name), points)
+    return sweep_detail(sweep_verbs.record(name), points)

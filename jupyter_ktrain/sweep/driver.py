@@ -4,7 +4,7 @@
 Each trial binds the swept names in the namespace the cell's code is captured from (they
 travel as the notebook's values do), and runs as its own job ``NAME-tN``, or, with
 ``--warm``, as the next run on a free one of the sweep's warm jobs ``NAME-w0``..``NAME-wP-1``
-(one thread per slot). A trial is followed headless (:mod:`.follow`: its objective as it is
+(one thread per slot). A trial is followed headless (:mod:`.follow_trial`: its objective as it is
 reported, the median rule); the front is spoken to from the calling thread only: a line per
 trial start and end, the sweep's record each time it is written, the table at the end, the
 best trial's names bound. The sweep's warm jobs
@@ -34,8 +34,8 @@ from ..runner.source import Source
 from ..runner.verbs import open_backend
 from ..spec.job import default_name
 from ..store.sweeps import SweepRecord, SweepState, TrialRow, keep_sweep
-from ..sweep_spec.options import SweepOptions
-from .follow import Board, follow_trial
+from ..sweep_spec.sweep_options import SweepOptions
+from .follow_trial import Board, follow_trial
 from .record import DONE, INTERRUPTED, RUNNING, STOPPED, make_record, row_of, running_row
 from .tracked import end_parent, start_parent, trial_under
 from .trials import CANCELLED, FAILED, Sweep, Trial, best_of, params_text
