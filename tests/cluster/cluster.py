@@ -300,6 +300,7 @@ class Cluster:
                         "topologies",
                         "admissionchecks",
                         "multikueueconfigs",
+                        "multikueueclusters",
                     ],
                     "verbs": ["get", "list", "watch"],
                 },

@@ -48,12 +48,13 @@ KUEUE_NS = "kueue-system"
 KUEUE_PODS_READY_TIMEOUT_S = 15
 # the kinds Kueue manages here: batch/job (first in Kueue's own default list; without it its
 # Job webhook, which still sees every Job JobSet creates, fails them with a nil-pointer panic)
-# and its frameworks whose CRDs this cluster serves
+# and its frameworks whose CRDs this cluster serves (not "kubeflow.org/mpijob": that is
+# mpi-operator's MPIJob v2beta1, not served here; a MultiKueue manager watches each enabled
+# kind on its workers and leaves a worker inactive where one is not served)
 KUEUE_FRAMEWORKS = (
     "batch/job",
     "kubeflow.org/pytorchjob",
     "kubeflow.org/tfjob",
-    "kubeflow.org/mpijob",
     "kubeflow.org/xgboostjob",
     "trainer.kubeflow.org/trainjob",
     "jobset.x-k8s.io/jobset",

@@ -45,7 +45,14 @@ def worker(ktrain_cluster_session: Cluster, tmp_path_factory: pytest.TempPathFac
         shared=tmp_path_factory.getbasetemp(),
         worker=True,
     ).start()
-    manager = ktrain_cluster_session
+    try:
+        yield _manager_points_at(ktrain_cluster_session, started)
+    finally:
+        started.stop()
+
+
+def _manager_points_at(manager: Cluster, started: Cluster) -> Cluster:
+    """The manager's MultiKueue objects for ``started``, once Kueue has it Active."""
     kubeconfig = yaml.safe_dump(  # as Kueue requires it: the CA inline, a token
         {
             "apiVersion": "v1",
@@ -81,10 +88,7 @@ def worker(ktrain_cluster_session: Cluster, tmp_path_factory: pytest.TempPathFac
         return any(c["type"] == "Active" and c["status"] == "True" for c in conds)
 
     wait_for(active, 60, 0.5)
-    try:
-        yield started
-    finally:
-        started.stop()
+    return started
 
 
 def _b64(raw: bytes) -> str:

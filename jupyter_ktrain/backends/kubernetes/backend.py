@@ -122,10 +122,20 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         return self.listing.list_jobs()
 
     def log_sources(self, name: str) -> list[LogSource]:
-        return self._on(name).logs.sources(name)
+        return self._sources(name)
 
     def more_log_sources(self, name: str, known: Collection[str]) -> list[LogSource]:
-        return self._on(name).logs.sources(name, known)
+        return self._sources(name, known)
+
+    def _sources(self, name: str, known: Collection[str] = ()) -> list[LogSource]:
+        """The job's log sources on the cluster that runs it; none for a MultiKueue job not
+        on a worker yet, or on one this kubeconfig does not reach (its pods are not here)."""
+        route = self.workers.route(name)
+        if route is None and not self.workers.multikueue(name):
+            return self.logs.sources(name, known)
+        if route is None or route.backend is None:
+            return []
+        return route.backend.logs.sources(name, known)  # type: ignore[no-any-return]
 
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
         yield from self._on(name).logs.read(name)

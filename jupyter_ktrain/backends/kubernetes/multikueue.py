@@ -100,6 +100,10 @@ class Workers:
 
     # -- following -------------------------------------------------------------------------
 
+    def multikueue(self, name: str) -> bool:
+        """Whether job ``name`` is left to MultiKueue (its pods run on a worker, never here)."""
+        return managed_by(job_object(self.cluster, name) or {}) == MULTIKUEUE
+
     def route(self, name: str) -> Route | None:
         """Job ``name``'s worker, once Kueue dispatched it there; None for any other job."""
         try:
@@ -194,7 +198,7 @@ class Workers:
             return []
         if names is None:  # not readable here: every configured worker
             names = list(self.contexts)
-        self._check_names()
+        self._check_names(names)
         self._check_contexts()
         out = []
         for where in names:
@@ -203,14 +207,14 @@ class Workers:
                 out.append((where, backend))
         return out
 
-    def _check_names(self) -> None:
+    def _check_names(self, queue_workers: list[str]) -> None:
         """Every cluster ``clusters`` names is a MultiKueueCluster of the manager (where they
-        may be read); one line where one is not."""
+        may not be listed: a worker of this queue); one line where one is not."""
         try:
             found = self.cluster.api.items(MULTIKUEUE_CLUSTER.path())
             known = {c["metadata"]["name"] for c in found}
         except ClusterError:
-            return
+            known = set(queue_workers)
         unknown = sorted(set(self.contexts) - known)
         if unknown:
             raise SpecError(
