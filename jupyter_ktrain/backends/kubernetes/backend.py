@@ -68,8 +68,10 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         self.config = config if config is not None else load_config()
         self.say = say or (lambda text: print(text, file=sys.stdout, flush=True))
         self.cluster = Cluster(self.config, Connection(self.config, api), self.say)
-        # MultiKueue: the worker clusters a job may run on, each a backend of its own
-        self.workers = Workers(self.cluster, lambda cfg: KubernetesBackend(cfg, say=self.say))
+        # MultiKueue: the worker clusters a job may run on, each a backend of its own (made
+        # without a reference to this one: a dropped backend is freed at once)
+        say = self.say
+        self.workers = Workers(self.cluster, lambda cfg: KubernetesBackend(cfg, say=say))
         self.history = ClusterHistory(self.cluster)  # ended jobs, kept past their objects
         self.logs = JobLogs(self.cluster, self.history)
         ledger = WarmLedger(self.cluster, self.logs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, ClusterError, JobNotFound
 from ...kinds import KIND_TABLE
@@ -21,7 +21,6 @@ from .status.history import ClusterHistory, cancelled
 from .status.reader import JobStatuses
 
 if TYPE_CHECKING:
-    from .backend import KubernetesBackend
     from .multikueue import Workers
 
 __all__ = ["DELETE_WAIT_S", "Removal"]
@@ -99,7 +98,7 @@ class Removal:
                 worker.removal.delete(name, keep=False)
             delete_one(worker.cluster, "ConfigMap", f"{name}-code", ns)
 
-    def _worker(self, name: str) -> KubernetesBackend | None:
+    def _worker(self, name: str) -> Any:
         """The backend of the MultiKueue worker that runs job ``name``, where it is reached."""
         route = self.workers.route(name) if self.workers is not None else None
         return route.backend if route is not None else None
