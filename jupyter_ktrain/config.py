@@ -13,6 +13,8 @@ removes one). Keys::
     offline_requirements  true | false: ship wheels with the code instead of installing in pods
     mlflow                MLflow tracking URI: every job becomes a run there (--mlflow wins)
     mlflow_experiment     the MLflow experiment of those runs (default ktrain; --experiment wins)
+    clusters              comma-separated NAME=CONTEXT: the kubeconfig context of each Kueue
+                          MultiKueueCluster NAME (a job dispatched there is followed there)
 
 Never secrets: credentials stay in the kubeconfig and the docker config; a key or value that
 looks like a credential is refused.
@@ -30,7 +32,15 @@ import yaml
 from .errors import SpecError
 from .store.home import ktrain_home
 
-__all__ = ["OFF", "Config", "check_uri", "config_path", "load_config", "set_config"]
+__all__ = [
+    "OFF",
+    "Config",
+    "check_uri",
+    "cluster_contexts",
+    "config_path",
+    "load_config",
+    "set_config",
+]
 
 _USERINFO = re.compile(r"(^|//)[^/@\s:]+:[^/@\s]+@")  # user:password@host
 
@@ -74,6 +84,9 @@ class Config:
     # every job an MLflow run at this tracking URI (--mlflow wins), in this experiment
     mlflow: str | None = None
     mlflow_experiment: str | None = None
+    # MultiKueue: "NAME=CONTEXT" per worker cluster (a MultiKueueCluster's name) this kubeconfig
+    # reaches; a job Kueue dispatches to NAME is followed through CONTEXT
+    clusters: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -112,6 +125,9 @@ def _convert(key: str, value: Any) -> Any:
     if key == "insecure_registries":
         items = value.split(",") if isinstance(value, str) else list(value or ())
         return tuple(s.strip() for s in items if str(s).strip())
+    if key == "clusters":
+        items = value.split(",") if isinstance(value, str) else list(value or ())
+        return tuple(_cluster_pair(str(s)) for s in items if str(s).strip())
     if key == "offline_requirements":
         if isinstance(value, bool):
             return value
@@ -128,6 +144,23 @@ def _convert(key: str, value: Any) -> Any:
     if key == "mlflow" and value not in (None, ""):
         check_uri(str(value), "mlflow=")
     return str(value) if value not in (None, "") else None
+
+
+def _cluster_pair(text: str) -> str:
+    """``NAME=CONTEXT`` of ``clusters``, stripped; one line where it is not that."""
+    name, sep, context = (part.strip() for part in text.partition("="))
+    if not (name and sep and context):
+        raise SpecError(
+            f"clusters: {text.strip()!r} is not NAME=CONTEXT: give each MultiKueueCluster's "
+            "name and the kubeconfig context that reaches it, e.g. "
+            "clusters=worker-east=east,worker-west=west."
+        )
+    return f"{name}={context}"
+
+
+def cluster_contexts(config: Config) -> dict[str, str]:
+    """``clusters`` as MultiKueueCluster name -> kubeconfig context."""
+    return dict(pair.split("=", 1) for pair in config.clusters)
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -117,10 +117,11 @@ class Cluster:
         registry: str | None = None,
         nodes: list[Node] | None = None,
         shared: Path | None = None,
+        worker: bool = False,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ktrain-cluster-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.plane = ControlPlane(self.workdir / "control-plane")
+        self.plane = ControlPlane(self.workdir / "control-plane", worker=worker)
         pki = self.plane.pki
         self.ca_cert = pki.ca.cert
         serving = pki.issue("proxy", "kube-apiserver", dns=("localhost",), ips=("127.0.0.1",))
@@ -290,9 +291,17 @@ class Cluster:
                     "resources": ["clustertrainingruntimes"],
                     "verbs": ["get", "list", "watch"],
                 },
-                {  # what --topology checks its level against (README: Placement)
+                {  # what --topology and a MultiKueue queue are checked against (README:
+                    # Placement and several clusters)
                     "apiGroups": ["kueue.x-k8s.io"],
-                    "resources": ["clusterqueues", "resourceflavors", "topologies"],
+                    "resources": [
+                        "clusterqueues",
+                        "resourceflavors",
+                        "topologies",
+                        "admissionchecks",
+                        "multikueueconfigs",
+                        "multikueueclusters",
+                    ],
                     "verbs": ["get", "list", "watch"],
                 },
             ],

@@ -48,12 +48,13 @@ KUEUE_NS = "kueue-system"
 KUEUE_PODS_READY_TIMEOUT_S = 15
 # the kinds Kueue manages here: batch/job (first in Kueue's own default list; without it its
 # Job webhook, which still sees every Job JobSet creates, fails them with a nil-pointer panic)
-# and its frameworks whose CRDs this cluster serves
+# and its frameworks whose CRDs this cluster serves (not "kubeflow.org/mpijob": that is
+# mpi-operator's MPIJob v2beta1, not served here; a MultiKueue manager watches each enabled
+# kind on its workers and leaves a worker inactive where one is not served)
 KUEUE_FRAMEWORKS = (
     "batch/job",
     "kubeflow.org/pytorchjob",
     "kubeflow.org/tfjob",
-    "kubeflow.org/mpijob",
     "kubeflow.org/xgboostjob",
     "trainer.kubeflow.org/trainjob",
     "jobset.x-k8s.io/jobset",
@@ -158,8 +159,11 @@ class Proc:
 class ControlPlane:
     """Starts and stops every real component; ``admin`` is a client with system:masters."""
 
-    def __init__(self, workdir: Path, bins: Path | None = None) -> None:
+    def __init__(self, workdir: Path, bins: Path | None = None, worker: bool = False) -> None:
         self.dir = workdir
+        # a MultiKueue worker: the same API server, scheduler, Kueue and Training Operator, but
+        # neither JobSet, Trainer nor KubeRay (what the MultiKueue tests run is a PyTorchJob)
+        self.worker = worker
         self.bin = (bins or binaries()) / "bin"
         self.manifests = (bins or binaries()) / "manifests"
         self.pki = Pki(workdir / "pki")
@@ -506,7 +510,9 @@ class ControlPlane:
         self._kueue_crds()
         for ns in (OPERATOR_NS, TRAINER_NS, JOBSET_NS, KUEUE_NS):
             self._namespace(ns)
-        procs = [self._training_operator(), self._jobset(), self._trainer(), self._kueue()]
+        procs = [self._training_operator(), self._kueue()]
+        if not self.worker:
+            procs[1:1] = [self._jobset(), self._trainer()]
         for name, url, proc in procs:
             secret, namespace, certs = self._mounts[name]
 
@@ -517,6 +523,8 @@ class ControlPlane:
                 return self._healthy(url, verify=False)
 
             _wait(name, ready, proc, timeout=180)
+        if self.worker:
+            return
         self._kuberay()
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         runtime = m / "trainer/base/runtimes/torch_distributed.yaml"

@@ -37,6 +37,7 @@ from .client.kube_api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
 from .logs.streams import JobLogs
 from .lookup import close as close_cluster
+from .multikueue import Workers
 from .plans.dry_run import Planner
 from .plans.plan import KubernetesRequest
 from .pod_stacks import JobStacks
@@ -67,15 +68,19 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         self.config = config if config is not None else load_config()
         self.say = say or (lambda text: print(text, file=sys.stdout, flush=True))
         self.cluster = Cluster(self.config, Connection(self.config, api), self.say)
+        # MultiKueue: the worker clusters a job may run on, each a backend of its own (made
+        # without a reference to this one: a dropped backend is freed at once)
+        say = self.say
+        self.workers = Workers(self.cluster, lambda cfg: KubernetesBackend(cfg, say=say))
         self.history = ClusterHistory(self.cluster)  # ended jobs, kept past their objects
         self.logs = JobLogs(self.cluster, self.history)
         ledger = WarmLedger(self.cluster, self.logs)
-        self.statuses = JobStatuses(self.cluster, self.history, ledger)
+        self.statuses = JobStatuses(self.cluster, self.history, ledger, self.workers)
         self.listing = JobListing(self.cluster, self.statuses, self.history, ledger)
         self.warm: WarmJobs = WarmJobs(self.cluster, self.statuses, self.logs, ledger)
         self.planner = Planner(self.cluster, self.warm)
-        self.submitter = Submitter(self.cluster, self.history)
-        self.removal = Removal(self.cluster, self.statuses, self.history)
+        self.submitter = Submitter(self.cluster, self.history, self.workers)
+        self.removal = Removal(self.cluster, self.statuses, self.history, self.workers)
         self.job_stacks = JobStacks(self.cluster)
         # each command makes a backend: the watches it opened and the connection it made end
         # with it (nothing it holds points back at it); a watch ends sooner when idle
@@ -84,7 +89,14 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
     def close(self) -> None:
         """End this backend's watches and close its connections now (a later read of a job
         watches it anew)."""
+        self.workers.close()
         close_cluster(self.cluster)
+
+    def _on(self, name: str) -> KubernetesBackend:
+        """The backend whose cluster runs job ``name``: a MultiKueue worker's, once Kueue
+        dispatched the job there and this kubeconfig reaches it; else this one."""
+        route = self.workers.route(name)
+        return route.backend if route is not None and route.backend is not None else self
 
     @property
     def namespace(self) -> str:
@@ -112,22 +124,32 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         return self.listing.list_jobs()
 
     def log_sources(self, name: str) -> list[LogSource]:
-        return self.logs.sources(name)
+        return self._sources(name)
 
     def more_log_sources(self, name: str, known: Collection[str]) -> list[LogSource]:
-        return self.logs.sources(name, known)
+        return self._sources(name, known)
+
+    def _sources(self, name: str, known: Collection[str] = ()) -> list[LogSource]:
+        """The job's log sources on the cluster that runs it; none for a MultiKueue job not
+        on a worker yet, or on one this kubeconfig does not reach (its pods are not here)."""
+        route = self.workers.route(name)
+        if route is None and not self.workers.multikueue(name):
+            return self.logs.sources(name, known)
+        if route is None or route.backend is None:
+            return []
+        return route.backend.logs.sources(name, known)  # type: ignore[no-any-return]
 
     def read_logs(self, name: str) -> Iterator[tuple[str, str]]:
-        yield from self.logs.read(name)
+        yield from self._on(name).logs.read(name)
 
     def read_logs_timed(self, name: str) -> Iterator[tuple[float | None, str, str]]:
-        return self.logs.read_timed(name)
+        return self._on(name).logs.read_timed(name)
 
     def stacks(self, name: str, rank: int | None = None) -> list[tuple[str, Stack]]:
-        return self.job_stacks.stacks(name, rank)
+        return self._on(name).job_stacks.stacks(name, rank)
 
     def profile(self, name: str, steps: int, rank: int | None = None) -> list[tuple[str, Profile]]:
-        return self.job_stacks.profile(name, steps, rank)
+        return self._on(name).job_stacks.profile(name, steps, rank)
 
     def cancel(self, name: str) -> None:
         self.removal.cancel(name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, ClusterError, JobNotFound
 from ...kinds import KIND_TABLE
@@ -19,6 +20,9 @@ from .plans.scrape import metrics_service_name
 from .status.cluster_history import ClusterHistory, cancelled
 from .status.reader import JobStatuses
 
+if TYPE_CHECKING:
+    from .multikueue import Workers
+
 __all__ = ["DELETE_WAIT_S", "Removal"]
 
 DELETE_WAIT_S = 60.0
@@ -27,24 +31,42 @@ DELETE_WAIT_S = 60.0
 class Removal:
     """Cancels and deletes the jobs of the ``cluster`` context's namespace."""
 
-    def __init__(self, cluster: Cluster, statuses: JobStatuses, history: ClusterHistory) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        statuses: JobStatuses,
+        history: ClusterHistory,
+        workers: Workers | None = None,
+    ) -> None:
         self.cluster = cluster
         self.statuses = statuses
         self.history = history
+        self.workers = workers  # MultiKueue: the worker clusters a job may run on
 
-    def cancel(self, name: str) -> None:
-        """Delete the job (its pods and ConfigMap go with it); its history is kept."""
+    def cancel(self, name: str, keep: bool = True) -> None:
+        """Delete the job (its pods and ConfigMap go with it); its history is kept. A job
+        MultiKueue runs on a worker is kept as the worker ran it, and deleted on the manager:
+        Kueue then deletes the worker's copy (deleted there, Kueue would dispatch it again)."""
         kind = kind_of(self.cluster, name)
-        self._keep(name, "a cancel")
+        worker = self._worker(name)
+        if worker is not None:
+            worker.removal.keep(name, "a cancel")
+        elif keep:
+            self.keep(name, "a cancel")
         stop_watch(self.cluster, name)
         delete_job(self.cluster, kind, name, self.cluster.namespace)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, keep: bool = True) -> None:
         """Delete the job and everything it owns, and wait until nothing is left; its history
-        is kept (``%ktrain delete --history`` removes it)."""
+        is kept (``%ktrain delete --history`` removes it). A MultiKueue job: on the manager,
+        then what is left of it on the worker."""
         cluster = self.cluster
         kind = kind_of(cluster, name)
-        self._keep(name, "%ktrain delete")
+        worker = self._worker(name)
+        if worker is not None:
+            worker.removal.keep(name, "%ktrain delete")
+        elif keep:
+            self.keep(name, "%ktrain delete")
         stop_watch(cluster, name)
         ns = cluster.namespace
         delete_job(cluster, kind, name, ns)
@@ -71,8 +93,17 @@ class Removal:
             time.sleep(0.2)
         forget_kind(cluster, name)
         cluster.runtimes.forget(name)
+        if worker is not None:
+            with contextlib.suppress(JobNotFound):  # Kueue may have deleted it already
+                worker.removal.delete(name, keep=False)
+            delete_one(worker.cluster, "ConfigMap", f"{name}-code", ns)
 
-    def _keep(self, name: str, by: str) -> None:
+    def _worker(self, name: str) -> Any:
+        """The backend of the MultiKueue worker that runs job ``name``, where it is reached."""
+        route = self.workers.route(name) if self.workers is not None else None
+        return route.backend if route is not None else None
+
+    def keep(self, name: str, by: str) -> None:
         """Before ``%ktrain cancel``/``delete`` (``by``) removes the job: keep it, as it ended,
         or Cancelled as it was while it ran."""
         try:

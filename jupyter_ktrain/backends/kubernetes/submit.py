@@ -7,6 +7,7 @@ instead."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ...errors import SpecError
 from ...kinds import KIND_TABLE
@@ -21,6 +22,9 @@ from .plans.plan import KubernetesRequest, kind_and_name
 from .plans.preflight import run_preflight
 from .status.cluster_history import ClusterHistory
 
+if TYPE_CHECKING:
+    from .multikueue import Workers
+
 __all__ = ["Submitter"]
 
 
@@ -28,9 +32,12 @@ class Submitter:
     """Creates planned jobs in the ``cluster`` context; a new job's name starts a new
     ``history``."""
 
-    def __init__(self, cluster: Cluster, history: ClusterHistory) -> None:
+    def __init__(
+        self, cluster: Cluster, history: ClusterHistory, workers: Workers | None = None
+    ) -> None:
         self.cluster = cluster
         self.history = history
+        self.workers = workers  # MultiKueue: the worker clusters a job may run on
 
     def start(self, made: LaunchPlan[KubernetesRequest]) -> LaunchPlan[KubernetesRequest]:
         """Preflight, push the code image (registry route), then create the planned objects,
@@ -53,19 +60,24 @@ class Submitter:
                 f"A {spec.kind} named {spec.name!r} already exists in {ns!r}. Pick another "
                 f"--name, or remove it with `%ktrain delete {spec.name}`."
             )
+        # MultiKueue: the workers it may be dispatched to, checked before anything is made
+        workers = self.workers.targets(spec) if self.workers is not None else []
         if request.route == "registry":
             made = replace(made, request=self._push(made))
         *owned, job_object = made.request.objects
-        created: list[tuple[str, str]] = []
+        created: list[tuple[Cluster, str, str]] = []
         try:
-            for obj in owned:
-                create(cluster, obj, ns)
-                created.append(kind_and_name(obj))
+            # Kueue copies only the job to the worker: what it runs beside is made there too
+            # (owned there by the worker's job once it is seen: multikueue.Workers)
+            for where in [cluster, *(backend.cluster for _name, backend in workers)]:
+                for obj in owned:
+                    create(where, obj, ns)
+                    created.append((where, *kind_and_name(obj)))
             job = create(cluster, job_object, ns)
-            own(cluster, job, created, ns)
+            own(cluster, job, [(k, n) for c, k, n in created if c is cluster], ns)
         except Exception:
-            for kind, name in created:
-                delete_one(cluster, kind, name, ns)
+            for where, kind, name in created:
+                delete_one(where, kind, name, ns)
             raise
         remember_kind(cluster, spec.name, spec.kind)
         self.history.started(spec.name)

@@ -18,12 +18,13 @@ from ..cluster import Cluster
 from ..labels import MANAGED_BY
 from ..logs.stored import log_request
 from ..lookup import job_objects
+from ..multikueue import dispatched_to
 from ..plans.builders import TRAINJOB_TARGET
 from ..warm.ledger import WarmLedger
 from .cluster_history import ClusterHistory
 from .derive import queued_state, replica_pods, trainer_progress
 from .job_runtime import JobRuntime
-from .reader import JobStatuses
+from .reader import JobStatuses, on_cluster
 from .watch import owned_workload
 
 __all__ = ["PROGRESS_REFRESH_S", "PROGRESS_TAIL_LINES", "JobListing"]
@@ -59,7 +60,10 @@ class JobListing:
         jobs = job_objects(cluster, f"{MANAGED_BY[0]}={MANAGED_BY[1]}")
         workloads = cluster.queue.workloads(cluster.api, cluster.namespace, jobs)
         for job in jobs:
-            state, reason, message = queued_state(job, owned_workload(job, workloads))
+            workload = owned_workload(job, workloads)
+            state, reason, message = queued_state(job, workload)
+            where = dispatched_to(job, workload)  # MultiKueue: the worker cluster it runs on
+            message = on_cluster(where, message) if where else message
             if state in TERMINAL_STATES and not self.history.is_kept(job):
                 with contextlib.suppress(KtrainError):  # kept by its status, once
                     self.statuses.status(job["metadata"]["name"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ....errors import ClusterError, JobNotFound
 from ....jobs import FAILED, JobShape, JobStatus, complete_exit_codes
@@ -23,16 +23,32 @@ from .cluster_history import ClusterHistory
 from .derive import build_status, job_shape, job_state
 from .watch import JobWatch
 
+
+def on_cluster(where: str, message: str) -> str:
+    """The message of a job that runs on MultiKueue worker cluster ``where``."""
+    return f"on cluster {where!r}" + (f"; {message}" if message else "")
+
+
+if TYPE_CHECKING:
+    from ..multikueue import Workers
+
 __all__ = ["JobStatuses"]
 
 
 class JobStatuses:
     """The statuses of the jobs in the ``cluster`` context's namespace."""
 
-    def __init__(self, cluster: Cluster, history: ClusterHistory, ledger: WarmLedger) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        history: ClusterHistory,
+        ledger: WarmLedger,
+        workers: Workers | None = None,
+    ) -> None:
         self.cluster = cluster
         self.history = history
         self.ledger = ledger
+        self.workers = workers  # MultiKueue: the worker clusters a job may run on
 
     def status(self, name: str) -> JobStatus:
         """The job's status; once its objects are gone, the one kept in its history."""
@@ -47,8 +63,15 @@ class JobStatuses:
             ns = self.cluster.namespace
             gone = JobNotFound(f"Job {name!r} is gone from namespace {ns!r}.")
             return self.history.gone(name, gone).status
+        route = self.workers.route(name) if self.workers is not None else None
+        if route is not None and route.backend is not None:
+            with contextlib.suppress(JobNotFound, ClusterError):  # gone there: the mirror
+                status: JobStatus = route.backend.statuses.status(name)
+                return replace(status, message=on_cluster(route.where, status.message))
         status = self._live(name, found, job)
-        if status.terminal:
+        if route is not None:  # the manager's mirror of the worker's job: no pods here
+            status = replace(status, message=on_cluster(route.where, status.message))
+        if status.terminal and (route is None or route.backend is None):
             self.history.keep(job, found.pods, status)
         return status
 
@@ -93,6 +116,9 @@ class JobStatuses:
         return complete_exit_codes(status, job_shape(job).procs_per_node)
 
     def shape(self, name: str) -> JobShape | None:
+        route = self.workers.route(name) if self.workers is not None else None
+        if route is not None and route.backend is not None:
+            return route.backend.statuses.shape(name)  # type: ignore[no-any-return]
         try:
             job = watch(self.cluster, name).job
         except JobNotFound as exc:
