@@ -29,7 +29,7 @@ from ...config import Config, cluster_contexts
 from ...errors import ClusterError, JobNotFound, SpecError
 from ...spec.job import JobSpec
 from .client.resources import CONFIG_MAP, LOCAL_QUEUE, Resource
-from .client.retries import ApiFailure
+from .client.retries import Forbidden, Unauthorized
 from .cluster import Cluster
 from .lookup import job_object, watch
 
@@ -264,8 +264,6 @@ class Workers:
                 params = ac_spec.get("parameters") or {}
                 mkc = api.find(MULTIKUEUE_CONFIG.path(name=str(params.get("name")))) or {}
                 return [str(c) for c in (mkc.get("spec") or {}).get("clusters") or []]
-        except ApiFailure as exc:
-            if exc.status in (401, 403):
-                return None if self.contexts else []
-            raise
+        except (Forbidden, Unauthorized):
+            return None if self.contexts else []
         return []
