@@ -7,18 +7,16 @@ starts one fork server per node (the local supervisor one per job: ``python -m
 jupyter_ktrain.pod.agent.forks FD``) and gives the node command ``$KTRAIN_FORK_SOCKET``.
 
 The first start is forked from it too, so a node imports torch once, not once in torchrun and
-again in each rank: the server imports at once, at normal priority, in two steps, listening
-meanwhile under a name of its own (``cold.sock``, the same socket). Whoever asks meanwhile
-(torchrun, then its ranks) connects to that name and waits in the server's queue: no timer,
-no second import. After torch alone it forks the node commands that asked (torchrun needs
-nothing more, and its rendezvous overlaps the rest); then it imports what every rank imports
-(``torch._dynamo``, ``$KTRAIN_WARM_PREIMPORT``: :mod:`.preimport`), forks the ranks that asked,
-and takes the name ranks connect to once warm, ``$KTRAIN_FORK_SOCKET`` (a rename). (Measured
-with ``bench/local_start.py`` on 2 cores: a 2 x 2 job's whole run took 0.45 of plain torchrun's
-with every start forked, against 0.77 when the first ranks imported torch themselves while the
-server warmed on idle CPU; the first line comes the rendezvous' overlap later.) A server that
-ends before it forks (killed, or its imports failed hard) closes its queue: whoever waited
-there runs in its own process, as without a server.
+again in each rank: the server imports torch at once, at normal priority, listening meanwhile
+under a name of its own (``cold.sock``, the same socket). Whoever asks meanwhile (torchrun)
+connects to that name and waits in the server's queue: no timer, no import of its own. With
+torch imported the server takes the name ranks connect to, ``$KTRAIN_FORK_SOCKET`` (a rename),
+and forks whoever asked. What every rank imports beyond torch (``torch._dynamo``,
+``$KTRAIN_WARM_PREIMPORT``: :mod:`.preimport`) it imports once the first ranks are forked and
+no request came for :data:`_QUIET_S` (a request meanwhile waits for it): the first ranks do not
+wait for those imports, the ranks that start later have them for free. A server that ends before
+it forks (killed) closes its queue: whoever waited there runs in its own process, as without a
+server.
 
 torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
 process finds the warm server and, instead of importing anything, hands it its standard
@@ -97,8 +95,10 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MODULE = "jupyter_ktrain.pod.agent.forks"
 _READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
 _COLD = "cold.sock"  # its name until then: nothing connects to it
-# what the server imports before it forks the node commands that asked (torchrun): torch alone
+# what the server imports before it forks anything (torchrun and the first ranks): torch alone
 _FIRST_IMPORTS = ("torch",)
+# the rest (:mod:`.preimport`) comes once the first ranks are forked and no request came for this
+_QUIET_S = 0.5
 
 
 def is_warm(path: str | None) -> bool:
@@ -301,35 +301,33 @@ class ForkServer:
         self.run = run
         self.ranks: dict[int, socket.socket | None] = {}  # pid -> its requester's connection
         self.stopping: list[int] = []
+        self.rest_due: float | None = None  # when to import the rest (set by the first rank)
+        self.rest_done = False
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping.append(signum)
 
     def warm_up(self) -> bool:
-        """Import torch and fork the node commands that asked meanwhile; import what every rank
-        imports and fork the ranks that asked; then take the warm name. False when stopped
-        meanwhile (whoever waits in the queue then runs in its own process)."""
+        """Import torch, then take the warm name (whoever waits in the queue is served next);
+        False when stopped meanwhile (whoever waits then runs in its own process)."""
         preimport(os.environ, only=_FIRST_IMPORTS)
         if self.stopping:
             return False
-        ranks = []
-        while select.select([self.listener], [], [], 0)[0]:  # those that asked meanwhile
-            asked = self._receive()
-            if asked is not None and asked[1].get("module"):
-                self._start(*asked)
-            elif asked is not None:
-                ranks.append(asked)
-        preimport(os.environ)
-        if self.stopping:
-            return False
-        for asked in ranks:
-            self._start(*asked)
         cold = self.listener.getsockname()
         os.rename(cold, os.path.join(os.path.dirname(cold), _READY))
         return True
 
+    def _import_the_rest(self) -> None:
+        """What every rank imports beyond torch (:mod:`.preimport`), once the first ranks are
+        forked and no request came for :data:`_QUIET_S`: the ranks that start later (restarts)
+        have it for free, and the first ones never waited for it."""
+        if self.rest_due is not None and time.monotonic() >= self.rest_due:
+            self.rest_due, self.rest_done = None, True
+            preimport(os.environ)
+
     def serve(self) -> int:
         while not self.stopping:
+            self._import_the_rest()
             conns = {c.fileno(): (pid, c) for pid, c in self.ranks.items() if c is not None}
             listening = self.listener.fileno()
             with contextlib.suppress(InterruptedError):
@@ -375,6 +373,8 @@ class ForkServer:
         finally:
             for fd in fds:
                 os.close(fd)
+        if not request.get("module") and not self.rest_done:  # a rank: the rest after a lull
+            self.rest_due = time.monotonic() + _QUIET_S
         self.ranks[pid] = conn
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
