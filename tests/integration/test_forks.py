@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = """
 import json, os, sys, time
 facts = {"pid": os.getpid(), "torch_at_start": "torch" in sys.modules,
+         "slow_at_start": "slow_module" in sys.modules,
          "forked": os.environ.get("KTRAIN_FORKED"), "rank": os.environ.get("RANK"),
          "launcher": os.environ.get("KTRAIN_LAUNCHER_PID"), "cwd": os.getcwd()}
 if facts["torch_at_start"]:
@@ -142,78 +143,98 @@ def test_without_a_server_the_rank_runs_in_its_own_process(tmp_path: Path) -> No
     assert facts["pid"] == rank.pid
 
 
-def test_a_cold_server_keeps_no_rank_waiting_and_warms_on_idle_cpu(tmp_path: Path) -> None:
-    """The server costs the cold start nothing: the first rank finds it cold and runs in its
-    own process at once (it imports torch itself, as it always did) while the server imports
-    on CPU time nobody else wants; the ranks after it is warm fork from it."""
+def test_a_rank_that_asks_a_cold_server_waits_in_its_queue_and_is_forked_once_it_is_warm(
+    tmp_path: Path,
+) -> None:
+    """The first start forks from the server too: a rank that asks while the server still
+    imports waits in its queue (no timer, no import of its own) and is forked once torch and
+    what every rank imports are there."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     srv = start_server(sys.executable, env)
     try:
-        first = tmp_path / "first"
-        first.mkdir()
-        rank = _rank(first, srv.path)
+        rank = _rank(tmp_path, srv.path)  # at once: the server is cold
         out, _ = rank.communicate(timeout=120)
         assert rank.returncode == 0, out
-        facts = _facts(first)
-        assert (facts["forked"], facts["torch_at_start"], facts["pid"]) == (None, False, rank.pid)
-        assert srv.warm(timeout=300), "the server did not warm"
-        again = tmp_path / "again"
-        again.mkdir()
-        rank = _rank(again, srv.path)
-        out, _ = rank.communicate(timeout=120)
-        assert rank.returncode == 0, out
-        facts = _facts(again)
-        assert facts["forked"] is not None, facts
+        facts = _facts(tmp_path)
+        assert facts["forked"] is not None, (facts, out)
         assert facts["torch_at_start"] is True, facts
+        assert facts["pid"] != rank.pid
+        assert srv.warm(timeout=0), "forked ranks, yet not warm"
     finally:
         srv.stop()
 
 
-def _policies(pid: int) -> dict[int, int]:
-    """Each thread of ``pid``: its scheduling policy (0 normal, 5 ``SCHED_IDLE``)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            text = Path(f"/proc/{pid}/task/{tid}/sched").read_text()
-        except OSError:
-            continue  # it ended meanwhile
-        for line in text.splitlines():
-            if line.startswith("policy"):
-                out[int(tid)] = int(line.split(":")[1])
-    return out
+SLOW_MODULE = """
+import time
+time.sleep(1.0)
+"""
+NODE_COMMAND = """
+import json, os, sys
+with open(os.path.join(os.getcwd(), "node.json"), "w") as f:
+    json.dump({"torch": "torch" in sys.modules, "slow": "slow_module" in sys.modules,
+               "forked": os.environ.get("KTRAIN_FORKED")}, f)
+"""
 
 
-def test_the_server_imports_on_idle_cpu_and_forks_ranks_at_normal_priority(
+def test_the_first_start_forks_after_torch_alone_and_a_later_rank_has_the_rest(
     tmp_path: Path,
 ) -> None:
-    """While it warms, the server's imports run in a thread under ``SCHED_IDLE`` (they take no
-    CPU the job's ranks want), its main thread, which forks the ranks, stays normal; the rank
-    forked once it is warm runs at normal priority."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    """torchrun and the first ranks need torch alone: they are forked as soon as the server
+    has it; what every rank imports beyond it (here a slow module named in
+    ``$KTRAIN_WARM_PREIMPORT``) the server imports once they are forked and no request comes,
+    so a rank started later (a restart) has it for free."""
+    (tmp_path / "slow_module.py").write_text(SLOW_MODULE)
+    (tmp_path / "node_command.py").write_text(NODE_COMMAND)
+    path = f"{tmp_path}{os.pathsep}{ROOT}"
+    env = {**os.environ, "PYTHONPATH": path, "KTRAIN_WARM_PREIMPORT": "slow_module"}
     srv = start_server(sys.executable, env)
     try:
-        seen: dict[int, int] = {}
-        deadline = time.monotonic() + 60
-        while 5 not in seen.values() and time.monotonic() < deadline:
-            seen.update(_policies(srv.proc.pid))
-            time.sleep(0.01)
-        assert seen.get(srv.proc.pid) == 0, seen
-        assert 5 in seen.values(), f"no thread of the warming server ran under SCHED_IDLE: {seen}"
-        assert srv.warm(timeout=300), "the server did not warm"
-        folder = tmp_path / "forked"
-        folder.mkdir()
-        rank = _rank(folder, srv.path, HOLD="1")
-        try:
-            deadline = time.monotonic() + 60
-            while not (folder / "facts.json").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            facts = json.loads((folder / "facts.json").read_text())
-            assert facts["forked"] is not None, facts
-            forked = int(facts["pid"])
-            assert set(_policies(forked).values()) == {0}, _policies(forked)
-        finally:
-            rank.kill()
-            rank.communicate()
+        node = subprocess.run(
+            [sys.executable, "-m", "jupyter_ktrain.pod.agent.forks", "--run", "node_command"],
+            env={**os.environ, "PYTHONPATH": path, FORK_SOCKET_ENV: srv.path},
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert node.returncode == 0, node.stdout + node.stderr
+        seen = json.loads((tmp_path / "node.json").read_text())
+        assert seen["forked"] is not None, seen
+        assert (seen["torch"], seen["slow"]) == (True, False), seen
+        facts = []
+        for attempt in ("first", "later"):
+            folder = tmp_path / attempt
+            folder.mkdir()
+            rank = _rank(folder, srv.path, PYTHONPATH=path)
+            out, _ = rank.communicate(timeout=120)
+            assert rank.returncode == 0, out
+            facts.append(_facts(folder))
+            time.sleep(1.5)  # a lull: the server imports the rest
+        first, later = facts
+        assert (first["forked"] is not None, first["torch_at_start"]) == (True, True), first
+        assert first["slow_at_start"] is False, first  # it did not wait for the rest
+        assert later["forked"] is not None, later
+        assert later["slow_at_start"] is True, later
+    finally:
+        srv.stop()
+
+
+def test_a_server_killed_while_a_rank_waits_in_its_queue_leaves_it_to_run_in_its_own_process(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of a server with a rank waiting in its queue (the server stopped with SIGSTOP
+    first, so the rank surely waits): the rank is told nothing was forked and runs in its own
+    process, as without a server."""
+    srv = start_server(sys.executable, {**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        rank = _rank(tmp_path, srv.path)
+        time.sleep(1.0)  # it asked, and waits in the queue
+        assert rank.poll() is None
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        out, _ = rank.communicate(timeout=120)
+        assert rank.returncode == 0, out
+        facts = _facts(tmp_path)
+        assert (facts["forked"], facts["pid"]) == (None, rank.pid), facts
+        assert "fork server did not take this rank" in out, out
+        assert "starts in its own process" in out, out
     finally:
         srv.stop()
 

@@ -16,7 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend, planner
-from jupyter_ktrain.backends.local.procs import marked_pids, process_start
+from jupyter_ktrain.backends.local.procs import NODE_ENV, marked_pids, node_marker, process_start
 from jupyter_ktrain.errors import JobFailed
 
 pytestmark = pytest.mark.slow
@@ -219,6 +219,19 @@ def _tree(root: int) -> list[int]:
     return tree
 
 
+def _node_pids(marker: str, node: int) -> list[int]:
+    """The processes that carry node ``node``'s marker in their environment."""
+    needle = f"{NODE_ENV}={node_marker(marker, node)}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def _is_rank(pid: int) -> bool:
     try:
         return b"LOCAL_RANK=" in Path(f"/proc/{pid}/environ").read_bytes()
@@ -247,7 +260,9 @@ def test_a_killed_node_takes_its_ranks_with_it_and_the_job_resumes_from_before_t
     folder = job_dir / "checkpoints"
     _wait(lambda: 5 in _checkpoints(folder), 90, "the checkpoint of step 5")
     agent = json.loads((job_dir / "state.json").read_text())["nodes"][1]["pid"]
-    node = _tree(agent)
+    # the node's processes: its agent and what torchrun started (each rank's process; the
+    # ranks themselves run forked from the job's fork server, and end with those)
+    node = _tree(agent) + _node_pids(_marker("dies"), 1)
     assert sum(map(_is_rank, node)) == 2, node  # its two ranks, under torchrun
     os.kill(agent, signal.SIGKILL)
     killed = time.monotonic()
@@ -310,7 +325,7 @@ def steady(steps, marks):
         torchrun = f.read().replace(b"\\0", b" ").decode()
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:  # forked: the fork server
         parent = f.read().replace(b"\\0", b" ").decode()
-    start = {"pid": os.getpid(), "torchrun": torchrun, "parent": parent,
+    start = {"pid": os.getpid(), "torchrun": torchrun, "parent": parent, "ppid": os.getppid(),
              "forked": os.environ.get("KTRAIN_FORKED"), "t": time.time(),
              "server": os.environ.get("KTRAIN_FORK_SOCKET")}
     for step in range(steps if attempt == 1 else 5):  # the first runs until it is killed
@@ -346,17 +361,13 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     """kill -9 of a rank's training process mid-run, default options: the restart shows as
     every restart does, and the restarted ranks start forked from the job's fork server,
     which imported torch before it took requests (no new interpreter); so does the
-    restarted nodes' torchrun (no new import of torch before the ranks fork). The first
-    start waits for no fork server: its ranks start in their own processes, as without one."""
+    restarted nodes' torchrun (no new import of torch before the ranks fork). The first start
+    forks from it too: the job imports torch once, in the server."""
     sh, marks = _steady_job(tmp_path, "--nodes 2 --procs-per-node 2 --name oom")
     try:
         first = marks / "rank-3-1.json"
         every = [marks / f"rank-{r}-1.json" for r in range(4)]
         _wait(lambda: all(p.exists() for p in every), 90, "every rank's first step")
-        # the server warms on idle CPU (on a machine kept busy it may not: then a restart starts
-        # as without one); what is tested here is a restart from a warm server
-        server = json.loads(first.read_text())["server"]
-        _wait(lambda: os.path.exists(server), 120, "the job's fork server warm")
         os.kill(json.loads(first.read_text())["pid"], signal.SIGKILL)  # as the OOM killer does
         killed = time.time()
         capsys.readouterr()
@@ -380,8 +391,8 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     assert all(a["forked"] is not None for a in again), again
     assert all("jupyter_ktrain.pod.agent.forks" in a["parent"] for a in again), again
     at_first = [json.loads((marks / f"rank-{r}-1.json").read_text()) for r in range(4)]
-    assert all(a["forked"] is None for a in at_first), at_first  # no wait on the server
-    assert all("torch.distributed.run" in a["torchrun"] for a in at_first), at_first
+    assert all(a["forked"] is not None for a in at_first), at_first  # forked the first time too
+    assert all("jupyter_ktrain.pod.agent.forks" in a["torchrun"] for a in at_first), at_first
     # the restarted nodes' torchrun was forked from the job's server (torch imported there):
     # the server's command line, not a torchrun started anew
     assert all("jupyter_ktrain.pod.agent.forks" in a["torchrun"] for a in again), again
@@ -393,36 +404,33 @@ def test_a_rank_killed_from_outside_restarts_forked_from_a_ready_interpreter(
     assert not marked_pids(_marker("oom"))
 
 
-def test_a_restart_does_not_wait_long_for_a_fork_server_still_warming(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_jobs_fork_server_killed_takes_its_ranks_and_the_job_restarts_without_it(
+    tmp_path: Path,
 ) -> None:
-    """The fork server warms on idle CPU only, and on a machine kept busy gets none (under
-    two spinning loops it was not warm after 150 s). A rank killed while it still warms (here:
-    a pre-import that never ends) restarts without it after a short wait (it waited up to
-    120 s): the restarted ranks start in their own processes and the job ends as without a
-    server."""
-    (tmp_path / "never_imported.py").write_text("import time\ntime.sleep(600)\n")
-    monkeypatch.setenv("KTRAIN_WARM_PREIMPORT", "never_imported")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    """kill -9 of the job's fork server mid-run, default options: every process it forked
+    (each node's torchrun and every rank) dies with it, the job restarts as after any fault,
+    and the restarted nodes, the job's server gone, each start a fork server of their own (as a
+    pod's agent does) and fork their ranks from it; the job ends as an uninterrupted one
+    would."""
     sh, marks = _steady_job(tmp_path, "--nodes 2 --procs-per-node 1 --name cold")
+    server = 0
     try:
-        first = marks / "rank-1-1.json"
-        _wait(lambda: first.exists() and (marks / "rank-0-1.json").exists(), 120, "first steps")
-        server = json.loads(first.read_text())["server"]
-        os.kill(json.loads(first.read_text())["pid"], signal.SIGKILL)
-        killed = time.monotonic()
-        _wait(lambda: (marks / "rank-1-2.json").exists(), 60, "the restarted rank's first step")
-        back = time.monotonic() - killed
+        every = [marks / f"rank-{r}-1.json" for r in range(2)]
+        _wait(lambda: all(p.exists() for p in every), 120, "first steps")
+        first = json.loads(every[1].read_text())
+        assert first["forked"] is not None, first
+        server = int(first["ppid"])  # the job's fork server forked it
+        os.kill(server, signal.SIGKILL)
+        _wait(lambda: (marks / "rank-1-2.json").exists(), 120, "the restarted rank's first step")
         result = sh.run_cell("%ktrain attach cold")
         assert result.error_in_exec is None
         assert sh.user_ns["n"] == 2
     finally:
         sh.reset(new_session=True)
-    assert not os.path.exists(server)  # still warming
-    again = json.loads((marks / "rank-1-2.json").read_text())
-    assert again["forked"] is None, again  # the rank started in its own process
-    print(f"killed rank to its restart's first step, the server still warming: {back:.1f} s")
-    assert back < 30, back
+    again = [json.loads((marks / f"rank-{r}-2.json").read_text()) for r in range(2)]
+    assert all(a["forked"] is not None for a in again), again
+    assert all(a["ppid"] != server for a in again), again  # not the killed one
+    assert len({a["ppid"] for a in again}) == 2, again  # a server of each node's own now
     status = LocalBackend().status("cold")
     assert (status.state, [r.restarts for r in status.replicas]) == ("Succeeded", [1, 1])
     assert not marked_pids(_marker("cold"))

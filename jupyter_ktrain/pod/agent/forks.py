@@ -6,18 +6,17 @@ whose node lives) would start Python anew and import torch again: seconds per ra
 starts one fork server per node (the local supervisor one per job: ``python -m
 jupyter_ktrain.pod.agent.forks FD``) and gives the node command ``$KTRAIN_FORK_SOCKET``.
 
-The server costs the cold start nothing: it imports torch and ``$KTRAIN_WARM_PREIMPORT``
-(:mod:`.preimport`) at once, but on CPU time nobody else wants (a thread under ``SCHED_IDLE``:
-the first ranks' own imports and training are never slowed), listening meanwhile under a name of
-its own (``cold.sock``) that no rank connects to. Once warm it takes the name ranks connect to,
-``$KTRAIN_FORK_SOCKET`` (a rename). A rank that starts before that finds no warm server and runs
-in its own process as it always did (a rank never waits on the server's imports); a rank
-torchrun restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) waits for a server still warming, up to
-:data:`WARM_WAIT_S`, and then imports them itself. (Measured with the local killed-rank
-benchmark on 2 cores, interleaved: the server warming at normal priority made the first start
-1.1 s slower, 6.12 s against 4.99 s. On a machine kept busy the idle thread may get no CPU at
-all, under two spinning loops none in 150 s: so the wait is short, and a restart there starts
-as it would without a server.)
+The first start is forked from it too, so a node imports torch once, not once in torchrun and
+again in each rank: the server imports torch at once, at normal priority, listening meanwhile
+under a name of its own (``cold.sock``, the same socket). Whoever asks meanwhile (torchrun)
+connects to that name and waits in the server's queue: no timer, no import of its own. With
+torch imported the server takes the name ranks connect to, ``$KTRAIN_FORK_SOCKET`` (a rename),
+and forks whoever asked. What every rank imports beyond torch (``torch._dynamo``,
+``$KTRAIN_WARM_PREIMPORT``: :mod:`.preimport`) it imports once the first ranks are forked and
+no request came for :data:`_QUIET_S` (a request meanwhile waits for it): the first ranks do not
+wait for those imports, the ranks that start later have them for free. A server that ends before
+it forks (killed) closes its queue: whoever waited there runs in its own process, as without a
+server.
 
 torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
 process finds the warm server and, instead of importing anything, hands it its standard
@@ -39,7 +38,7 @@ started the rank (torchrun), its parent had it not been forked. Where no warm se
 (none started: another launcher; still cold; it ended; it did not take the request), the
 process runs in its own interpreter as before.
 
-Safe to fork: the server forks only once its one import thread has ended, and never touches
+Safe to fork: the server imports in its one thread, between forks, and never touches
 CUDA (each rank initialises CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard
 library only.
 """
@@ -66,14 +65,13 @@ from types import FrameType
 from typing import Any
 
 from .. import program
-from .preimport import preimport_when_idle
+from .preimport import preimport
 
 __all__ = [
     "FORKED_ENV",
     "FORK_SERVER_ENV",
     "FORK_SOCKET_ENV",
     "LAUNCHER_ENV",
-    "WARM_WAIT_S",
     "ForkServer",
     "Server",
     "forked_command",
@@ -97,10 +95,10 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MODULE = "jupyter_ktrain.pod.agent.forks"
 _READY = "forks.sock"  # the socket's name once the server is warm: what ranks connect to
 _COLD = "cold.sock"  # its name until then: nothing connects to it
-# how long a restarted rank (or node) waits for a server still warming: its ranks are gone, so
-# on an idle machine it gets their CPU and finishes within a second or two
-WARM_WAIT_S = 3.0
-_RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+# what the server imports before it forks anything (torchrun and the first ranks): torch alone
+_FIRST_IMPORTS = ("torch",)
+# the rest (:mod:`.preimport`) comes once the first ranks are forked and no request came for this
+_QUIET_S = 0.5
 
 
 def is_warm(path: str | None) -> bool:
@@ -108,35 +106,37 @@ def is_warm(path: str | None) -> bool:
     return bool(path) and os.path.exists(str(path))
 
 
-def _wait_warm(path: str, timeout: float) -> bool:
-    """Wait up to ``timeout`` s until the server of ``path`` is warm."""
-    if is_warm(path):
-        return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and os.path.isdir(os.path.dirname(path)):
-        if is_warm(path):
-            return True
-        time.sleep(0.02)
-    return is_warm(path)
+def _connect(path: str) -> socket.socket | None:
+    """A connection to the node's fork server, under its warm name or, while it still imports,
+    its cold one (the same socket: the request waits in its queue); None when none listens."""
+    cold = os.path.join(os.path.dirname(path), _COLD)
+    for name in (path, cold, path):  # the rename may fall between the first two tries
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(name)
+        except OSError:
+            sock.close()
+            continue
+        return sock
+    return None
 
 
 # -- the rank's side ------------------------------------------------------------------------
 def run_rank(argv: list[str], run: Callable[[list[str]], int]) -> int:
-    """Run a rank through the node's warm fork server, or ``run(argv)`` here when there is
-    none (the first start: see the module docstring).
+    """Run a rank forked from the node's fork server (once it has imported what ranks import),
+    or ``run(argv)`` here when there is none (turned off, another launcher, or it ended).
 
     Returns the rank's exit code; a rank killed by a signal kills this process with it."""
-    restarted = os.environ.get(_RESTART_COUNT_ENV, "0").strip() not in ("", "0")
-    return _through_server(argv, run, None, WARM_WAIT_S if restarted else 0.0)
+    return _through_server(argv, run, None)
 
 
 def run_module(module: str, argv: list[str]) -> int:
-    """``python -m module ARGV`` forked from the node's warm fork server (the node command of
-    a node started again), or run here when there is none or it is still warming (the first
-    start does not wait for it); its exit code, as :func:`run_rank`. Either way it ends without
+    """``python -m module ARGV`` (the node command: torchrun) forked from the node's fork server
+    once it has imported torch, or run here when there is none; its exit code, as
+    :func:`run_rank`. Either way it ends without
     interpreter teardown (:func:`..program.exit_now`): a torchrun whose ranks failed is gone
     at once, not a second or two later, and its node starts again that much sooner."""
-    return _through_server(argv, lambda args: run_here(module, args), module, None)
+    return _through_server(argv, lambda args: run_here(module, args), module)
 
 
 def forked_command(cmd: list[str]) -> list[str]:
@@ -163,21 +163,13 @@ def run_here(module: str, argv: list[str]) -> int:
     return 0
 
 
-def _through_server(
-    argv: list[str], run: Callable[[list[str]], int], module: str | None, wait_s: float | None
-) -> int:
-    """``run(argv)`` forked from the warm server, or here; ``wait_s``: how long to wait for a
-    cold server asked to warm (None: it is not asked)."""
+def _through_server(argv: list[str], run: Callable[[list[str]], int], module: str | None) -> int:
+    """``run(argv)`` forked from the node's server (waiting in its queue while it imports), or
+    here when none listens or it closes the connection without forking."""
     os.environ.pop(FORKED_ENV, None)  # its launcher's (a forked torchrun's), not its own
     path = os.environ.get(FORK_SOCKET_ENV)
-    warm = is_warm(path) if wait_s is None else bool(path) and _wait_warm(str(path), wait_s)
-    if not path or not warm:  # cold: this one runs here (and a rank asked it to warm)
-        return run(argv)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except OSError:  # the server ended: start here as before
-        sock.close()
+    sock = _connect(path) if path else None
+    if sock is None:  # no server (turned off, another launcher) or it ended: here, as before
         return run(argv)
     env = dict(os.environ)
     if module is None:  # a rank's own children start as any process does
@@ -253,7 +245,7 @@ class Server:
         """Whether it is warm, or will never be (it ended)."""
         return is_warm(self.path) or self.proc.poll() is not None
 
-    def warm(self, timeout: float = WARM_WAIT_S) -> bool:
+    def warm(self, timeout: float = 60.0) -> bool:
         """Wait up to ``timeout`` s until it is warm; False when it is not (it ended, or still
         imports)."""
         deadline = time.monotonic() + timeout
@@ -276,7 +268,7 @@ class Server:
 def start_server(
     python: str, env: Mapping[str, str], preexec_fn: Callable[[], None] | None = None
 ) -> Server:
-    """Start a fork server listening on a socket of its own (it warms at once, on idle CPU);
+    """Start a fork server listening on a socket of its own (it warms at once);
     raises ``OSError`` (also where ``$KTRAIN_FORK_SERVER`` is ``0``: turned off)."""
     if env.get(FORK_SERVER_ENV, "").strip() == "0":
         raise OSError(f"{FORK_SERVER_ENV}=0 turns it off")
@@ -309,22 +301,33 @@ class ForkServer:
         self.run = run
         self.ranks: dict[int, socket.socket | None] = {}  # pid -> its requester's connection
         self.stopping: list[int] = []
+        self.rest_due: float | None = None  # when to import the rest (set by the first rank)
+        self.rest_done = False
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping.append(signum)
 
     def warm_up(self) -> bool:
-        """Import what every rank imports (on idle CPU), then take the warm name; False when
-        stopped meanwhile."""
-        preimport_when_idle(os.environ)  # the job's own processes come first
+        """Import torch, then take the warm name (whoever waits in the queue is served next);
+        False when stopped meanwhile (whoever waits then runs in its own process)."""
+        preimport(os.environ, only=_FIRST_IMPORTS)
         if self.stopping:
             return False
         cold = self.listener.getsockname()
         os.rename(cold, os.path.join(os.path.dirname(cold), _READY))
         return True
 
+    def _import_the_rest(self) -> None:
+        """What every rank imports beyond torch (:mod:`.preimport`), once the first ranks are
+        forked and no request came for :data:`_QUIET_S`: the ranks that start later (restarts)
+        have it for free, and the first ones never waited for it."""
+        if self.rest_due is not None and time.monotonic() >= self.rest_due:
+            self.rest_due, self.rest_done = None, True
+            preimport(os.environ)
+
     def serve(self) -> int:
         while not self.stopping:
+            self._import_the_rest()
             conns = {c.fileno(): (pid, c) for pid, c in self.ranks.items() if c is not None}
             listening = self.listener.fileno()
             with contextlib.suppress(InterruptedError):
@@ -340,21 +343,38 @@ class ForkServer:
         return 0
 
     def _accept(self) -> None:
+        asked = self._receive()
+        if asked is not None:
+            self._start(*asked)
+
+    def _receive(self) -> tuple[socket.socket, dict[str, Any], list[int]] | None:
+        """The next request in the queue: its connection, request and streams; None when it was
+        none (closed at once, or broken: its rank then starts in its own process)."""
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive(conn)
         except EOFError:  # connected and closed at once: nothing to start
             conn.close()
-            return
+            return None
         except (OSError, ValueError) as exc:  # its rank starts in its own process (run_rank)
             sys.stderr.write(f"jupyter-ktrain fork server: a request failed ({exc!r})\n")
             conn.close()
-            return
+            return None
+        return conn, request, fds
+
+    def _start(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        """Fork what ``request`` asks, unless its requester ended while it waited in the queue
+        (a requester only ever closes: readable means gone)."""
         try:
+            if select.select([conn], [], [], 0)[0]:
+                conn.close()
+                return
             pid = self._fork(request, fds, conn)
         finally:
             for fd in fds:
                 os.close(fd)
+        if not request.get("module") and not self.rest_done:  # a rank: the rest after a lull
+            self.rest_due = time.monotonic() + _QUIET_S
         self.ranks[pid] = conn
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -447,9 +467,9 @@ def _threads_as_asked(env: Mapping[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m jupyter_ktrain.pod.agent.forks FD``: warm (on idle CPU), then serve on
-    the listening socket ``FD``; ``... forks --run MODULE ARGS``: run ``python -m MODULE ARGS``
-    forked from the node's warm server (:func:`run_module`)."""
+    """``python -m jupyter_ktrain.pod.agent.forks FD``: warm, then serve on the listening
+    socket ``FD``; ``... forks --run MODULE ARGS``: run ``python -m MODULE ARGS`` forked from
+    the node's server (:func:`run_module`)."""
     if argv[:1] == ["--run"]:
         program.exit_now(run_module(argv[1], argv[2:]))
     listener = socket.socket(fileno=int(argv[0]))

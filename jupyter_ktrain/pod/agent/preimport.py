@@ -5,16 +5,13 @@ Standard library only, like the whole pod package.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
 import sys
-import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..protocol import format_agent_line
 
-__all__ = ["PREIMPORTS", "PREIMPORT_ENV", "preimport", "preimport_when_idle"]
+__all__ = ["PREIMPORTS", "PREIMPORT_ENV", "preimport"]
 
 PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 
@@ -27,11 +24,12 @@ PREIMPORT_ENV = "KTRAIN_WARM_PREIMPORT"
 PREIMPORTS = ("torch", "torch._dynamo")
 
 
-def preimport(env: Mapping[str, str]) -> list[str]:
+def preimport(env: Mapping[str, str], only: Sequence[str] = ()) -> list[str]:
     """Import :data:`PREIMPORTS` and ``$KTRAIN_WARM_PREIMPORT`` into this process (what every
-    rank then has for free); the names imported. A module that is not there is skipped."""
+    rank then has for free), or ``only`` those named; the names imported. A module that is not
+    there is skipped."""
     extra = (n.strip() for n in env.get(PREIMPORT_ENV, "").split(",") if n.strip())
-    names = [*PREIMPORTS, *extra]
+    names = list(only) or [*PREIMPORTS, *extra]
     done = []
     for name in dict.fromkeys(names):
         try:
@@ -42,25 +40,6 @@ def preimport(env: Mapping[str, str]) -> list[str]:
             _say(f"warning: pre-importing {name} failed ({type(exc).__name__}: {exc})")
             continue
         done.append(name)
-    return done
-
-
-def preimport_when_idle(env: Mapping[str, str]) -> list[str]:
-    """:func:`preimport` on a CPU nobody else wants: in a thread of its own under
-    ``SCHED_IDLE`` (Linux), joined before this returns, so the imports never slow the job's
-    own processes (a fork server warms while the job's first ranks import torch and train) and
-    the caller's thread, which forks the ranks, keeps its own policy. Where the policy cannot
-    be set, the imports run as :func:`preimport` would."""
-    done: list[str] = []
-
-    def run() -> None:
-        with contextlib.suppress(AttributeError, OSError):  # this thread only
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        done.extend(preimport(env))
-
-    worker = threading.Thread(target=run, name="ktrain-preimport")
-    worker.start()
-    worker.join()
     return done
 
 

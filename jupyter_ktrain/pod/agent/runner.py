@@ -290,9 +290,10 @@ def _start_forks(cmd: list[str], env: dict[str, str]) -> Server | None:
 
 def _through_warm_server(cmd: list[str], env: Mapping[str, str]) -> list[str]:
     """``cmd`` (torchrun) through the node's fork server (:func:`.forks.forked_command`):
-    forked from it when it is warm already (a local node started again after a fault), so the
-    node does not import torch again before its ranks fork; else run as before, in a process
-    that ends without interpreter teardown. ``cmd`` itself for another launcher."""
+    forked from it once it has imported torch (at once when it is warm already: a local node
+    started again after a fault), so the node imports torch once, there, before its ranks fork
+    from it too; run in its own process where no server listens. ``cmd`` itself for another
+    launcher."""
     path = env.get(FORK_SOCKET_ENV)
     if not forks_ranks(cmd) or not path:
         return cmd

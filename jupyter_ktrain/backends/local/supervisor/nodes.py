@@ -46,7 +46,7 @@ from typing import Any
 
 from ....failures import TorchrunReport, WorkerExit
 from ....jobs import CANCELLED, CANCELLED_REASON, FAILED, RUNNING, SUCCEEDED, ReplicaPhase
-from ....pod.agent.forks import FORK_SOCKET_ENV, WARM_WAIT_S, Server, forks_ranks, start_server
+from ....pod.agent.forks import FORK_SOCKET_ENV, Server, forks_ranks, start_server
 from ....pod.exits import KILLED, describe_exit, is_bug, restart_cause, stopped_node_exit
 from ....pod.progress import JobProgress
 from ....pod.stacks import STACKS_DIR_ENV
@@ -146,7 +146,7 @@ class Supervisor(NodeOutput):
         die_with_us = die_with(os.getpid())
         for node, launch in enumerate(self.plan.nodes):
             mark = {NODE_ENV: node_marker(self.marker, node)}  # what dies with the node
-            if self.forks is not None:
+            if self.forks is not None and self.forks.proc.poll() is None:  # else: the agent's own
                 mark[FORK_SOCKET_ENV] = self.forks.path
             self.procs.append(
                 subprocess.Popen(
@@ -189,9 +189,9 @@ class Supervisor(NodeOutput):
                 return
 
     def _start_forks(self) -> Server | None:
-        """One fork server for the job, started before any thread (it warms on idle CPU,
-        :mod:`...pod.agent.forks`), kept across restarts: a restarted node's
-        torchrun and ranks fork from it and do not import torch again. Unmarked, so no sweep
+        """One fork server for the job, started before any thread (:mod:`...pod.agent.forks`),
+        kept across restarts: every node's torchrun and ranks fork from it, at the first start
+        and at each restart, and the job imports torch once. Unmarked, so no sweep
         of an attempt ends it; it dies with this process. None where the nodes run no
         torchrun, or it cannot start."""
         launch = self.plan.nodes[0]
@@ -343,13 +343,8 @@ class Supervisor(NodeOutput):
                 "ignore SIGKILL (stuck in the kernel), so the job could not start again"
             )
             return False
-        now = time.monotonic()
-        deadline = now + restart_backoff(self.restarts, self.restart_delay)
-        warm_by = now + WARM_WAIT_S  # the fork server warms since the job started: soon
-        while not self.cancelled:  # a cancel meanwhile starts nothing more
-            now = time.monotonic()
-            if now >= deadline and (self.forks is None or self.forks.settled() or now > warm_by):
-                break
+        deadline = time.monotonic() + restart_backoff(self.restarts, self.restart_delay)
+        while not self.cancelled and time.monotonic() < deadline:  # a cancel starts nothing more
             time.sleep(0.02)
         if self.cancelled:
             return False
