@@ -1,7 +1,9 @@
 """What a node costs beside the ranks: the memory of each of our processes while a job runs.
 
 A 1-node x 2-rank gloo job on the local backend (each local node is what a pod runs: the
-agent, torchrun, the fork server that forks the ranks, the ranks), submitted with
+agent, the fork server, torchrun and the ranks forked from it, and the small processes
+torchrun starts, each asking the server for its rank and passing its output, signals and exit
+code through), submitted with
 ``ktrain.submit`` as a script does. Once every rank has all-reduced, every process of the job
 is read from ``/proc/PID/smaps_rollup``: its PSS (proportional set size: a page shared by N
 processes counts 1/N in each, so the figures add up to what the node really holds; RSS counts
@@ -89,10 +91,18 @@ def memory(pid: int) -> tuple[str, float, float] | None:
     return cmd, kb.get("Pss", 0) / 1024, kb.get("Rss", 0) / 1024
 
 
-def role(cmd: str) -> str:
-    if "jupyter_ktrain.pod.agent.forks --run" in cmd:
-        return "torchrun (forked)"
-    if "jupyter_ktrain.pod.agent.forks" in cmd:
+_SERVER = "jupyter_ktrain.pod.agent.forks"
+
+
+def role(cmd: str, parent: str, children: list[str]) -> str:
+    """What the process of command line ``cmd`` is, from its own, its parent's and its
+    children's command lines (a process forked by the fork server keeps the server's)."""
+    if f"{_SERVER} --run" in cmd:
+        return "torchrun's requester"
+    if _SERVER in cmd and _SERVER in parent and "--run" not in parent:
+        forked_torchrun = any("jupyter_ktrain.pod.runtime" in c for c in children)
+        return "torchrun (forked)" if forked_torchrun else "rank (forked)"
+    if _SERVER in cmd:
         return "fork server"
     if "jupyter_ktrain.pod.agent" in cmd:
         return "agent"
@@ -101,17 +111,26 @@ def role(cmd: str) -> str:
     if "torch.distributed.run" in cmd or "torchrun" in cmd:
         return "torchrun"
     if "jupyter_ktrain.pod.runtime" in cmd or "peer.py" in cmd:
-        return "rank"
+        return "rank's requester" if _SERVER in parent else "rank"
     return cmd[:60]
 
 
 def read(pids: list[int]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
+    parents = {pid: _parent(pid) for pid in pids}
     for pid in pids:
         got = memory(pid)
         if got is not None:
-            out.setdefault(role(got[0]), []).append((got[1], got[2]))
+            kids = [_cmd(k) for k, up in parents.items() if up == pid]
+            out.setdefault(role(got[0], _cmd(parents[pid]), kids), []).append((got[1], got[2]))
     return out
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def ours(tmp: Path, env: tuple[str, ...] = ()) -> dict[str, list[tuple[float, float]]]:
