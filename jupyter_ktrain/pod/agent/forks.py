@@ -8,23 +8,20 @@ jupyter_ktrain.pod.agent.forks FD``) and gives the node command ``$KTRAIN_FORK_S
 
 The first start is forked from it too, so a node imports torch once, not once in torchrun and
 again in each rank: the server imports torch at once, at normal priority, listening meanwhile
-under a name of its own (``cold.sock``, the same socket). Whoever asks meanwhile (torchrun)
-connects to that name and waits in the server's queue: no timer, no import of its own. With
-torch imported the server takes the name ranks connect to, ``$KTRAIN_FORK_SOCKET`` (a rename),
-and forks whoever asked. What every rank imports beyond torch (``torch._dynamo``,
-``$KTRAIN_WARM_PREIMPORT``: :mod:`.preimport`) it imports once the first ranks are forked and
-no request came for :data:`_QUIET_S` (a request meanwhile waits for it): the first ranks do not
-wait for those imports, the ranks that start later have them for free. A server that ends before
-it forks (killed) closes its queue: whoever waited there runs in its own process, as without a
-server.
+under a name of its own (``cold.sock``, the same socket), where whoever asks (torchrun) waits in
+its queue: no timer, no import of its own. With torch imported it takes the name ranks connect
+to, ``$KTRAIN_FORK_SOCKET`` (a rename), and forks whoever asked. What ranks import beyond torch
+(``torch._dynamo``, ``$KTRAIN_WARM_PREIMPORT``: :mod:`.preimport`) it imports in a thread once
+the first ranks are forked and no request came for :data:`_QUIET_S` (a request meanwhile waits
+for it): the first ranks never wait for it, later ones (restarts) have it for free. A server
+that ends before it forks (killed) closes its queue: whoever waited runs in its own process.
 
 torchrun starts each rank as always (``python -m jupyter_ktrain.pod.runtime PROGRAM``); that
 process finds the warm server and, instead of importing anything, hands it its standard
 streams, environment, folder and arguments: the server forks a child that runs
 :func:`..program.main` with them, in a session of its own (as torchrun starts its workers). The
-node command itself forks from a warm server too (a local node started again after a fault:
-:func:`forked_command`, ``python -m jupyter_ktrain.pod.agent.forks --run torch.distributed.run
-ARGS``), so a restarted node's torchrun does not import torch again either. The process that
+node command (torchrun) forks from it too (:func:`forked_command`, ``python -m
+jupyter_ktrain.pod.agent.forks --run torch.distributed.run ARGS``). The process that
 asked stays the rank (or the node command) for torchrun, the agent, the supervisor and the
 user: it forwards SIGTERM/SIGINT/SIGHUP to the forked child and ends the way the child ended
 (its exit code, or killed by the same signal, so ``kill -9`` of either reads as a process killed
@@ -34,11 +31,11 @@ session at once: nothing of a rank outlives it. A child also dies with the serve
 
 A forked rank carries ``KTRAIN_FORKED=<seconds from the request to the fork>`` in its
 environment, which says how the rank started, and ``KTRAIN_LAUNCHER_PID``: the process that
-started the rank (torchrun), its parent had it not been forked. Where no warm server answers
-(none started: another launcher; still cold; it ended; it did not take the request), the
-process runs in its own interpreter as before.
+started the rank (torchrun), its parent had it not been forked. Where no server answers (none
+started: another launcher; it ended; it did not take the request), the process runs in its
+own interpreter as before.
 
-Safe to fork: the server imports in its one thread, between forks, and never touches
+Safe to fork: the server forks only while no thread of its own imports, and never touches
 CUDA (each rank initialises CUDA and NCCL itself, after the fork), as in :mod:`.warm`. Standard
 library only.
 """
@@ -57,6 +54,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -303,6 +301,8 @@ class ForkServer:
         self.stopping: list[int] = []
         self.rest_due: float | None = None  # when to import the rest (set by the first rank)
         self.rest_done = False
+        self.rest: threading.Thread | None = None  # the thread that imports it
+        self.held: list[tuple[socket.socket, dict[str, Any], list[int]]] = []  # asked meanwhile
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping.append(signum)
@@ -318,12 +318,21 @@ class ForkServer:
         return True
 
     def _import_the_rest(self) -> None:
-        """What every rank imports beyond torch (:mod:`.preimport`), once the first ranks are
-        forked and no request came for :data:`_QUIET_S`: the ranks that start later (restarts)
-        have it for free, and the first ones never waited for it."""
+        """The rest (see the module docstring), in a thread, so the loop still ends at once the
+        rank of a requester that dies meanwhile; a request meanwhile is held until it ends."""
         if self.rest_due is not None and time.monotonic() >= self.rest_due:
             self.rest_due, self.rest_done = None, True
-            preimport(os.environ)
+            self.rest = threading.Thread(
+                target=preimport, args=(os.environ,), name="ktrain-preimport", daemon=True
+            )
+            self.rest.start()
+        if self.held and not self._importing():
+            held, self.held = self.held, []
+            for asked in held:
+                self._start(*asked)
+
+    def _importing(self) -> bool:
+        return self.rest is not None and self.rest.is_alive()
 
     def serve(self) -> int:
         while not self.stopping:
@@ -344,7 +353,9 @@ class ForkServer:
 
     def _accept(self) -> None:
         asked = self._receive()
-        if asked is not None:
+        if asked is not None and self._importing():
+            self.held.append(asked)
+        elif asked is not None:
             self._start(*asked)
 
     def _receive(self) -> tuple[socket.socket, dict[str, Any], list[int]] | None:
