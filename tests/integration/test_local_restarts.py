@@ -16,7 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_ktrain.backends.local import LocalBackend, planner
-from jupyter_ktrain.backends.local.procs import NODE_ENV, marked_pids, node_marker, process_start
+from jupyter_ktrain.backends.local.procs import marked_pids, node_pids, process_start
 from jupyter_ktrain.errors import JobFailed
 
 pytestmark = pytest.mark.slow
@@ -219,19 +219,6 @@ def _tree(root: int) -> list[int]:
     return tree
 
 
-def _node_pids(marker: str, node: int) -> list[int]:
-    """The processes that carry node ``node``'s marker in their environment."""
-    needle = f"{NODE_ENV}={node_marker(marker, node)}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def _is_rank(pid: int) -> bool:
     try:
         return b"LOCAL_RANK=" in Path(f"/proc/{pid}/environ").read_bytes()
@@ -262,7 +249,7 @@ def test_a_killed_node_takes_its_ranks_with_it_and_the_job_resumes_from_before_t
     agent = json.loads((job_dir / "state.json").read_text())["nodes"][1]["pid"]
     # the node's processes: its agent and what torchrun started (each rank's process; the
     # ranks themselves run forked from the job's fork server, and end with those)
-    node = _tree(agent) + _node_pids(_marker("dies"), 1)
+    node = _tree(agent) + node_pids(_marker("dies"), 1)
     assert sum(map(_is_rank, node)) == 2, node  # its two ranks, under torchrun
     os.kill(agent, signal.SIGKILL)
     killed = time.monotonic()

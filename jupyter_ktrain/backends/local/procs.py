@@ -34,6 +34,7 @@ __all__ = [
     "kill_node",
     "marked_pids",
     "node_marker",
+    "node_pids",
     "process_start",
     "stop_marked",
 ]
@@ -68,6 +69,11 @@ def _environs(name: str, value: str) -> dict[int, list[bytes]]:
 def marked_pids(marker: str) -> list[int]:
     """PIDs whose environment holds ``KTRAIN_JOB_UID=marker`` (Linux ``/proc``)."""
     return list(_environs(MARKER_ENV, marker))
+
+
+def node_pids(marker: str, node: int) -> list[int]:
+    """PIDs whose environment holds node ``node``'s ``KTRAIN_NODE_UID`` (Linux ``/proc``)."""
+    return list(_environs(NODE_ENV, node_marker(marker, node)))
 
 
 def kill_marked(marker: str, exclude: Collection[int] = (), sig: int = signal.SIGKILL) -> int:

@@ -300,7 +300,6 @@ class ForkServer:
         self.ranks: dict[int, socket.socket | None] = {}  # pid -> its requester's connection
         self.stopping: list[int] = []
         self.rest_due: float | None = None  # when to import the rest (set by the first rank)
-        self.rest_done = False
         self.rest: threading.Thread | None = None  # the thread that imports it
         self.held: list[tuple[socket.socket, dict[str, Any], list[int]]] = []  # asked meanwhile
 
@@ -321,7 +320,7 @@ class ForkServer:
         """The rest (see the module docstring), in a thread, so the loop still ends at once the
         rank of a requester that dies meanwhile; a request meanwhile is held until it ends."""
         if self.rest_due is not None and time.monotonic() >= self.rest_due:
-            self.rest_due, self.rest_done = None, True
+            self.rest_due = None
             self.rest = threading.Thread(
                 target=preimport, args=(os.environ,), name="ktrain-preimport", daemon=True
             )
@@ -384,7 +383,7 @@ class ForkServer:
         finally:
             for fd in fds:
                 os.close(fd)
-        if not request.get("module") and not self.rest_done:  # a rank: the rest after a lull
+        if not request.get("module") and self.rest is None:  # a rank: the rest after a lull
             self.rest_due = time.monotonic() + _QUIET_S
         self.ranks[pid] = conn
         with contextlib.suppress(OSError):
