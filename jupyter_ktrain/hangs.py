@@ -46,6 +46,7 @@ __all__ = [
     "START_FLOOR_S",
     "Hang",
     "HangWatch",
+    "hang_in",
     "hang_said",
     "hang_text",
     "in_collective",
@@ -191,6 +192,25 @@ class HangWatch:
             return None
         steps: dict[int, int | None] = dict.fromkeys(ranks)
         return Hang(tuple(ranks), now - last, limit, True, steps, None, first=True)
+
+
+def hang_in(
+    heard: Iterable[tuple[float, int, int | None]],
+    after: float | None,
+    world: int,
+    since: float,
+    now: float,
+) -> Hang | None:
+    """The hang a watch fed ``heard`` ((time, rank, step or None), in any order) would name at
+    ``now``, this attempt's ranks started at ``since`` (what was heard before is of an earlier
+    attempt): how a reader that follows nothing (a cluster job's status, detached) says one
+    from the lines its pods stored, with their times."""
+    watch = HangWatch(after)
+    watch.start(since, world)
+    for t, rank, step in sorted(heard, key=lambda h: h[0]):
+        if t >= since:
+            watch.heard(rank, t, step)
+    return watch.check(now)
 
 
 def _quiet(paces: dict[int, _Pace], ranks: Iterable[int], now: float) -> float:

@@ -7,7 +7,9 @@ check it by type, as torchx does with its scheduler mixins.
 - :class:`ShapeKnown`: stored the shape a job was started with (what a monitor attached later,
   the side panel and ``compare`` show);
 - :class:`StacksShown`: asks a running job's ranks for their Python stacks (``stacks``), and
-  for a profile of their next steps (``profile``) the same way.
+  for a profile of their next steps (``profile``) the same way;
+- :class:`HangsWatched`: says a running job's hang where no kernel follows it (a cluster job:
+  from the lines its pods stored; a local job's supervisor keeps its own in the job store).
 
 A caller that needs a capability asks :func:`warm_capable` or :func:`stacks_shown` (the backend
 as that capability, or one :class:`~jupyter_ktrain.errors.BackendError` saying it lacks it) or
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendError
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from .logsource import LogSource
 
 __all__ = [
+    "HangsWatched",
     "Named",
     "ShapeKnown",
     "StacksShown",
@@ -117,6 +120,16 @@ class StacksShown(ABC):
         now (of ``rank`` only), asked as :meth:`stacks` asks (:mod:`jupyter_ktrain.pod.
         profiler`); a rank that took none is a :class:`~jupyter_ktrain.pod.protocol.Profile`
         saying why."""
+
+
+class HangsWatched(ABC):
+    """A backend that says a running job's hang from where the job's state is kept, whether a
+    kernel follows the job or not (:mod:`jupyter_ktrain.hangs`)."""
+
+    @abstractmethod
+    def hang(self, name: str, status: JobStatus) -> dict[str, Any] | None:
+        """What is said of job ``name``'s hang now, as a kept hang (``started``: the job's
+        start as ``status`` says it, ``t``, ``text``, ``stacks``); None: no hang."""
 
 
 def stacks_shown(backend: Named, name: str) -> StacksShown:

@@ -181,7 +181,7 @@ def status(target: Target, name: str) -> Reply:
     backend = target.open()
     now = verbs.status(backend, name)
     text = status_text(now, backend.name)
-    hang = verbs.kept_hang(backend.name, name, now)  # said by the cell or the job's watch
+    hang = verbs.kept_hang(backend, name, now)  # said by the cell or the job's watch
     if hang is not None:
         text += "\nwarning: " + str(hang.get("text", "")).replace("\n", "\n  ")
     return Reply(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, Job
-from ..backends.capabilities import job_shape, warm_capable
+from ..backends.capabilities import HangsWatched, job_shape, warm_capable
 from ..backends.registry import default_backend_name, get_backend, listed_backends
 from ..config import Config, load_config
 from ..errors import JobNotFound, KtrainError, SpecError
@@ -278,14 +278,17 @@ def failure(backend: Backend, status: JobStatus) -> str | None:
     return failure_summary(Job(status.name, backend), status).strip() or None
 
 
-def kept_hang(backend: str, name: str, status: JobStatus) -> dict[str, Any] | None:
-    """What was said of the job's hang now, with the stacks taken (the job store's: by the cell
-    that follows it, or the job's own watch), while it runs; None: no hang, or one said of an
-    earlier job of this name."""
+def kept_hang(backend: Backend, name: str, status: JobStatus) -> dict[str, Any] | None:
+    """What was said of the job's hang now, with the stacks taken, while it runs: the job
+    store's (said by the cell that follows it, or a local job's own watch), else what the
+    backend says from where the job's state is kept (a cluster job no kernel here follows);
+    None: no hang, or one said of an earlier job of this name."""
     if status.terminal:
         return None
-    hang = read_hang(backend, name)
-    return hang if hang is not None and _same_start(hang.get("started"), status.started) else None
+    hang = read_hang(backend.name, name)
+    if hang is not None and _same_start(hang.get("started"), status.started):
+        return hang
+    return backend.hang(name, status) if isinstance(backend, HangsWatched) else None
 
 
 def _same_start(kept: object, started: float | None) -> bool:

@@ -251,7 +251,7 @@ class PanelCore:
         b, status = self._find(name, backend)
         with self.feeds.model(self._backend(b), b, name, status) as model:
             payload = metrics_payload(model, self.plot_points)
-        hang = verbs.kept_hang(b, name, status)
+        hang = verbs.kept_hang(self._backend(b), name, status)
         if hang is not None:
             # what the cell that follows the job says of a hang, with the stacks it took
             payload["warnings"].append(str(hang.get("text", "")))

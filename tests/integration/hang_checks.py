@@ -180,14 +180,18 @@ def first_collective_hang_named(
         rf"rank 1 waits in sleep <- first_all_reduce_hang \(cell \[\d+\], line "
         rf"{FIRST_HANG_SLEEP_LINE}\)"
     )
-    named = (
-        re.escape(f"rank 1 ({where[1]}) has made no progress for ")
-        + r"(\d+)"
-        + re.escape(
-            " s: every rank is stopped before its first step, the others inside a "
-            "collective, it is not"
+
+    def named_in(place: str) -> str:
+        return (
+            re.escape(f"rank 1 ({place}) has made no progress for ")
+            + r"(\d+)"
+            + re.escape(
+                " s: every rank is stopped before its first step, the others inside a "
+                "collective, it is not"
+            )
         )
-    )
+
+    named = named_in(where[1])
     # followed: the cell, then the panel
     seen: dict[str, Any] = {}
     poll = threading.Thread(
@@ -223,6 +227,7 @@ def first_collective_hang_named(
     assert read_hang(backend, name) is None  # ended: forgotten
     # detached: no cell follows it; the job's own watch names it for status and the panel
     alone = f"{name}-detached"
+    named = named_in(where[1].replace(name, alone))  # a pod's name is the job's
     shell.run_cell_magic(
         "ktrain", f"{flags} --hang-after 8s --name {alone} --detach", "first_all_reduce_hang(1)\n"
     )

@@ -11,6 +11,7 @@ from jupyter_ktrain.hangs import (
     DEFAULT_START_HANG_S,
     START_FLOOR_S,
     HangWatch,
+    hang_in,
     hang_text,
     stack_summary,
     stuck_outside_collectives,
@@ -227,3 +228,25 @@ def test_the_supervisors_watch_keeps_what_it_says_without_a_cell() -> None:
     assert kept[-1] is None
     hangs.stop()
     assert kept[-1] is None
+
+
+def test_a_hang_is_said_from_stored_lines_with_their_times_as_a_watch_would() -> None:
+    """What a reader that follows nothing (a detached cluster job's status) says from the lines
+    the pods stored: the same hang the live watch names, from the lines' own times, in any
+    order; nothing from before the attempt's start (a restarted pod's earlier lines)."""
+    t0 = 1000.0
+    # rank 0 printed until t0+3 and waits in the first collective; rank 1 printed once
+    heard = [(t0 + 3.0, 0, None), (t0 + 1.0, 1, None), (t0 + 2.0, 0, None), (t0 + 1.0, 0, None)]
+    hang = hang_in(heard, 8.0, 2, t0, t0 + 12.0)
+    assert hang is not None
+    assert (hang.first, hang.ranks) == (True, (0, 1))
+    assert round(hang.quiet) == 9
+    assert hang_in(heard, 8.0, 2, t0, t0 + 10.0) is None  # quiet 7 s: under the limit
+    # the same lines, but the attempt started at t0+5: its ranks have not printed yet
+    assert hang_in(heard, 8.0, 2, t0 + 5.0, t0 + 12.0) is None
+    # steps reported: rank 1 stopped at step 3 while rank 0 went on to step 9
+    steps = [(t0 + s, 0, s) for s in range(10)] + [(t0 + s, 1, s) for s in range(4)]
+    late = hang_in(steps, 4.0, 2, t0, t0 + 10.0)
+    assert late is not None
+    assert (late.first, late.ranks) == (False, (1,))
+    assert (late.steps[1], late.others) == (3, 9)

@@ -91,3 +91,17 @@ def test_a_cluster_cpu_jobs_agents_sample_no_gpu_and_a_gpu_jobs_do(gpus: int) ->
         command = replica["template"]["spec"]["containers"][0]["command"]
         agent = command[: command.index("--")]
         assert ("--gpu-sampling" in agent) == (not gpus), command
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_TABLE))
+def test_hang_after_travels_on_every_kinds_job_for_readers_that_follow_nothing(kind: str) -> None:
+    """``--hang-after`` is on the job (an annotation), so a detached job's hang is said by the
+    user's limit wherever its status is read; no limit, no annotation."""
+    from jupyter_ktrain.backends.kubernetes.labels import HANG_AFTER_ANNOTATION
+
+    spec = JobSpec.create(name="h", kind=kind, nodes=2, image="base:1", hang_after="8s")
+    job = job_objects(spec, CodeSource(image=REF), cell="c", service_monitor=False)[-1]
+    assert job["metadata"]["annotations"][HANG_AFTER_ANNOTATION] == "8"
+    plain = dataclasses.replace(spec, hang_after=None)
+    job = job_objects(plain, CodeSource(image=REF), cell="c", service_monitor=False)[-1]
+    assert HANG_AFTER_ANNOTATION not in (job["metadata"].get("annotations") or {})

@@ -15,7 +15,8 @@ parts it needs, never the backend:
 - :class:`~.warm_backend.WarmJobs`: the runs of ``--warm`` jobs;
 - :class:`~.cluster_history.ClusterHistory`: ended jobs, kept past their objects;
 - :class:`~.removal.Removal`: cancel and delete;
-- :class:`~.pod_stacks.JobStacks`: every running rank's stack, asked in its pod (``pods/exec``).
+- :class:`~.pod_stacks.JobStacks`: every running rank's stack, asked in its pod (``pods/exec``);
+- :class:`~.logs.stored_hangs.StoredHangs`: a running job's hang, from its pods' stored lines.
 
 Jobs are found by label (:mod:`.lookup`), so a fresh kernel can list and re-attach.
 """
@@ -25,16 +26,17 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Collection, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...config import Config, load_config
 from ...jobs import JobShape, JobStatus
 from ...pod.protocol import Profile, Stack
 from ..base import Backend, Job, LaunchPlan, Request
-from ..capabilities import ShapeKnown, StacksShown, WarmCapable
+from ..capabilities import HangsWatched, ShapeKnown, StacksShown, WarmCapable
 from ..logsource import LogSource
 from .client.kube_api import Api
 from .cluster import BACKEND_NAME, Cluster, Connection
+from .logs.stored_hangs import StoredHangs
 from .logs.streams import JobLogs
 from .lookup import close as close_cluster
 from .multikueue import Workers
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["KubernetesBackend"]
 
 
-class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
+class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown, HangsWatched):
     name = BACKEND_NAME
 
     def __init__(
@@ -82,6 +84,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
         self.submitter = Submitter(self.cluster, self.history, self.workers)
         self.removal = Removal(self.cluster, self.statuses, self.history, self.workers)
         self.job_stacks = JobStacks(self.cluster)
+        self.hangs = StoredHangs(self.cluster, self.job_stacks.stacks)
         # each command makes a backend: the watches it opened and the connection it made end
         # with it (nothing it holds points back at it); a watch ends sooner when idle
         self._closer = weakref.finalize(self, close_cluster, self.cluster)
@@ -150,6 +153,9 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown):
 
     def profile(self, name: str, steps: int, rank: int | None = None) -> list[tuple[str, Profile]]:
         return self._on(name).job_stacks.profile(name, steps, rank)
+
+    def hang(self, name: str, status: JobStatus) -> dict[str, Any] | None:
+        return self._on(name).hangs.hang(name, status)
 
     def cancel(self, name: str) -> None:
         self.removal.cancel(name)

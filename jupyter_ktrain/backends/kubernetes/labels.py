@@ -11,6 +11,7 @@ from ...pod.agent.mirror import CONTROL_ANNOTATION
 __all__ = [
     "CELL_LABEL",
     "CONTROL_ANNOTATION",
+    "HANG_AFTER_ANNOTATION",
     "JOB_LABEL",
     "KIND_LABEL",
     "MANAGED_BY",
@@ -28,4 +29,6 @@ WARM_LABEL = "ktrain.io/warm"  # a warm job (``--warm``): ``true``
 SHAPE_ANNOTATION = "ktrain.io/warm-shape"  # a warm job's shape, JSON (what a run must match)
 # the job's limit of fault restarts, for the monitor ("restarted 1 of 3 times")
 MAX_RESTARTS_ANNOTATION = "ktrain.io/max-restarts"
+# ``--hang-after``, in seconds: what a reader that follows nothing names a hang by
+HANG_AFTER_ANNOTATION = "ktrain.io/hang-after"
 PATCH_MANAGER = "ktrain.io/notebook"  # the field manager of ktrain's patches to a job

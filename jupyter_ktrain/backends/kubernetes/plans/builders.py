@@ -27,7 +27,7 @@ from ....pod.agent.relaunch import MAX_RESTARTS_ENV
 from ....pod.launch import node_command, warm_command
 from ....pod.mpi import OPEN_MPI_5_ENV
 from ....spec.job import JobSpec
-from ..labels import PATCH_MANAGER
+from ..labels import HANG_AFTER_ANNOTATION, PATCH_MANAGER
 from .placement import group_pod_sets
 from .podtemplate import KUEUE_LABEL, CodeSource, PodRole, pod_template
 from .run_policy import (
@@ -100,6 +100,8 @@ def _metadata(spec: JobSpec, labels: dict[str, str]) -> dict[str, Any]:
     if spec.scheduling.kueue_queue:
         job_labels[KUEUE_LABEL] = spec.scheduling.kueue_queue
     meta["labels"] = job_labels
+    if spec.hang_after is not None:  # a detached job's hang is said by this limit too
+        meta["annotations"] = {HANG_AFTER_ANNOTATION: f"{spec.hang_after:g}"}
     return meta
 
 

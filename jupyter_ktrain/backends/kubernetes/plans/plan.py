@@ -156,7 +156,8 @@ def _warm_job(spec: JobSpec, job: dict[str, object]) -> dict[str, object]:
     meta: dict[str, object] = dict(cast("Mapping[str, Mapping[str, object]]", job)["metadata"])
     labels = cast("Mapping[str, str]", meta.get("labels") or {})
     meta["labels"] = {**labels, WARM_LABEL: "true"}
-    meta["annotations"] = {SHAPE_ANNOTATION: json.dumps(warm_shape(spec), sort_keys=True)}
+    notes = cast("Mapping[str, str]", meta.get("annotations") or {})
+    meta["annotations"] = {**notes, SHAPE_ANNOTATION: json.dumps(warm_shape(spec), sort_keys=True)}
     return {**job, "metadata": meta}
 
 
