@@ -15,6 +15,8 @@ removes one). Keys::
     mlflow_experiment     the MLflow experiment of those runs (default ktrain; --experiment wins)
     clusters              comma-separated NAME=CONTEXT: the kubeconfig context of each Kueue
                           MultiKueueCluster NAME (a job dispatched there is followed there)
+    kueue_namespace       where Kueue keeps the MultiKueueClusters' kubeconfig Secrets (default
+                          kueue-system): read, where you may, for a worker clusters does not name
 
 Never secrets: credentials stay in the kubeconfig and the docker config; a key or value that
 looks like a credential is refused.
@@ -87,6 +89,8 @@ class Config:
     # MultiKueue: "NAME=CONTEXT" per worker cluster (a MultiKueueCluster's name) this kubeconfig
     # reaches; a job Kueue dispatches to NAME is followed through CONTEXT
     clusters: tuple[str, ...] = ()
+    # Kueue's own namespace (None: kueue-system), where its MultiKueueClusters' Secrets are
+    kueue_namespace: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -26,7 +26,7 @@ from jupyter_ktrain.backends.registry import get_backend
 from jupyter_ktrain.errors import JobNotFound
 
 from ..cluster.cluster import Cluster, Node
-from ..cluster.controlplane import KUEUE_NS
+from ..cluster.controlplane import KUEUE_NS, NOTEBOOK_SA
 from .k8s_helpers import configured_shell, panel_listing, wait_for
 
 pytestmark = pytest.mark.slow
@@ -89,6 +89,29 @@ def _manager_points_at(manager: Cluster, started: Cluster) -> Cluster:
 
     wait_for(active, 60, 0.5)
     return started
+
+
+def _secret_readers(ns: str) -> list[dict[str, Any]]:
+    """RBAC that lets the namespace's notebook account read the worker's MultiKueueCluster
+    and, in Kueue's namespace, its kubeconfig Secret (that one only)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    who = [{"kind": "ServiceAccount", "name": NOTEBOOK_SA, "namespace": ns}]
+    name = f"{ns}-mk-secret"
+    return [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueclusters"],
+                    "verbs": ["get"], "resourceNames": [WORKER]}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": name}, "subjects": who},
+        {"apiVersion": rbac, "kind": "Role", "metadata": {"name": name, "namespace": KUEUE_NS},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": [f"{WORKER}-kubeconfig"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": KUEUE_NS},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": who},
+    ]  # fmt: skip
 
 
 def _b64(raw: bytes) -> str:
@@ -213,14 +236,29 @@ def test_a_job_on_a_multikueue_queue_runs_on_the_worker_and_is_followed_there(
     stacks = capsys.readouterr().out
     assert "Stacks of 'mk2', 2 ranks" in stacks, stacks
     assert "stall" in stacks, stacks
-    mk_shell.run_line_magic("ktrain", "cancel mk2")
-    wait_for(lambda: not _pods(worker, ns, "mk2"), 60, 0.5)
+
+    # no context named, but the user may read the worker's MultiKueueCluster and its Secret
+    # (a Role the cluster's admin gave): reached through the kubeconfig Kueue itself uses
+    mk_shell.run_line_magic("ktrain", "config clusters=")
+    _apply(test_cluster.cluster, _secret_readers(ns))
+    try:
+        capsys.readouterr()
+        mk_shell.run_line_magic("ktrain", "logs mk2")
+        logs = capsys.readouterr().out
+        assert logs.count("up") >= 2, logs
+        assert "cannot be reached" not in logs, logs
+        mk_shell.run_line_magic("ktrain", "cancel mk2")
+        wait_for(lambda: not _pods(worker, ns, "mk2"), 60, 0.5)
+    finally:
+        for obj in _secret_readers(ns):
+            kind, name = obj["kind"].lower(), obj["metadata"]["name"]
+            where = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+            test_cluster.cluster.plane.kubectl("delete", kind, name, *where, check=False)
     done = _status("mk2")
     assert done is not None
     assert done.state == "Cancelled", done
 
     # a user whose kubeconfig does not reach the worker: told once, shown the manager's mirror
-    mk_shell.run_line_magic("ktrain", "config clusters=")
     capsys.readouterr()
     mk_shell.run_line_magic("ktrain", "status mk1")
     out = capsys.readouterr().out

@@ -73,7 +73,7 @@ class KubernetesBackend(Backend, WarmCapable, ShapeKnown, StacksShown, HangsWatc
         # MultiKueue: the worker clusters a job may run on, each a backend of its own (made
         # without a reference to this one: a dropped backend is freed at once)
         say = self.say
-        self.workers = Workers(self.cluster, lambda cfg: KubernetesBackend(cfg, say=say))
+        self.workers = Workers(self.cluster, lambda cfg, api: KubernetesBackend(cfg, api, say))
         self.history = ClusterHistory(self.cluster)  # ended jobs, kept past their objects
         self.logs = JobLogs(self.cluster, self.history)
         ledger = WarmLedger(self.cluster, self.logs)

@@ -13,8 +13,11 @@ the job is copied: what runs beside it (the code ConfigMap) is made on the worke
 :class:`Workers` before the job is created.
 
 The worker is reached through the kubeconfig context ``%ktrain config clusters=NAME=CONTEXT``
-names for it; where there is none, or it cannot be reached, the job is shown as the manager
-mirrors it, and the user is told so once.
+names for it; else through the kubeconfig Kueue itself uses, the MultiKueueCluster's Secret
+(``spec.clusterSource.kubeConfig``, ``locationType: Secret``, key ``kubeconfig``, in Kueue's
+namespace: ``kueue-system`` unless ``%ktrain config kueue_namespace=`` says otherwise), where
+this user may read it (held in memory, never written out). Where neither reaches it, the job is
+shown as the manager mirrors it, and the user is told so once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 from ...config import Config, cluster_contexts
 from ...errors import ClusterError, JobNotFound, SpecError
 from ...spec.job import JobSpec
-from .client.resources import CONFIG_MAP, LOCAL_QUEUE, Resource
+from .client.kube_api import Api
+from .client.resources import CONFIG_MAP, LOCAL_QUEUE, SECRET, Resource
 from .client.retries import Forbidden, Unauthorized
 from .cluster import Cluster
 from .lookup import job_object, watch
@@ -41,6 +45,7 @@ CLUSTER_QUEUE = Resource("ClusterQueue", *_KUEUE, "clusterqueues", namespaced=Fa
 ADMISSION_CHECK = Resource("AdmissionCheck", *_KUEUE, "admissionchecks", namespaced=False)
 MULTIKUEUE_CONFIG = Resource("MultiKueueConfig", *_KUEUE, "multikueueconfigs", namespaced=False)
 MULTIKUEUE_CLUSTER = Resource("MultiKueueCluster", *_KUEUE, "multikueueclusters", namespaced=False)
+KUEUE_NAMESPACE = "kueue-system"  # Kueue's namespace as its manifests install it
 _RESERVED = re.compile(r'got reservation on "([^"]+)"')
 
 
@@ -84,19 +89,22 @@ class Workers:
     """The worker clusters of the manager ``cluster``: a backend per worker (made by ``make``
     from a config), the route of each followed job, and the code objects made on workers."""
 
-    def __init__(self, cluster: Cluster, make: Callable[[Config], Any]) -> None:
+    def __init__(self, cluster: Cluster, make: Callable[[Config, Api | None], Any]) -> None:
         self.cluster = cluster
         self.make = make
         self.contexts = cluster_contexts(cluster.config)
         self._backends: dict[str, Any] = {}  # worker -> its backend, or None: not reachable
         self._told: set[str] = set()  # jobs whose unreachable worker the user was told of
         self._adopted: set[str] = set()  # jobs whose worker ConfigMap their worker job owns
+        self._apis: list[Api] = []  # clients this made from Secrets (closed with it)
 
     def close(self) -> None:
         """Close the worker backends this made."""
         for backend in self._backends.values():
             if backend is not None:
                 backend.close()
+        for api in self._apis:
+            api.close()
 
     # -- following -------------------------------------------------------------------------
 
@@ -135,14 +143,14 @@ class Workers:
                 self._unreachable(where, name, "")
             return found
         context = self.contexts.get(where)
-        made = None
+        config = replace(self.cluster.config, context=context, clusters=(),
+                         namespace=self.cluster.namespace)  # fmt: skip
+        made, api = None, None
         if context is None:
-            why = f"no kubeconfig context names it: add `%ktrain config clusters={where}=CONTEXT`"
-        else:
-            config = replace(self.cluster.config, context=context, clusters=(),
-                             namespace=self.cluster.namespace)  # fmt: skip
+            api, why = self._secret_api(where)
+        if context is not None or api is not None:
             try:
-                made = self.make(config)
+                made = self.make(config, api)
                 made.cluster.api.get("/version")
                 why = ""
             except ClusterError as exc:
@@ -151,6 +159,49 @@ class Workers:
         if made is None:
             self._unreachable(where, name, why)
         return made
+
+    def _secret_api(self, where: str) -> tuple[Api | None, str]:
+        """A client for worker ``where`` from its MultiKueueCluster's kubeconfig Secret, or
+        None and why not (the one line the user is told)."""
+        import base64
+
+        import yaml
+
+        fix = f"add `%ktrain config clusters={where}=CONTEXT`"
+        api = self.cluster.api
+        try:
+            mkc = api.find(MULTIKUEUE_CLUSTER.path(name=where)) or {}
+            spec = mkc.get("spec") or {}
+            source = (spec.get("clusterSource") or {}).get("kubeConfig") or spec.get("kubeConfig")
+            if not source or source.get("locationType", "Secret") != "Secret":
+                return (
+                    None,
+                    f"no kubeconfig context names it and its kubeconfig is no Secret: {fix}",
+                )
+            namespace = self.cluster.config.kueue_namespace or KUEUE_NAMESPACE
+            secret = api.find(SECRET.path(namespace, str(source.get("location") or ""))) or {}
+            raw = (secret.get("data") or {}).get("kubeconfig")
+            if not raw:
+                return None, f"no kubeconfig context names it and its Secret holds none: {fix}"
+            data = yaml.safe_load(base64.b64decode(raw))
+        except (Forbidden, Unauthorized):
+            return None, (
+                "no kubeconfig context names it and its MultiKueueCluster's Secret is not "
+                f"readable by you: {fix}"
+            )
+        except (ClusterError, ValueError, yaml.YAMLError) as exc:
+            return None, f"its MultiKueueCluster's kubeconfig cannot be read ({exc}): {fix}"
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        cfg.retries = 0  # with_retries is the one retry policy
+        try:
+            made = Api(config.new_client_from_config_dict(data, client_configuration=cfg),
+                       "default", f"MultiKueueCluster {where!r}'s Secret")  # fmt: skip
+        except Exception as exc:  # the client's ConfigException, or a malformed document
+            return None, f"its MultiKueueCluster's kubeconfig cannot be used ({exc}): {fix}"
+        self._apis.append(made)
+        return made, ""
 
     def _unreachable(self, where: str, name: str, why: str) -> None:
         if not name or name in self._told:
