@@ -148,10 +148,10 @@ def _best(objectives: dict[tuple[float, int], float]) -> tuple[float, int]:
 
 
 def main() -> None:
-    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
+    from jupyter_ktrain.backends.registry import warm_up
     from tests.cluster.cluster import Cluster
 
-    warm_up()  # what loading the extension does in the background
+    warm_up("kubernetes")  # what loading the extension does in the background
     with tempfile.TemporaryDirectory(prefix="ktrain-bench-") as tmp, Cluster(Path(tmp)) as cl:
         cfg = {}
         for ns in ("sweep", "sdk", "katib"):

@@ -217,13 +217,13 @@ def _torch_import_s() -> float:
 
 def cluster_rounds() -> dict[str, Any]:
     from jupyter_ktrain.backends.kubernetes.backend import KubernetesBackend
-    from jupyter_ktrain.backends.kubernetes.plans.validate import warm_up
+    from jupyter_ktrain.backends.registry import warm_up
     from jupyter_ktrain.config import Config
     from tests.cluster.cluster import Cluster
     from tests.cluster.controlplane import binaries
 
     kubectl = str(binaries() / "bin" / "kubectl")
-    warm_up()  # what loading the extension does in the background
+    warm_up("kubernetes")  # what loading the extension does in the background
     with tempfile.TemporaryDirectory(prefix="ktrain-bench-") as tmp, Cluster(Path(tmp)) as cl:
         cfg = {}
         for ns in ("w1", "w2", "w3"):

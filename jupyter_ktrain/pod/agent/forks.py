@@ -64,6 +64,7 @@ from typing import Any
 
 from .. import program
 from .preimport import preimport
+from .rendezvous import quicken
 
 __all__ = [
     "FORKED_ENV",
@@ -148,6 +149,7 @@ def run_here(module: str, argv: list[str]) -> int:
     its exit code (an exception's traceback on stderr and 1, as the interpreter does)."""
     sys.argv = [module, *argv]
     sys.path.insert(0, os.getcwd())  # as ``python -m`` puts its folder first
+    quicken(module)  # torchrun's rendezvous without its one-second polls
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
