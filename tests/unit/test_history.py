@@ -63,7 +63,7 @@ def test_a_kept_status_comes_back_whole_and_marked_as_history() -> None:
 def test_a_new_job_of_the_name_drops_the_old_state_and_logs_but_not_its_record() -> None:
     folder = keep("kubernetes", _failed(), None, uid="u-1")
     (folder / "run.json").write_text("{}")
-    FollowedLines(folder / "logs" / "u-1").add("hist-a-master-0", 1, "old line")
+    FollowedLines(folder / "logs" / "u-1").add("hist-a-master-0", [(1, "old line")])
     forget_state("kubernetes", "hist-a")
     assert kept("kubernetes", "hist-a") is None
     assert not (folder / "logs").exists()
@@ -91,8 +91,8 @@ def test_a_pods_whole_log_is_merged_with_what_a_follow_kept(tmp_path: Path) -> N
     """At the job's end its pods' stored logs are copied in: lines a follow wrote already are
     not written again, the ones no follow read are."""
     lines = FollowedLines(tmp_path / "u")
-    lines.add("p-0", 10, "step 1")
-    lines.add("p-0", 20, "step 2")
+    lines.add("p-0", [(10, "step 1")])
+    lines.add("p-0", [(20, "step 2")])
     assert lines.add_missing("p-0", [(10, "step 1"), (20, "step 2"), (30, "step 3")]) == 1
     assert lines.add_missing("p-0", [(10, "step 1"), (30, "step 3")]) == 0
     assert lines.lines("p-0") == ["step 1", "step 2", "step 3"]
@@ -103,8 +103,8 @@ def test_lines_a_follow_missed_read_back_in_the_kubelets_order(tmp_path: Path) -
     """A follow kept the traceback; the line before it, missed, is added at the job's end:
     read back, the rank's lines are in their order (the exception line stays last)."""
     kept = FollowedLines(tmp_path)
-    kept.add("p", 20, "Traceback (most recent call last):")
-    kept.add("p", 30, "ValueError: no shard")
+    kept.add("p", [(20, "Traceback (most recent call last):")])
+    kept.add("p", [(30, "ValueError: no shard")])
     assert (
         kept.add_missing("p", [(10, "rank 3 up"), (20, "Traceback (most recent call last):")]) == 1
     )

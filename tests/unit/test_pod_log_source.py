@@ -6,6 +6,7 @@ The cache and the API are replayed here in the order the real cluster produced t
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from jupyter_ktrain.backends.kubernetes.client.kube_api import Api as RealApi
@@ -75,7 +76,7 @@ class _Api:
             raise ApiFailure("not found", status=404)
         return self.watch.pod
 
-    def stream_lines(
+    def stream_batches(
         self, path: str, query: Any, read_timeout: float | None = None, partial: bool = False
     ) -> Any:
         pod = self.watch.pod
@@ -86,11 +87,12 @@ class _Api:
             # the container exits while followed; the pod is Failed, still there
             self.watch.set(_pod("a", "Failed", EXITED))
             self.first_stream_over.set()
-        return iter(self.lines[uid])
+        return iter([self.lines[uid]])
 
     # the client's verbs, as the real client has them over this get and stream
     find = RealApi.find
     logs = RealApi.logs
+    log_batches = RealApi.log_batches
 
 
 def test_a_failed_pod_made_anew_by_the_operator_is_followed_into_its_new_pod() -> None:
@@ -131,9 +133,15 @@ def test_followed_lines_come_back_with_the_kubelets_timestamps() -> None:
     other = FollowedLines.of_job(job)  # a second follower (the panel's server)
     ts = 1_795_712_935_123_456_789
     for writer in (kept, other):
-        writer.add("job-master-0", ts, "[rank0]: rank 0 loading")
-        writer.add("job-master-0", ts + 1, "[rank0]: rank 0 still here")
+        writer.add("job-master-0", [(ts, "[rank0]: rank 0 loading")])
+        writer.add("job-master-0", [(ts + 1, "[rank0]: rank 0 still here")])
     reader = FollowedLines.of_job(job)
+    # the second line waits to be written with the next ones (the kubelet sends a line per
+    # read): written within FLUSH_S (a timer), or when the stream ends (flush)
+    assert reader.lines("job-master-0") == ["[rank0]: rank 0 loading"]
+    deadline = time.monotonic() + 5
+    while len(reader.lines("job-master-0")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert reader.pods() == ["job-master-0"]
     assert reader.lines("job-master-0") == [
         "[rank0]: rank 0 loading",

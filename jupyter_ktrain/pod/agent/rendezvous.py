@@ -14,6 +14,7 @@ wait, which it serves. Where torch has no such function (another version), nothi
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["POLL_S", "SKEW_S", "quicken"]
@@ -28,8 +29,10 @@ def quicken(module: str) -> None:
     rendezvous polls every :data:`POLL_S`; any other module is left alone."""
     if module not in _LAUNCHERS:
         return
-    try:
-        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+    try:  # torchrun's own module: its process has torch (the pod package never imports it)
+        rdzv: Any = importlib.import_module(
+            "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+        )
     except ImportError:
         return
     slow = getattr(rdzv, "_delay", None)
@@ -44,4 +47,4 @@ def quicken(module: str) -> None:
         slow(seconds=seconds)
 
     _delay.quickened = True  # type: ignore[attr-defined]
-    setattr(rdzv, "_delay", _delay)  # noqa: B010 (torch does not export it)
+    rdzv._delay = _delay

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ....errors import ClusterError
+from .probe import CONNECT_TIMEOUT_S, probe_server
 from .retries import (
     ApiFailure,
     api_failure,
@@ -36,7 +37,6 @@ __all__ = [
 ]
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-CONNECT_TIMEOUT_S = 2.0
 
 
 def in_cluster() -> bool:
@@ -153,7 +153,7 @@ class Api:
                 "No Kubernetes credentials: no kubeconfig and not running in a pod. Set one "
                 "with `%ktrain config kubeconfig=PATH` (and context=NAME), or $KUBECONFIG."
             )
-        _probe(path, context)  # before the slow client import: an unreachable server is quick
+        probe_server(path, context)  # before the slow client import: an unreachable server is quick
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
@@ -297,8 +297,20 @@ class Api:
         """The lines of a pod's ``pods/log`` at ``path`` (see :meth:`stream_lines`); none when
         the pod is gone (404) or its container has no log to give (400: not running yet, or
         no previous instance)."""
+        for batch in self.log_batches(path, query, read_timeout, partial):
+            yield from batch
+
+    def log_batches(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        read_timeout: float | None = None,
+        partial: bool = False,
+    ) -> Iterator[list[bytes]]:
+        """:meth:`logs`, the lines that came in one read together (a flood's hundreds, a
+        trickle's one): what a follow keeps is written once per batch, not once per line."""
         try:
-            yield from self.stream_lines(path, query, read_timeout=read_timeout, partial=partial)
+            yield from self.stream_batches(path, query, read_timeout, partial)
         except ApiFailure as exc:
             if exc.status not in (400, 404):
                 raise
@@ -338,7 +350,20 @@ class Api:
         partial: bool = False,
         opened: Callable[[Callable[[], None]], None] | None = None,
     ) -> Iterator[bytes]:
-        """Open a streaming GET (watch, follow logs; retried while opening) and yield lines.
+        """:meth:`stream_batches`, line by line."""
+        for batch in self.stream_batches(path, query, read_timeout, partial, opened):
+            yield from batch
+
+    def stream_batches(
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        read_timeout: float | None = None,
+        partial: bool = False,
+        opened: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Iterator[list[bytes]]:
+        """Open a streaming GET (watch, follow logs; retried while opening) and yield its
+        lines, those of each read together.
 
         A last line without its newline is yielded only with ``partial``. Ends when the
         server ends it; a dropped connection ends it too (callers resume from what they saw).
@@ -359,14 +384,15 @@ class Api:
             for chunk in resp.stream(65536, decode_content=True):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
-                yield from lines
+                if lines:
+                    yield lines
         except (OSError, connection_errors()):
             pass
         finally:
             resp.release_conn()
             resp.close()
         if buf and partial:
-            yield buf
+            yield [buf]
 
     def exec(
         self,
@@ -466,33 +492,3 @@ def _q(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _probe(kubeconfig: str, context: str | None) -> None:
-    """Raise the one-line ClusterError when the context's server refuses or drops a TCP
-    connection (within ``CONNECT_TIMEOUT_S``). Anything this cannot read from the kubeconfig
-    is left to the client, which says it better."""
-    import socket
-    from urllib.parse import urlsplit
-
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(kubeconfig).read_text()) or {}
-        name = context or data.get("current-context")
-        ctx = next(c["context"] for c in data.get("contexts") or [] if c.get("name") == name)
-        cluster = next(
-            c["cluster"] for c in data.get("clusters") or [] if c.get("name") == ctx["cluster"]
-        )
-        server = str(cluster["server"])
-        url = urlsplit(server)
-        host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
-    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, ValueError):
-        return
-    if not host or cluster.get("proxy-url") or os.environ.get("HTTPS_PROXY"):
-        return
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        where = f"kubeconfig {kubeconfig}, context {name}"
-        raise ClusterError(unreachable_line(server, exc, where)) from None

@@ -42,7 +42,10 @@ class JobLogs:
         if rt.followed is None:
             rt.followed = FollowedLines.of_job(job)
         api = self.cluster.api
-        return [PodLogSource(api, found, pod, container, rt.on_followed) for pod in pods]
+        return [
+            PodLogSource(api, found, pod, container, rt.on_followed, rt.followed_end)
+            for pod in pods
+        ]
 
     def read(self, name: str, stamped: bool = False) -> Iterator[tuple[str, str]]:
         """The stored lines of the job's pods; once its objects are gone, the kept ones."""

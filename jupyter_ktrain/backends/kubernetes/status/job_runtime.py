@@ -58,11 +58,17 @@ class JobRuntime:
         self.aborted: set[int] = set()  # runs this process asked every node to stop
         self.followed: FollowedLines | None = None  # kept in the job store (cleanPodPolicy)
 
-    def on_followed(self, pod: str, ts: int, raw: str) -> None:
-        """A line a follow read: kept, then read like any other."""
+    def on_followed(self, pod: str, stamped: list[tuple[int, str]]) -> None:
+        """Lines a follow read together: kept (one write), then read like any other."""
         if self.followed is not None:
-            self.followed.add(pod, ts, raw)
-        self.on_line(pod, ts, raw)
+            self.followed.add(pod, stamped)
+        for ts, raw in stamped:
+            self.on_line(pod, ts, raw)
+
+    def followed_end(self, pod: str) -> None:
+        """A follow's stream of ``pod`` ended: what it read is all kept."""
+        if self.followed is not None:
+            self.followed.flush(pod)
 
     def on_line(self, pod: str, ts: int, raw: str) -> None:
         line = parse_line(raw)
