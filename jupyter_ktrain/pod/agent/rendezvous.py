@@ -1,5 +1,16 @@
-"""torchrun's rendezvous without its one-second polls.
+"""torchrun's rendezvous without its one-second waits.
 
+**The host's store.** Every node's torchrun meets at a TCP store that one of them hosts (node 0's
+``--master-addr:--master-port`` by default, the static rendezvous; the node named by
+``PET_RDZV_ENDPOINT`` with ``c10d``). A torchrun that reaches for it before it listens (its
+node imported torch sooner) is refused and tries again a second later (torch's socket
+connect backs off a fixed second): on a 2-node job started together, up to a second of the
+start. :func:`await_store` makes the agent of a node that does not host it start torchrun once
+the store accepts a connection (tried every :data:`PROBE_S`, while the node's fork server
+imports torch), so torchrun's first try succeeds; after :data:`STORE_WAIT_S` it starts it
+anyway (torchrun's own timeout then says what is wrong).
+
+**The polls.**
 torch's dynamic (``c10d``) rendezvous, which every multi-node job's torchrun runs, waits for the
 other nodes by polling the store once a second (``_Action.SYNC`` in
 ``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``: ``_delay(seconds=1)``), and
@@ -15,9 +26,15 @@ wait, which it serves. Where torch has no such function (another version), nothi
 from __future__ import annotations
 
 import importlib
+import socket
+import time
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["POLL_S", "SKEW_S", "quicken"]
+__all__ = ["POLL_S", "PROBE_S", "SKEW_S", "STORE_WAIT_S", "await_store", "quicken", "store_of"]
+
+PROBE_S = 0.02  # between two tries of the host's store
+STORE_WAIT_S = 60.0  # then torchrun starts anyway
 
 POLL_S = 0.1  # the wait between two reads of the rendezvous state (torch: 1 s)
 SKEW_S = (0.0, 0.05)  # each node's random delay before its first join (torch: 0-0.3 s)
@@ -48,3 +65,33 @@ def quicken(module: str) -> None:
 
     _delay.quickened = True  # type: ignore[attr-defined]
     rdzv._delay = _delay
+
+
+def store_of(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(host, port) of the store this node's torchrun will reach for, None where this node
+    hosts it or the environment does not say (one node, a launcher that is not torchrun)."""
+    endpoint = env.get("PET_RDZV_ENDPOINT", "")
+    if endpoint and env.get("PET_RDZV_BACKEND", "c10d") != "static":
+        host, _, port = endpoint.rpartition(":")
+        hosts = {socket.gethostname(), "localhost", "127.0.0.1"}
+        return None if not host or host in hosts or not port.isdigit() else (host, int(port))
+    host, port = env.get("PET_MASTER_ADDR", ""), env.get("PET_MASTER_PORT", "")
+    if not host or not port.isdigit() or env.get("PET_NODE_RANK", "0") == "0":
+        return None
+    return host, int(port)
+
+
+def await_store(env: Mapping[str, str], timeout: float = STORE_WAIT_S) -> float:
+    """Until the host's store (:func:`store_of`) accepts a connection, or ``timeout``; the
+    seconds waited (0 where this node hosts it)."""
+    where = store_of(env)
+    if where is None:
+        return 0.0
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            socket.create_connection(where, timeout=1.0).close()
+            break
+        except OSError:  # not resolvable yet, refused, unreachable: it is not up yet
+            time.sleep(PROBE_S)
+    return time.monotonic() - start

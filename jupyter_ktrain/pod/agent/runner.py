@@ -61,6 +61,7 @@ from .metrics import MetricsEndpoint, MetricsStore, ReportListener
 from .orphans import Orphans
 from .peers import LINGER_S, Peers, start_peers
 from .relaunch import forward_signals, relaunch_mpirun
+from .rendezvous import await_store
 from .sampler import Nvml, Sampler
 
 __all__ = ["METRICS_HOST_ENV", "METRICS_PORT_ENV", "child_env", "main", "parse_args"]
@@ -239,7 +240,10 @@ def main(
     if adopt_orphans:
         orphans.start()  # from here on, what a rank leaves running ends with it
     sys.stdout.flush()
-    child = orphans.popen(popen)(_through_warm_server(cmd, env), env=env)
+    launch = _through_warm_server(cmd, env)
+    if forks_ranks(cmd):
+        await_store(env)  # torchrun's first reach for the host's store then succeeds
+    child = orphans.popen(popen)(launch, env=env)
     stopped = forward_signals(lambda: child)
     peers = start_peers(_stopper(child))
     store = metrics.store if metrics is not None else None
