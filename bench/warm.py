@@ -63,12 +63,19 @@ def sdk_hello() -> None:
     print(f"hello from rank {os.environ['RANK']}", flush=True)
 
 
-def _program(cell: str) -> Any:
+def _shell() -> Any:
+    """A kernel's shell where the notebook's setup cell ran (made before a round's clock
+    starts: a cell's run does not reset its kernel)."""
     from IPython.core.interactiveshell import InteractiveShell
 
     sh = InteractiveShell.instance()
     sh.reset(new_session=True)
     assert sh.run_cell(SETUP, store_history=True).success
+    return sh
+
+
+def _program(cell: str, sh: Any) -> Any:
+    """What the magic captures of ``cell`` in ``sh``."""
     return capture(cell, sh.user_ns, sh.user_ns["In"], sh.user_ns_hidden)
 
 
@@ -114,8 +121,9 @@ def _retried(round_: Any, tries: int = 4) -> float:
 
 def cell(backend: Backend, flags: str, name: str | None = None) -> tuple[float, Job]:
     """What a ``%%ktrain FLAGS`` cell does, timed from capture to every rank's first line."""
+    sh = _shell()
     t0 = time.monotonic()
-    program = _program("hello()\n")
+    program = _program("hello()\n", sh)
     spec = spec_from_args(parse_flags(flags), "hello")
     if name:
         spec = spec.evolve(name=name)

@@ -217,9 +217,19 @@ class WarmJobs:
         )
 
     def _active_run(self, name: str) -> int | None:
-        """The run ordered last, while some node has not ended it; None when idle."""
+        """The run ordered last, while some node has not ended it; None when idle. A run this
+        process followed to its end on every node is over without reading the pods' logs
+        again (a run's end is never undone; one ordered since has a higher number)."""
         run = int(self.ledger.control(name).get("run") or 0)
-        return run if run and self.ledger.book(name).ended_nodes(run) < self._nodes(name) else None
+        if not run:
+            return None
+        nodes = self._nodes(name)
+        rt = self.cluster.runtimes.of(name)
+        with rt.lock:
+            followed_to_end = rt.book.ended_nodes(run) >= nodes
+        if followed_to_end:
+            return None
+        return run if self.ledger.book(name).ended_nodes(run) < nodes else None
 
     def latest_run(self, name: str) -> int | None:
         job = job_object(self.cluster, name)
