@@ -158,8 +158,13 @@ def _value(text: str) -> tuple[str, int | None]:
 def disagreements(samples: list[list[Any]], lag_s: float = LAG_S) -> list[str]:
     """Each sample where one view's state is not one the other showed within ``lag_s`` of it,
     or its steps done lie outside what the other showed then (a view trailing the other by
-    more than ``lag_s``; a view may skip steps between two samples)."""
+    more than ``lag_s``; a view may skip steps between two samples). Within ``lag_s`` of the
+    first sample, what the other view showed before sampling began is unknown: a view there
+    is only held to not being ahead of the other (and within ``lag_s`` of the last, to not
+    being behind): a tab whose first poll's value is on screen as sampling starts is not
+    said to trail a widget whose earlier values were never seen."""
     ms = lag_s * 1000
+    first, last = samples[0][0], samples[-1][0]
     bad = []
     for t, widget, _a, tab, *_rest in samples:
         for mine, theirs_at in ((tab, 1), (widget, 3)):
@@ -170,11 +175,14 @@ def disagreements(samples: list[list[Any]], lag_s: float = LAG_S) -> list[str]:
             # a running view that shows no progress yet has done no step: the other view's
             # first step may come a poll before this one's
             steps = [d if d is not None else 0 for st, d in near if d is not None or st]
-            if (
-                state not in {st for st, _ in near}
-                or not steps
-                or not (min(steps) <= done <= max(steps))
-            ):
+            seen_before, seen_after = t - ms >= first, t + ms <= last
+            if not steps:
+                bad.append(f"{t}: {mine!r} vs {sorted(set(map(str, near)))}")
+                continue
+            known = state in {st for st, _ in near} or not (seen_before and seen_after)
+            behind = done < min(steps) and seen_before
+            ahead = done > max(steps) and seen_after
+            if not known or behind or ahead:
                 bad.append(f"{t}: {mine!r} vs {sorted(set(map(str, near)))}")
     return bad
 

@@ -7,7 +7,6 @@ here only (the other parts call :func:`remember_kind`, :func:`forget_kind`, :fun
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...errors import JobNotFound
@@ -31,26 +30,19 @@ __all__ = [
 
 
 def job_objects(cluster: Cluster, selector: str, name: str = "") -> list[dict[str, Any]]:
-    """The jobs of every kind matching ``selector``, the kinds asked side by side (one round
-    trip, not one per kind); a kind not served (404) or not readable (403: a Kubeflow profile
-    may not read RayJobs) is skipped, but a namespace where no kind may be read is one
-    ``forbidden`` error (looking up job ``name``)."""
-
-    def listed(kind: str) -> tuple[str, Any]:
-        path = job_resource(KIND_TABLE[kind]).path(cluster.namespace)
-        try:
-            return kind, cluster.api.find(path, {"labelSelector": selector})
-        except Forbidden:
-            return kind, Forbidden
-
-    with ThreadPoolExecutor(max_workers=len(KIND_TABLE)) as pool:
-        answers = list(pool.map(listed, KIND_TABLE))
+    """The jobs of every kind matching ``selector``; a kind not served (404) or not
+    readable (403: a Kubeflow profile may not read RayJobs) is skipped, but a namespace
+    where no kind may be read is one ``forbidden`` error (looking up job ``name``)."""
     out: list[dict[str, Any]] = []
     denied: list[str] = []
     readable = False
-    for kind, found in answers:
-        if found is Forbidden:
-            denied.append(job_resource(KIND_TABLE[kind]).qualified)
+    for kind, info in KIND_TABLE.items():
+        resource = job_resource(info)
+        path = resource.path(cluster.namespace)
+        try:
+            found = cluster.api.find(path, {"labelSelector": selector})
+        except Forbidden:
+            denied.append(resource.qualified)
             continue
         if found is None:  # the kind is not served
             continue
